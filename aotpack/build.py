@@ -1,0 +1,259 @@
+"""`aotpack build`: model spec → output folder (bundle + C++ launcher + README).
+
+load → to_graph → compile_graph → compile every kernel op (identical ops compiled once) →
+plan_memory → write_bundle → assemble the folder. The folder is written under a temp name in
+the destination's parent and renamed into place only when everything succeeded.
+torch/triton are imported inside the functions that need them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aotpack import knobs, runtime_files
+from aotpack.kernels.spec import SM90, PtrSlot, Target, TensorArg, TensorMapSlot
+
+BUNDLE_NAME = "model.aotpack"
+WEIGHTS_NAME = "weights.safetensors"
+_ARCHES = {"sm90": SM90, "sm_90": SM90, "sm_90a": SM90, "sm90a": SM90}
+
+
+class BuildError(Exception):
+    """A user error (bad arguments, output folder exists, ...); the message says what to do."""
+
+
+@dataclass
+class BuildResult:
+    out_dir: Path
+    bundle: Path
+    kernels: int
+    steps: int
+    arena_bytes: int
+    compiled_ops: int  # distinct compiles (after the identical-op cache)
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_arch(arch: str) -> Target:
+    try:
+        return _ARCHES[arch.strip().lower()]
+    except KeyError:
+        raise BuildError(f"unsupported --arch {arch!r}: aotpack targets Hopper only for now "
+                         f"(use --arch sm90, i.e. sm_90a: H100/H200)") from None
+
+
+def source_file(spec: str) -> Path:
+    """The file a model spec names: `path/to/model.py:factory` → model.py; `m.pt2` → m.pt2."""
+    path = spec.rsplit(":", 1)[0] if ":" in Path(spec).name else spec
+    return Path(path)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def provenance(spec: str, command_line: str) -> dict:
+    """What built the bundle; no timestamps, so rebuilding gives identical bytes."""
+    import aotpack
+
+    return {"aotpack": aotpack.__version__, "torch": _version("torch"),
+            "triton": _version("triton"), "cutedsl": _version("nvidia-cutlass-dsl"),
+            "source": source_file(spec).name, "source_sha256": file_sha256(source_file(spec)),
+            "created_by": command_line}
+
+
+# ----------------------------------------------------------------------------- compiling
+def _rename_storages(obj, rename):
+    """A copy of a kernel op (or any part of it) with every TensorArg's storage renamed."""
+    if isinstance(obj, TensorArg):
+        return dataclasses.replace(obj, storage=rename(obj.storage))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.replace(obj, **{f.name: _rename_storages(getattr(obj, f.name), rename)
+                                           for f in dataclasses.fields(obj) if f.init})
+    if isinstance(obj, tuple):
+        return tuple(_rename_storages(x, rename) for x in obj)
+    return obj
+
+
+def canonical(op):
+    """(op with storages renamed `__op.<i>` in order of appearance, map back to real names).
+    Two ops that differ only in which storages they touch compile to the same cubin with the
+    same slots up to those names, so they share one compile."""
+    names: dict[str, str] = {}
+
+    def rename(name: str) -> str:
+        return names.setdefault(name, f"__op.{len(names)}")
+
+    canon = _rename_storages(op, rename)
+    return canon, {v: k for k, v in names.items()}
+
+
+def _restore(launch, back: dict[str, str]):
+    args = tuple(dataclasses.replace(s, storage=back.get(s.storage, s.storage))
+                 if isinstance(s, (PtrSlot, TensorMapSlot)) else s for s in launch.args)
+    return dataclasses.replace(launch, args=args)
+
+
+def compile_ops(ops, target: Target, *, compile_fn=None, progress: bool = True):
+    """Launches for every op, in order, with a progress bar. Returns (launches_per_op,
+    number of distinct compiles)."""
+    if compile_fn is None:
+        os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
+        from aotpack.kernels import compile as compile_fn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    cache: dict = {}
+    result = []
+    columns = (TextColumn("[bold]compiling[/] {task.description:<24}"), BarColumn(),
+               MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, disable=not progress, transient=False) as bar:
+        task = bar.add_task("", total=len(ops))
+        for op in ops:
+            bar.update(task, description=type(op).__name__)
+            canon, back = canonical(op)
+            if canon not in cache:
+                cache[canon] = list(compile_fn(canon, target))
+            result.append([_restore(launch, back) for launch in cache[canon]])
+            bar.advance(task)
+    return result, len(cache)
+
+
+# ----------------------------------------------------------------------------- the folder
+README = """# {name} — built by aotpack
+
+Run it (needs only the NVIDIA driver; {arch} GPU):
+
+    ./aotpack-run model.aotpack --bench 100
+
+Embed it in a C/C++ program: include `include/aotpack/aotpack.h` (C API) or `aotpack.hpp`
+(C++ wrapper) and link the shared or the static library (either opens libcuda.so.1 at run
+time; nothing else is needed):
+
+    cc app.c -Iinclude -Llib -laotpack -Wl,-rpath,'$ORIGIN/lib' -o app
+    cc app.c -Iinclude lib/libaotpack.a -lstdc++ -ldl -o app
+{weights}
+Inspect it: `aotpack inspect model.aotpack`. Built with: `{command}`
+"""
+
+
+def copy_launcher(out: Path) -> list[str]:
+    """Copy aotpack-run, libaotpack.{so,a} and the headers into `out`; returns warnings for
+    pieces that are not installed (the bundle is still usable with a runtime built elsewhere)."""
+    root = runtime_files.runtime_dir()
+    if root is None:
+        return ["the C++ runtime is not installed (pip install . builds it; or set "
+                "AOTPACK_RUNTIME_DIR): the output folder holds the bundle only"]
+    missing = []
+    pieces = [(runtime_files.LAUNCHER, Path("aotpack-run")),  # links libaotpack.a: standalone
+              (runtime_files.STATIC_LIB, runtime_files.STATIC_LIB),
+              (runtime_files.INCLUDE, runtime_files.INCLUDE)]
+    # libaotpack.so plus its versioned names: a program linked against it records the SONAME
+    # (libaotpack.so.0), which must be in lib/ too. Copies are plain files, not symlinks.
+    pieces += [(p.relative_to(root), p.relative_to(root))
+               for p in sorted((root / "lib").glob("libaotpack.so.*"))
+               if re.fullmatch(r"libaotpack\.so\.\d+", p.name)]
+    pieces.append((runtime_files.SHARED_LIB, runtime_files.SHARED_LIB))
+    for src_rel, dst_rel in pieces:
+        src, dst = root / src_rel, out / dst_rel
+        if src.is_dir():
+            shutil.copytree(src, dst)
+        elif src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+        else:
+            missing.append(src_rel.as_posix())
+    if missing:
+        return [f"not found in {root}: {', '.join(missing)} (not copied)"]
+    return []
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished `tmp` folder to `out`, replacing an existing `out` (--force)."""
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        os.replace(out, old / out.name)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def _check_destination(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise BuildError(f"{out} exists and is not a folder: choose another -o")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise BuildError(f"{out} already exists and is not empty: pass --force to replace it")
+
+
+def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
+          force: bool = False, progress: bool | None = None,
+          command_line: str | None = None) -> BuildResult:
+    target = parse_arch(arch)
+    out = Path(out)
+    if not source_file(spec).is_file():
+        raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
+                         f"(expected file.py:factory or a .pt2 file)")
+    _check_destination(out, force)
+    progress = knobs.show_progress() if progress is None else progress
+    command_line = command_line or " ".join(shlex.quote(a) for a in
+                                            ["aotpack", "build", spec, "--arch", arch, "-o", str(out)])
+    from aotpack.frontend import load_model, to_graph
+    from aotpack.passes import compile_graph, plan_memory
+
+    model, example_inputs = load_model(spec)
+    program = compile_graph(to_graph(model, example_inputs))
+    launches_per_op, distinct = compile_ops(program.ops, target, progress=progress)
+    plan = plan_memory(program, launches_per_op)
+    return _write_folder(out, program, plan, target, spec, command_line,
+                         external_weights, distinct)
+
+
+def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,
+                  external_weights: bool, distinct: int) -> BuildResult:
+    from aotpack.bundle import read_bundle, write_bundle
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp.", dir=out.parent))
+    try:
+        bundle = write_bundle(tmp / BUNDLE_NAME, program, plan, target=target,
+                              provenance=provenance(spec, command_line),
+                              external_weights=WEIGHTS_NAME if external_weights else None)
+        # read back what the runtime will parse (structure and manifest; the sha256s were taken
+        # from the very bytes written, re-hashing gigabytes would only double the time)
+        manifest = read_bundle(bundle).manifest
+        warnings = copy_launcher(tmp)
+        weights_note = (f"\nWeights are in `{WEIGHTS_NAME}`; keep it next to model.aotpack.\n"
+                        if external_weights else "")
+        (tmp / "README.md").write_text(README.format(name=out.name, arch=target.arch,
+                                                     weights=weights_note, command=command_line))
+        os.chmod(tmp, 0o755)
+        _replace_dir(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return BuildResult(out, out / BUNDLE_NAME, len(manifest["kernels"]), len(manifest["steps"]),
+                       manifest["arena_bytes"], distinct, warnings)
+
+
+def command_line_from_argv() -> str:
+    return " ".join(shlex.quote(a) for a in ["aotpack", *sys.argv[1:]])

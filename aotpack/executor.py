@@ -1,0 +1,43 @@
+"""Execute a Program on the CPU with each kernel op's torch reference.
+
+This is how CI checks the compiler's semantics without a GPU: the same op list that becomes
+cubins runs here with `aotpack.kernels.reference`, and the result is compared with eager PyTorch.
+Intermediates start as NaN (or -1 for integers) so an op that fails to write its output shows.
+"""
+from __future__ import annotations
+
+from aotpack.kernels import run_reference as reference_op
+from aotpack.program import Program
+
+
+def _empty(storage, poison: bool):
+    import torch
+
+    n = 1
+    for s in storage.shape:
+        n *= s
+    t = torch.empty(n, dtype=storage.dtype.to_torch())
+    if poison:
+        t.fill_(float("nan") if storage.dtype.is_float else -1)
+    return t
+
+
+def run_reference(program: Program, inputs: list, *, poison: bool = True) -> list:
+    """Run `program` on `inputs` (torch tensors in signature order); returns the outputs."""
+    if len(inputs) != len(program.inputs):
+        raise ValueError(f"expected {len(program.inputs)} inputs, got {len(inputs)}")
+    env = {}
+    for name, t in zip(program.inputs, inputs):
+        st = program.storages[name]
+        if tuple(t.shape) != st.shape or t.dtype != st.dtype.to_torch():
+            raise ValueError(f"input {name}: expected {st.dtype.value}{list(st.shape)}, "
+                             f"got {t.dtype}{list(t.shape)}")
+        env[name] = t.detach().to("cpu").contiguous().reshape(-1)
+    for name, w in program.weights.items():
+        env[name] = w.detach().contiguous().reshape(-1)
+    for st in program.storages.values():
+        if st.name not in env:
+            env[st.name] = _empty(st, poison)
+    for op in program.ops:
+        reference_op(op, env)
+    return [env[n].reshape(program.storages[n].shape) for n in program.outputs]

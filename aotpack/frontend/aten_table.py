@@ -1,0 +1,256 @@
+"""aten operator → IR translation rules, one small function per operator family.
+
+Each rule gets the translation context and the node's (args, kwargs) with fx nodes already
+mapped to IR Values, and returns the node's Value (or a list for multi-output ops, or None for
+assertion ops that produce nothing). `Unsupported` inside a rule means "this call form is not
+supported"; the context turns it into an UnsupportedOpError with the node and source line.
+"""
+from __future__ import annotations
+
+
+from aotpack.dtypes import DType
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Value
+from aotpack.ir.ops import Op
+
+
+class Unsupported(Exception):
+    pass
+
+
+def _dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def _binary(op: Op):
+    def rule(cx, x, y, alpha=1, **kw):
+        if kw.get("rounding_mode") is not None:
+            raise Unsupported(f"rounding_mode={kw['rounding_mode']!r}")
+        if alpha != 1:
+            y = cx.emit(Op.MUL, [y], O.BinaryAttrs(float(alpha))) if isinstance(y, Value) \
+                else y * alpha
+        if isinstance(x, Value) and isinstance(y, Value):
+            return cx.emit(op, [x, y], O.BinaryAttrs(), final=True)
+        if isinstance(x, Value):
+            return cx.emit(op, [x], O.BinaryAttrs(float(y)), final=True)
+        if isinstance(y, Value):
+            return cx.emit(op, [y], O.BinaryAttrs(float(x), scalar_first=True), final=True)
+        raise Unsupported("both operands are Python numbers")
+    return rule
+
+
+def _rsub(cx, x, y, alpha=1):
+    """rsub(x, y) = y - alpha * x."""
+    if alpha != 1:
+        raise Unsupported(f"alpha={alpha}")
+    return _binary(Op.SUB)(cx, y, x)
+
+
+def _unary(op: Op):
+    return lambda cx, x: cx.emit(op, [x], O.NoAttrs(), final=True)
+
+
+def _gelu(cx, x, approximate="none"):
+    return cx.emit(Op.GELU, [x], O.GeluAttrs(approximate), final=True)
+
+
+def _linear(cx, x, w, b=None):
+    return cx.emit(Op.LINEAR, [x, w] + ([b] if b is not None else []), O.NoAttrs(), final=True)
+
+
+def _matmul(cx, a, b):
+    return cx.emit(Op.MATMUL, [a, b], O.NoAttrs(), final=True)
+
+
+def _addmm(cx, bias, a, b, beta=1, alpha=1):
+    if beta != 1 or alpha != 1:
+        raise Unsupported("addmm with alpha/beta")
+    return cx.emit(Op.ADD, [cx.emit(Op.MATMUL, [a, b], O.NoAttrs()), bias], O.BinaryAttrs(),
+                   final=True)
+
+
+def _to_copy(cx, x, dtype=None, **kw):
+    if dtype is None:
+        return cx.emit(Op.COPY, [x], O.NoAttrs(), final=True)
+    return cx.emit(Op.CAST, [x], O.CastAttrs(DType.from_torch(dtype)), final=True)
+
+
+def _to_dtype(cx, x, dtype, *rest, **kw):
+    return _to_copy(cx, x, dtype)
+
+
+def _copy(cx, x, **kw):
+    return cx.emit(Op.COPY, [x], O.NoAttrs(), final=True)
+
+
+def _identity(cx, x, *rest, **kw):
+    return x
+
+
+def _reduce(op: Op):
+    def rule(cx, x, dims=None, keepdim=False, dtype=None):
+        if dtype is not None:
+            x = _to_copy(cx, x, dtype) if dtype != x.dtype.to_torch() else x
+        rank = len(x.shape)
+        dims = tuple(range(rank)) if not dims else tuple(sorted(_dim(d, rank) for d in dims))
+        return cx.emit(op, [x], O.ReduceAttrs(dims, bool(keepdim)), final=True)
+    return rule
+
+
+def _softmax(cx, x, dim, half_to_float=False):
+    if half_to_float:
+        raise Unsupported("half_to_float")
+    return cx.emit(Op.SOFTMAX, [x], O.SoftmaxAttrs(_dim(dim, len(x.shape))), final=True)
+
+
+def _rms_norm(cx, x, normalized_shape, weight=None, eps=None):
+    if eps is None:
+        import torch
+
+        eps = torch.finfo(x.dtype.to_torch()).eps
+    ins = [x] + ([weight] if weight is not None else [])
+    return cx.emit(Op.RMS_NORM, ins, O.NormAttrs(float(eps), len(normalized_shape)), final=True)
+
+
+def _layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn=True):
+    if weight is None and bias is not None:
+        raise Unsupported("layer_norm with a bias but no weight")
+    ins = [x] + [t for t in (weight, bias) if t is not None]
+    return cx.emit(Op.LAYER_NORM, ins, O.NormAttrs(float(eps), len(normalized_shape)),
+                   final=True)
+
+
+def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+          enable_gqa=False):
+    if attn_mask is not None:
+        raise Unsupported("attn_mask (only is_causal=True or no mask are supported)")
+    if dropout_p:
+        raise Unsupported(f"dropout_p={dropout_p}")
+    attrs = O.SdpaAttrs(bool(is_causal), None if scale is None else float(scale),
+                        bool(enable_gqa))
+    return cx.emit(Op.SDPA, [q, k, v], attrs, final=True)
+
+
+def _view(cx, x, shape):
+    return cx.emit(Op.VIEW, [x], O.ViewAttrs(cx.out_shape()), final=True)
+
+
+def _permute(cx, x, dims):
+    rank = len(x.shape)
+    return cx.emit(Op.PERMUTE, [x], O.PermuteAttrs(tuple(_dim(d, rank) for d in dims)),
+                   final=True)
+
+
+def _transpose(cx, x, d0, d1):
+    dims = list(range(len(x.shape)))
+    d0, d1 = _dim(d0, len(dims)), _dim(d1, len(dims))
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return cx.emit(Op.PERMUTE, [x], O.PermuteAttrs(tuple(dims)), final=True)
+
+
+def _t(cx, x):
+    return _transpose(cx, x, 0, 1) if len(x.shape) == 2 else x
+
+
+def _slice_attrs(x, dim, start, end, step):
+    dim = _dim(dim, len(x.shape))
+    size = x.shape[dim]
+    start = 0 if start is None else (start + size if start < 0 else start)
+    end = size if end is None else (end + size if end < 0 else end)
+    start, end = max(0, min(start, size)), max(0, min(end, size))
+    return O.SliceAttrs(dim, start, max(start, end), step)
+
+
+def _slice(cx, x, dim=0, start=None, end=None, step=1):
+    return cx.emit(Op.SLICE, [x], _slice_attrs(x, dim, start, end, step), final=True)
+
+
+def _select(cx, x, dim, index):
+    dim = _dim(dim, len(x.shape))
+    index = index + x.shape[dim] if index < 0 else index
+    return cx.emit(Op.SELECT, [x], O.SelectAttrs(dim, index), final=True)
+
+
+def _expand(cx, x, sizes, implicit=False):
+    return cx.emit(Op.EXPAND, [x], O.ExpandAttrs(cx.out_shape()), final=True)
+
+
+def _unsqueeze(cx, x, dim):
+    return cx.emit(Op.UNSQUEEZE, [x], O.DimAttrs((_dim(dim, len(x.shape) + 1),)), final=True)
+
+
+def _squeeze(cx, x, dims=None):
+    rank = len(x.shape)
+    if dims is None:
+        dims = [i for i, d in enumerate(x.shape) if d == 1]
+    elif isinstance(dims, int):
+        dims = [dims]
+    dims = tuple(sorted(_dim(d, rank) for d in dims))
+    return cx.emit(Op.SQUEEZE, [x], O.DimAttrs(dims), final=True)
+
+
+def _cat(cx, xs, dim=0):
+    xs = [x for x in xs if not (len(x.shape) == 1 and x.shape[0] == 0)]  # torch skips [0]
+    return cx.emit(Op.CAT, xs, O.DimAttrs((_dim(dim, len(xs[0].shape)),)), final=True)
+
+
+def _split(cx, x, sizes, dim=0):
+    dim = _dim(dim, len(x.shape))
+    total = x.shape[dim]
+    if isinstance(sizes, int):
+        sizes = [min(sizes, total - s) for s in range(0, total, sizes)]
+    outs, start = [], 0
+    for size in sizes:
+        outs.append(cx.emit(Op.SLICE, [x], O.SliceAttrs(dim, start, start + size)))
+        start += size
+    return outs
+
+
+def _getitem(cx, xs, index):
+    return xs[index]
+
+
+def _nothing(cx, *args, **kwargs):
+    return None
+
+
+RULES = {
+    "aten.linear.default": _linear, "aten.mm.default": _matmul, "aten.bmm.default": _matmul,
+    "aten.matmul.default": _matmul, "aten.addmm.default": _addmm,
+    "aten.add.Tensor": _binary(Op.ADD), "aten.add.Scalar": _binary(Op.ADD),
+    "aten.sub.Tensor": _binary(Op.SUB), "aten.sub.Scalar": _binary(Op.SUB),
+    "aten.rsub.Scalar": _rsub, "aten.rsub.Tensor": _rsub,
+    "aten.mul.Tensor": _binary(Op.MUL), "aten.mul.Scalar": _binary(Op.MUL),
+    "aten.div.Tensor": _binary(Op.DIV), "aten.div.Scalar": _binary(Op.DIV),
+    "aten.div.Tensor_mode": _binary(Op.DIV),
+    "aten.maximum.default": _binary(Op.MAX), "aten.minimum.default": _binary(Op.MIN),
+    "aten.pow.Tensor_Scalar": _binary(Op.POW), "aten.pow.Tensor_Tensor": _binary(Op.POW),
+    "aten.pow.Scalar": _binary(Op.POW),
+    "aten.neg.default": _unary(Op.NEG), "aten.exp.default": _unary(Op.EXP),
+    "aten.log.default": _unary(Op.LOG), "aten.sqrt.default": _unary(Op.SQRT),
+    "aten.rsqrt.default": _unary(Op.RSQRT), "aten.reciprocal.default": _unary(Op.RECIP),
+    "aten.abs.default": _unary(Op.ABS), "aten.sin.default": _unary(Op.SIN),
+    "aten.cos.default": _unary(Op.COS), "aten.tanh.default": _unary(Op.TANH),
+    "aten.sigmoid.default": _unary(Op.SIGMOID), "aten.relu.default": _unary(Op.RELU),
+    "aten.silu.default": _unary(Op.SILU), "aten.gelu.default": _gelu,
+    "aten._to_copy.default": _to_copy, "aten.to.dtype": _to_dtype,
+    "aten.clone.default": _copy, "aten.contiguous.default": _copy,
+    "aten.alias.default": _identity, "aten.detach.default": _identity,
+    "aten.lift_fresh_copy.default": _identity, "aten.dropout.default": _identity,
+    "aten.mean.dim": _reduce(Op.MEAN), "aten.mean.default": _reduce(Op.MEAN),
+    "aten.sum.dim_IntList": _reduce(Op.SUM), "aten.sum.default": _reduce(Op.SUM),
+    "aten._softmax.default": _softmax, "aten.softmax.int": _softmax,
+    "aten.rms_norm.default": _rms_norm, "aten.layer_norm.default": _layer_norm,
+    "aten.scaled_dot_product_attention.default": _sdpa,
+    "aten.view.default": _view, "aten.reshape.default": _view,
+    "aten._unsafe_view.default": _view, "aten.permute.default": _permute,
+    "aten.transpose.int": _transpose, "aten.t.default": _t, "aten.slice.Tensor": _slice,
+    "aten.select.int": _select, "aten.expand.default": _expand,
+    "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze,
+    "aten.squeeze.dims": _squeeze, "aten.squeeze.default": _squeeze, "aten.cat.default": _cat,
+    "aten.split.Tensor": _split, "aten.split_with_sizes.default": _split,
+    "<built-in function getitem>": _getitem,
+    "aten._assert_tensor_metadata.default": _nothing, "aten._assert_scalar.default": _nothing,
+    "aten.sym_constrain_range_for_size.default": _nothing,
+}
+

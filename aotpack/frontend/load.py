@@ -1,0 +1,79 @@
+"""Model loading: `file.py:fn` factories and `.pt2` files written by torch.export.save."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+
+class ModelLoadError(Exception):
+    """The model spec could not be turned into (model, example_inputs); the message says why."""
+
+
+def load_model(spec: str):
+    """(model_or_exported_program, example_inputs tuple) for `spec`:
+    `path/to/file.py:fn` (fn() returns (model, example_inputs)) or `model.pt2`."""
+    if spec.endswith(".pt2"):
+        return _load_pt2(Path(spec))
+    path, sep, fn = spec.rpartition(":")
+    if not sep or not path.endswith(".py") or not fn:
+        raise ModelLoadError(f"model spec {spec!r} is neither `file.py:function` nor a .pt2 file "
+                             f"written by torch.export.save")
+    return _load_factory(Path(path), fn)
+
+
+def _load_factory(path: Path, fn: str):
+    if not path.is_file():
+        raise ModelLoadError(f"model file {str(path)!r} does not exist")
+    module_name = f"aotpack_user_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[module_name]
+        raise ModelLoadError(f"importing {path} failed: {type(e).__name__}: {e}") from e
+    factory = getattr(module, fn, None)
+    if not callable(factory):
+        have = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
+        raise ModelLoadError(f"{path} has no function {fn!r} (callables there: {have})")
+    result = factory()
+    return _check_factory_result(result, f"{path}:{fn}")
+
+
+def _check_factory_result(result, where: str):
+    import torch
+
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ModelLoadError(f"{where}() must return (model, example_inputs), got "
+                             f"{type(result).__name__}")
+    model, inputs = result
+    if not isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
+        raise ModelLoadError(f"{where}(): model is a {type(model).__name__}, expected a "
+                             f"torch.nn.Module or an ExportedProgram")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if not isinstance(inputs, (tuple, list)) or not all(
+            isinstance(t, torch.Tensor) for t in inputs):
+        raise ModelLoadError(f"{where}(): example_inputs must be a tuple of tensors")
+    return model, tuple(inputs)
+
+
+def _load_pt2(path: Path):
+    import torch
+
+    if not path.is_file():
+        raise ModelLoadError(f"model file {str(path)!r} does not exist")
+    try:
+        ep = torch.export.load(str(path))
+    except Exception as e:
+        raise ModelLoadError(f"{path} is not a torch.export .pt2 file: {e}") from e
+    inputs = getattr(ep, "example_inputs", None)
+    if not inputs:
+        raise ModelLoadError(f"{path} carries no example inputs; export it with torch.export "
+                             f"(torch >= 2.6 saves them), or use a `file.py:fn` factory")
+    args, kwargs = inputs
+    if kwargs:
+        raise ModelLoadError(f"{path}: keyword example inputs are not supported ({list(kwargs)})")
+    return ep, tuple(args)

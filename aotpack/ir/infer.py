@@ -1,0 +1,200 @@
+"""Type rules: the dtype and shape each op produces from its inputs and attrs.
+
+`infer(op, input_types, attrs)` returns the output TensorType or raises TypeError with the
+reason. Graph.verify compares every node's declared output against it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aotpack.dtypes import DType
+from aotpack.ir import ops as O
+from aotpack.ir.ops import Op
+from aotpack.ir.types import Shape, broadcast_shapes, numel, promote
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: DType
+    shape: Shape
+
+
+def infer(op: Op, ins: list[TensorType], attrs) -> TensorType:
+    rule = _RULES.get(op)
+    if rule is None:
+        raise TypeError(f"no type rule for {op.value}")
+    return rule(ins, attrs)
+
+
+def _arity(ins, lo, hi=None):
+    hi = lo if hi is None else hi
+    if not lo <= len(ins) <= hi:
+        raise TypeError(f"expected {lo}..{hi} inputs, got {len(ins)}")
+
+
+def _binary(ins, a: O.BinaryAttrs):
+    if a.scalar is not None:
+        _arity(ins, 1)
+        dt = ins[0].dtype if ins[0].dtype.is_float else DType.F32
+        return TensorType(dt, ins[0].shape)
+    _arity(ins, 2)
+    return TensorType(_promote_operands(ins[0], ins[1]),
+                      broadcast_shapes(ins[0].shape, ins[1].shape))
+
+
+def _promote_operands(a: TensorType, b: TensorType):
+    """torch's rule: a 0-d tensor only decides the dtype when it is of a higher category
+    (float vs integer) than the other operand."""
+    for zero_d, other in ((a, b), (b, a)):
+        if len(zero_d.shape) == 0 and len(other.shape) > 0 \
+                and zero_d.dtype.is_float == other.dtype.is_float:
+            return other.dtype
+    return promote(a.dtype, b.dtype)
+
+
+def _unary(ins, a):
+    _arity(ins, 1)
+    return ins[0]
+
+
+def _cast(ins, a: O.CastAttrs):
+    _arity(ins, 1)
+    return TensorType(a.dtype, ins[0].shape)
+
+
+def _linear(ins, a):
+    _arity(ins, 2, 3)
+    x, w = ins[0], ins[1]
+    if len(w.shape) != 2 or x.shape[-1] != w.shape[1]:
+        raise TypeError(f"linear: x {x.shape} does not match weight {w.shape}")
+    if len(ins) == 3 and tuple(ins[2].shape) != (w.shape[0],):
+        raise TypeError(f"linear: bias {ins[2].shape} is not [{w.shape[0]}]")
+    return TensorType(x.dtype, tuple(x.shape[:-1]) + (w.shape[0],))
+
+
+def _matmul(ins, a):
+    _arity(ins, 2)
+    x, y = ins
+    if len(x.shape) < 2 or len(y.shape) < 2 or x.shape[-1] != y.shape[-2]:
+        raise TypeError(f"matmul: {x.shape} @ {y.shape}")
+    batch = broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    return TensorType(promote(x.dtype, y.dtype), tuple(batch) + (x.shape[-2], y.shape[-1]))
+
+
+def _reduce(ins, a: O.ReduceAttrs):
+    _arity(ins, 1)
+    dims = ins[0].shape
+    if a.keepdim:
+        return TensorType(ins[0].dtype, tuple(1 if i in a.dims else d for i, d in enumerate(dims)))
+    return TensorType(ins[0].dtype, tuple(d for i, d in enumerate(dims) if i not in a.dims))
+
+
+def _norm(ins, a):
+    _arity(ins, 1, 3)
+    for extra in ins[1:]:
+        if tuple(extra.shape) != tuple(ins[0].shape[-a.ndim:]):
+            raise TypeError(f"norm: affine {extra.shape} does not match {ins[0].shape}")
+    return ins[0]
+
+
+def _sdpa(ins, a: O.SdpaAttrs):
+    _arity(ins, 3)
+    q, k, v = ins
+    if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
+        raise TypeError("sdpa: q, k, v must be 4-D [B, H, S, D]")
+    if k.shape[1] != q.shape[1] and (not a.gqa or q.shape[1] % k.shape[1]):
+        raise TypeError(f"sdpa: {q.shape[1]} query heads vs {k.shape[1]} kv heads")
+    return TensorType(q.dtype, tuple(q.shape[:-1]) + (v.shape[-1],))
+
+
+def _rope(ins, a):
+    _arity(ins, 3)
+    broadcast_shapes(ins[0].shape, ins[1].shape, ins[2].shape)
+    return ins[0]
+
+
+def _view(ins, a: O.ViewAttrs):
+    _arity(ins, 1)
+    if numel(a.shape) != numel(ins[0].shape):
+        raise TypeError(f"view {ins[0].shape} -> {a.shape} changes the element count")
+    return TensorType(ins[0].dtype, a.shape)
+
+
+def _permute(ins, a: O.PermuteAttrs):
+    _arity(ins, 1)
+    if sorted(a.dims) != list(range(len(ins[0].shape))):
+        raise TypeError(f"permute dims {a.dims} for rank {len(ins[0].shape)}")
+    return TensorType(ins[0].dtype, tuple(ins[0].shape[d] for d in a.dims))
+
+
+def _slice(ins, a: O.SliceAttrs):
+    _arity(ins, 1)
+    shape = list(ins[0].shape)
+    if not 0 <= a.start <= a.end <= shape[a.dim]:
+        raise TypeError(f"slice {a} out of range for {shape}")
+    shape[a.dim] = (a.end - a.start + a.step - 1) // a.step
+    return TensorType(ins[0].dtype, tuple(shape))
+
+
+def _select(ins, a: O.SelectAttrs):
+    _arity(ins, 1)
+    shape = list(ins[0].shape)
+    del shape[a.dim]
+    return TensorType(ins[0].dtype, tuple(shape))
+
+
+def _expand(ins, a: O.ExpandAttrs):
+    _arity(ins, 1)
+    src = ins[0].shape
+    if broadcast_shapes(src, a.shape) != tuple(a.shape):
+        raise TypeError(f"cannot expand {src} to {a.shape}")
+    return TensorType(ins[0].dtype, a.shape)
+
+
+def _unsqueeze(ins, a: O.DimAttrs):
+    _arity(ins, 1)
+    shape = list(ins[0].shape)
+    shape.insert(a.dims[0], 1)
+    return TensorType(ins[0].dtype, tuple(shape))
+
+
+def _squeeze(ins, a: O.DimAttrs):
+    _arity(ins, 1)
+    shape = [d for i, d in enumerate(ins[0].shape) if not (i in a.dims and d == 1)]
+    return TensorType(ins[0].dtype, tuple(shape))
+
+
+def _cat(ins, a: O.DimAttrs):
+    if not ins:
+        raise TypeError("cat of nothing")
+    dim = a.dims[0]
+    base = list(ins[0].shape)
+    for t in ins[1:]:
+        if len(t.shape) != len(base) or any(
+                t.shape[i] != base[i] for i in range(len(base)) if i != dim):
+            raise TypeError(f"cat: {t.shape} does not match {ins[0].shape} outside dim {dim}")
+    base[dim] = sum(t.shape[dim] for t in ins)
+    dtype = ins[0].dtype
+    for t in ins[1:]:
+        dtype = promote(dtype, t.dtype)
+    return TensorType(dtype, tuple(base))
+
+
+def _as_strided(ins, a: O.StridedAttrs):
+    _arity(ins, 1)
+    if len(a.shape) != len(a.strides):
+        raise TypeError("as_strided: shape and strides differ in rank")
+    last = a.offset + sum((d - 1) * s for d, s in zip(a.shape, a.strides) if d > 0)
+    if numel(a.shape) and (a.offset < 0 or last >= numel(ins[0].shape)):
+        raise TypeError(f"as_strided {a} reads outside its input of {numel(ins[0].shape)}")
+    return TensorType(ins[0].dtype, a.shape)
+
+
+_RULES = {
+    **{op: _binary for op in O.BINARY}, **{op: _unary for op in O.UNARY},
+    Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.MEAN: _reduce, Op.SUM: _reduce,
+    Op.SOFTMAX: _unary, Op.RMS_NORM: _norm, Op.LAYER_NORM: _norm, Op.SDPA: _sdpa,
+    Op.ROPE: _rope, Op.VIEW: _view, Op.PERMUTE: _permute, Op.SLICE: _slice,
+    Op.SELECT: _select, Op.EXPAND: _expand, Op.UNSQUEEZE: _unsqueeze, Op.SQUEEZE: _squeeze,
+    Op.CAT: _cat, Op.COPY: _unary, Op.AS_STRIDED: _as_strided,
+}

@@ -1,0 +1,105 @@
+"""Run a Graph eagerly with torch (CPU). Used to check the frontend against eager PyTorch and
+for constant folding; not a performance path."""
+from __future__ import annotations
+
+
+from aotpack.ir.graph import Graph, Node
+from aotpack.ir.ops import Op
+
+
+def run_graph(graph: Graph, inputs) -> list:
+    """Outputs of `graph` (torch tensors, in graph output order) for `inputs` (graph order)."""
+    env = {v.name: t for v, t in zip(graph.inputs, inputs)}
+    env.update({name: c.tensor for name, c in graph.constants.items()})
+    for n in graph.nodes:
+        env[n.output.name] = eval_node(n, [env[v.name] for v in n.inputs])
+    return [env[o.value.name] for o in graph.outputs]
+
+
+def eval_node(n: Node, args: list):
+    fn = _EVAL.get(n.op)
+    if fn is None:
+        raise NotImplementedError(f"interpreter has no rule for {n.op.value}")
+    out = fn(n.attrs, *args)
+    return out.to(n.output.dtype.to_torch())
+
+
+def _binary(fn):
+    def run(a, x, y=None):
+        if a.scalar is not None:
+            return fn(a.scalar, x) if a.scalar_first else fn(x, a.scalar)
+        return fn(x, y)
+    return run
+
+
+def _sdpa(a, q, k, v):
+    import torch.nn.functional as F
+
+    return F.scaled_dot_product_attention(q, k, v, is_causal=a.causal, scale=a.scale,
+                                          enable_gqa=a.gqa)
+
+
+def _rope(a, x, cos, sin):
+    import torch
+
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def _as_strided(a, x):
+    import torch
+
+    flat = x.contiguous().view(-1)  # as_strided offsets are absolute in the storage
+    return torch.as_strided(flat, a.shape, a.strides, flat.storage_offset() + a.offset)
+
+
+def _build():
+    import torch
+    import torch.nn.functional as F
+
+    T = torch
+    return {
+        Op.LINEAR: lambda a, x, w, b=None: F.linear(x, w, b), Op.MATMUL: lambda a, x, y: x @ y,
+        Op.ADD: _binary(lambda x, y: x + y), Op.SUB: _binary(lambda x, y: x - y),
+        Op.MUL: _binary(lambda x, y: x * y), Op.DIV: _binary(lambda x, y: x / y),
+        Op.MAX: _binary(lambda x, y: T.maximum(T.as_tensor(x), T.as_tensor(y))),
+        Op.MIN: _binary(lambda x, y: T.minimum(T.as_tensor(x), T.as_tensor(y))),
+        Op.POW: _binary(lambda x, y: x ** y),
+        Op.NEG: lambda a, x: -x, Op.EXP: lambda a, x: x.exp(), Op.LOG: lambda a, x: x.log(),
+        Op.SQRT: lambda a, x: x.sqrt(), Op.RSQRT: lambda a, x: x.rsqrt(),
+        Op.RECIP: lambda a, x: x.reciprocal(), Op.ABS: lambda a, x: x.abs(),
+        Op.SIN: lambda a, x: x.sin(), Op.COS: lambda a, x: x.cos(),
+        Op.TANH: lambda a, x: x.tanh(), Op.SIGMOID: lambda a, x: x.sigmoid(),
+        Op.RELU: lambda a, x: F.relu(x), Op.SILU: lambda a, x: F.silu(x),
+        Op.GELU: lambda a, x: F.gelu(x, approximate=a.approximate),
+        Op.CAST: lambda a, x: x.to(a.dtype.to_torch()),
+        Op.MEAN: lambda a, x: x.mean(dim=a.dims, keepdim=a.keepdim),
+        Op.SUM: lambda a, x: x.sum(dim=a.dims, keepdim=a.keepdim),
+        Op.SOFTMAX: lambda a, x: x.softmax(a.dim),
+        Op.RMS_NORM: lambda a, x, w=None: F.rms_norm(x, x.shape[-a.ndim:], w, a.eps),
+        Op.LAYER_NORM: lambda a, x, w=None, b=None: F.layer_norm(x, x.shape[-a.ndim:], w, b,
+                                                                 a.eps),
+        Op.SDPA: _sdpa, Op.ROPE: _rope,
+        Op.VIEW: lambda a, x: x.reshape(a.shape), Op.PERMUTE: lambda a, x: x.permute(a.dims),
+        Op.SLICE: lambda a, x: x.narrow(a.dim, a.start, a.end - a.start)[
+            (slice(None),) * a.dim + (slice(None, None, a.step),)],
+        Op.SELECT: lambda a, x: x.select(a.dim, a.index),
+        Op.EXPAND: lambda a, x: x.expand(a.shape),
+        Op.UNSQUEEZE: lambda a, x: x.unsqueeze(a.dims[0]),
+        Op.SQUEEZE: lambda a, x: x.squeeze(a.dims) if a.dims else x,
+        Op.CAT: lambda a, *xs: T.cat(xs, dim=a.dims[0]),
+        Op.COPY: lambda a, x: x.contiguous().clone(),
+        Op.AS_STRIDED: _as_strided,
+    }
+
+
+class _Lazy(dict):
+    """The rule table, built on first use so that importing the IR never imports torch."""
+
+    def get(self, key, default=None):
+        if not len(self):
+            self.update(_build())
+        return super().get(key, default)
+
+
+_EVAL = _Lazy()

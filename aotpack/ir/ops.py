@@ -1,0 +1,182 @@
+"""The operation set of the IR: an `Op` enum and one typed attribute dataclass per op kind.
+
+Layout ops (VIEW ... SQUEEZE) are what the frontend produces; canonicalization turns them into
+AS_STRIDED (a strided view over the *contiguous layout* of a non-view value) or COPY + view.
+ROPE is produced by pattern matching (passes/fuse_patterns.py), never by the frontend.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Union
+
+from aotpack.dtypes import DType
+
+
+class Op(enum.Enum):
+    # matrix products
+    LINEAR = "linear"  # (x[..., K], w[N, K] [, b[N]]) -> [..., N]
+    MATMUL = "matmul"  # (a[..., M, K], b[..., K, N]) -> [..., M, N]
+    # elementwise binary (a second tensor operand or a scalar in BinaryAttrs)
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+    POW = "pow"
+    # elementwise unary
+    NEG = "neg"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    RECIP = "recip"
+    ABS = "abs"
+    SIN = "sin"
+    COS = "cos"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    RELU = "relu"
+    SILU = "silu"
+    GELU = "gelu"
+    CAST = "cast"
+    # reductions and normalizations
+    MEAN = "mean"
+    SUM = "sum"
+    SOFTMAX = "softmax"
+    RMS_NORM = "rms_norm"  # (x [, w]) over the last `ndim` dims
+    LAYER_NORM = "layer_norm"  # (x [, w [, b]])
+    SDPA = "sdpa"  # (q[B,Hq,S,D], k[B,Hkv,T,D], v[B,Hkv,T,Dv])
+    ROPE = "rope"  # (x[B,H,S,D], cos, sin) rotate-half form
+    # layout
+    VIEW = "view"
+    PERMUTE = "permute"
+    SLICE = "slice"
+    SELECT = "select"
+    EXPAND = "expand"
+    UNSQUEEZE = "unsqueeze"
+    SQUEEZE = "squeeze"
+    CAT = "cat"
+    COPY = "copy"  # materialize a contiguous copy (contiguous/clone)
+    AS_STRIDED = "as_strided"
+
+
+BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW)
+UNARY = (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.ABS, Op.SIN, Op.COS, Op.TANH,
+         Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU)
+ELEMENTWISE = BINARY + UNARY + (Op.CAST,)
+LAYOUT = (Op.VIEW, Op.PERMUTE, Op.SLICE, Op.SELECT, Op.EXPAND, Op.UNSQUEEZE, Op.SQUEEZE,
+          Op.AS_STRIDED)
+
+
+@dataclass(frozen=True)
+class NoAttrs:
+    pass
+
+
+@dataclass(frozen=True)
+class BinaryAttrs:
+    """`scalar` set: the op has one tensor input and computes op(x, scalar), or op(scalar, x)
+    when `scalar_first` (e.g. rsub, 1 / x)."""
+
+    scalar: float | None = None
+    scalar_first: bool = False
+
+
+@dataclass(frozen=True)
+class GeluAttrs:
+    approximate: str = "none"  # "none" (erf) | "tanh"
+
+
+@dataclass(frozen=True)
+class CastAttrs:
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class ReduceAttrs:
+    dims: tuple[int, ...]  # non-negative
+    keepdim: bool
+
+
+@dataclass(frozen=True)
+class SoftmaxAttrs:
+    dim: int
+
+
+@dataclass(frozen=True)
+class NormAttrs:
+    eps: float
+    ndim: int = 1  # number of trailing dims normalized
+
+
+@dataclass(frozen=True)
+class SdpaAttrs:
+    causal: bool
+    scale: float | None  # None: 1/sqrt(D)
+    gqa: bool
+
+
+@dataclass(frozen=True)
+class ViewAttrs:
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PermuteAttrs:
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SliceAttrs:
+    dim: int
+    start: int
+    end: int  # clamped to the dim size
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class SelectAttrs:
+    dim: int
+    index: int
+
+
+@dataclass(frozen=True)
+class ExpandAttrs:
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DimAttrs:
+    """UNSQUEEZE (the new dim), SQUEEZE (dims removed), CAT (the concatenated dim)."""
+
+    dims: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StridedAttrs:
+    """A view of the input's contiguous layout: element i of the view is flat element
+    `offset + sum(i_k * strides[k])` of the input."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+
+Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, NormAttrs,
+              SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
+              StridedAttrs]
+
+ATTRS_TYPE: dict[Op, type] = {
+    **{op: BinaryAttrs for op in BINARY}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
+    Op.MEAN: ReduceAttrs, Op.SUM: ReduceAttrs, Op.SOFTMAX: SoftmaxAttrs,
+    Op.RMS_NORM: NormAttrs, Op.LAYER_NORM: NormAttrs, Op.SDPA: SdpaAttrs, Op.VIEW: ViewAttrs,
+    Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,
+    Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,
+    Op.AS_STRIDED: StridedAttrs,
+}
+
+
+def attrs_type(op: Op) -> type:
+    return ATTRS_TYPE.get(op, NoAttrs)

@@ -1,0 +1,11 @@
+"""aotpack's CuTeDSL kernels for Hopper (sm_90a), compiled ahead of time on a host with no GPU.
+
+- gemm.py        the warp-specialized persistent TMA + wgmma GEMM with fused epilogues (device code)
+- build.py       cute.compile for sm_90a -> cubin, PTX entry and parameter list (sets CUTE_DSL_*)
+- compile.py     GemmOp -> [Launch] with manifest slots; candidates(op) for tuning
+- slots.py       slot kinds beyond spec.py: fastdivmod, struct
+- hostcapture.py runs CuTeDSL's own host launch function on the CPU (tests compare slots with it)
+- gpucheck.py    driver-only correctness / speed check on the GPU machine (no CuTeDSL there)
+
+Nothing here imports cutlass at import time; docs/cutedsl.md describes the launch ABI.
+"""

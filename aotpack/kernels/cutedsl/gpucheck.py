@@ -1,0 +1,311 @@
+"""Correctness and speed of the CuTeDSL GEMM cubins on the GPU machine, launched the way the
+runtime does it: driver only (ctypes on libcuda.so.1), every parameter from aotpack's slots,
+tensor maps from cuTensorMapEncodeTiled. CuTeDSL is NOT needed on the GPU machine.
+
+    # build host (no GPU, nvidia-cutlass-dsl installed): compile the cases
+    python -m aotpack.kernels.cutedsl.gpucheck write .gpu/cutedsl_cases.pkl
+    # GPU machine (torch with CUDA): run them (well under 240 s; the last line is the summary
+    # `cutedsl: N ok, M failed`)
+    timeout 300 python -m aotpack.kernels.cutedsl.gpucheck run .gpu/cutedsl_cases.pkl
+
+Every epilogue is checked against torch on random inputs, with M, N, K that are not multiples
+of the tile; a few large shapes are also timed (CUDA events, median of 20). Each kernel config
+runs in its own child process with a time limit: a kernel that hangs (e.g. a cluster pipeline
+deadlock) is killed and reported as `timeout` for its cases, and the other configs still run.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+from aotpack.dtypes import DType
+from aotpack.kernels.cutedsl.slots import pack
+from aotpack.kernels.spec import (
+    Act, EpAct, EpAdd, EpBias, EpMul, FastDivmodSlot, GemmOp, IntSlot, NullSlot, PtrSlot,
+    TensorMapSlot, contiguous,
+)
+
+CHECK_SHAPES = [(1000, 3000, 520), (77, 264, 136), (8, 1032, 72), (256, 512, 4096)]
+# Timed shapes: all of them for the main config, the first one for the others.
+PERF_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096)]
+GROUP_TIMEOUT_S = 45  # one tile/cluster config's cases, child start-up (torch, CUDA) included
+EPILOGUES = [(), ("bias",), ("gelu_tanh",), ("gelu_erf",), ("silu",), ("relu",), ("add",),
+             ("mul",), ("silu", "mul"), ("bias", "gelu_tanh", "add")]
+TILES = [(128, 256, 1, 1, True), (128, 128, 2, 1, True), (128, 128, 1, 2, False),
+         (64, 128, 1, 1, True), (64, 256, 1, 2, True)]
+
+
+def make_op(m, n, k, steps, out=DType.BF16) -> GemmOp:
+    epi = []
+    for s in steps:
+        if s == "bias":
+            epi.append(EpBias(contiguous("bias", out, (n,))))
+        elif s == "add":
+            epi.append(EpAdd(contiguous("res", out, (m, n))))
+        elif s == "mul":
+            epi.append(EpMul(contiguous("up", out, (m, n))))
+        else:
+            epi.append(EpAct(Act(s)))
+    return GemmOp(contiguous("x", DType.BF16, (m, k)), contiguous("w", DType.BF16, (n, k)),
+                  contiguous("y", out, (m, n)), tuple(epi))
+
+
+# ----------------------------------------------------------------------------- build host
+def write_cases(path: str) -> None:
+    from aotpack.kernels.cutedsl import build
+
+    build.ensure_env()
+    from aotpack.kernels.cutedsl import compile as cc
+
+    cases = []
+    for tm, tn, cm, cn, ram in TILES:
+        for steps in EPILOGUES if (tm, tn, cm, cn) == (128, 256, 1, 1) else EPILOGUES[-3:]:
+            for shape in CHECK_SHAPES:
+                cases.append(_case(cc, "check", shape, steps, tm, tn, cm, cn, ram))
+        for shape in PERF_SHAPES if (tm, tn, cm, cn) == (128, 256, 1, 1) else PERF_SHAPES[:1]:
+            cases.append(_case(cc, "perf", shape, ("bias", "silu"), tm, tn, cm, cn, ram))
+    for out in (DType.F32, DType.F16):  # output casts (operands have the output dtype)
+        for shape in CHECK_SHAPES[:2]:
+            cases.append(_case(cc, "check", shape, ("bias", "add"), 128, 128, 1, 1, True, out))
+    with open(path, "wb") as f:
+        pickle.dump(cases, f)
+    print(f"wrote {len(cases)} cases to {path}")
+
+
+def _case(cc, kind, shape, steps, tm, tn, cm, cn, ram, out=DType.BF16) -> dict:
+    op = make_op(*shape, steps, out)
+    cfg = cc.default_config(op, tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn,
+                            raster_along_m=ram)
+    (launch,) = cc.compile(op, cfg=cfg)
+    k = launch.kernel
+    return {"kind": kind, "shape": shape, "steps": steps, "config": k.config, "out": out.value,
+            "entry": k.entry, "cubin": k.cubin, "block": k.block, "cluster": k.cluster,
+            "smem": k.smem, "grid": launch.grid, "args": launch.args}
+
+
+# ----------------------------------------------------------------------------- GPU machine
+class _Driver:
+    """The few driver calls the runtime makes, through ctypes."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.modules = {}
+
+    def check(self, rc, what):
+        if rc != 0:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(rc, ctypes.byref(name))
+            raise RuntimeError(f"{what}: {name.value.decode() if name.value else rc}")
+
+    def function(self, case):
+        key = (case["entry"], hash(case["cubin"]))
+        if key not in self.modules:
+            mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+            self.check(self.lib.cuModuleLoadData(ctypes.byref(mod), case["cubin"]),
+                       "cuModuleLoadData")
+            self.check(self.lib.cuModuleGetFunction(ctypes.byref(fn), mod, case["entry"].encode()),
+                       "cuModuleGetFunction")
+            self.check(self.lib.cuFuncSetAttribute(fn, 8, case["smem"]), "cuFuncSetAttribute")
+            self.modules[key] = fn
+        return self.modules[key]
+
+    def tensormap(self, s: TensorMapSlot, address: int) -> bytes:
+        buf = (ctypes.c_uint8 * 192)()
+        at = ctypes.addressof(buf) + (-ctypes.addressof(buf) % 64)
+        rank = len(s.dims)
+        dims = (ctypes.c_uint64 * rank)(*reversed(s.dims))
+        strides = (ctypes.c_uint64 * rank)(*[st * s.dtype.nbytes for st in reversed(s.strides)][1:])
+        box = (ctypes.c_uint32 * rank)(*reversed(s.box))
+        ones = (ctypes.c_uint32 * rank)(*([1] * rank))
+        dt = {DType.BF16: 9, DType.F16: 6, DType.F32: 7}[s.dtype]
+        swz = {"none": 0, "32B": 1, "64B": 2, "128B": 3}[s.swizzle]
+        l2 = {"none": 0, "64B": 1, "128B": 2, "256B": 3}[s.l2]
+        oob = {"zero": 0, "nan": 1}[s.oob]
+        self.check(self.lib.cuTensorMapEncodeTiled(
+            ctypes.c_void_p(at), dt, rank, ctypes.c_void_p(address), dims, strides, box, ones,
+            0, swz, l2, oob), "cuTensorMapEncodeTiled")
+        return ctypes.string_at(at, 128)
+
+    def launch(self, case, params: list[bytes], stream: int = 0) -> None:
+        bufs = [ctypes.create_string_buffer(p, len(p)) for p in params]
+        argv = (ctypes.c_void_p * len(bufs))(*[ctypes.addressof(b) for b in bufs])
+        attr = (ctypes.c_uint8 * 72)()
+        ctypes.memmove(attr, (ctypes.c_int * 1)(4), 4)  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint * 3)(*case["cluster"]), 12)
+
+        class Config(ctypes.Structure):
+            _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                        ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                        ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
+
+        cfg = Config((ctypes.c_uint * 3)(*case["grid"]), (ctypes.c_uint * 3)(*case["block"]),
+                     case["smem"], stream, ctypes.addressof(attr), 1)
+        self.check(self.lib.cuLaunchKernelEx(ctypes.byref(cfg), self.function(case), argv, None),
+                   "cuLaunchKernelEx")
+
+
+def _tensors(case, torch, seed=0):
+    m, n, k = case["shape"]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    od = DType(case.get("out", "bf16")).to_torch()
+
+    def r(*shape, dt=torch.bfloat16):
+        return torch.randn(*shape, device="cuda", generator=g).to(dt)
+
+    return {"x": r(m, k), "w": r(n, k) * k ** -0.5, "y": torch.empty(m, n, device="cuda", dtype=od),
+            "bias": r(n, dt=od), "res": r(m, n, dt=od), "up": r(m, n, dt=od)}
+
+
+def _params(drv, case, t) -> list[bytes]:
+    out = []
+    for s in case["args"]:
+        if isinstance(s, PtrSlot):
+            out.append((t[s.storage].data_ptr() + s.offset).to_bytes(8, "little"))
+        elif isinstance(s, NullSlot):
+            out.append(bytes(8))
+        elif isinstance(s, TensorMapSlot):
+            out.append(drv.tensormap(s, t[s.storage].data_ptr() + s.offset))
+        elif isinstance(s, (IntSlot, FastDivmodSlot)):
+            out.append(pack(s))
+        else:
+            raise TypeError(f"unexpected slot {s!r}")
+    return out
+
+
+def _reference(case, t, torch):
+    import torch.nn.functional as F
+
+    acc = t["x"].float() @ t["w"].float().t()
+    for s in case["steps"]:
+        if s == "bias":
+            acc = acc + t["bias"].float()
+        elif s == "add":
+            acc = acc + t["res"].float()
+        elif s == "mul":
+            acc = acc * t["up"].float()
+        elif s == "gelu_tanh":
+            acc = F.gelu(acc, approximate="tanh")
+        elif s == "gelu_erf":
+            acc = F.gelu(acc)
+        elif s == "silu":
+            acc = F.silu(acc)
+        elif s == "relu":
+            acc = F.relu(acc)
+    return acc
+
+
+def run_cases(path: str) -> int:
+    """Parent: runs each config's cases in a child process (no torch or CUDA here), prints
+    every case's JSON line as it comes back, then the summary line."""
+    with open(path, "rb") as f:
+        cases = pickle.load(f)
+    results = []
+    for idx in _groups(cases):
+        results += _run_group_child(path, cases, idx)
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "cutedsl_gemm.json"), "w") as f:
+            json.dump(results, f, indent=1, default=str)
+    bad = sum(1 for r in results if "error" in r or not r.get("ok", False))
+    print(f"cutedsl: {len(results) - bad} ok, {bad} failed", flush=True)
+    return 1 if bad else 0
+
+
+def _groups(cases) -> list[list[int]]:
+    """Case indices per tile/cluster config, single-CTA clusters first (a hang costs only its
+    own group; one child per config keeps the child start-ups few)."""
+    groups: dict = {}
+    for i, c in enumerate(cases):
+        cfg = c["config"]
+        key = tuple(cfg[k] for k in ("tile_m", "tile_n", "cluster_m", "cluster_n"))
+        groups.setdefault(key, []).append(i)
+    return sorted(groups.values(), key=lambda idx: cases[idx[0]]["cluster"] != (1, 1, 1))
+
+
+def _summary(case) -> dict:
+    return {k: case.get(k) for k in ("kind", "shape", "steps", "out", "config", "grid")}
+
+
+def _run_group_child(path, cases, idx) -> list[dict]:
+    cmd = [sys.executable, "-m", "aotpack.kernels.cutedsl.gpucheck", "run-group", path,
+           ",".join(map(str, idx))]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=GROUP_TIMEOUT_S)
+        out, why = proc.stdout, f"child exited with {proc.returncode}: {proc.stderr[-300:]}"
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        why = f"timeout: killed after {GROUP_TIMEOUT_S} s (kernel hang?)"
+    done = {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            res = json.loads(line)
+            done[res.pop("index")] = res
+    results = []
+    for i in idx:  # cases the child never reported get the reason it stopped
+        res = done.get(i) or {**_summary(cases[i]), "error": why}
+        print(json.dumps(res, default=str), flush=True)
+        results.append(res)
+    return results
+
+
+def run_group(path: str, indices: str) -> int:
+    """Child: runs the given cases on the GPU, one JSON line each, flushed as it goes."""
+    import torch
+
+    torch.zeros(1, device="cuda")  # makes the primary context current for the driver calls
+    with open(path, "rb") as f:
+        cases = pickle.load(f)
+    drv = _Driver()
+    for i in map(int, indices.split(",")):
+        res = {"index": i, **_summary(cases[i])}
+        try:
+            res.update(_run_one(drv, cases[i], torch))
+        except Exception as e:  # keep going: report every case
+            res["error"] = f"{type(e).__name__}: {e}"
+        print(json.dumps(res, default=str), flush=True)
+    return 0
+
+
+def _run_one(drv, case, torch) -> dict:
+    t = _tensors(case, torch)
+    params = _params(drv, case, t)
+    drv.launch(case, params)
+    torch.cuda.synchronize()
+    ref = _reference(case, t, torch)
+    err = ((t["y"].float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
+    out = {"rel_err": err, "ok": err < 2e-2}
+    if case["kind"] == "perf":
+        out["tflops"] = _time(drv, case, params, torch)
+    return out
+
+
+def _time(drv, case, params, torch, reps=20) -> float:
+    m, n, k = case["shape"]
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        drv.launch(case, params, torch.cuda.current_stream().cuda_stream)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return 2 * m * n * k / (times[len(times) // 2] * 1e-3) / 1e12
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 or sys.argv[1] not in ("write", "run", "run-group"):
+        sys.exit(__doc__)
+    t0 = time.time()
+    if sys.argv[1] == "write":
+        write_cases(sys.argv[2])
+        print(f"{time.time() - t0:.1f}s")
+        sys.exit(0)
+    if sys.argv[1] == "run-group":
+        sys.exit(run_group(sys.argv[2], sys.argv[3]))
+    print(f"# gpucheck: started {time.strftime('%H:%M:%S')}", flush=True)
+    sys.exit(run_cases(sys.argv[2]))  # its last line is the summary

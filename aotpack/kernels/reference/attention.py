@@ -1,0 +1,21 @@
+"""Torch reference of AttentionOp (causal mask aligned to the top-left, GQA by head groups)."""
+from __future__ import annotations
+
+from aotpack.kernels.reference import view, write
+from aotpack.kernels.spec import AttentionOp
+
+
+def reference(op: AttentionOp, env) -> None:
+    import torch
+
+    q, k, v = (view(env, t).float() for t in (op.q, op.k, op.v))
+    group = q.shape[1] // k.shape[1]
+    if group > 1:
+        k = k.repeat_interleave(group, dim=1)
+        v = v.repeat_interleave(group, dim=1)
+    scores = (q @ k.transpose(-1, -2)) * op.scale
+    if op.causal:
+        s, t = scores.shape[-2:]
+        mask = torch.ones(s, t, dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~mask, float("-inf"))
+    write(env, op.out, torch.softmax(scores, dim=-1) @ v)

@@ -1,0 +1,294 @@
+"""The interface between the fusion pass, the kernel templates and the bundle writer.
+
+The fusion pass turns the graph into a program: an ordered list of *kernel ops* (one fused
+pattern each: GemmOp, AttentionOp, ...). Every operand is a `TensorArg`, a strided view over a
+named *storage* (a graph input, output, weight or intermediate). A kernel template gives each op
+ - `reference(op, env)`: the semantics in torch (runs on the CPU; used by `verify --reference cpu`)
+ - `compile(op, target)`: one or more `Launch`es (cubin + grid + parameter slots)
+The bundle writer maps storages to manifest buffers and slots to manifest JSON
+(docs/manifest.md). Nothing here imports torch or triton at import time.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Union
+
+from aotpack.dtypes import DType
+
+
+# ----------------------------------------------------------------------------- operands
+@dataclass(frozen=True)
+class TensorArg:
+    """A strided view (`shape`, `strides`, `offset` in elements) over storage `storage`."""
+
+    storage: str
+    dtype: DType
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def is_contiguous(self) -> bool:
+        return self.strides == contiguous_strides(self.shape)
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+def contiguous(storage: str, dtype: DType, shape: tuple[int, ...]) -> TensorArg:
+    return TensorArg(storage, dtype, tuple(shape), contiguous_strides(tuple(shape)))
+
+
+# ----------------------------------------------------------------------------- kernel ops
+class Act(enum.Enum):
+    GELU_TANH = "gelu_tanh"
+    GELU_ERF = "gelu_erf"
+    SILU = "silu"
+    RELU = "relu"
+
+
+@dataclass(frozen=True)
+class EpBias:
+    """acc += bias[n] (bias is a 1-D TensorArg of length N)."""
+
+    bias: TensorArg
+
+
+@dataclass(frozen=True)
+class EpAct:
+    act: Act
+
+
+@dataclass(frozen=True)
+class EpAdd:
+    """acc += other[m, n] (residual add; `other` has the output's 2-D shape [M, N])."""
+
+    other: TensorArg
+
+
+@dataclass(frozen=True)
+class EpMul:
+    """acc *= other[m, n] (e.g. SwiGLU's up * silu(gate))."""
+
+    other: TensorArg
+
+
+EpilogueStep = Union[EpBias, EpAct, EpAdd, EpMul]
+
+
+@dataclass(frozen=True)
+class GemmOp:
+    """out[M, N] = epilogue(a[M, K] @ b[N, K]^T), accumulate in f32, steps applied in order,
+    then cast to out.dtype. `b` is the Linear weight layout [N, K]. All operands 2-D views."""
+
+    a: TensorArg
+    b: TensorArg
+    out: TensorArg
+    epilogue: tuple[EpilogueStep, ...] = ()
+
+
+@dataclass(frozen=True)
+class AttentionOp:
+    """out[B, Hq, S, D] = softmax(q k^T * scale [+ causal mask]) v, with GQA: query head h
+    reads kv head h // (Hq // Hkv). q/k/v/out are 4-D strided views [B, H, S, D]."""
+
+    q: TensorArg
+    k: TensorArg
+    v: TensorArg
+    out: TensorArg
+    causal: bool
+    scale: float
+
+
+@dataclass(frozen=True)
+class RMSNormOp:
+    """out[R, C] = x / sqrt(mean(x^2, -1) + eps) * weight[C], computed in f32.
+    x and out are 2-D views; weight is 1-D (or None for no affine)."""
+
+    x: TensorArg
+    weight: TensorArg | None
+    out: TensorArg
+    eps: float
+
+
+@dataclass(frozen=True)
+class RopeOp:
+    """Rotary embedding (rotate-half form) on a 4-D view x[B, H, S, D]:
+    out = x * cos[s, :] + rotate_half(x) * sin[s, :], rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
+    cos/sin are 2-D views [S, D]; out is a 4-D view [B, H, S, D]."""
+
+    x: TensorArg
+    cos: TensorArg
+    sin: TensorArg
+    out: TensorArg
+
+
+# Pointwise expressions: a small tree over the op's inputs, evaluated in f32.
+@dataclass(frozen=True)
+class PwInput:
+    index: int  # into PointwiseOp.inputs
+
+
+@dataclass(frozen=True)
+class PwConst:
+    value: float
+
+
+@dataclass(frozen=True)
+class PwUnary:
+    fn: str  # neg exp log sqrt rsqrt sin cos tanh sigmoid relu silu gelu_tanh gelu_erf abs recip
+
+
+@dataclass(frozen=True)
+class PwExpr:
+    """fn in: add sub mul div max min pow (binary) or a PwUnary name (unary); args are
+    PwExpr | PwInput | PwConst."""
+
+    fn: str
+    args: tuple["PwNode", ...]
+
+
+PwNode = Union[PwExpr, PwInput, PwConst]
+
+
+@dataclass(frozen=True)
+class PointwiseOp:
+    """out[...] = expr(inputs broadcast to out.shape) (numpy broadcasting, inputs are views
+    whose shapes broadcast to out.shape), computed in f32, cast to out.dtype."""
+
+    inputs: tuple[TensorArg, ...]
+    expr: PwNode
+    out: TensorArg
+
+
+KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, RopeOp, PointwiseOp]
+
+
+def op_inputs(op: KernelOp) -> list[TensorArg]:
+    """Every operand the op reads (for liveness)."""
+    if isinstance(op, GemmOp):
+        extra = [s.bias if isinstance(s, EpBias) else s.other for s in op.epilogue
+                 if isinstance(s, (EpBias, EpAdd, EpMul))]
+        return [op.a, op.b, *extra]
+    if isinstance(op, AttentionOp):
+        return [op.q, op.k, op.v]
+    if isinstance(op, RMSNormOp):
+        return [op.x] + ([op.weight] if op.weight is not None else [])
+    if isinstance(op, RopeOp):
+        return [op.x, op.cos, op.sin]
+    if isinstance(op, PointwiseOp):
+        return list(op.inputs)
+    raise TypeError(f"not a kernel op: {type(op).__name__}")
+
+
+def op_output(op: KernelOp) -> TensorArg:
+    return op.out
+
+
+# ----------------------------------------------------------------------------- compiled form
+@dataclass(frozen=True)
+class PtrSlot:
+    """8-byte device address of `storage` + `offset` bytes. `storage` may also name a scratch
+    region created by ScratchSlot resolution (see below)."""
+
+    storage: str
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class NullSlot:
+    """8 zero bytes (Triton's global/profile scratch pointers when their size is 0)."""
+
+
+@dataclass(frozen=True)
+class ScratchSlot:
+    """Pointer to `nbytes` of zero-initialisation-not-required workspace private to this launch
+    (Triton's global scratch when its size > 0: grid × global_scratch_size). The memory planner
+    turns it into a PtrSlot into the arena."""
+
+    nbytes: int
+    align: int = 256
+
+
+@dataclass(frozen=True)
+class IntSlot:
+    kind: str  # "i32" | "i64" | "u32" | "u64"
+    value: int
+
+
+@dataclass(frozen=True)
+class F32Slot:
+    value: float
+
+
+@dataclass(frozen=True)
+class FastDivmodSlot:
+    """CuTe's `fast_divmod_divisor<32>` by value (12 bytes, align 4): u32 divisor, u32
+    multiplier, u8 shift1, u8 shift2, 2 zero bytes. The manifest carries only the divisor; the
+    runtime derives the rest (docs/manifest.md), so the two can never disagree.
+    (CuTeDSL kernels take them, e.g. the persistent tile scheduler's cluster counts.)"""
+
+    divisor: int  # 1 .. 2^31 - 1
+
+
+@dataclass(frozen=True)
+class TensorMapSlot:
+    """A CUtensorMap by value; fields exactly as in docs/manifest.md (dims outermost first)."""
+
+    storage: str
+    offset: int  # bytes
+    dtype: DType
+    dims: tuple[int, ...]
+    strides: tuple[int, ...]  # elements, last == 1
+    box: tuple[int, ...]
+    swizzle: str = "128B"  # none | 32B | 64B | 128B
+    l2: str = "128B"  # none | 64B | 128B | 256B
+    oob: str = "zero"  # zero | nan
+
+
+Slot = Union[PtrSlot, NullSlot, ScratchSlot, IntSlot, F32Slot, FastDivmodSlot, TensorMapSlot]
+
+
+@dataclass(frozen=True)
+class CompiledKernel:
+    """One cubin entry point, ready to launch. Identical kernels are shared by launches."""
+
+    entry: str  # symbol name in the cubin
+    cubin: bytes
+    block: tuple[int, int, int]
+    smem: int  # dynamic shared memory bytes
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    backend: str = "triton"
+    fused_ops: tuple[str, ...] = ()
+    config: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: CompiledKernel
+    grid: tuple[int, int, int]
+    args: tuple[Slot, ...]
+
+
+@dataclass(frozen=True)
+class Target:
+    arch: str = "sm_90a"
+    cc: tuple[int, int] = (9, 0)
+    sm_count: int = 132
+    min_driver: int = 12080
+    smem_limit: int = 232448  # opt-in dynamic shared memory per block on H100/H200
+
+
+SM90 = Target()

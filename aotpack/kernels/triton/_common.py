@@ -1,0 +1,119 @@
+"""Helpers shared by the attention / rmsnorm / rope / pointwise templates.
+
+A template describes one launch as `KernelPlan`: the @triton.jit function, its arguments as
+compile.py values (Ptr / I32 / I64 / F32 / Const), the grid and the compile options. The same plan
+is then either cross-compiled to a cubin (`compile_plan`), or launched with torch tensors through
+Triton's normal JIT (`jit_launcher` / `run_plan`: GPU benchmarks) or its interpreter
+(`_interpret.run_plan_here`: CPU numerics), so the argument mapping that the bundle ships is the
+one the numerics tests and the benchmarks exercise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aotpack.kernels.spec import SM90, Launch, Target, TensorArg
+from aotpack.kernels.triton.compile import (
+    F32, I32, I64, ArgValue, Const, Desc, Ptr, TritonKernel, compile_kernel, launch,
+)
+
+_I32_MAX = 2**31 - 1
+
+
+@dataclass
+class KernelPlan:
+    fn: object  # the module-level @triton.jit function
+    args: dict[str, ArgValue]
+    grid: tuple[int, int, int]
+    num_warps: int
+    num_stages: int
+    fused_ops: tuple[str, ...]
+    config: dict = field(default_factory=dict)
+
+
+def int_arg(value: int) -> ArgValue:
+    """An integer parameter the way Triton's JIT would specialise it: 1 is compiled in (so a unit
+    stride vectorises), everything else is a runtime slot, i64 only when i32 cannot hold it."""
+    if value == 1:
+        return Const(1)
+    return I32(value) if -_I32_MAX - 1 <= value <= _I32_MAX else I64(value)
+
+
+def strides_args(prefix: str, arg: TensorArg, names: tuple[str, ...]) -> dict[str, ArgValue]:
+    """{prefix_stride_<name>: int_arg(stride)} for the leading dims of `arg` (inner dim is 1)."""
+    return {f"{prefix}_stride_{n}": int_arg(s) for n, s in zip(names, arg.strides)}
+
+
+def require_unit_inner_stride(what: str, arg: TensorArg) -> None:
+    if arg.strides[-1] != 1:
+        raise ValueError(f"{what}: inner stride must be 1 (a contiguous last dim), "
+                         f"got strides {arg.strides}")
+
+
+# ----------------------------------------------------------------------------- compile
+_KERNELS: dict[tuple, TritonKernel] = {}
+
+
+def _specialisation_key(plan: KernelPlan, target: Target) -> tuple:
+    """What decides the cubin: argument kinds, constexpr values, 16-divisibility of ints and
+    pointer offsets (compile.py specialises those), options and target."""
+    parts = []
+    for name, v in plan.args.items():
+        if isinstance(v, Const):
+            parts.append((name, "c", repr(v.value)))
+        elif isinstance(v, Ptr):
+            parts.append((name, "p", v.arg.dtype.value, v.byte_offset % 16 == 0))
+        elif isinstance(v, Desc):
+            parts.append((name, "d", v.arg.dtype.value, tuple(v.block)))
+        elif isinstance(v, I32):
+            parts.append((name, "i32", v.value % 16 == 0 and v.value != 0))
+        else:
+            parts.append((name, type(v).__name__))
+    return (plan.fn.fn.__module__, plan.fn.fn.__name__, tuple(parts), plan.num_warps,
+            plan.num_stages, target)
+
+
+def compile_plan(plan: KernelPlan, target: Target = SM90) -> Launch:
+    """Cubin (memoised in-process by specialisation) + the launch's parameter slots."""
+    key = _specialisation_key(plan, target)
+    tk = _KERNELS.get(key)
+    if tk is None:
+        tk = compile_kernel(plan.fn, plan.args, num_warps=plan.num_warps,
+                            num_stages=plan.num_stages, target=target,
+                            fused_ops=plan.fused_ops, config=plan.config)
+        _KERNELS[key] = tk
+    return launch(tk, plan.fn, plan.args, plan.grid)
+
+
+# ----------------------------------------------------------------------------- torch launch
+def torch_args(plan: KernelPlan, env) -> dict:
+    """Plan arguments as Triton JIT/interpreter call arguments (views over `env` tensors; a
+    Desc becomes Triton's host TensorDescriptor over the view, which Triton encodes itself)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from aotpack.kernels.reference import view
+
+    out = {}
+    for name, v in plan.args.items():
+        if isinstance(v, Ptr):
+            out[name] = view(env, v.arg)
+        elif isinstance(v, Desc):
+            out[name] = TensorDescriptor.from_tensor(view(env, v.arg), list(v.block))
+        elif isinstance(v, (I32, I64, F32, Const)):
+            out[name] = v.value
+        else:
+            raise TypeError(f"{name}: cannot launch {v!r} from torch")
+    return out
+
+
+def jit_launcher(plan: KernelPlan, env):
+    """A no-argument callable launching `plan` through Triton's JIT on the tensors of `env`
+    (storage name -> flat tensor, on the GPU); arguments are bound once, so timing loops pay
+    only Triton's launch. The GPU benchmarks run exactly the plan the bundle would ship."""
+    kwargs = torch_args(plan, env)
+    kernel = plan.fn[plan.grid]
+    options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages}
+    return lambda: kernel(**kwargs, **options)
+
+
+def run_plan(plan: KernelPlan, env) -> None:
+    jit_launcher(plan, env)()

@@ -1,0 +1,212 @@
+"""Triton source text for a pointwise expression over broadcast, strided operands.
+
+`coalesce` reduces the output shape and every operand's broadcast strides to the fewest dims
+(merging dims that all operands walk contiguously); `kernel_source` writes the @triton.jit
+kernel. Pure string work: no torch, no triton import.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aotpack.dtypes import DType
+from aotpack.kernels.spec import PwConst, PwExpr, PwInput
+
+_TL_DTYPE = {
+    DType.BF16: "tl.bfloat16", DType.F16: "tl.float16", DType.F32: "tl.float32",
+    DType.F64: "tl.float64", DType.I8: "tl.int8", DType.I16: "tl.int16", DType.I32: "tl.int32",
+    DType.I64: "tl.int64", DType.U8: "tl.uint8", DType.BOOL: "tl.int1",
+}
+
+# Unary/binary functions as expression templates over already-computed f32 values.
+UNARY = {
+    "neg": "(-{0})", "exp": "tl.exp({0})", "log": "tl.log({0})", "sqrt": "tl.sqrt({0})",
+    "rsqrt": "tl.rsqrt({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
+    "tanh": "_tanh({0})", "sigmoid": "_sigmoid({0})", "relu": "tl.maximum({0}, 0.0)",
+    "silu": "({0} * _sigmoid({0}))", "gelu_tanh": "_gelu_tanh({0})",
+    "gelu_erf": "_gelu_erf({0})", "abs": "tl.abs({0})", "recip": "(1.0 / {0})",
+}
+BINARY = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "max": "tl.maximum({0}, {1})", "min": "tl.minimum({0}, {1})", "pow": "_pow({0}, {1})",
+}
+# pow by a constant exponent: cheaper and exact forms.
+_POW_CONST = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 1.0: "({0} + 0.0)",
+              0.5: "tl.sqrt({0})", -1.0: "(1.0 / {0})", -0.5: "tl.rsqrt({0})"}
+
+# Helpers shared by every generated file. tanh/sigmoid use exp2 of a non-positive argument so
+# nothing overflows; no libdevice call, so the same text runs in Triton's interpreter.
+_HELPERS = '''
+@triton.jit
+def _tanh(x):
+    t = tl.exp2(-2.8853900817779268 * tl.abs(x))  # exp(-2|x|) in (0, 1]
+    y = (1.0 - t) / (1.0 + t)
+    return tl.where(x < 0, -y, y)
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp2(-1.4426950408889634 * x))
+
+
+@triton.jit
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+@triton.jit
+def _gelu_erf(x):
+    return 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+
+
+@triton.jit
+def _pow(a, b):
+    # torch.pow for real results: |a|^b; a negative base keeps its sign for odd integral b
+    # and gives NaN for a fractional b; x^0 == 1 (also for x = 0 and NaN).
+    mag = tl.exp2(b * tl.log2(tl.abs(a)))
+    integral = tl.floor(b) == b
+    odd = integral & (tl.floor(b * 0.5) * 2.0 != b)
+    signed = tl.where(integral, tl.where(odd, -mag, mag), float("nan"))
+    return tl.where(b == 0.0, 1.0, tl.where(a < 0, signed, mag))
+'''
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Coalesced iteration space: extents (outermost first) and per-operand element strides."""
+
+    sizes: tuple[int, ...]
+    out_strides: tuple[int, ...]
+    in_strides: tuple[tuple[int, ...], ...]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+
+def _broadcast_strides(out_shape, shape, strides) -> list[int]:
+    pad = len(out_shape) - len(shape)
+    if pad < 0:
+        raise ValueError(f"pointwise: input shape {shape} has more dims than out {out_shape}")
+    shape, strides = (1,) * pad + tuple(shape), (0,) * pad + tuple(strides)
+    result = []
+    for o, s, st in zip(out_shape, shape, strides):
+        if s not in (1, o):
+            raise ValueError(f"pointwise: input shape {shape} does not broadcast to {out_shape}")
+        result.append(0 if s == 1 else st)
+    return result
+
+
+def coalesce(out_shape, out_strides, inputs) -> Layout:
+    """Drop unit dims, then merge each dim into the inner one when every operand's stride
+    satisfies stride_outer == stride_inner * size_inner (the pair walks like one dim)."""
+    operands = [list(out_strides)] + [_broadcast_strides(out_shape, s, st) for s, st in inputs]
+    if 0 in out_shape:  # nothing to write: one empty dim (no division by a zero extent)
+        return Layout((0,), (0,), tuple((0,) for _ in inputs))
+    keep = [d for d, n in enumerate(out_shape) if n != 1]
+    sizes: list[int] = []
+    strides: list[list[int]] = [[] for _ in operands]
+    for d in reversed(keep):  # innermost first
+        n = out_shape[d]
+        if sizes and all(op[d] == st[0] * sizes[0] for op, st in zip(operands, strides)):
+            sizes[0] *= n  # the inner strides stay: the merged dim starts where they start
+            continue
+        sizes.insert(0, n)
+        for op, st in zip(operands, strides):
+            st.insert(0, op[d])
+    if not sizes:  # a scalar output
+        sizes, strides = [1], [[0] for _ in operands]
+    return Layout(tuple(sizes), tuple(strides[0]), tuple(tuple(s) for s in strides[1:]))
+
+
+def _const_literal(value: float) -> str:
+    v = float(value)
+    if v != v:
+        return 'float("nan")'
+    if v in (float("inf"), float("-inf")):
+        return f'float("{"-" if v < 0 else ""}inf")'
+    return repr(v)
+
+
+class _Emitter:
+    """Turns the expression tree into straight-line statements, one variable per distinct
+    subtree (a repeated input or subexpression is computed once)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.names: dict[object, str] = {}
+
+    def emit(self, node) -> str:
+        if node in self.names:
+            return self.names[node]
+        if isinstance(node, PwInput):
+            return f"x{node.index}"  # loaded before the expression
+        if isinstance(node, PwConst):
+            text = f"tl.full([BLOCK], {_const_literal(node.value)}, tl.float32)"
+        elif isinstance(node, PwExpr):
+            text = self._call(node)
+        else:
+            raise ValueError(f"pointwise: bad node {node!r}")
+        name = f"v{len(self.names)}"
+        self.lines.append(f"    {name} = {text}")
+        self.names[node] = name
+        return name
+
+    def _call(self, node: PwExpr) -> str:
+        if node.fn in UNARY and len(node.args) == 1:
+            return UNARY[node.fn].format(self.emit(node.args[0]))
+        if node.fn == "pow" and len(node.args) == 2 and isinstance(node.args[1], PwConst):
+            form = _POW_CONST.get(float(node.args[1].value))
+            if form is not None:
+                return form.format(self.emit(node.args[0]))
+        if node.fn in BINARY and len(node.args) == 2:
+            return BINARY[node.fn].format(self.emit(node.args[0]), self.emit(node.args[1]))
+        raise ValueError(f"pointwise: unsupported function {node.fn!r} with {len(node.args)} args")
+
+
+def _index_lines(layout: Layout, wide: bool) -> list[str]:
+    pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+    lines = [f"    offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
+             f"    mask = offs < {layout.numel}"]
+    dims = len(layout.sizes)
+    if dims == 1:
+        return lines + ["    i0 = offs"]
+    lines.append("    rest = offs")
+    for d in range(dims - 1, 0, -1):  # innermost first; division by constants
+        lines.append(f"    i{d} = rest % {layout.sizes[d]}")
+        lines.append(f"    rest = rest // {layout.sizes[d]}")
+    return lines + ["    i0 = rest"]
+
+
+def _address(strides: tuple[int, ...]) -> str:
+    terms = [f"i{d}" if s == 1 else f"i{d} * {s}" for d, s in enumerate(strides) if s != 0]
+    return " + ".join(terms) if terms else "offs * 0"
+
+
+def _max_offset(layout: Layout) -> int:
+    spans = [layout.out_strides] + list(layout.in_strides)
+    return max(sum(abs(s) * (n - 1) for s, n in zip(st, layout.sizes)) for st in spans)
+
+
+def kernel_source(name: str, expr, n_inputs: int, layout: Layout, out_dtype: DType,
+                  block: int) -> str:
+    wide = max(layout.numel + block, _max_offset(layout)) >= 2**31
+    params = ", ".join(["out_ptr"] + [f"in{i}_ptr" for i in range(n_inputs)] +
+                       ["BLOCK: tl.constexpr"])
+    body = _index_lines(layout, wide)
+    for i, strides in enumerate(layout.in_strides):
+        body.append(f"    x{i} = tl.load(in{i}_ptr + ({_address(strides)}), mask=mask, "
+                    f"other=0).to(tl.float32)")
+    emitter = _Emitter()
+    result = emitter.emit(expr)
+    body += emitter.lines
+    if isinstance(expr, PwInput):
+        result = f"({result} + 0.0)"
+    body.append(f"    tl.store(out_ptr + ({_address(layout.out_strides)}), "
+                f"{result}.to({_TL_DTYPE[out_dtype]}), mask=mask)")
+    header = (f'"""Generated by aotpack (pointwise codegen): {expr!r}; layout {layout!r}."""\n'
+              "import triton\nimport triton.language as tl\n")
+    return (header + _HELPERS + f"\n\n@triton.jit\ndef {name}({params}):\n"
+            + "\n".join(body) + "\n")

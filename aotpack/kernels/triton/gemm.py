@@ -1,0 +1,488 @@
+"""Hopper GEMM template: out[M, N] = epilogue(a[M, K] @ b[N, K]^T), f32 accumulation.
+
+One @triton.jit source, specialised per op through constexprs:
+- A and B come in through host-side TMA descriptors (the runtime encodes them from the
+  manifest's tensormap slots); `tl.dot` on them lowers to wgmma (HGMMA in SASS).
+- Persistent grid: min(#tiles, SM count) CTAs walk the tiles in grouped order (GROUP_M rows
+  of tiles share B columns while they are hot in L2); the K loop is software-pipelined
+  (num_stages) and flattened with the tile loop so the next tile's loads overlap this epilogue.
+- The epilogue chain of the op (bias / activation / add / mul, in order) is compiled in as up
+  to MAX_STEPS constexpr step kinds, each with its own operand pointer and strides; it runs on
+  the f32 accumulator in registers (optionally in EPI_SPLIT column subtiles), then one store:
+  TMA (clips out-of-bounds rows/cols) or masked pointer stores into any strided 2-D view.
+The same source runs under Triton's interpreter on CPU tensors (`run_interpreted`) and through
+Triton's normal JIT launcher on a GPU (`jit_runner`, used by benchmarks/bench_gemm.py).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from aotpack.dtypes import DType
+from aotpack.kernels.spec import (
+    SM90, EpAct, EpAdd, EpBias, EpMul, GemmOp, Launch, Target, TensorArg,
+)
+from aotpack.kernels.triton.compile import (
+    Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
+)
+from aotpack.kernels.triton.gemm_configs import GemmConfig, choose_config
+
+MAX_STEPS = 5  # epilogue steps compiled into one kernel
+MAX_TENSOR_OPERANDS = 3  # bias/add/mul operands: each 2-D one is a tile of registers
+_INPUT_DTYPES = (DType.BF16, DType.F16)
+_OUTPUT_DTYPES = (DType.BF16, DType.F16, DType.F32)
+_TMA_ALIGN = 16  # bytes: TMA base address and outer strides
+# Triton issues a TMA box at most one 128-byte swizzle span wide and reports that box, not the
+# block, in its metadata; blocks are kept that narrow so the manifest box equals the block.
+_TMA_ROW_BYTES = 128
+
+
+# ----------------------------------------------------------------------------- device code
+@triton.jit
+def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    # Grouped rasterization: consecutive tiles walk down GROUP_M tile-rows before moving right,
+    # so the CTAs running at one time share a few B column blocks and A row blocks in L2.
+    tiles_per_group = GROUP_M * tiles_n
+    group = tile // tiles_per_group
+    first_m = group * GROUP_M
+    group_rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (tile % tiles_per_group) % group_rows
+    pid_n = (tile % tiles_per_group) // group_rows
+    return pid_m, pid_n
+
+
+@triton.jit
+def _activation(x, ACT: tl.constexpr):
+    if ACT == "gelu_tanh":
+        # 0.5 * (1 + tanh(z)) == sigmoid(2z): avoids a tanh (not in every libdevice / numpy path)
+        z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        x = x * tl.sigmoid(2.0 * z)
+    elif ACT == "gelu_erf":
+        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    elif ACT == "silu":
+        x = x * tl.sigmoid(x)
+    elif ACT == "relu":
+        x = tl.maximum(x, 0.0)
+    return x
+
+
+@triton.jit
+def _epilogue_step(acc, STEP: tl.constexpr, ptr, s_m, s_n, offs_m, offs_n, M, N):
+    # STEP "" is a no-op; ptr is None then (a constexpr), so nothing is loaded.
+    if STEP == "bias":
+        bias = tl.load(ptr + offs_n * s_n, mask=offs_n < N, other=0.0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    elif STEP == "add" or STEP == "mul":
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        x = tl.load(ptr + offs_m[:, None] * s_m + offs_n[None, :] * s_n, mask=mask, other=0.0)
+        if STEP == "add":
+            acc = acc + x.to(tl.float32)
+        else:
+            acc = acc * x.to(tl.float32)
+    elif STEP != "":
+        acc = _activation(acc, STEP)
+    return acc
+
+
+@triton.jit
+def _finish_subtile(acc, off_m, off_n, M, N, out_desc, out_ptr, stride_om, stride_on,
+                    S0: tl.constexpr, e0, e0_m, e0_n, S1: tl.constexpr, e1, e1_m, e1_n,
+                    S2: tl.constexpr, e2, e2_m, e2_n, S3: tl.constexpr, e3, e3_m, e3_n,
+                    S4: tl.constexpr, e4, e4_m, e4_n,
+                    BM: tl.constexpr, BNS: tl.constexpr, WIDE_INDEX: tl.constexpr,
+                    TMA_STORE: tl.constexpr):
+    offs_m = off_m + tl.arange(0, BM)
+    offs_n = off_n + tl.arange(0, BNS)
+    if WIDE_INDEX:  # element offsets of some operand or the output pass 2^31
+        offs_m = offs_m.to(tl.int64)
+        offs_n = offs_n.to(tl.int64)
+    acc = _epilogue_step(acc, S0, e0, e0_m, e0_n, offs_m, offs_n, M, N)
+    acc = _epilogue_step(acc, S1, e1, e1_m, e1_n, offs_m, offs_n, M, N)
+    acc = _epilogue_step(acc, S2, e2, e2_m, e2_n, offs_m, offs_n, M, N)
+    acc = _epilogue_step(acc, S3, e3, e3_m, e3_n, offs_m, offs_n, M, N)
+    acc = _epilogue_step(acc, S4, e4, e4_m, e4_n, offs_m, offs_n, M, N)
+    if TMA_STORE:
+        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
+    else:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
+        tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _column_halves(x, BM: tl.constexpr, BN: tl.constexpr):
+    # [BM, BN] -> columns [0, BN/2) and [BN/2, BN); register renaming, no data movement
+    return tl.split(tl.permute(tl.reshape(x, (BM, 2, BN // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def _column_block(acc, Q: tl.constexpr, PARTS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    """Column block Q of PARTS (1, 2 or 4) equal blocks of the [BM, BN] accumulator."""
+    if PARTS == 1:
+        block = acc
+    else:
+        lo, hi = _column_halves(acc, BM, BN)
+        if Q >= PARTS // 2:
+            block = hi
+        else:
+            block = lo
+        if PARTS == 4:
+            lo2, hi2 = _column_halves(block, BM, BN // 2)
+            if Q % 2 == 1:
+                block = hi2
+            else:
+                block = lo2
+    return block
+
+
+@triton.jit
+def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K,
+                e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
+                e4, e4_m, e4_n,
+                S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
+                S4: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
+                EPI_SPLIT: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr,
+                WIDE_INDEX: tl.constexpr, UPCAST_DOT: tl.constexpr):
+    tiles_m = tl.cdiv(M, BM)
+    tiles_n = tl.cdiv(N, BN)
+    k_tiles = tl.cdiv(K, BK)
+    num_tiles = tiles_m * tiles_n
+    for tile in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=FLATTEN):
+        pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
+        off_m = pid_m * BM
+        off_n = pid_n * BN
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for ki in range(k_tiles):
+            # TMA zero-fills rows/cols past M, N, K, so ragged edges need no masks here
+            a = a_desc.load([off_m, ki * BK])
+            b = b_desc.load([off_n, ki * BK])
+            if UPCAST_DOT:  # interpreter only: its dot multiplies bf16 bit patterns (#11584)
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b.T, acc)
+        for q in tl.static_range(EPI_SPLIT):
+            _finish_subtile(_column_block(acc, q, EPI_SPLIT, BM, BN), off_m,
+                            off_n + q * (BN // EPI_SPLIT), M, N, out_desc, out_ptr, stride_om,
+                            stride_on, S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
+                            S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n,
+                            BM, BN // EPI_SPLIT, WIDE_INDEX, TMA_STORE)
+
+
+# ----------------------------------------------------------------------------- host side
+def epilogue_steps(op: GemmOp) -> list[tuple[str, TensorArg | None]]:
+    """(kernel step kind, operand view) per epilogue step, in order."""
+    steps = []
+    for step in op.epilogue:
+        if isinstance(step, EpBias):
+            steps.append(("bias", step.bias))
+        elif isinstance(step, EpAdd):
+            steps.append(("add", step.other))
+        elif isinstance(step, EpMul):
+            steps.append(("mul", step.other))
+        elif isinstance(step, EpAct):
+            steps.append((step.act.value, None))
+        else:
+            raise TypeError(f"gemm: unknown epilogue step {step!r}")
+    return steps
+
+
+def fused_ops(op: GemmOp) -> tuple[str, ...]:
+    return ("gemm",) + tuple(kind for kind, _ in epilogue_steps(op))
+
+
+def check_op(op: GemmOp) -> None:
+    """Raise ValueError naming what this template cannot run."""
+    a, b, out = op.a, op.b, op.out
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
+        raise ValueError("gemm: a, b and out must be 2-D views")
+    (M, K), (N, Kb) = a.shape, b.shape
+    if Kb != K or tuple(out.shape) != (M, N):
+        raise ValueError(f"gemm: shapes do not match: a {a.shape}, b {b.shape}, out {out.shape}")
+    if min(M, N, K) <= 0:
+        raise ValueError(f"gemm: empty problem M={M} N={N} K={K} is not supported")
+    if a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
+        raise ValueError(f"gemm: a and b must both be bf16 or f16, got {a.dtype.value}, "
+                         f"{b.dtype.value}")
+    if out.dtype not in _OUTPUT_DTYPES:
+        raise ValueError(f"gemm: output dtype {out.dtype.value} not supported (bf16, f16, f32)")
+    for name, arg in (("a", a), ("b", b)):
+        problem = tma_problem(arg)
+        if problem:
+            raise ValueError(f"gemm: operand {name} cannot be loaded by TMA: {problem} "
+                             "(make it contiguous with a 16-byte aligned row pitch)")
+    _check_epilogue(op)
+
+
+def _check_epilogue(op: GemmOp) -> None:
+    steps = epilogue_steps(op)
+    tensors = [t for _, t in steps if t is not None]
+    if len(steps) > MAX_STEPS or len(tensors) > MAX_TENSOR_OPERANDS:
+        raise ValueError(f"gemm: epilogue {[k for k, _ in steps]} too long: at most {MAX_STEPS} "
+                         f"steps and {MAX_TENSOR_OPERANDS} tensor operands (bias/add/mul) fuse "
+                         "into one kernel; split the rest into a pointwise op")
+    M, N = op.out.shape
+    for kind, t in steps:
+        want = (N,) if kind == "bias" else (M, N)
+        if t is not None and tuple(t.shape) != want:
+            raise ValueError(f"gemm: {kind} operand has shape {t.shape}, expected {want}")
+        if t is not None and not t.dtype.is_float:
+            raise ValueError(f"gemm: {kind} operand must be a float tensor, got {t.dtype.value}")
+
+
+def tma_problem(arg: TensorArg) -> str | None:
+    """Why a 2-D view cannot be a TMA tensor map (None if it can)."""
+    nb = arg.dtype.nbytes
+    if arg.strides[-1] != 1:
+        return f"inner stride is {arg.strides[-1]}, not 1"
+    if (arg.offset * nb) % _TMA_ALIGN:
+        return f"base offset {arg.offset * nb} B is not a multiple of {_TMA_ALIGN}"
+    if any((s * nb) % _TMA_ALIGN or s <= 0 for s in arg.strides[:-1]):
+        return f"outer strides {arg.strides[:-1]} x {nb} B are not positive multiples of 16 B"
+    return None
+
+
+def _int_arg(v: int):
+    # 0 and 1 compile in (unit inner strides let loads/stores vectorise); others stay runtime
+    if v in (0, 1):
+        return Const(v)
+    return I32(v) if -2**31 <= v < 2**31 else I64(v)
+
+
+def _max_offset(arg: TensorArg) -> int:
+    return sum((d - 1) * abs(s) for d, s in zip(arg.shape, arg.strides))
+
+
+def uses_tma_store(op: GemmOp, cfg: GemmConfig) -> bool:
+    """TMA store if the config asks, the output view allows, and a subtile row fits one box."""
+    row_bytes = cfg.BN // cfg.EPI_SPLIT * op.out.dtype.nbytes
+    return cfg.TMA_STORE and tma_problem(op.out) is None and row_bytes <= _TMA_ROW_BYTES
+
+
+def check_config(op: GemmOp, cfg: GemmConfig) -> None:
+    if cfg.BK * op.a.dtype.nbytes > _TMA_ROW_BYTES:
+        raise ValueError(f"gemm: BK={cfg.BK} makes {cfg.BK * op.a.dtype.nbytes} B TMA rows; "
+                         f"at most {_TMA_ROW_BYTES} B (BK=64 for bf16/f16)")
+    if cfg.EPI_SPLIT not in (1, 2, 4) or cfg.BN % cfg.EPI_SPLIT:
+        raise ValueError(f"gemm: EPI_SPLIT={cfg.EPI_SPLIT} must be 1, 2 or 4 and divide BN")
+
+
+def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
+    """Every argument of gemm_kernel for `op` under `cfg`, as compile.py ArgValues."""
+    check_config(op, cfg)
+    M, K = op.a.shape
+    N = op.b.shape[0]
+    steps = epilogue_steps(op)
+    tma_store = uses_tma_store(op, cfg)
+    out = op.out
+    views = [out] + [t for _, t in steps if t is not None]
+    args = {
+        "a_desc": Desc(op.a, (cfg.BM, cfg.BK)),
+        "b_desc": Desc(op.b, (cfg.BN, cfg.BK)),
+        "out_desc": Desc(out, (cfg.BM, cfg.BN // cfg.EPI_SPLIT)) if tma_store else Const(None),
+        "out_ptr": Const(None) if tma_store else Ptr(out),
+        "stride_om": Const(0) if tma_store else _int_arg(out.strides[0]),
+        "stride_on": Const(0) if tma_store else _int_arg(out.strides[1]),
+        "M": I32(M), "N": I32(N), "K": I32(K),
+    }
+    for i in range(MAX_STEPS):
+        kind, t = steps[i] if i < len(steps) else ("", None)
+        args[f"S{i}"] = Const(kind)
+        args[f"e{i}"] = Ptr(t) if t is not None else Const(None)
+        sm, sn = (0, t.strides[0]) if kind == "bias" else (t.strides if t is not None else (0, 0))
+        args[f"e{i}_m"], args[f"e{i}_n"] = _int_arg(sm), _int_arg(sn)
+    wide = any(_max_offset(v) >= 2**31 for v in views)
+    for name in ("BM", "BN", "BK", "GROUP_M", "EPI_SPLIT", "FLATTEN"):
+        args[name] = Const(getattr(cfg, name))
+    args["TMA_STORE"] = Const(tma_store)
+    args["WIDE_INDEX"] = Const(wide)
+    args["UPCAST_DOT"] = Const(False)
+    return args
+
+
+def num_tiles(op: GemmOp, cfg: GemmConfig) -> int:
+    M, N = op.out.shape
+    return cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
+
+
+def grid_size(op: GemmOp, cfg: GemmConfig, sm_count: int) -> int:
+    """Persistent grid: one CTA per SM at most, never more CTAs than tiles."""
+    return max(1, min(num_tiles(op, cfg), sm_count))
+
+
+def config_for(op: GemmOp, target: Target = SM90) -> GemmConfig:
+    M, K = op.a.shape
+    return choose_config(M, op.b.shape[0], K, op.a.dtype, target, op.out.dtype)
+
+
+# ----------------------------------------------------------------------------- cross-compile
+_COMPILED: dict = {}  # in-process memo: compile key -> TritonKernel
+
+
+def _arg_key(v) -> tuple:
+    # exactly what the cubin depends on (see compile.py's _signature)
+    if isinstance(v, Const):
+        return ("const", v.value)
+    if isinstance(v, Ptr):
+        return ("ptr", v.arg.dtype, v.byte_offset % 16 == 0)
+    if isinstance(v, Desc):
+        return ("desc", v.arg.dtype, tuple(v.block))
+    if isinstance(v, I32):
+        return ("i32", v.value % 16 == 0 and v.value != 0)
+    return (type(v).__name__,)
+
+
+def compile_config(op: GemmOp, cfg: GemmConfig, target: Target = SM90) -> list[Launch]:
+    """Launches of `op` compiled with exactly `cfg` (memoized per kernel specialisation)."""
+    check_op(op)
+    args = kernel_args(op, cfg)
+    key = (tuple((n, _arg_key(v)) for n, v in args.items()), cfg, target)
+    tk = _COMPILED.get(key)
+    if tk is None:
+        tk = compile_kernel(gemm_kernel, args, num_warps=cfg.num_warps,
+                            num_stages=cfg.num_stages, target=target, fused_ops=fused_ops(op),
+                            config=dict(cfg.as_dict(), TMA_STORE=args["TMA_STORE"].value))
+        _COMPILED[key] = tk
+    return [launch(tk, gemm_kernel, args, (grid_size(op, cfg, target.sm_count),))]
+
+
+def compile(op: GemmOp, target: Target = SM90) -> list[Launch]:
+    """Cubin + launch for `op` with the heuristic config; if the compiled kernel needs more
+    shared memory than the target has, retry with fewer pipeline stages."""
+    check_op(op)
+    cfg = config_for(op, target)
+    while True:
+        try:
+            return compile_config(op, cfg, target)
+        except ValueError as e:
+            if "shared memory" not in str(e) or cfg.num_stages <= 2:
+                raise
+            cfg = cfg.with_(num_stages=cfg.num_stages - 1)
+
+
+# ----------------------------------------------------------------------------- run with torch
+def runtime_args(args: dict, env) -> dict:
+    """compile.py ArgValues -> values for a Triton launch over the torch tensors in `env`
+    (storage name -> flat tensor): Desc -> TensorDescriptor, Ptr -> tensor at the view's start."""
+    import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def value(v):
+        if isinstance(v, Const):
+            return v.value
+        if isinstance(v, Desc):
+            base = torch.as_strided(env[v.arg.storage], v.arg.shape, v.arg.strides, v.arg.offset)
+            return TensorDescriptor(base, list(v.arg.shape), list(v.arg.strides), list(v.block))
+        if isinstance(v, Ptr):
+            return env[v.arg.storage][v.arg.offset:]
+        return v.value
+
+    return {name: value(v) for name, v in args.items()}
+
+
+def jit_runner(op: GemmOp, env, cfg: GemmConfig, sm_count: int):
+    """A no-argument function that runs `op` through Triton's own launcher: GPU tensors in the
+    benchmark, CPU tensors under the interpreter in tests. Same source and arguments as the
+    cross-compiled cubin; descriptors are built once, here."""
+    check_op(op)
+    args = runtime_args(kernel_args(op, cfg), env)
+    # Triton's interpreter computes bf16 dots on the raw bits (triton-lang/triton#11584, "not
+    # supported yet"): give it f32 tiles; compiled kernels never take this branch.
+    args["UPCAST_DOT"] = _is_interpreted(gemm_kernel) and op.a.dtype is DType.BF16
+    if _is_interpreted(gemm_kernel):
+        _fix_interpreter_index()
+    grid = (grid_size(op, cfg, sm_count),)
+
+    def run():
+        gemm_kernel[grid](**args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+    return run
+
+
+def jit_launch(op: GemmOp, env, cfg: GemmConfig, sm_count: int) -> None:
+    jit_runner(op, env, cfg, sm_count)()
+
+
+def _is_interpreted(kernel) -> bool:
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(kernel, InterpretedFunction)
+
+
+def run_interpreted(op: GemmOp, env, config: GemmConfig | None = None,
+                    num_programs: int = 4) -> None:
+    """Execute `op` on the CPU tensors in `env` (storage -> flat tensor) with Triton's
+    interpreter, writing the output view in place. `num_programs` small makes every program
+    walk several tiles, as on the GPU."""
+    run_interpreted_many([(op, env, config, num_programs)])
+
+
+def run_interpreted_many(cases) -> None:
+    """run_interpreted for many (op, env, config | None, num_programs) at once.
+
+    triton.jit picks interpreter or compiler when it decorates, for our kernel and for Triton's
+    own jit helpers alike, so the interpreter needs TRITON_INTERPRET=1 before triton is
+    imported. If this process was not started that way, the cases run in one child process
+    that was (inputs and outputs travel through a temporary file)."""
+    if _is_interpreted(gemm_kernel):
+        for op, env, cfg, nprog in cases:
+            jit_launch(op, env, cfg or config_for(op), nprog)
+        return
+    _run_in_child(cases)
+
+
+def _fix_interpreter_index() -> None:
+    """Triton 3.6's interpreter turns scalars into 1-element arrays and converts them with
+    int(), which NumPy >= 2.4 refuses (triton-lang/triton#9171, fixed after 3.6): `range()` over
+    a runtime bound fails. Wrap its tensor patching to convert through .item() instead."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "aotpack_index_fix", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patch_lang_tensor.aotpack_index_fix = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+def _run_in_child(cases) -> None:
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    repo_root = str(Path(__file__).resolve().parents[3])
+    with tempfile.TemporaryDirectory(prefix="aotpack-gemm-interp-") as tmp:
+        job, result = os.path.join(tmp, "job.pt"), os.path.join(tmp, "result.pt")
+        torch.save(list(cases), job)
+        path = os.pathsep.join(filter(None, [repo_root, os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
+        proc = subprocess.run([sys.executable, "-m", __name__, job, result], env=env,
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"interpreted gemm failed (exit {proc.returncode}):\n"
+                               f"{proc.stderr[-4000:]}")
+        outputs = torch.load(result, weights_only=False)
+    for (op, env_, _, _), out in zip(cases, outputs):
+        env_[op.out.storage].copy_(out)
+
+
+def _child_main(job: str, result: str) -> None:
+    import torch
+
+    cases = torch.load(job, weights_only=False)
+    run_interpreted_many(cases)
+    torch.save([env[op.out.storage] for op, env, _, _ in cases], result)
+
+
+if __name__ == "__main__":
+    import sys
+
+    _child_main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,122 @@
+"""Pointwise kernels generated from a PointwiseOp expression tree.
+
+The generated kernel is one flat loop over the output's elements, BLOCK per program. Layouts are
+baked into the source as constants: the output's multi-index is recovered with divisions by
+constant extents, and each input is addressed through its own broadcast strides (0 on broadcast
+dims). Dims that every operand walks contiguously are merged first, so the common cases (same
+shape contiguous, a row vector broadcast over rows) become 1-D or 2-D loops whose addresses
+Triton can prove contiguous and 16-byte aligned: vector loads/stores.
+
+Math is f32; inputs are widened on load, the result is cast on store. Triton's @jit needs the
+source in a real file, so it is written under the cache dir (AOTPACK_CACHE_DIR/kernels) and
+imported; the kernel is named by a hash of (expression, dtypes, layouts), so identical ops
+share one file and one cubin.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from aotpack import knobs
+from aotpack.kernels.spec import SM90, Launch, PointwiseOp, PwConst, PwExpr, PwInput, Target
+from aotpack.kernels.triton._common import KernelPlan, compile_plan, run_plan
+from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+from aotpack.kernels.triton._pointwise_codegen import Layout, coalesce, kernel_source
+from aotpack.kernels.triton.compile import Const, Ptr, cdiv
+
+CODEGEN_VERSION = 1
+BLOCK = 2048
+NUM_WARPS = 8  # 8 elements per thread: one 16-byte bf16 vector
+
+
+def _layout(op: PointwiseOp) -> Layout:
+    return coalesce(op.out.shape, op.out.strides,
+                    [(a.shape, a.strides) for a in op.inputs])
+
+
+def kernel_name(op: PointwiseOp) -> str:
+    layout = _layout(op)
+    key = repr((CODEGEN_VERSION, BLOCK, op.expr, [a.dtype.value for a in op.inputs],
+                op.out.dtype.value, layout))
+    return "pointwise_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _source_dir() -> Path:
+    return knobs.cache_dir() / "kernels"
+
+
+def _write_once(path: Path, text: str) -> None:
+    """Atomic write (parallel builds may generate the same kernel at the same time)."""
+    if path.exists() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def generated_kernel(op: PointwiseOp):
+    """The @triton.jit function for `op`: source generated, written under the cache dir,
+    imported (memoised per file, so a changed AOTPACK_CACHE_DIR gets its own copy)."""
+    name = kernel_name(op)
+    path = _source_dir() / f"{name}.py"
+    _write_once(path, kernel_source(name, op.expr, len(op.inputs), _layout(op), op.out.dtype,
+                                    BLOCK))
+    module_name = f"aotpack_generated_{name}"
+    module = sys.modules.get(module_name)
+    if module is None or Path(module.__file__) != path:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[module_name] = module
+    return getattr(module, name)
+
+
+def _fn_names(node, acc: list[str]) -> list[str]:
+    if isinstance(node, PwExpr):
+        if node.fn not in acc:
+            acc.append(node.fn)
+        for a in node.args:
+            _fn_names(a, acc)
+    return acc
+
+
+def plan(op: PointwiseOp, config: dict | None = None) -> KernelPlan:
+    """The launch for `op` (`config` is accepted for a uniform interface; BLOCK is fixed)."""
+    if not isinstance(op.expr, (PwExpr, PwInput, PwConst)):
+        raise TypeError(f"pointwise: bad expression {op.expr!r}")
+    fn = generated_kernel(op)
+    args = {"out_ptr": Ptr(op.out)}
+    args.update({f"in{i}_ptr": Ptr(a) for i, a in enumerate(op.inputs)})
+    args["BLOCK"] = Const(BLOCK)
+    grid = (max(1, cdiv(op.out.numel, BLOCK)), 1, 1)
+    if grid[0] >= 2**31:
+        raise ValueError(f"pointwise: {op.out.numel} elements is too many for one grid")
+    fused = ("pointwise",) + tuple(_fn_names(op.expr, []))
+    return KernelPlan(fn, args, grid, NUM_WARPS, 1, fused, {"BLOCK": BLOCK})
+
+
+_LAUNCHES: dict[tuple, list[Launch]] = {}
+
+
+def compile(op: PointwiseOp, target: Target = SM90) -> list[Launch]:
+    key = (op, target)
+    if key not in _LAUNCHES:
+        _LAUNCHES[key] = [compile_plan(plan(op), target)]
+    return _LAUNCHES[key]
+
+
+def run_interpreted(op: PointwiseOp, env, config: dict | None = None) -> None:
+    """Execute the generated kernel in Triton's CPU interpreter on `env`."""
+    run_interpreted_batch([(op, env, config)])
+
+
+def run_plan_interpreted_here(op: PointwiseOp, env, config: dict | None = None) -> None:
+    run_plan_here(plan(op, config), env)
+
+
+def run_jit(op: PointwiseOp, env, config: dict | None = None) -> None:
+    run_plan(plan(op, config), env)

@@ -1,0 +1,102 @@
+"""RMSNorm over the last dim of a 2-D view: out = x * rsqrt(mean(x^2) + eps) [* weight], f32 math.
+
+Each program holds whole rows (C up to 16384) in registers, so x is read once and the statistics
+are plain f32 sums (no Welford needed for a mean of squares). Memory bound: one row per program
+for long rows (warps grow with C so each thread keeps 8-32 elements in 16-byte vectors), several
+rows per program for short ones.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from aotpack.kernels.spec import SM90, Launch, RMSNormOp, Target
+from aotpack.kernels.triton._common import (
+    KernelPlan, compile_plan, int_arg, require_unit_inner_stride, run_plan,
+)
+from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
+
+MAX_COLS = 16384
+
+
+@triton.jit
+def rmsnorm_kernel(x_ptr, weight_ptr, out_ptr, x_stride_r, out_stride_r, n_rows, n_cols, eps,
+                   BLOCK_C: tl.constexpr, ROWS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_C)
+    mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
+    rows = rows.to(tl.int64)
+    x_ptrs = x_ptr + rows[:, None] * x_stride_r + cols[None, :]
+    x = tl.load(x_ptrs, mask=mask, other=0.0).to(tl.float32)
+    mean_sq = tl.sum(x * x, 1) / n_cols
+    y = x * tl.rsqrt(mean_sq + eps)[:, None]
+    if HAS_WEIGHT:
+        w = tl.load(weight_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        y = y * w[None, :]
+    out_ptrs = out_ptr + rows[:, None] * out_stride_r + cols[None, :]
+    tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def default_config(n_cols: int) -> dict:
+    """Whole rows in registers; short rows are packed several per program so that every
+    program still moves >= 2K elements (16-byte vectors for all threads)."""
+    block = triton.next_power_of_2(n_cols)
+    rows = max(1, 2048 // block)
+    warps = 4 if block * rows <= 2048 else 8 if block <= 4096 else 16
+    return {"BLOCK_C": block, "ROWS": rows, "num_warps": warps, "num_stages": 1}
+
+
+def plan(op: RMSNormOp, config: dict | None = None) -> KernelPlan:
+    rows, cols = op.x.shape
+    if op.out.shape != op.x.shape:
+        raise ValueError(f"rmsnorm: out {op.out.shape} != x {op.x.shape}")
+    if cols > MAX_COLS:
+        raise ValueError(f"rmsnorm: {cols} columns > {MAX_COLS} (one row per program)")
+    require_unit_inner_stride("rmsnorm x", op.x)
+    require_unit_inner_stride("rmsnorm out", op.out)
+    if op.weight is not None:
+        if op.weight.shape != (cols,) or op.weight.strides != (1,):
+            raise ValueError(f"rmsnorm: weight must be a contiguous [{cols}] vector")
+    cfg = dict(default_config(cols), **(config or {}))
+    args = {
+        "x_ptr": Ptr(op.x),
+        "weight_ptr": Ptr(op.weight) if op.weight is not None else Const(None),
+        "out_ptr": Ptr(op.out),
+        "x_stride_r": int_arg(op.x.strides[0]), "out_stride_r": int_arg(op.out.strides[0]),
+        "n_rows": int_arg(rows), "n_cols": int_arg(cols), "eps": F32(op.eps),
+        "BLOCK_C": Const(cfg["BLOCK_C"]), "ROWS": Const(cfg["ROWS"]),
+        "HAS_WEIGHT": Const(op.weight is not None),
+    }
+    grid = (cdiv(rows, cfg["ROWS"]), 1, 1)
+    return KernelPlan(rmsnorm_kernel, args, grid, cfg["num_warps"], cfg["num_stages"],
+                      ("rmsnorm",), {"BLOCK_C": cfg["BLOCK_C"], "ROWS": cfg["ROWS"]})
+
+
+_LAUNCHES: dict[tuple, list[Launch]] = {}
+
+
+def compile(op: RMSNormOp, target: Target = SM90) -> list[Launch]:
+    key = (op, target)
+    if key not in _LAUNCHES:
+        _LAUNCHES[key] = [compile_plan(plan(op), target)]
+    return _LAUNCHES[key]
+
+
+def run_interpreted(op: RMSNormOp, env, config: dict | None = None) -> None:
+    """Execute the kernel in Triton's CPU interpreter on `env` (storage -> flat CPU tensor)."""
+    run_interpreted_batch([(op, env, config)])
+
+
+def run_plan_interpreted_here(op: RMSNormOp, env, config: dict | None = None) -> None:
+    run_plan_here(plan(op, config), env)
+
+
+def run_jit(op: RMSNormOp, env, config: dict | None = None) -> None:
+    """Launch through Triton's JIT on the device of `env`'s tensors (benchmarks)."""
+    run_plan(plan(op, config), env)
+
+
+def bytes_moved(op: RMSNormOp) -> int:
+    n = op.x.numel * (op.x.dtype.nbytes + op.out.dtype.nbytes)
+    return n + (op.weight.numel * op.weight.dtype.nbytes if op.weight is not None else 0)

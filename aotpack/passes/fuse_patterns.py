@@ -1,0 +1,201 @@
+"""Pattern fusion on canonical IR: recognise the decomposed forms of ops our kernels implement
+and replace them by one IR node.
+- RoPE (rotate-half): x*cos + cat(-x[..., D/2:], x[..., :D/2])*sin → ROPE(x, cos, sin)
+- RMSNorm: x * rsqrt(mean(x², -1, keepdim) + eps) [→ cast] [* w] → RMS_NORM(x [, w])
+- GQA by repetition (HF repeat_kv: k[:, :, None].expand(..).reshape(..), repeat_interleave):
+  sdpa(q, repeat(k), repeat(v)) → sdpa(q, k, v, gqa) — the repeated copies disappear
+Unused leftovers are removed by dead_code."""
+from __future__ import annotations
+
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
+from aotpack.ir.ops import Op
+from aotpack.passes.canonicalize import dead_code
+from aotpack.passes.views import View, compose, layout_view
+
+
+def fuse_patterns(graph: Graph) -> Graph:
+    graph = _rewrite(graph, _match_rms_norm)
+    graph = _rewrite(graph, _match_rms_weight)
+    graph = _rewrite(graph, _match_rope)
+    graph = _fold_repeat_kv(graph)
+    return dead_code(graph).verify()
+
+
+def _rewrite(graph: Graph, matcher) -> Graph:
+    """Run `matcher(node, producers)` on every node; a match is (op, inputs, attrs) that
+    replaces the node (its output keeps its name and type)."""
+    producers = graph.producers()
+    b = GraphBuilder(graph)
+    for n in graph.nodes:
+        match = matcher(n, producers)
+        if match is None:
+            b.keep(n)
+            continue
+        op, inputs, attrs = match
+        b.nodes.append(Node(op, tuple(b.get(v) for v in inputs), attrs, n.outputs, n.loc))
+    return b.finish()
+
+
+def _prod(v: Value, producers, op: Op) -> Node | None:
+    n = producers.get(v.name)
+    return n if n is not None and n.op == op else None
+
+
+def _tensor_binary(n: Node | None) -> bool:
+    return n is not None and n.op in O.BINARY and n.attrs.scalar is None and len(n.inputs) == 2
+
+
+# ----------------------------------------------------------------------------- RMSNorm
+def _match_rms_norm(n: Node, producers):
+    """n = x * rsqrt(mean(x*x | x**2, -1, keepdim) + eps) (either operand order)."""
+    if n.op != Op.MUL or not _tensor_binary(n):
+        return None
+    for x, r in (n.inputs, n.inputs[::-1]):
+        eps = _rms_denominator(r, x, producers)
+        if eps is not None and n.output.type == x.type:
+            return Op.RMS_NORM, [x], O.NormAttrs(eps, 1)
+    return None
+
+
+def _rms_denominator(r: Value, x: Value, producers) -> float | None:
+    rsqrt = _prod(r, producers, Op.RSQRT)
+    add = rsqrt and _prod(rsqrt.inputs[0], producers, Op.ADD)
+    if not add or add.attrs.scalar is None:
+        return None
+    mean = _prod(add.inputs[0], producers, Op.MEAN)
+    if not mean or not mean.attrs.keepdim or mean.attrs.dims != (len(x.shape) - 1,):
+        return None
+    sq = producers.get(mean.inputs[0].name)
+    is_square = sq is not None and (
+        (sq.op == Op.POW and sq.attrs.scalar == 2.0 and sq.inputs[0] == x)
+        or (sq.op == Op.MUL and sq.attrs.scalar is None and list(sq.inputs) == [x, x]))
+    return float(add.attrs.scalar) if is_square else None
+
+
+def _match_rms_weight(n: Node, producers):
+    """n = w * [cast](rms_norm(x)) with w of shape [C] → rms_norm(x, w), if dtypes allow."""
+    if n.op != Op.MUL or not _tensor_binary(n):
+        return None
+    for y, w in (n.inputs, n.inputs[::-1]):
+        src = y
+        cast = _prod(y, producers, Op.CAST)
+        if cast is not None:
+            src = cast.inputs[0]
+        norm = _prod(src, producers, Op.RMS_NORM)
+        if norm is None or len(norm.inputs) != 1 or tuple(w.shape) != (y.shape[-1],):
+            continue
+        x = norm.inputs[0]
+        if x.type == n.output.type:
+            return Op.RMS_NORM, [x, w], norm.attrs
+        # x was upcast for the statistics (HF style): read the original x instead
+        up = _prod(x, producers, Op.CAST)
+        if up is not None and up.inputs[0].type == n.output.type:
+            return Op.RMS_NORM, [up.inputs[0], w], norm.attrs
+    return None
+
+
+# ----------------------------------------------------------------------------- RoPE
+def _view_of(v: Value, producers) -> tuple[str, View]:
+    n = producers.get(v.name)
+    if n is not None and n.op == Op.AS_STRIDED:
+        return n.inputs[0].name, View(n.attrs.shape, n.attrs.strides, n.attrs.offset)
+    return v.name, View.contiguous(v.shape)
+
+
+def _same_view(a: View | None, b: View | None) -> bool:
+    """Equal as views (strides of size-1 dims do not matter)."""
+    if a is None or b is None or a.shape != b.shape or a.offset != b.offset:
+        return False
+    return all(n == 1 or s == t for n, s, t in zip(a.shape, a.strides, b.strides))
+
+
+def _is_half(h: Value, x: Value, upper: bool, producers) -> bool:
+    """h == x[..., D/2:] (upper) or x[..., :D/2], as views of the same base."""
+    d = x.shape[-1]
+    rank = len(x.shape)
+    hb, hv = _view_of(h, producers)
+    xb, xv = _view_of(x, producers)
+    start, end = (d // 2, d) if upper else (0, d // 2)
+    want = compose(xv, layout_view(Op.SLICE, O.SliceAttrs(rank - 1, start, end), tuple(x.shape)))
+    return hb == xb and _same_view(hv, want)
+
+
+def _is_rotate_half(v: Value, x: Value, producers) -> bool:
+    """v == cat(-x[..., D/2:], x[..., :D/2], dim=-1)."""
+    cat = _prod(v, producers, Op.CAT)
+    if cat is None or len(cat.inputs) != 2 or cat.attrs.dims != (len(v.shape) - 1,):
+        return False
+    neg = _prod(cat.inputs[0], producers, Op.NEG)
+    return (neg is not None and x.shape == v.shape
+            and _is_half(neg.inputs[0], x, True, producers)
+            and _is_half(cat.inputs[1], x, False, producers))
+
+
+def _rope_table_ok(t: Value, x: Value) -> bool:
+    """cos/sin must be [S, D] after dropping leading 1s (what RopeOp reads)."""
+    dims = list(t.shape)
+    while len(dims) > 2 and dims[0] == 1:
+        dims.pop(0)
+    return tuple(dims) == tuple(x.shape[-2:]) and t.dtype == x.dtype
+
+
+def _match_rope(n: Node, producers):
+    if n.op != Op.ADD or not _tensor_binary(n):
+        return None
+    for p, r in (n.inputs, n.inputs[::-1]):
+        mul_cos, mul_sin = _prod(p, producers, Op.MUL), _prod(r, producers, Op.MUL)
+        if not (_tensor_binary(mul_cos) and _tensor_binary(mul_sin)):
+            continue
+        for x, cos in (mul_cos.inputs, mul_cos.inputs[::-1]):
+            for rot, sin in (mul_sin.inputs, mul_sin.inputs[::-1]):
+                if (len(x.shape) == 4 and x.shape[-1] % 2 == 0  # RopeOp is [B, H, S, D]
+                        and _is_rotate_half(rot, x, producers)
+                        and _rope_table_ok(cos, x) and _rope_table_ok(sin, x)
+                        and n.output.type == x.type):
+                    return Op.ROPE, [x, cos, sin], O.NoAttrs()
+    return None
+
+
+# ----------------------------------------------------------------------------- GQA
+def _unrepeated(v: Value, producers) -> tuple[Value, View] | None:
+    """(base, view [B, Hkv, S, D]) if v = contiguous copy of base viewed [B, Hkv, g, S, D] with
+    a 0 stride on g, reshaped to [B, Hkv*g, S, D]."""
+    view = _prod(v, producers, Op.AS_STRIDED)
+    copy = view and _prod(view.inputs[0], producers, Op.COPY)
+    expand = copy and _prod(copy.inputs[0], producers, Op.AS_STRIDED)
+    if expand is None or len(v.shape) != 4 or len(expand.attrs.shape) != 5:
+        return None
+    if view.attrs != O.StridedAttrs(*_contiguous_attrs(v.shape)):
+        return None
+    b, hkv, g, s, d = expand.attrs.shape
+    if expand.attrs.strides[2] != 0 or (b, hkv * g, s, d) != tuple(v.shape):
+        return None
+    strides = expand.attrs.strides
+    return expand.inputs[0], View((b, hkv, s, d), strides[:2] + strides[3:],
+                                  expand.attrs.offset)
+
+
+def _contiguous_attrs(shape):
+    c = View.contiguous(tuple(shape))
+    return c.shape, c.strides, c.offset
+
+
+def _fold_repeat_kv(graph: Graph) -> Graph:
+    producers = graph.producers()
+    b = GraphBuilder(graph)
+    for n in graph.nodes:
+        if n.op != Op.SDPA or n.attrs.gqa:
+            b.keep(n)
+            continue
+        k, v = (_unrepeated(x, producers) for x in n.inputs[1:])
+        if k is None or v is None:
+            b.keep(n)
+            continue
+        kv = [b.emit(Op.AS_STRIDED, [base], O.StridedAttrs(view.shape, view.strides,
+                                                            view.offset),
+                     base.dtype, view.shape, f"{old.name}_kv", n.loc)
+              for (base, view), old in ((k, n.inputs[1]), (v, n.inputs[2]))]
+        attrs = O.SdpaAttrs(n.attrs.causal, n.attrs.scale, True)
+        b.nodes.append(Node(Op.SDPA, (b.get(n.inputs[0]), *kv), attrs, n.outputs, n.loc))
+    return b.finish()

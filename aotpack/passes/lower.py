@@ -1,0 +1,372 @@
+"""Lowering: canonical IR → Program (kernel ops over named storages).
+
+Walks the nodes in order. Every value gets a TensorArg (how kernels reach it): inputs, weights
+and compute results are contiguous storages; AS_STRIDED nodes are views of those (no kernel).
+GEMM roots emit one GemmOp for their whole epilogue chain (gemm_chain.py), elementwise roots one
+PointwiseOp (pointwise.py); SDPA, ROPE, RMS_NORM map to their kernel ops. A COPY that only
+un-permutes a kernel's result is elided: the kernel writes its output in the copy's layout;
+likewise the inputs of a cat are written straight into their slices of the cat's storage.
+"""
+from __future__ import annotations
+
+import math
+
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Graph, Node, Value
+from aotpack.ir.ops import Op
+from aotpack.kernels.spec import (
+    AttentionOp, EpAct, EpAdd, EpBias, EpMul, GemmOp, PointwiseOp, RMSNormOp, RopeOp, TensorArg,
+    contiguous,
+)
+from aotpack.passes import pointwise as pw
+from aotpack.passes.gemm_chain import Chain, find_chains
+from aotpack.passes.views import View, compose, normalized
+from aotpack.program import Program, Storage
+
+
+class LoweringError(Exception):
+    """A node no kernel op covers (the message names the op, the node and its source)."""
+
+
+def lower(graph: Graph) -> Program:
+    return _Lowering(graph).run()
+
+
+def _kernel_writes_strided(n: Node | None) -> bool:
+    """Kernels whose output may be any 4-D/N-D strided view (not GEMM: its out is 2-D)."""
+    return n is not None and (n.op in (Op.SDPA, Op.ROPE) or n.op in O.ELEMENTWISE)
+
+
+class _Lowering:
+    def __init__(self, graph: Graph):
+        self.g = graph
+        self.producers = graph.producers()
+        self.users = graph.users()
+        self.chains = find_chains(graph)
+        self.chain_of: dict[str, Chain] = {}  # any node covered by a chain -> its chain
+        for c in self.chains.values():
+            for n in c.nodes():
+                self.chain_of[n.output.name] = c
+        self.absorbed = pw.absorbed_nodes(graph, set(self.chain_of))
+        self.storages: dict[str, Storage] = {}
+        self.args: dict[str, TensorArg] = {}
+        self.ops: list = []
+        self.weights: dict = {}
+        self.preset: dict[str, TensorArg] = {}  # value -> where its producer must write it
+        self.value_names = graph.names()
+        self.in_place: set[str] = set()  # cat inputs written by their producer into the cat
+        self.out_storage = self._output_storages()
+        self._plan_copy_elision()
+
+    # ------------------------------------------------------------------ setup
+    def _output_storages(self) -> dict[str, str]:
+        """value name -> output storage name, for outputs a kernel can write directly."""
+        seen, out = set(), {}
+        for o in self.g.outputs:
+            n = self.producers.get(o.value.name)
+            direct = n is not None and n.op != Op.AS_STRIDED
+            if direct and o.value.name not in seen:
+                out[o.value.name] = o.name
+            seen.add(o.value.name)
+        return out
+
+    def _plan_copy_elision(self) -> None:
+        """Kernels write straight into the storage a copy would go to: a COPY (or a graph
+        output) of a permuted view of a kernel's result, and every cat input. Planned from the
+        last node back, so a consumer's layout is fixed before its producers are planned."""
+        outputs = {}
+        for o in self.g.outputs:
+            outputs.setdefault(o.value.name, []).append(o.name)
+        for n in reversed(self.g.nodes):
+            if n.op == Op.COPY:
+                self._try_elide(n.inputs[0], n.output, None)
+            elif n.op == Op.AS_STRIDED and len(outputs.get(n.output.name, [])) == 1:
+                self._try_elide(n.output, n.output, outputs[n.output.name][0])
+            elif n.op == Op.CAT:
+                self._plan_cat(n)
+
+    def _plan_cat(self, n: Node) -> None:
+        """Producers of cat inputs write their slice of the cat's storage (no copies)."""
+        out = self._new_storage(n.output)
+        dim, start = n.attrs.dims[0], 0
+        for v in n.inputs:
+            part = TensorArg(out.storage, out.dtype, tuple(v.shape), out.strides,
+                             out.offset + start * out.strides[dim])
+            start += v.shape[dim]
+            if self._can_write_into(v, part) and n.inputs.count(v) == 1:
+                self.preset[v.name] = part
+                self.in_place.add(v.name)
+
+    def _can_write_into(self, v: Value, dest: TensorArg) -> bool:
+        n = self.producers.get(v.name)
+        if (n is None or v.name in self.preset or v.name in self.g.output_names()
+                or len(self.users.get(v.name, [])) != 1 or v.dtype != dest.dtype):
+            return False
+        flat = _flatten_2d(dest)
+        row_major = flat is not None and (flat.strides[1] == 1 or flat.shape[1] == 1)
+        if v.name in self.chain_of:
+            return self.chain_of[v.name].end == v and row_major
+        if n.op == Op.RMS_NORM:
+            return row_major
+        return _kernel_writes_strided(n) and v.name not in self.absorbed
+
+    def _try_elide(self, view: Value, dest: Value, output_name: str | None) -> None:
+        view_node = self.producers.get(view.name)
+        if view_node is None or view_node.op != Op.AS_STRIDED:
+            return
+        src = view_node.inputs[0]
+        view_users = len(self.users.get(view.name, [])) + (output_name is not None)
+        if not (_kernel_writes_strided(self.producers.get(src.name))
+                and src.name not in self.chain_of  # a GEMM writes 2-D row-major views
+                and src.name not in self.preset
+                and len(self.users.get(src.name, [])) == 1 and view_users == 1
+                and src.name not in self.g.output_names()):
+            return
+        inverse = _inverse_permutation(view_node.attrs, tuple(src.shape))
+        if inverse is None:
+            return
+        if output_name is not None:
+            self.out_storage[dest.name] = output_name
+        out = self._new_storage(dest, storage_name=src.name)
+        inverse = normalized(View(tuple(src.shape), inverse)).strides
+        self.preset[src.name] = TensorArg(out.storage, src.dtype, tuple(src.shape), inverse, 0)
+
+    # ------------------------------------------------------------------ driver
+    def run(self) -> Program:
+        for v in self.g.inputs:
+            self.storages[v.name] = Storage(v.name, "input", v.dtype, tuple(v.shape))
+            self.args[v.name] = contiguous(v.name, v.dtype, tuple(v.shape))
+        for name, c in self.g.constants.items():
+            self._add_weight(name, c.tensor, c.value)
+        for n in self.g.nodes:
+            self._lower_node(n)
+        self._write_outputs()
+        return Program([v.name for v in self.g.inputs], [o.name for o in self.g.outputs],
+                       self.storages, self.ops, self.weights, self._summary())
+
+    def _summary(self) -> dict:
+        kinds: dict[str, int] = {}
+        for op in self.ops:
+            kinds[type(op).__name__] = kinds.get(type(op).__name__, 0) + 1
+        return {"fused_nodes": len(self.g.nodes), "fused_ops": self.g.count_ops(),
+                "kernel_ops": kinds}
+
+    def _lower_node(self, n: Node) -> None:
+        name = n.output.name
+        if n.op == Op.AS_STRIDED:
+            self.args[name] = self._view(self.args[n.inputs[0].name], n.attrs)
+        elif name in self.chains:
+            self._lower_gemm(self.chains[name])
+        elif name in self.chain_of or name in self.absorbed:
+            return  # emitted with its GEMM / its pointwise root
+        elif n.op in O.ELEMENTWISE:
+            self._lower_pointwise(n)
+        elif n.op == Op.COPY:
+            if name not in self.args:
+                self._copy(self.args[n.inputs[0].name], self._new_storage(n.output))
+        elif n.op == Op.CAT:
+            self._lower_cat(n)
+        elif n.op in _LOWER:
+            _LOWER[n.op](self, n)
+        else:
+            self._fail(n, "no kernel op implements it (supported after fusion: linear/matmul "
+                          "+ epilogue, sdpa, rms_norm, rope, elementwise, cat, views)")
+
+    def _fail(self, n: Node, why: str):
+        raise LoweringError(f"cannot lower {n.op.value} node %{n.output.name} "
+                            f"({n.loc or 'no source'}): {why}")
+
+    # ------------------------------------------------------------------ storages and views
+    def _new_storage(self, v: Value, storage_name: str | None = None) -> TensorArg:
+        """The contiguous TensorArg `v` is written to (its output storage if it is one)."""
+        if v.name in self.preset:
+            self.args[v.name] = self.preset[v.name]
+            return self.preset[v.name]
+        name = self.out_storage.get(v.name) or storage_name or v.name
+        kind = "output" if v.name in self.out_storage else "intermediate"
+        self.storages[name] = Storage(name, kind, v.dtype, tuple(v.shape))
+        arg = contiguous(name, v.dtype, tuple(v.shape))
+        self.args[v.name] = arg
+        return arg
+
+    def _add_weight(self, name: str, tensor, v: Value) -> TensorArg:
+        self.storages[name] = Storage(name, "weight", v.dtype, tuple(v.shape))
+        self.weights[name] = tensor
+        self.args[name] = contiguous(name, v.dtype, tuple(v.shape))
+        return self.args[name]
+
+    def _view(self, base: TensorArg, attrs) -> TensorArg:
+        inner = View(base.shape, base.strides, base.offset)
+        v = compose(inner, View(attrs.shape, attrs.strides, attrs.offset))
+        if v is None:
+            raise LoweringError(f"view {attrs} of {base} is not strided")
+        return TensorArg(base.storage, base.dtype, v.shape, v.strides, v.offset)
+
+    def _copy(self, src: TensorArg, dst: TensorArg) -> None:
+        self.ops.append(PointwiseOp((src,), pw.identity_expr(), dst))
+
+    def _materialize(self, arg: TensorArg, hint: str) -> TensorArg:
+        """A contiguous copy of `arg` in a fresh intermediate storage."""
+        name, i = f"{hint}_contig", 0
+        while name in self.storages or name in self.value_names:  # both may become storages
+            i += 1
+            name = f"{hint}_contig{i}"
+        self.storages[name] = Storage(name, "intermediate", arg.dtype, arg.shape)
+        dst = contiguous(name, arg.dtype, arg.shape)
+        self._copy(arg, dst)
+        return dst
+
+    def _as_2d(self, arg: TensorArg, hint: str, inner_unit: bool = True) -> TensorArg:
+        """arg viewed as [prod(leading dims), last dim] (copied first if that is no view)."""
+        flat = _flatten_2d(arg)
+        if flat is None or (inner_unit and flat.strides[1] != 1 and flat.shape[1] > 1):
+            flat = _flatten_2d(self._materialize(arg, hint))
+        return flat
+
+    # ------------------------------------------------------------------ kernel ops
+    def _lower_gemm(self, chain: Chain) -> None:
+        root = chain.root
+        a_arg = self._as_2d(self.args[root.inputs[0].name], root.inputs[0].name)
+        b_arg = self._gemm_b(root)
+        epilogue = []
+        if root.op == Op.LINEAR and len(root.inputs) == 3:
+            epilogue.append(EpBias(_as_1d(self.args[root.inputs[2].name])))
+        for s in chain.steps:
+            if s.kind == "act":
+                epilogue.append(EpAct(s.act))
+            elif s.kind == "bias":
+                epilogue.append(EpBias(_as_1d(self.args[s.operand.name])))
+            elif s.kind in ("add", "mul"):
+                other = self._as_2d(self.args[s.operand.name], s.operand.name, False)
+                epilogue.append(EpAdd(other) if s.kind == "add" else EpMul(other))
+        out = self._new_storage(chain.end)
+        out2d = _flatten_2d(out)
+        self.ops.append(GemmOp(a_arg, b_arg, out2d, tuple(epilogue)))
+
+    def _gemm_b(self, root: Node) -> TensorArg:
+        """The [N, K] operand: a linear's weight, or a matmul's [K, N] operand transposed
+        (a constant once at build time, anything else by a copy: TMA needs unit inner
+        strides)."""
+        b = root.inputs[1]
+        if root.op == Op.LINEAR:
+            return self._as_2d(self.args[b.name], b.name)
+        if len(b.shape) != 2:
+            self._fail(root, "batched matmul (only [.., M, K] @ [K, N] is supported)")
+        if b.name in self.g.constants:
+            t_name = f"{b.name}.T"
+            tensor = self.g.constants[b.name].tensor.t().contiguous()
+            return self._add_weight(t_name, tensor, Value(t_name, b.dtype, tuple(tensor.shape)))
+        arg = self.args[b.name]
+        transposed = TensorArg(arg.storage, arg.dtype, arg.shape[::-1], arg.strides[::-1],
+                               arg.offset)
+        return self._materialize(transposed, f"{b.name}_t")
+
+    def _lower_pointwise(self, n: Node) -> None:
+        leaves: list[Value] = []
+        expr = pw.build_expr(n, self.producers, self.absorbed, leaves)
+        inputs = tuple(self.args[v.name] for v in leaves)
+        self.ops.append(PointwiseOp(inputs, expr, self._new_storage(n.output)))
+
+    def _lower_cat(self, n: Node) -> None:
+        """Copies of the inputs that were not written in place (see _plan_cat)."""
+        out = self.args[n.output.name]
+        dim, start = n.attrs.dims[0], 0
+        for v in n.inputs:
+            part = TensorArg(out.storage, out.dtype, tuple(v.shape), out.strides,
+                             out.offset + start * out.strides[dim])
+            if v.name not in self.in_place:
+                self._copy(self.args[v.name], part)
+            start += v.shape[dim]
+
+    def _lower_sdpa(self, n: Node) -> None:
+        q, k, v = (self.args[x.name] for x in n.inputs)
+        if q.shape[1] != k.shape[1] and not n.attrs.gqa:
+            self._fail(n, "query and key head counts differ without enable_gqa")
+        scale = n.attrs.scale if n.attrs.scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        out = self._new_storage(n.output)
+        self.ops.append(AttentionOp(q, k, v, out, n.attrs.causal, float(scale)))
+
+    def _lower_rope(self, n: Node) -> None:
+        x, cos, sin = (self.args[v.name] for v in n.inputs)
+        if len(x.shape) != 4:
+            self._fail(n, f"rope input must be [B, H, S, D], got {list(x.shape)}")
+        out = self._new_storage(n.output)
+        self.ops.append(RopeOp(x, _drop_leading_ones(cos), _drop_leading_ones(sin), out))
+
+    def _lower_rms_norm(self, n: Node) -> None:
+        if n.attrs.ndim != 1:
+            self._fail(n, "rms_norm over more than the last dimension")
+        x = self._as_2d(self.args[n.inputs[0].name], n.inputs[0].name)
+        weight = _as_1d(self.args[n.inputs[1].name]) if len(n.inputs) > 1 else None
+        out = _flatten_2d(self._new_storage(n.output))
+        self.ops.append(RMSNormOp(x, weight, out, n.attrs.eps))
+
+    def _write_outputs(self) -> None:
+        """Outputs no kernel wrote directly (views, inputs, weights, repeats) get a copy."""
+        for o in self.g.outputs:
+            if self.out_storage.get(o.value.name) == o.name:
+                continue
+            v = o.value
+            self.storages[o.name] = Storage(o.name, "output", v.dtype, tuple(v.shape))
+            self._copy(self.args[v.name], contiguous(o.name, v.dtype, tuple(v.shape)))
+
+
+_LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
+          Op.RMS_NORM: _Lowering._lower_rms_norm}
+
+
+# ---------------------------------------------------------------------- TensorArg helpers
+def _flatten_2d(arg: TensorArg) -> TensorArg | None:
+    """[d0, ..., dn-1, K] → [M, K] if the leading dims merge into one stride, else None."""
+    if len(arg.shape) == 1:
+        return TensorArg(arg.storage, arg.dtype, (1, arg.shape[0]),
+                         (arg.shape[0] * arg.strides[0], arg.strides[0]), arg.offset)
+    lead = [(d, s) for d, s in zip(arg.shape[:-1], arg.strides[:-1]) if d != 1]
+    m = 1
+    for d, _ in lead:
+        m *= d
+    for (d0, s0), (d1, s1) in zip(lead, lead[1:]):
+        if s0 != s1 * d1:
+            return None
+    row = lead[-1][1] if lead else arg.shape[-1] * arg.strides[-1]
+    return TensorArg(arg.storage, arg.dtype, (m, arg.shape[-1]), (row, arg.strides[-1]),
+                     arg.offset)
+
+
+def _drop_leading_ones(arg: TensorArg) -> TensorArg:
+    shape, strides = list(arg.shape), list(arg.strides)
+    while len(shape) > 2 and shape[0] == 1:
+        shape.pop(0)
+        strides.pop(0)
+    return TensorArg(arg.storage, arg.dtype, tuple(shape), tuple(strides), arg.offset)
+
+
+def _as_1d(arg: TensorArg) -> TensorArg:
+    shape, strides = list(arg.shape), list(arg.strides)
+    while len(shape) > 1 and shape[0] == 1:
+        shape.pop(0)
+        strides.pop(0)
+    return TensorArg(arg.storage, arg.dtype, tuple(shape), tuple(strides), arg.offset)
+
+
+def _inverse_permutation(attrs: O.StridedAttrs, src_shape) -> tuple[int, ...] | None:
+    """If the view is a pure permutation of src's contiguous layout, the strides that write src
+    into the contiguous layout of the view; else None."""
+    from aotpack.ir.types import contiguous_strides
+
+    src_strides = contiguous_strides(src_shape)
+    if attrs.offset != 0 or sorted(attrs.shape) != sorted(src_shape):
+        return None
+    view_strides = contiguous_strides(attrs.shape)
+    out = [0] * len(src_shape)
+    used = set()
+    for k, (size, stride) in enumerate(zip(attrs.shape, attrs.strides)):
+        if size == 1:
+            continue
+        dims = [m for m in range(len(src_shape)) if src_strides[m] == stride
+                and src_shape[m] == size and m not in used]
+        if not dims:
+            return None
+        used.add(dims[0])
+        out[dims[0]] = view_strides[k]
+    return tuple(out)

@@ -1,0 +1,140 @@
+"""Memory planning: every intermediate and scratch region gets a byte offset in one arena.
+
+Lifetimes are measured in launch steps (an op may need several launches). Regions whose
+lifetimes overlap never share bytes; the others are packed greedily, largest first, at the
+lowest offset that fits (the classic offline strategy: good on transformer graphs, where a few
+large activations dominate). An op's output may take over the storage of an operand that dies at
+that op when the kernel reads and writes it element for element (pointwise inputs, GEMM
+residual/mul operands with the output's exact view): that is the "in place where safe" rule.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from aotpack.kernels.spec import (
+    EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot, TensorArg, op_inputs,
+)
+from aotpack.program import MemoryPlan, Program
+
+ALIGN = 256
+
+
+@dataclass
+class _Region:
+    name: str
+    nbytes: int
+    first: int  # first step that touches it
+    last: int  # last step that touches it
+    alias_of: str | None = None
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _elementwise_operands(op) -> list[TensorArg]:
+    """Operands that the op's kernel reads exactly where it writes (same view as the output)."""
+    if isinstance(op, PointwiseOp):
+        cands = list(op.inputs)
+    elif isinstance(op, GemmOp):
+        cands = [s.other for s in op.epilogue if isinstance(s, (EpAdd, EpMul))]
+    else:
+        return []
+    return [a for a in cands if (a.shape, a.strides, a.offset, a.dtype) ==
+            (op.out.shape, op.out.strides, op.out.offset, op.out.dtype)]
+
+
+def _step_spans(launches_per_op: list[list[Launch]]) -> list[tuple[int, int]]:
+    spans, step = [], 0
+    for launches in launches_per_op:
+        if not launches:
+            raise ValueError("every op needs at least one launch")
+        spans.append((step, step + len(launches) - 1))
+        step += len(launches)
+    return spans
+
+
+def _intermediate_regions(program: Program, spans) -> dict[str, _Region]:
+    regions: dict[str, _Region] = {}
+    for i, op in enumerate(program.ops):
+        first, last = spans[i]
+        for arg in [*op_inputs(op), op.out]:
+            st = program.storages[arg.storage]
+            if st.kind != "intermediate":
+                continue
+            r = regions.get(st.name)
+            if r is None:
+                regions[st.name] = _Region(st.name, st.nbytes, first, last)
+            else:
+                r.first, r.last = min(r.first, first), max(r.last, last)
+    return regions
+
+
+def _apply_inplace(program: Program, spans, regions: dict[str, _Region]) -> None:
+    """Let an op's output reuse a dying operand's bytes (see module doc). Chains are fine: each
+    link dies at the op that creates the next, so a root's bytes hold one live value at a time.
+    The root's lifetime is extended to cover every alias."""
+    for i, op in enumerate(program.ops):
+        out = regions.get(op.out.storage)
+        if out is None or out.first != spans[i][0] or out.alias_of:
+            continue
+        for arg in _elementwise_operands(op):
+            src = regions.get(arg.storage)
+            if src is None or arg.storage == op.out.storage or src.last != spans[i][1]:
+                continue
+            root = regions[src.alias_of] if src.alias_of else src
+            if root.nbytes >= out.nbytes:
+                out.alias_of = root.name
+                root.last = max(root.last, out.last)
+                break
+
+
+def _place(regions: list[_Region]) -> dict[str, int]:
+    placed: list[tuple[int, int, _Region]] = []  # (offset, end, region)
+    offsets: dict[str, int] = {}
+    for r in sorted(regions, key=lambda r: (-r.nbytes, r.first, r.name)):
+        live = sorted((o, e) for o, e, q in placed if not (q.last < r.first or r.last < q.first))
+        offset = 0
+        for o, e in live:
+            if offset + _align(r.nbytes) <= o:
+                break
+            offset = max(offset, e)
+        offsets[r.name] = offset
+        placed.append((offset, offset + _align(r.nbytes), r))
+    return offsets
+
+
+def _resolve_scratch(launches: list[Launch], regions: dict[str, _Region]) -> list[Launch]:
+    out = []
+    for step, la in enumerate(launches):
+        args = list(la.args)
+        for j, slot in enumerate(args):
+            if isinstance(slot, ScratchSlot):
+                name = f"__scratch.{step}.{j}"
+                regions[name] = _Region(name, slot.nbytes, step, step)
+                args[j] = PtrSlot(name, 0)
+        out.append(replace(la, args=tuple(args)))
+    return out
+
+
+def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> MemoryPlan:
+    if len(launches_per_op) != len(program.ops):
+        raise ValueError(f"{len(launches_per_op)} launch lists for {len(program.ops)} ops")
+    spans = _step_spans(launches_per_op)
+    regions = _intermediate_regions(program, spans)
+    _apply_inplace(program, spans, regions)
+    flat = [la for launches in launches_per_op for la in launches]
+    flat = _resolve_scratch(flat, regions)
+    roots = [r for r in regions.values() if not r.alias_of]
+    offsets = _place(roots)
+    for r in regions.values():
+        if r.alias_of:
+            offsets[r.name] = offsets[r.alias_of]
+    arena = max((offsets[r.name] + _align(r.nbytes) for r in roots), default=0)
+    return MemoryPlan(
+        arena_bytes=arena,
+        offsets=offsets,
+        nbytes={r.name: r.nbytes for r in regions.values()},
+        launches=flat,
+        naive_bytes=sum(_align(r.nbytes) for r in regions.values()),
+    )

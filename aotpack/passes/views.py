@@ -1,0 +1,116 @@
+"""Strided-view algebra shared by the passes.
+
+A `View` says where each element of a value lives in the contiguous layout of a *base* value:
+element i is base flat element `offset + sum(i_k * strides[k])`. Layout ops become views
+(`layout_view`), views compose (`compose`), and a composition that is not a strided view (e.g.
+merging dims of a transposed tensor) returns None: the caller materializes a copy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aotpack.ir import ops as O
+from aotpack.ir.ops import Op
+from aotpack.ir.types import contiguous_strides, numel
+
+
+@dataclass(frozen=True)
+class View:
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @staticmethod
+    def contiguous(shape) -> "View":
+        return View(tuple(shape), contiguous_strides(tuple(shape)), 0)
+
+    def is_identity_of(self, shape) -> bool:
+        return self == View.contiguous(shape)
+
+
+def normalized(view: View) -> View:
+    """The same view with a canonical stride for every size-1 dim (the extent of the dims
+    inside it), so that equal views compare equal and no kernel sees a made-up 0 stride."""
+    strides = list(view.strides)
+    for i, size in enumerate(view.shape):
+        if size == 1:
+            inner = [view.shape[j] * view.strides[j] for j in range(i + 1, len(view.shape))
+                     if view.shape[j] != 1]
+            strides[i] = max(inner, default=1)
+    return View(view.shape, tuple(strides), view.offset)
+
+
+def layout_view(op: Op, attrs, in_shape: tuple[int, ...]) -> View:
+    """The layout op `op` as a view over the contiguous layout of its input."""
+    base = View.contiguous(in_shape)
+    shape, strides = list(base.shape), list(base.strides)
+    if op == Op.VIEW:
+        return View.contiguous(attrs.shape)
+    if op == Op.PERMUTE:
+        return View(tuple(shape[d] for d in attrs.dims), tuple(strides[d] for d in attrs.dims))
+    if op == Op.SLICE:
+        d = attrs.dim
+        size = (attrs.end - attrs.start + attrs.step - 1) // attrs.step
+        offset = attrs.start * strides[d]
+        shape[d], strides[d] = size, strides[d] * attrs.step
+        return View(tuple(shape), tuple(strides), offset)
+    if op == Op.SELECT:
+        offset = attrs.index * strides[attrs.dim]
+        del shape[attrs.dim], strides[attrs.dim]
+        return View(tuple(shape), tuple(strides), offset)
+    if op == Op.EXPAND:
+        lead = len(attrs.shape) - len(shape)
+        new_strides = [0] * lead + [0 if s == 1 and n != 1 else st for s, n, st in
+                                    zip(shape, attrs.shape[lead:], strides)]
+        return View(tuple(attrs.shape), tuple(new_strides))
+    if op == Op.UNSQUEEZE:
+        d = attrs.dims[0]
+        shape.insert(d, 1)
+        strides.insert(d, strides[d] * shape[d + 1] if d < len(strides) else 1)
+        return View(tuple(shape), tuple(strides))
+    if op == Op.SQUEEZE:
+        keep = [i for i in range(len(shape)) if not (i in attrs.dims and shape[i] == 1)]
+        return View(tuple(shape[i] for i in keep), tuple(strides[i] for i in keep))
+    if op == Op.AS_STRIDED:
+        return View(attrs.shape, attrs.strides, attrs.offset)
+    raise ValueError(f"{op.value} is not a layout op")
+
+
+def _digits(flat: int, shape: tuple[int, ...]) -> list[int]:
+    """Mixed-radix digits of a flat index in the contiguous layout of `shape`."""
+    out = []
+    for d in reversed(shape):
+        d = max(d, 1)
+        out.append(flat % d)
+        flat //= d
+    return list(reversed(out))
+
+
+def compose(inner: View, outer: View) -> View | None:
+    """`outer` (a view over the contiguous layout of a value whose own layout is `inner`) as a
+    view over inner's base, or None when that is not a strided view.
+
+    Each outer stride is written as a digit vector of inner's shape; if the offset plus every
+    dimension's largest step stays inside inner's shape digit-wise, no index ever carries from
+    one inner dimension into the next, so the map is linear (a strided view)."""
+    if numel(outer.shape) == 0:
+        return View(outer.shape, (0,) * len(outer.shape), inner.offset)
+    if inner.is_identity_of(inner.shape) and inner.offset == 0:
+        return normalized(outer)
+    high = _digits(outer.offset, inner.shape)
+    steps = []
+    for size, stride in zip(outer.shape, outer.strides):
+        d = _digits(stride, inner.shape) if size > 1 else [0] * len(inner.shape)
+        if size > 1 and stride >= numel(inner.shape):
+            return None
+        steps.append(d)
+        high = [h + (size - 1) * x for h, x in zip(high, d)]
+    if any(h >= max(n, 1) for h, n in zip(high, inner.shape)):
+        return None
+    base_off = sum(o * s for o, s in zip(_digits(outer.offset, inner.shape), inner.strides))
+    strides = tuple(sum(x * s for x, s in zip(d, inner.strides)) for d in steps)
+    return normalized(View(outer.shape, strides, inner.offset + base_off))
+
+
+def strided_attrs(view: View) -> O.StridedAttrs:
+    return O.StridedAttrs(tuple(view.shape), tuple(view.strides), view.offset)

@@ -1,0 +1,127 @@
+"""Finding and loading libaotpack.so, and the ctypes declarations of its C API
+(runtime_cpp/include/aotpack/aotpack.h). No torch import.
+
+Search order: env AOTPACK_LIB; the runtime installed inside the package
+(`aotpack/_runtime/lib/libaotpack.so`, see aotpack.runtime_files); the newest
+`<repo>/build/**/libaotpack.so` of a development build (not `build-*`: sanitizer builds
+live there and cannot be loaded into a plain Python).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parents[2]
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+
+MAX_RANK = 8
+
+
+class TensorInfoC(ctypes.Structure):
+    """aotpack_tensor_info."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("dtype_name", ctypes.c_char_p),
+        ("rank", ctypes.c_int32),
+        ("dims", ctypes.c_int64 * MAX_RANK),
+        ("nbytes", ctypes.c_uint64),
+    ]
+
+
+class ModelOptionsC(ctypes.Structure):
+    """aotpack_model_options."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("weights_path", ctypes.c_char_p),
+        ("device_ordinal", ctypes.c_int),
+    ]
+
+
+class SessionOptionsC(ctypes.Structure):
+    """aotpack_session_options."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("workspace", ctypes.c_uint64),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("use_cuda_graph", ctypes.c_int),
+    ]
+
+
+def _candidates() -> list[Path]:
+    found: list[Path] = []
+    env = os.environ.get("AOTPACK_LIB")
+    if env:
+        return [Path(env).expanduser()]  # explicit: nothing else is tried
+    try:
+        from aotpack import runtime_files
+
+        p = runtime_files.library_path()
+        if p is not None:
+            found.append(Path(p))
+    except Exception:  # the helper is optional; fall back to our own search
+        pass
+    found.append(Path(__file__).resolve().parents[1] / "_runtime" / "lib" / "libaotpack.so")
+    build = _REPO / "build"
+    dev = [p for p in build.rglob("libaotpack.so")] if build.is_dir() else []
+    dev.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    return found + dev
+
+
+def library_path() -> Path:
+    """The libaotpack.so that load_library() would open; raises FileNotFoundError."""
+    for p in _candidates():
+        if p.is_file():
+            return p
+    raise FileNotFoundError(
+        "libaotpack.so not found: set AOTPACK_LIB, install aotpack with pip (it builds the "
+        "runtime), or build it: cmake -S . -B build && cmake --build build")
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    vp, u64, sz, cint = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int
+    sigs = {
+        "aotpack_status_code": (cint, [vp]),
+        "aotpack_status_message": (ctypes.c_char_p, [vp]),
+        "aotpack_status_code_name": (ctypes.c_char_p, [cint]),
+        "aotpack_status_free": (None, [vp]),
+        "aotpack_version": (ctypes.c_char_p, []),
+        "aotpack_model_load": (vp, [ctypes.c_char_p, ctypes.POINTER(ModelOptionsC),
+                                    ctypes.POINTER(vp)]),
+        "aotpack_model_check_file": (vp, [ctypes.c_char_p, ctypes.POINTER(ModelOptionsC)]),
+        "aotpack_model_free": (None, [vp]),
+        "aotpack_model_num_inputs": (sz, [vp]),
+        "aotpack_model_num_outputs": (sz, [vp]),
+        "aotpack_model_input_info": (vp, [vp, sz, ctypes.POINTER(TensorInfoC)]),
+        "aotpack_model_output_info": (vp, [vp, sz, ctypes.POINTER(TensorInfoC)]),
+        "aotpack_model_arena_bytes": (u64, [vp]),
+        "aotpack_model_num_kernels": (sz, [vp]),
+        "aotpack_model_num_steps": (sz, [vp]),
+        "aotpack_model_kernel_name": (ctypes.c_char_p, [vp, sz]),
+        "aotpack_model_kernel_entry": (ctypes.c_char_p, [vp, sz]),
+        "aotpack_model_device": (cint, [vp]),
+        "aotpack_session_create": (vp, [vp, ctypes.POINTER(SessionOptionsC), ctypes.POINTER(vp)]),
+        "aotpack_session_run": (vp, [vp, ctypes.POINTER(u64), ctypes.POINTER(u64), vp]),
+        "aotpack_session_free": (None, [vp]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def load_library() -> ctypes.CDLL:
+    """Loads libaotpack.so once per process (it does not load the CUDA driver by itself)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            lib = ctypes.CDLL(str(library_path()))
+            _declare(lib)
+            _lib = lib
+        return _lib

@@ -1,0 +1,174 @@
+"""`aotpack verify`: is a bundle (or the compiler that made it) numerically right?
+
+reference="cpu": re-run frontend + passes on the model spec (a bundle stores no torch
+references), run the plan with each kernel's torch reference on the CPU, compare with eager
+PyTorch. reference="gpu": run the bundle itself through the C runtime binding and compare with
+eager PyTorch on the GPU. Both draw fresh random inputs (not the example inputs) from `seed`.
+Error per output: ‖out − ref‖ / ‖ref‖ in f64; an output passes at ≤ `tolerance`.
+torch is imported inside the functions.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aotpack.bundle import read_bundle
+from aotpack.dtypes import DType
+
+DEFAULT_TOLERANCE = 1e-2
+
+
+class VerifyError(Exception):
+    """The bundle and the model spec do not describe the same model, or the reference cannot
+    run here; the message says what to do."""
+
+
+@dataclass
+class OutputCheck:
+    name: str
+    rel_error: float
+    max_abs_error: float
+    ok: bool
+
+
+@dataclass
+class VerifyReport:
+    reference: str
+    seed: int
+    tolerance: float
+    outputs: list[OutputCheck]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+
+def default_reference() -> str:
+    try:
+        import torch
+
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"
+
+
+def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int = 0,
+           tolerance: float = DEFAULT_TOLERANCE, weights_path=None) -> VerifyReport:
+    reference = reference or default_reference()
+    if reference not in ("cpu", "gpu"):
+        raise VerifyError(f"reference must be 'cpu' or 'gpu', not {reference!r}")
+    b = read_bundle(bundle, weights_path=weights_path)
+    notes = _source_check(b.manifest.get("provenance") or {}, model_spec)
+    from aotpack.frontend import load_model
+
+    model, examples = load_model(model_spec)
+    inputs = random_inputs(b.manifest["inputs"], examples, seed)
+    if reference == "cpu":
+        outs, refs = _run_cpu(b.manifest, model, examples, inputs)
+    else:
+        outs, refs = _run_gpu(Path(bundle), weights_path, model, inputs)
+    checks = [compare(spec["name"], o, r, tolerance)
+              for spec, o, r in zip(b.manifest["outputs"], outs, refs)]
+    return VerifyReport(reference, seed, tolerance, checks, notes)
+
+
+def _source_check(prov: dict, model_spec: str) -> list[str]:
+    from aotpack.build import file_sha256, source_file
+
+    src = source_file(model_spec)
+    if not src.is_file():
+        raise VerifyError(f"model spec {model_spec!r}: {src} does not exist")
+    recorded = prov.get("source_sha256")
+    if recorded and recorded != file_sha256(src):
+        msg = (f"{src} changed since the bundle was built (source sha256 differs): the "
+               f"comparison is against the current model file")
+        warnings.warn(msg, stacklevel=3)
+        return [msg]
+    return []
+
+
+def random_inputs(signature: list[dict], examples, seed: int) -> list:
+    """Fresh inputs shaped as the bundle's signature: floats ~ N(0, 1); integers uniform in
+    the example input's [min, max] (token ids stay valid); bools uniform."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i, spec in enumerate(signature):
+        dtype, shape = DType(spec["dtype"]), tuple(spec["shape"])
+        td = dtype.to_torch()
+        if dtype.is_float:
+            out.append(torch.randn(shape, generator=g, dtype=torch.float32).to(td))
+        elif dtype == DType.BOOL:
+            out.append(torch.randint(0, 2, shape, generator=g).bool())
+        else:
+            ex = examples[i] if i < len(examples) else None
+            lo, hi = (int(ex.min()), int(ex.max())) if ex is not None and ex.numel() else (0, 1)
+            out.append(torch.randint(lo, hi + 1, shape, generator=g, dtype=td))
+    return out
+
+
+def _eager(model, inputs: list) -> list:
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    if hasattr(model, "module") and hasattr(model, "graph_signature"):  # ExportedProgram
+        model = model.module()
+    elif hasattr(model, "eval"):
+        model.eval()
+    with torch.no_grad():
+        result = model(*inputs)
+    return [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
+
+
+def _run_cpu(manifest: dict, model, examples, inputs: list) -> tuple[list, list]:
+    from aotpack.executor import run_reference
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    program = compile_graph(to_graph(model, examples))
+    _check_signature(manifest, program)
+    return run_reference(program, inputs), _eager(model, inputs)
+
+
+def _check_signature(manifest: dict, program) -> None:
+    def sig(names):
+        return [(program.storage(n).dtype.value, list(program.storage(n).shape)) for n in names]
+
+    for side, names in (("inputs", program.inputs), ("outputs", program.outputs)):
+        want = [(s["dtype"], s["shape"]) for s in manifest[side]]
+        if sig(names) != want:
+            raise VerifyError(f"the model spec's {side} {sig(names)} differ from the bundle's "
+                              f"{want}: is this the model the bundle was built from?")
+
+
+def _run_gpu(bundle: Path, weights_path, model, inputs: list) -> tuple[list, list]:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise VerifyError("--reference gpu needs a CUDA GPU; use --reference cpu here")
+    from aotpack.runtime import Model, Session
+
+    rt = Model(str(bundle), weights_path=str(weights_path) if weights_path else None)
+    cuda_inputs = [t.cuda() for t in inputs]
+    outs = Session(rt).run(cuda_inputs)
+    if hasattr(model, "module") and hasattr(model, "graph_signature"):
+        model = model.module()
+    refs = _eager(model.to("cuda"), cuda_inputs)
+    torch.cuda.synchronize()
+    return outs, refs
+
+
+def compare(name: str, out, ref, tolerance: float) -> OutputCheck:
+    if tuple(out.shape) != tuple(ref.shape):
+        return OutputCheck(name, float("inf"), float("inf"), False)
+    o, r = out.detach().double().cpu(), ref.detach().double().cpu()
+    diff = (o - r)
+    denom = float(r.norm())
+    rel = float(diff.norm()) / denom if denom > 0 else float(diff.norm())
+    if rel != rel:  # NaN anywhere
+        rel = float("inf")
+    max_abs = float(diff.abs().max()) if diff.numel() else 0.0
+    return OutputCheck(name, rel, max_abs, rel <= tolerance)

@@ -1,0 +1,1 @@
+"""The `aotpack` command line; the app is `cli.main:app`."""

@@ -1,0 +1,187 @@
+"""The `aotpack` command line (typer). Heavy imports (torch, triton) happen inside commands, so
+`aotpack inspect` and `--help` stay fast and work where only the bundle tools are installed."""
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from cli import report
+
+app = typer.Typer(
+    name="aotpack", no_args_is_help=True, add_completion=False,
+    pretty_exceptions_show_locals=False, rich_markup_mode="markdown",
+    help="Ahead-of-time packaging of PyTorch models for NVIDIA GPUs: one bundle file with "
+         "weights, cubins and an execution plan, run by a small C++ runtime with only the driver.",
+)
+err = Console(stderr=True)
+out = Console()
+
+
+@app.callback()
+def _setup() -> None:
+    """Log to stderr at the level AOTPACK_LOG asks for (default: warnings only)."""
+    import logging
+
+    from rich.logging import RichHandler
+
+    from aotpack import knobs
+
+    level = getattr(logging, knobs.log_level().upper(), logging.WARNING)
+    logging.basicConfig(level=level, format="%(message)s",
+                        handlers=[RichHandler(console=err, show_path=False)])
+
+
+def _user_error_types() -> tuple[type, ...]:
+    """Exceptions that are the user's to fix: shown as one line, no traceback."""
+    from aotpack.build import BuildError
+    from aotpack.bundle import BundleError
+
+    types: list[type] = [BuildError, BundleError, FileNotFoundError, IsADirectoryError]
+    for module, name in (("aotpack.verify", "VerifyError"), ("aotpack.frontend", "UnsupportedOpError"),
+                         ("aotpack.frontend", "ModelLoadError"), ("aotpack.runtime", "AotpackError")):
+        try:
+            types.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass  # that module (or its error type) is not there: nothing of it to catch
+    return tuple(types)
+
+
+def friendly(command):
+    """Turn user errors into `error: <message>` and exit status 1."""
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            if not isinstance(e, _user_error_types()):
+                raise
+            kind = "" if type(e).__name__ in ("BuildError", "BundleError") else \
+                f"{type(e).__name__}: "
+            err.print(f"[bold red]error:[/] {escape(kind + str(e))}")
+            raise typer.Exit(1) from None
+    return wrapper
+
+
+@app.command()
+@friendly
+def build(
+    spec: str = typer.Argument(..., help="the model: path/to/file.py:factory (returns "
+                                         "(model, example_inputs)) or an exported .pt2 file"),
+    arch: str = typer.Option("sm90", "--arch", help="target GPU architecture: sm90 (= sm_90a, "
+                                                    "H100/H200) is the only one for now"),
+    output: Path = typer.Option(..., "-o", "--output", help="output folder to create"),
+    external_weights: bool = typer.Option(False, "--external-weights",
+                                          help="write weights to weights.safetensors beside the "
+                                               "bundle instead of inside it"),
+    force: bool = typer.Option(False, "--force", help="replace the output folder if it exists"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                            help="show a progress bar (default: on unless "
+                                                 "AOTPACK_NO_PROGRESS=1)"),
+):
+    """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
+    aotpack-run launcher, libaotpack, headers and a README. Needs no GPU."""
+    from aotpack.build import build as run_build, command_line_from_argv, parse_arch
+
+    parse_arch(arch)  # refuse a bad --arch before loading the model
+    result = run_build(spec, output, arch=arch, external_weights=external_weights, force=force,
+                       progress=progress, command_line=command_line_from_argv())
+    for w in result.warnings:
+        err.print(f"[yellow]warning:[/] {escape(w)}")
+    out.print(f"[bold green]built[/] {escape(str(result.out_dir))}: {result.steps} steps, "
+              f"{result.kernels} kernels ({result.compiled_ops} distinct compiles), arena "
+              f"{report.human_bytes(result.arena_bytes)}")
+    if (result.out_dir / "aotpack-run").is_file():
+        out.print(f"run it on the GPU machine: cd {escape(str(result.out_dir))} && "
+                  f"./aotpack-run model.aotpack --bench 100")
+
+
+@app.command()
+@friendly
+def inspect(
+    bundle: Path = typer.Argument(..., help="a model.aotpack file"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON document instead of tables"),
+    check: bool = typer.Option(False, "--check", help="also verify every sha256 (reads all data)"),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file, if "
+                                                                   "not next to the bundle"),
+):
+    """Show what a bundle holds: signature, graph summary, every kernel (backend, fused ops,
+    config, shared memory, cluster), the memory plan and provenance. Reads the bundle alone."""
+    from aotpack.bundle import read_bundle
+
+    b = read_bundle(bundle, weights_path=weights, checksums=check)
+    doc = report.inspect_document(b)
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, sort_keys=True))
+    else:
+        report.print_inspect(out, doc)
+
+
+@app.command()
+@friendly
+def verify(
+    bundle: Path = typer.Argument(..., help="a model.aotpack file"),
+    model: str = typer.Option(..., "--model", help="the model spec the bundle was built from"),
+    reference: Optional[str] = typer.Option(None, "--reference", help="cpu: the plan run with "
+                                            "torch references on the CPU; gpu: the bundle run by "
+                                            "the C runtime (default when a GPU is present)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random inputs"),
+    tolerance: float = typer.Option(1e-2, "--tolerance", help="max ‖out−ref‖/‖ref‖ per output"),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file"),
+):
+    """Compare against eager PyTorch on fresh random inputs; exit status 1 if any output's
+    relative error exceeds the tolerance."""
+    from aotpack.verify import verify as run_verify
+
+    if reference is not None and reference not in ("cpu", "gpu"):
+        err.print(f"[bold red]error:[/] --reference must be cpu or gpu, not {escape(reference)}")
+        raise typer.Exit(2)
+    with warnings.catch_warnings():  # the report prints them once, as part of the table
+        warnings.simplefilter("ignore", UserWarning)
+        rep = run_verify(bundle, model, reference=reference, seed=seed, tolerance=tolerance,
+                         weights_path=weights)
+    report.print_verify(out, rep)
+    if not rep.passed:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def bench(
+    bundle: Path = typer.Argument(..., help="a model.aotpack file"),
+    iters: int = typer.Option(100, "-n", "--iters", min=1, help="timed runs"),
+    warmup: int = typer.Option(10, "--warmup", min=0, help="untimed runs first"),
+    weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file"),
+):
+    """Time the bundle on this machine's GPU through the C runtime; prints the median latency.
+    (Without Python: `aotpack-run model.aotpack --bench 100` in the build folder.)"""
+    from cli.bench import run_bench
+
+    stats = run_bench(bundle, iters=iters, warmup=warmup, weights=weights)
+    out.print(f"{escape(str(bundle))}: median {stats['median_ms']:.3f} ms, min "
+              f"{stats['min_ms']:.3f} ms, p90 {stats['p90_ms']:.3f} ms over {iters} runs")
+
+
+@app.command()
+def doctor():
+    """Check this machine: Python, torch, triton, cuobjdump, the C runtime library and
+    launcher, the NVIDIA driver and GPU, and aotpack's environment variables."""
+    from cli.doctor import run_doctor
+
+    run_doctor(out)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""What `aotpack inspect` and `aotpack verify` print. Only the bundle is read: no torch."""
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _sig(entries: list[dict]) -> list[str]:
+    return [f"{e['name']}: {e['dtype']}{e['shape']}" for e in entries]
+
+
+def inspect_document(b) -> dict:
+    """Everything inspect shows, as plain JSON-able data."""
+    m, summary = b.manifest, b.summary
+    uses = Counter(s["kernel"] for s in m["steps"])
+    kernels = [{"name": k["name"], "entry": k["entry"], "backend": k.get("backend"),
+                "fused_ops": k.get("fused_ops", []), "config": k.get("config", {}),
+                "block": k["block"], "cluster": k.get("cluster", [1, 1, 1]), "smem": k["smem"],
+                "cubin": k["cubin"], "cubin_bytes": b.tensors[f"__aotpack__.cubin.{k['cubin']}"].nbytes,
+                "steps": uses.get(i, 0)} for i, k in enumerate(m["kernels"])]
+    cubins = {k["cubin"]: k["cubin_bytes"] for k in kernels}
+    intermediates = summary.get("intermediate_bytes")
+    return {
+        "path": str(b.path), "file_bytes": b.path.stat().st_size,
+        "format": m["format"], "version": m["version"], "target": m["target"],
+        "inputs": m["inputs"], "outputs": m["outputs"],
+        "graph": {"summary": summary.get("graph", {}), "kernel_ops": summary.get("ops")},
+        "weights": {"count": len(m["weights"]), "bytes": sum(w["nbytes"] for w in m["weights"]),
+                    "external": (m.get("external_weights") or {}).get("file")},
+        "kernels": kernels, "steps": len(m["steps"]),
+        "cubins": {"count": len(cubins), "bytes": sum(cubins.values())},
+        "memory": {"arena_bytes": m["arena_bytes"], "intermediate_bytes": intermediates,
+                   "naive_bytes": summary.get("naive_bytes"),
+                   "regions": sum(1 for x in m["buffers"] if x["kind"] == "arena")},
+        "provenance": m.get("provenance", {}),
+    }
+
+
+def _counts(counts) -> str:
+    """{"linear": 2, "gelu": 1} → "gelu×1, linear×2"."""
+    if not isinstance(counts, dict):
+        return "?"
+    return ", ".join(f"{k}×{v}" for k, v in sorted(counts.items()))
+
+
+def _config(cfg: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in sorted(cfg.items()))
+
+
+def print_inspect(out: Console, d: dict) -> None:
+    t = d["target"]
+    out.print(f"[bold]{escape(d['path'])}[/] — aotpack bundle v{d['version']}, "
+              f"{human_bytes(d['file_bytes'])}, target {t['arch']} (cc {t['cc'][0]}.{t['cc'][1]}, "
+              f"driver ≥ {t['min_driver']}, {t.get('sm_count')} SMs)")
+    out.print("inputs:  " + escape(", ".join(_sig(d["inputs"]))))
+    out.print("outputs: " + escape(", ".join(_sig(d["outputs"]))))
+    g = d["graph"]
+    summary = g["summary"] if isinstance(g["summary"], dict) else {}
+    aten = summary.get("aten_ops")
+    aten_part = f"{sum(aten.values())} aten calls → " if isinstance(aten, dict) else ""
+    kinds = summary.get("kernel_ops")
+    kinds_part = f" ({_counts(kinds)})" if isinstance(kinds, dict) else ""
+    out.print(f"graph: {aten_part}{summary.get('nodes', '?')} nodes "
+              f"({escape(_counts(summary.get('ops')))}) → {g['kernel_ops']} kernel ops"
+              f"{escape(kinds_part)} → {len(d['kernels'])} kernels, {d['steps']} steps")
+    w = d["weights"]
+    where = f"external: {w['external']}" if w["external"] else "embedded"
+    out.print(f"weights: {w['count']} tensors, {human_bytes(w['bytes'])} ({escape(where)}); "
+              f"cubins: {d['cubins']['count']}, {human_bytes(d['cubins']['bytes'])}")
+    out.print(_kernel_table(d["kernels"]))
+    mem = d["memory"]
+    naive = mem["naive_bytes"]
+    saving = f" (no reuse would need {human_bytes(naive)})" if naive else ""
+    regions = f"{mem['regions']} region" + ("" if mem["regions"] == 1 else "s")
+    out.print(f"memory plan: arena {human_bytes(mem['arena_bytes'])} in {regions}{saving}; "
+              f"intermediates total {human_bytes(mem['intermediate_bytes'] or 0)}")
+    out.print("provenance: " + escape(", ".join(f"{k}={v}" for k, v in sorted(d["provenance"].items())
+                                               if v is not None)))
+
+
+def _dims(d: list[int]) -> str:
+    """128 for [128, 1, 1]; 2×2×1 otherwise."""
+    return str(d[0]) if d[1:] == [1, 1] else "×".join(map(str, d))
+
+
+def _kernel_table(kernels: list[dict]) -> Table:
+    table = Table(title="kernels", show_lines=False)
+    # names and numbers are never split; the free-text columns fold
+    for col in ("name", "backend", "fused ops", "config", "block", "smem", "cluster", "steps"):
+        free = col in ("fused ops", "config")
+        table.add_column(col, overflow="fold", no_wrap=not free, min_width=12 if free else None)
+    for k in kernels:
+        table.add_row(escape(k["name"]), escape(str(k["backend"])), escape(", ".join(k["fused_ops"])),
+                      escape(_config(k["config"])), _dims(k["block"]),
+                      human_bytes(k["smem"]), _dims(k["cluster"]), str(k["steps"]))
+    return table
+
+
+def print_verify(out: Console, rep) -> None:
+    for w in rep.warnings:
+        out.print(f"[yellow]warning:[/] {escape(w)}")
+    table = Table(title=f"verify (reference: {rep.reference}, seed {rep.seed}, "
+                        f"tolerance {rep.tolerance:g})")
+    for col in ("output", "‖out−ref‖/‖ref‖", "max |out−ref|", "result"):
+        table.add_column(col)
+    for o in rep.outputs:
+        verdict = "[green]pass[/]" if o.ok else "[bold red]FAIL[/]"
+        table.add_row(escape(o.name), f"{o.rel_error:.3e}", f"{o.max_abs_error:.3e}", verdict)
+    out.print(table)
+    out.print("[bold green]passed[/]" if rep.passed else "[bold red]failed[/]")

@@ -1,0 +1,197 @@
+/*
+ * aotpack.h — C API of the aotpack runtime.
+ *
+ * The runtime runs a bundle (`model.aotpack`, see docs/manifest.md) with only the NVIDIA
+ * driver (libcuda.so.1, opened with dlopen at load time; no CUDA toolkit, no Python).
+ *
+ * Conventions (IREE-style):
+ *  - Every fallible function returns `aotpack_status*`: NULL means success; otherwise the
+ *    caller owns the status and must release it with aotpack_status_free().
+ *  - Handles are opaque. Options structs start with `size_t struct_size` (set it to
+ *    sizeof(the struct)); passing NULL options means "all defaults".
+ *  - No function aborts or lets a C++ exception escape.
+ *  - Memory for inputs, outputs and (optionally) the workspace is owned by the caller
+ *    (ExecuTorch-style): the runtime never frees what it did not allocate.
+ *  - Device pointers are `uint64_t` (CUdeviceptr); streams are `void*` (CUstream; NULL is the
+ *    legacy default stream).
+ *
+ * Threads: an aotpack_model is immutable after load and may be shared by any number of
+ * threads. An aotpack_session is NOT thread-safe: use one session per thread.
+ */
+#ifndef AOTPACK_AOTPACK_H_
+#define AOTPACK_AOTPACK_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define AOTPACK_API
+#else
+#define AOTPACK_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the bundle format this runtime reads (manifest "version"). */
+#define AOTPACK_BUNDLE_FORMAT_VERSION 1
+/* Maximum tensor rank the query API reports (aotpack_tensor_info.dims). */
+#define AOTPACK_MAX_RANK 8
+
+/* ------------------------------------------------------------------------------------------
+ * Status
+ * ---------------------------------------------------------------------------------------- */
+
+/* Why an operation failed. Values are stable (the Python binding mirrors them). */
+typedef enum aotpack_code {
+  AOTPACK_OK = 0,
+  AOTPACK_INVALID_ARGUMENT = 1,    /* bad pointer/option/size passed by the caller */
+  AOTPACK_IO = 2,                  /* a file could not be opened/read/written */
+  AOTPACK_CORRUPT_BUNDLE = 3,      /* bundle bytes/JSON/manifest are malformed or inconsistent */
+  AOTPACK_UNSUPPORTED_VERSION = 4, /* manifest format version (or a feature) this runtime lacks */
+  AOTPACK_CHECKSUM_MISMATCH = 5,   /* a cubin's sha256 differs from the manifest */
+  AOTPACK_WEIGHTS_MISMATCH = 6,    /* a weight is missing or has another dtype/shape/sha256 */
+  AOTPACK_DRIVER_NOT_FOUND = 7,    /* libcuda.so.1 could not be loaded / lacks a symbol */
+  AOTPACK_DRIVER_TOO_OLD = 8,      /* driver version < manifest target.min_driver */
+  AOTPACK_DEVICE_MISMATCH = 9,     /* wrong compute capability / not enough shared memory */
+  AOTPACK_CUDA_ERROR = 10,         /* a CUDA driver call failed (message names call + step) */
+  AOTPACK_OUT_OF_MEMORY = 11,      /* host or device allocation failed */
+  AOTPACK_INTERNAL = 12,           /* a bug in aotpack: please report it */
+} aotpack_code;
+
+/* Opaque error object: a code and a human-readable message. */
+typedef struct aotpack_status aotpack_status;
+
+/* Code of `status` (AOTPACK_OK when status is NULL). */
+AOTPACK_API aotpack_code aotpack_status_code(const aotpack_status* status);
+/* Message of `status` ("OK" when NULL). Valid until aotpack_status_free(status). */
+AOTPACK_API const char* aotpack_status_message(const aotpack_status* status);
+/* Static name of a code, e.g. "CORRUPT_BUNDLE". */
+AOTPACK_API const char* aotpack_status_code_name(int code);
+/* Releases `status` (NULL is fine). */
+AOTPACK_API void aotpack_status_free(aotpack_status* status);
+
+/* Version string of this runtime library, e.g. "0.1.0". */
+AOTPACK_API const char* aotpack_version(void);
+
+/* ------------------------------------------------------------------------------------------
+ * Model: a validated bundle loaded onto one device (cubins loaded, weights uploaded).
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct aotpack_model aotpack_model;
+
+/* Options of aotpack_model_load / aotpack_model_check_file. Zero-initialize, then set
+ * struct_size = sizeof(aotpack_model_options). */
+typedef struct aotpack_model_options {
+  size_t struct_size;
+  /* External weights file (safetensors). NULL: the manifest's external_weights.file,
+   * relative to the bundle's folder. Ignored when the bundle embeds its weights. */
+  const char* weights_path;
+  /* CUDA device ordinal (default 0). */
+  int device_ordinal;
+} aotpack_model_options;
+
+/* Element types of inputs/outputs/weights (manifest spelling in comments). */
+typedef enum aotpack_dtype {
+  AOTPACK_DTYPE_BF16 = 0, /* bf16 */
+  AOTPACK_DTYPE_F16 = 1,  /* f16 */
+  AOTPACK_DTYPE_F32 = 2,  /* f32 */
+  AOTPACK_DTYPE_F64 = 3,  /* f64 */
+  AOTPACK_DTYPE_I8 = 4,   /* i8 */
+  AOTPACK_DTYPE_I16 = 5,  /* i16 */
+  AOTPACK_DTYPE_I32 = 6,  /* i32 */
+  AOTPACK_DTYPE_I64 = 7,  /* i64 */
+  AOTPACK_DTYPE_U8 = 8,   /* u8 */
+  AOTPACK_DTYPE_BOOL = 9, /* bool */
+} aotpack_dtype;
+
+/* Description of one input or output. Strings point into the model and live as long as it. */
+typedef struct aotpack_tensor_info {
+  const char* name;
+  aotpack_dtype dtype;
+  const char* dtype_name; /* manifest spelling: "bf16", ... */
+  int32_t rank;
+  int64_t dims[AOTPACK_MAX_RANK]; /* outermost first; entries >= rank are 0 */
+  uint64_t nbytes;                /* bytes of the contiguous tensor */
+} aotpack_tensor_info;
+
+/* Parses and validates the bundle at `path`, initializes the driver, checks the device
+ * (compute capability, shared memory, driver version), loads every cubin and uploads the
+ * weights. On success *out owns the model (free with aotpack_model_free). */
+AOTPACK_API aotpack_status* aotpack_model_load(const char* path,
+                                               const aotpack_model_options* options,
+                                               aotpack_model** out);
+
+/* Parses and validates the bundle (checksums, weights, bounds, tensor-map rules) WITHOUT
+ * touching the driver: works on machines with no GPU. Returns NULL if the bundle is valid. */
+AOTPACK_API aotpack_status* aotpack_model_check_file(const char* path,
+                                                     const aotpack_model_options* options);
+
+/* Releases the caller's reference. Sessions created from the model keep it alive. */
+AOTPACK_API void aotpack_model_free(aotpack_model* model);
+
+/* Number of inputs / outputs of the model (0 when model is NULL). */
+AOTPACK_API size_t aotpack_model_num_inputs(const aotpack_model* model);
+AOTPACK_API size_t aotpack_model_num_outputs(const aotpack_model* model);
+/* Fills *info for input/output `index`; INVALID_ARGUMENT when out of range. */
+AOTPACK_API aotpack_status* aotpack_model_input_info(const aotpack_model* model, size_t index,
+                                                     aotpack_tensor_info* info);
+AOTPACK_API aotpack_status* aotpack_model_output_info(const aotpack_model* model, size_t index,
+                                                      aotpack_tensor_info* info);
+/* Workspace bytes a session needs (manifest arena_bytes). */
+AOTPACK_API uint64_t aotpack_model_arena_bytes(const aotpack_model* model);
+/* Number of kernels / steps in the plan. */
+AOTPACK_API size_t aotpack_model_num_kernels(const aotpack_model* model);
+AOTPACK_API size_t aotpack_model_num_steps(const aotpack_model* model);
+/* Name ("gemm_0") and entry symbol of kernel `index` (NULL when out of range). */
+AOTPACK_API const char* aotpack_model_kernel_name(const aotpack_model* model, size_t index);
+AOTPACK_API const char* aotpack_model_kernel_entry(const aotpack_model* model, size_t index);
+/* Device ordinal the model was loaded on. */
+AOTPACK_API int aotpack_model_device(const aotpack_model* model);
+
+/* ------------------------------------------------------------------------------------------
+ * Session: per-thread execution state (workspace, tensor-map cache, CUDA graphs).
+ * ---------------------------------------------------------------------------------------- */
+
+typedef struct aotpack_session aotpack_session;
+
+/* Options of aotpack_session_create. Zero-initialize, set struct_size; NULL = defaults
+ * (session-allocated workspace, CUDA graphs on). */
+typedef struct aotpack_session_options {
+  size_t struct_size;
+  /* Caller-owned device workspace (CUdeviceptr, 256-aligned) or 0: the session allocates
+   * arena_bytes itself. */
+  uint64_t workspace;
+  /* Size of `workspace` in bytes; must be >= aotpack_model_arena_bytes(). */
+  size_t workspace_bytes;
+  /* 1: capture the steps in a CUDA graph once per pointer set and replay it (default);
+   * 0: launch each step with cuLaunchKernelEx on every run. */
+  int use_cuda_graph;
+} aotpack_session_options;
+
+/* Creates a session for `model` (the session keeps the model alive). */
+AOTPACK_API aotpack_status* aotpack_session_create(aotpack_model* model,
+                                                   const aotpack_session_options* options,
+                                                   aotpack_session** out);
+
+/* Enqueues one inference on `stream` (CUstream; NULL = legacy default stream) and returns
+ * without waiting. `input_ptrs[i]` / `output_ptrs[i]` are device addresses of contiguous
+ * tensors laid out as aotpack_model_input_info / output_info say. The pointers must stay
+ * valid until the work on `stream` completes. Tensors read by TMA (tensor maps) must be
+ * 16-byte aligned (INVALID_ARGUMENT otherwise). Runs of one session share its workspace:
+ * enqueue them on one stream, or order them yourself (events), never concurrently.
+ * The first run with a new set of pointers encodes tensor maps and captures a CUDA graph
+ * (a few hundred microseconds); later runs with the same pointers only replay it. */
+AOTPACK_API aotpack_status* aotpack_session_run(aotpack_session* session,
+                                                const uint64_t* input_ptrs,
+                                                const uint64_t* output_ptrs, void* stream);
+
+/* Releases the session (waits for nothing: synchronize the stream first). */
+AOTPACK_API void aotpack_session_free(aotpack_session* session);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* AOTPACK_AOTPACK_H_ */

@@ -1,0 +1,37 @@
+// bundle.hpp — a bundle file opened and fully verified on the host (no driver):
+// safetensors structure, manifest, cubin checksums, weights (embedded or external).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "manifest.hpp"
+#include "safetensors.hpp"
+
+namespace aotpack {
+
+// Bytes of one cubin or weight inside a mapped file.
+struct ByteRange {
+  const uint8_t* data = nullptr;
+  uint64_t size = 0;
+};
+
+struct Bundle {
+  std::string path;
+  Manifest manifest;
+  std::unique_ptr<SafetensorsFile> file;      // the bundle itself
+  std::unique_ptr<SafetensorsFile> external;  // external weights file, if any
+  std::vector<ByteRange> cubins;              // by cubin index (empty range if unused)
+  std::vector<ByteRange> weights;             // by weight index (manifest order)
+};
+
+// Opens `path` and verifies everything docs/manifest.md lists except the device checks.
+// `weights_path` overrides manifest external_weights.file (may be empty).
+// Throws Error with the matching aotpack_code.
+std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& weights_path);
+
+// Name of the safetensors tensor that holds cubin `i`.
+std::string cubin_tensor_name(uint32_t i);
+
+}  // namespace aotpack

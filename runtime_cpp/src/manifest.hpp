@@ -1,0 +1,101 @@
+// manifest.hpp — typed model of the bundle manifest v1 (docs/manifest.md).
+//
+// parse_manifest() turns JSON into these structs, checking types and value ranges;
+// validate_manifest() checks cross references and bounds (indices, extents, tensor-map rules).
+// Neither touches files or the driver.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aotpack/aotpack.h"
+#include "json.hpp"
+
+namespace aotpack {
+
+// An input, output or weight: dtype + static shape (outermost first).
+struct TensorSpec {
+  std::string name;
+  aotpack_dtype dtype = AOTPACK_DTYPE_F32;
+  std::vector<int64_t> shape;
+  uint64_t nbytes = 0;  // prod(shape) × dtype size (checked against "nbytes" for weights)
+  std::string sha256;   // weights only: lower-case hex
+};
+
+enum class BufferKind { Input, Output, Weight, Arena };
+
+// A region kernels can point into (docs: "buffers").
+struct BufferSpec {
+  BufferKind kind = BufferKind::Arena;
+  uint32_t index = 0;   // input/output/weight index
+  uint64_t offset = 0;  // arena only: offset in the workspace
+  uint64_t nbytes = 0;  // size of the region (filled for every kind by validate_manifest)
+};
+
+struct KernelSpec {
+  std::string name;
+  std::string entry;
+  uint32_t cubin = 0;
+  std::string cubin_sha256;
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t cluster[3] = {1, 1, 1};
+  uint32_t smem = 0;
+  std::string backend;
+};
+
+enum class SlotKind { Ptr, Null, I32, I64, U32, U64, F32, TensorMap };
+
+// CUtensorMapEncodeTiled parameters, as the manifest states them (outermost first).
+struct TensorMapSpec {
+  aotpack_dtype dtype = AOTPACK_DTYPE_BF16;
+  std::vector<uint64_t> dims;
+  std::vector<uint64_t> strides;  // elements
+  std::vector<uint32_t> box;
+  int swizzle = 0;  // CUtensorMapSwizzle: 0 none, 1 32B, 2 64B, 3 128B
+  int l2 = 0;       // CUtensorMapL2promotion: 0 none, 1 64B, 2 128B, 3 256B
+  int oob = 0;      // CUtensorMapFloatOOBfill: 0 zero, 1 nan
+};
+
+// One kernel parameter.
+struct Slot {
+  SlotKind kind = SlotKind::Null;
+  uint32_t buffer = 0;  // ptr / tensormap
+  uint64_t offset = 0;  // ptr / tensormap: bytes from the buffer start
+  uint64_t bits = 0;    // integer / f32 value, already in the parameter's bit pattern
+  TensorMapSpec tmap;   // tensormap only
+};
+
+struct StepSpec {
+  uint32_t kernel = 0;
+  uint32_t grid[3] = {1, 1, 1};
+  std::vector<Slot> args;
+};
+
+struct Manifest {
+  int64_t version = 0;
+  std::string arch;
+  int cc_major = 0, cc_minor = 0;
+  int64_t min_driver = 0;
+  int64_t sm_count = 0;
+  std::vector<TensorSpec> inputs, outputs, weights;
+  bool external_weights = false;
+  std::string external_weights_file;
+  uint64_t arena_bytes = 0;
+  std::vector<BufferSpec> buffers;
+  std::vector<KernelSpec> kernels;
+  std::vector<StepSpec> steps;
+};
+
+// Parses the manifest JSON text. Throws Error: CORRUPT_BUNDLE (bad JSON/types/values),
+// UNSUPPORTED_VERSION (unknown version, symbolic shapes, unknown slot kinds).
+Manifest parse_manifest(const std::string& text);
+
+// Cross-reference and bounds checks (see docs/manifest.md "Load-time validation", the
+// structural part). Fills BufferSpec::nbytes. Throws Error(CORRUPT_BUNDLE) naming the item.
+void validate_manifest(Manifest& m);
+
+// Byte size of the global memory a tensor map can touch: (sum (dims-1)×strides + 1) × esize.
+uint64_t tensormap_extent_bytes(const TensorMapSpec& t);
+
+}  // namespace aotpack

@@ -1,0 +1,138 @@
+// model.cpp — load a verified bundle onto a device (docs/manifest.md, device checks + load).
+#include "model.hpp"
+
+#include "bundle.hpp"
+#include "error.hpp"
+
+namespace aotpack {
+
+namespace {
+constexpr uint64_t kWeightAlign = 256;
+// Above this much dynamic shared memory a kernel must opt in (cuFuncSetAttribute).
+constexpr uint32_t kDefaultSmemLimit = 48 * 1024;
+
+int attribute(cu::CUdevice dev, cu::CUdevice_attribute a, const char* what) {
+  int v = 0;
+  cu::check(cu::driver().cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute", what);
+  return v;
+}
+}  // namespace
+
+std::shared_ptr<const Model> Model::load(const std::string& path,
+                                         const std::string& weights_path, int device) {
+  // Everything that can be checked on the host is checked before the driver is touched.
+  std::unique_ptr<Bundle> b = open_bundle(path, weights_path);
+  std::shared_ptr<Model> m(new Model);
+  m->manifest_ = b->manifest;
+  m->ordinal_ = device;
+  m->check_device();
+  m->make_current();
+  m->load_modules(b->cubins);
+  m->upload_weights(b->weights);
+  return m;  // the bundle's mappings are released here: everything lives on the device now
+}
+
+void Model::check_device() {
+  const cu::Driver& d = cu::driver();
+  const Manifest& m = manifest_;
+  int version = 0;
+  cu::check(d.cuDriverGetVersion(&version), "cuDriverGetVersion", "");
+  if (version < m.min_driver)
+    fail(AOTPACK_DRIVER_TOO_OLD, "the NVIDIA driver supports CUDA ", version / 1000, ".",
+         version % 1000 / 10, " (", version, ") but the bundle needs ", m.min_driver / 1000, ".",
+         m.min_driver % 1000 / 10, " (", m.min_driver, ") or newer: upgrade the NVIDIA driver");
+  int count = 0;
+  cu::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount", "");
+  if (ordinal_ < 0 || ordinal_ >= count)
+    fail(AOTPACK_INVALID_ARGUMENT, "device ", ordinal_, " does not exist (", count,
+         " CUDA device(s) visible; check CUDA_VISIBLE_DEVICES)");
+  cu::check(d.cuDeviceGet(&dev_, ordinal_), "cuDeviceGet", "");
+  char name[256] = {0};
+  d.cuDeviceGetName(name, sizeof(name) - 1, dev_);
+  int major = attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "device check");
+  int minor = attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "device check");
+  if (major != m.cc_major || minor != m.cc_minor)
+    fail(AOTPACK_DEVICE_MISMATCH, "the bundle was compiled for ", m.arch,
+         " (compute capability ", m.cc_major, ".", m.cc_minor, ") but device ", ordinal_, " (",
+         name, ") has compute capability ", major, ".", minor,
+         ": rebuild the bundle for this GPU (e.g. aotpack build --arch sm", major, minor, ")");
+  int optin = attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                        "device check");
+  for (const KernelSpec& k : m.kernels)
+    if (int64_t(k.smem) > optin)
+      fail(AOTPACK_DEVICE_MISMATCH, "kernel '", k.name, "' needs ", k.smem,
+           " bytes of dynamic shared memory but device ", ordinal_, " (", name, ") allows ",
+           optin, " per block: rebuild/retune the bundle for this GPU");
+  cu::check(d.cuDevicePrimaryCtxRetain(&ctx_, dev_), "cuDevicePrimaryCtxRetain", "");
+}
+
+void Model::make_current() const {
+  const cu::Driver& d = cu::driver();
+  cu::CUcontext cur = nullptr;
+  // Cheap when already current (the common case on the hot path).
+  if (d.cuCtxGetCurrent(&cur) == cu::CUDA_SUCCESS && cur == ctx_) return;
+  cu::check(d.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "");
+}
+
+void Model::load_modules(const std::vector<ByteRange>& cubins) {
+  const cu::Driver& d = cu::driver();
+  modules_.assign(cubins.size(), nullptr);
+  for (const KernelSpec& k : manifest_.kernels) {
+    std::string what = cat("kernel '", k.name, "' (cubin ", k.cubin, ")");
+    cu::CUmodule& mod = modules_[k.cubin];
+    if (!mod) {
+      cu::CUresult r = d.cuModuleLoadData(&mod, cubins[k.cubin].data);
+      if (r == cu::CUDA_ERROR_NO_BINARY_FOR_GPU || r == cu::CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
+        fail(AOTPACK_DEVICE_MISMATCH, what, ": cuModuleLoadData failed: ", cu::describe(r),
+             ": the cubin does not match this GPU/driver; rebuild for this GPU or upgrade "
+             "the driver");
+      cu::check(r, "cuModuleLoadData", what);
+    }
+    cu::CUfunction fn = nullptr;
+    cu::CUresult r = d.cuModuleGetFunction(&fn, mod, k.entry.c_str());
+    if (r == cu::CUDA_ERROR_NOT_FOUND)
+      fail(AOTPACK_CORRUPT_BUNDLE, what, ": entry symbol '", k.entry, "' is not in the cubin");
+    cu::check(r, "cuModuleGetFunction", what);
+    if (k.smem > kDefaultSmemLimit)
+      cu::check(d.cuFuncSetAttribute(fn, cu::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     int(k.smem)),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", what);
+    if (uint64_t(k.cluster[0]) * k.cluster[1] * k.cluster[2] > 8)
+      cu::check(d.cuFuncSetAttribute(fn, cu::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                                     1),
+                "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)", what);
+    functions_.push_back(fn);
+  }
+}
+
+void Model::upload_weights(const std::vector<ByteRange>& weights) {
+  const cu::Driver& d = cu::driver();
+  uint64_t total = 0;
+  for (const ByteRange& w : weights) {
+    weight_offsets_.push_back(total);
+    total += (w.size + kWeightAlign - 1) / kWeightAlign * kWeightAlign;
+  }
+  if (total == 0) return;
+  // One allocation for all weights: fewer driver calls, and cuMemAlloc returns 256-aligned
+  // memory so every weight starts 256-aligned (TMA needs 16).
+  cu::check(d.cuMemAlloc(&weights_base_, size_t(total)), "cuMemAlloc",
+            cat("uploading ", total, " bytes of weights"));
+  for (size_t i = 0; i < weights.size(); ++i)
+    if (weights[i].size)
+      cu::check(d.cuMemcpyHtoD(weights_base_ + weight_offsets_[i], weights[i].data,
+                               size_t(weights[i].size)),
+                "cuMemcpyHtoD", cat("uploading weight '", manifest_.weights[i].name, "'"));
+}
+
+Model::~Model() {
+  if (!ctx_) return;  // never got a context: nothing on the device
+  const cu::Driver& d = cu::driver();
+  // Destructors cannot report errors; teardown failures are ignored on purpose.
+  d.cuCtxSetCurrent(ctx_);
+  for (cu::CUmodule mod : modules_)
+    if (mod) d.cuModuleUnload(mod);
+  if (weights_base_) d.cuMemFree(weights_base_);
+  d.cuDevicePrimaryCtxRelease(dev_);
+}
+
+}  // namespace aotpack

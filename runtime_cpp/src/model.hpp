@@ -1,0 +1,49 @@
+// model.hpp — a verified bundle loaded onto one device: modules, functions, weights.
+// Immutable after load(); shared (std::shared_ptr) by the C handle and by sessions.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bundle.hpp"
+#include "cuda_driver.hpp"
+#include "manifest.hpp"
+
+namespace aotpack {
+
+class Model {
+ public:
+  // Opens and verifies the bundle, checks the device, loads cubins, uploads weights.
+  static std::shared_ptr<const Model> load(const std::string& path,
+                                           const std::string& weights_path, int device);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const Manifest& manifest() const { return manifest_; }
+  int device_ordinal() const { return ordinal_; }
+  cu::CUcontext context() const { return ctx_; }
+  cu::CUfunction function(size_t kernel) const { return functions_[kernel]; }
+  // Device address of weight `i` (256-aligned inside the single weights allocation).
+  cu::CUdeviceptr weight_address(size_t i) const { return weights_base_ + weight_offsets_[i]; }
+  // Makes the model's (primary) context current on the calling thread.
+  void make_current() const;
+
+ private:
+  Model() = default;
+  void check_device();
+  void load_modules(const std::vector<ByteRange>& cubins);
+  void upload_weights(const std::vector<ByteRange>& weights);
+
+  Manifest manifest_;
+  int ordinal_ = 0;
+  cu::CUdevice dev_ = 0;
+  cu::CUcontext ctx_ = nullptr;
+  std::vector<cu::CUmodule> modules_;  // by cubin index (nullptr when unused)
+  std::vector<cu::CUfunction> functions_;  // by kernel index
+  cu::CUdeviceptr weights_base_ = 0;
+  std::vector<uint64_t> weight_offsets_;
+};
+
+}  // namespace aotpack

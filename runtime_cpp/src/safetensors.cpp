@@ -1,0 +1,191 @@
+// safetensors.cpp — mmap reader with full bounds checks + a small writer.
+#include "safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "dtype.hpp"
+#include "error.hpp"
+
+namespace aotpack {
+
+namespace {
+// Headers larger than this are refused (same limit as the reference implementation):
+// protects against allocating gigabytes for a corrupt length field.
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+uint64_t read_le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path, const std::string& what) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(AOTPACK_IO, "cannot open ", what, " '", path, "': ", std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(AOTPACK_IO, "cannot read ", what, " '", path, "': not a regular file");
+  }
+  size_ = uint64_t(st.st_size);
+  if (size_ > 0) {  // mmap of length 0 is an error; an empty file is reported by the parser
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      fail(AOTPACK_IO, "cannot map ", what, " '", path, "': ", std::strerror(e));
+    }
+    data_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);  // the mapping stays valid after close
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& what)
+    : file_(path, what), path_(path) {
+  parse_header(what);
+}
+
+const TensorEntry* SafetensorsFile::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+void SafetensorsFile::parse_header(const std::string& what) {
+  const std::string where = cat(what, " '", path_, "'");
+  if (file_.size() < 8)
+    fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated: ", file_.size(),
+         " bytes, a safetensors file starts with an 8-byte header length");
+  uint64_t n = read_le64(file_.data());
+  if (n > kMaxHeaderBytes || n > file_.size() - 8)
+    fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated or not a safetensors file: header length ",
+         n, " but the file has ", file_.size(), " bytes");
+  const uint64_t data_start = 8 + n;
+  const uint64_t data_size = file_.size() - data_start;
+  json::Value header = json::parse(reinterpret_cast<const char*>(file_.data() + 8), n,
+                                   where + " header");
+  if (header.type != json::Type::Object)
+    fail(AOTPACK_CORRUPT_BUNDLE, where, ": header is not a JSON object");
+  for (const auto& kv : header.fields) {
+    if (kv.first == "__metadata__") {
+      if (kv.second.type != json::Type::Object)
+        fail(AOTPACK_CORRUPT_BUNDLE, where, ": __metadata__ is not an object");
+      metadata_ = kv.second;
+      continue;
+    }
+    const json::Value& v = kv.second;
+    const std::string tw = cat(where, ": tensor '", kv.first, "'");
+    const json::Value* dt = v.find("dtype");
+    const json::Value* sh = v.find("shape");
+    const json::Value* off = v.find("data_offsets");
+    if (!dt || dt->type != json::Type::String || !sh || sh->type != json::Type::Array || !off ||
+        off->type != json::Type::Array || off->items.size() != 2)
+      fail(AOTPACK_CORRUPT_BUNDLE, tw, " needs dtype (string), shape (array), data_offsets [b, e]");
+    TensorEntry t;
+    t.name = kv.first;
+    t.dtype = dt->s;
+    uint64_t elems = 1;
+    for (const auto& d : sh->items) {
+      if (d.type != json::Type::Int || d.i < 0)
+        fail(AOTPACK_CORRUPT_BUNDLE, tw, ": shape entries must be non-negative integers");
+      t.shape.push_back(d.i);
+      if (__builtin_mul_overflow(elems, uint64_t(d.i), &elems))
+        fail(AOTPACK_CORRUPT_BUNDLE, tw, ": shape overflows");
+    }
+    size_t esize = safetensors_dtype_size(t.dtype);
+    if (esize == 0) fail(AOTPACK_CORRUPT_BUNDLE, tw, ": unknown dtype '", t.dtype, "'");
+    const json::Value& b = off->items[0];
+    const json::Value& e = off->items[1];
+    if (b.type != json::Type::Int || e.type != json::Type::Int || b.i < 0 || e.i < b.i ||
+        uint64_t(e.i) > data_size)
+      fail(AOTPACK_CORRUPT_BUNDLE, tw, ": data_offsets [", b.i, ", ", e.i,
+           "] are outside the data section (", data_size, " bytes); the file may be truncated");
+    uint64_t expect = 0;
+    if (__builtin_mul_overflow(elems, uint64_t(esize), &expect) ||
+        expect != uint64_t(e.i - b.i))
+      fail(AOTPACK_CORRUPT_BUNDLE, tw, ": data_offsets cover ", e.i - b.i,
+           " bytes but dtype and shape need ", expect);
+    t.offset = data_start + uint64_t(b.i);
+    t.nbytes = expect;
+    by_name_[t.name] = tensors_.size();  // JSON parser already refused duplicate keys
+    tensors_.push_back(std::move(t));
+  }
+}
+
+namespace {
+void write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
+  if (n && std::fwrite(p, 1, n, f) != n) {
+    std::fclose(f);
+    fail(AOTPACK_IO, "cannot write '", path, "': ", std::strerror(errno));
+  }
+}
+uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::vector<std::pair<std::string, std::string>>& metadata,
+                       uint64_t alignment) {
+  if (alignment == 0) alignment = 8;
+  // Lay out the data section first: header length depends on the offsets' digits, so
+  // offsets are relative to the data start and the header is padded afterwards.
+  std::vector<uint64_t> begins;
+  uint64_t cursor = 0;
+  std::string header = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    for (size_t i = 0; i < metadata.size(); ++i)
+      header += (i ? "," : "") + json::quote(metadata[i].first) + ":" +
+                json::quote(metadata[i].second);
+    header += "}";
+    first = false;
+  }
+  for (const auto& t : tensors) {
+    cursor = round_up(cursor, alignment);
+    begins.push_back(cursor);
+    std::string shape;
+    for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    header += std::string(first ? "" : ",") + json::quote(t.name) + ":{\"dtype\":" +
+              json::quote(t.dtype) + ",\"shape\":[" + shape + "],\"data_offsets\":[" +
+              std::to_string(cursor) + "," + std::to_string(cursor + t.nbytes) + "]}";
+    first = false;
+    cursor += t.nbytes;
+  }
+  header += "}";
+  // Pad the header with spaces so the data section starts on an aligned file offset;
+  // then every tensor is aligned relative to the file start too.
+  uint64_t hlen = round_up(8 + header.size(), alignment) - 8;
+  header.append(hlen - header.size(), ' ');
+
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) fail(AOTPACK_IO, "cannot create '", path, "': ", std::strerror(errno));
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = uint8_t(hlen >> (8 * i));
+  write_all(f, len, 8, path);
+  write_all(f, header.data(), header.size(), path);
+  uint64_t pos = 0;
+  static const uint8_t zeros[256] = {0};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    while (pos < begins[i]) {
+      size_t gap = size_t(begins[i] - pos < sizeof(zeros) ? begins[i] - pos : sizeof(zeros));
+      write_all(f, zeros, gap, path);
+      pos += gap;
+    }
+    write_all(f, tensors[i].data, tensors[i].nbytes, path);
+    pos += tensors[i].nbytes;
+  }
+  if (std::fclose(f) != 0) fail(AOTPACK_IO, "cannot write '", path, "': ", std::strerror(errno));
+}
+
+}  // namespace aotpack

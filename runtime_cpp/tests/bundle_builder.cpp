@@ -1,0 +1,158 @@
+// bundle_builder.cpp — see bundle_builder.hpp.
+#include "bundle_builder.hpp"
+
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "safetensors.hpp"
+#include "sha256.hpp"
+
+namespace aotpack_test {
+
+using aotpack::json::quote;
+
+std::string dump(const Value& v) {
+  switch (v.type) {
+    case Type::Null: return "null";
+    case Type::Bool: return v.b ? "true" : "false";
+    case Type::Int: return std::to_string(v.i);
+    case Type::Double: {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.17g", v.d);
+      return buf;
+    }
+    case Type::String: return quote(v.s);
+    case Type::Array: {
+      std::string s = "[";
+      for (size_t i = 0; i < v.items.size(); ++i) s += (i ? "," : "") + dump(v.items[i]);
+      return s + "]";
+    }
+    case Type::Object: {
+      std::string s = "{";
+      for (size_t i = 0; i < v.fields.size(); ++i)
+        s += (i ? "," : "") + quote(v.fields[i].first) + ":" + dump(v.fields[i].second);
+      return s + "}";
+    }
+  }
+  return "null";
+}
+
+Value jint(int64_t i) {
+  Value v;
+  v.type = Type::Int;
+  v.i = i;
+  return v;
+}
+
+Value jstr(const std::string& s) {
+  Value v;
+  v.type = Type::String;
+  v.s = s;
+  return v;
+}
+
+Value& at(Value& obj, const std::string& key) {
+  for (auto& kv : obj.fields)
+    if (kv.first == key) return kv.second;
+  obj.type = Type::Object;
+  obj.fields.emplace_back(key, Value());
+  return obj.fields.back().second;
+}
+
+Value& at(Value& arr, size_t i) { return arr.items.at(i); }
+
+namespace {
+std::vector<std::string>& temp_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) {
+  return std::remove(path);
+}
+// Deletes the test's temp dirs at exit (set AOTPACK_KEEP_TEST_FILES=1 to keep them).
+void remove_temp_dirs() {
+  if (std::getenv("AOTPACK_KEEP_TEST_FILES")) return;
+  for (const auto& d : temp_dirs()) nftw(d.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+}  // namespace
+
+std::string make_temp_dir(const std::string& tag) {
+  const char* base = std::getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/aotpack_" + tag + "_XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (!mkdtemp(buf.data())) {
+    std::perror("mkdtemp");
+    std::exit(2);
+  }
+  if (temp_dirs().empty()) std::atexit(remove_temp_dirs);
+  temp_dirs().push_back(buf.data());
+  return buf.data();
+}
+
+namespace {
+
+const char* kManifestTemplate = R"JSON({
+  "format": "aotpack", "version": 1,
+  "target": {"arch": "sm_90a", "cc": [9, 0], "min_driver": 12080, "sm_count": 132},
+  "inputs": [{"name": "x", "dtype": "f32", "shape": [4, 64]}],
+  "outputs": [{"name": "y", "dtype": "f32", "shape": [4, 64]}],
+  "weights": [{"name": "w", "dtype": "f32", "shape": [64], "nbytes": 256, "sha256": ""}],
+  "external_weights": null,
+  "arena_bytes": 4096,
+  "buffers": [{"kind": "input", "index": 0}, {"kind": "output", "index": 0},
+              {"kind": "weight", "index": 0}, {"kind": "arena", "offset": 0, "nbytes": 1024}],
+  "kernels": [{"name": "add_0", "entry": "add_kernel", "cubin": 0, "cubin_sha256": "",
+               "block": [128, 1, 1], "cluster": [1, 1, 1], "smem": 0, "backend": "triton",
+               "fused_ops": ["add"], "config": {"BLOCK": 256, "num_warps": 4}}],
+  "steps": [{"kernel": 0, "grid": [2, 1, 1], "args": [
+    {"kind": "ptr", "buffer": 0},
+    {"kind": "ptr", "buffer": 2, "offset": 0},
+    {"kind": "ptr", "buffer": 1},
+    {"kind": "tensormap", "buffer": 0, "offset": 0, "dtype": "f32", "dims": [4, 64],
+     "strides": [64, 1], "box": [4, 32], "swizzle": "128B", "l2": "128B", "oob": "zero"},
+    {"kind": "ptr", "buffer": 3, "offset": 512},
+    {"kind": "i32", "value": 256},
+    {"kind": "f32", "value": 1.5},
+    {"kind": "null"}, {"kind": "null"}]}],
+  "provenance": {"aotpack": "0.1.0", "created_by": "runtime_cpp tests"}
+})JSON";
+
+std::string sha_of(const void* p, size_t n) { return aotpack::sha256_hex(p, n); }
+
+}  // namespace
+
+TestBundle::TestBundle(bool external_weights) : external(external_weights) {
+  manifest = aotpack::json::parse(kManifestTemplate, std::strlen(kManifestTemplate), "template");
+  const char* text = "\x7f" "ELF fake cubin bytes for tests";
+  cubin.assign(text, text + std::strlen(text));
+  for (int i = 0; i < 64; ++i) weight.push_back(0.25f * float(i) - 3.0f);
+  file_weight = weight;
+  at(at(at(manifest, "weights"), 0), "sha256") = jstr(sha_of(weight.data(), weight.size() * 4));
+  at(at(at(manifest, "kernels"), 0), "cubin_sha256") = jstr(sha_of(cubin.data(), cubin.size()));
+  if (external) {
+    Value ext;
+    at(ext, "file") = jstr("weights.safetensors");
+    at(manifest, "external_weights") = ext;
+  }
+}
+
+std::string TestBundle::write(const std::string& dir) const {
+  using aotpack::TensorToWrite;
+  std::vector<TensorToWrite> tensors;
+  TensorToWrite w{"w", "F32", file_weight_shape, file_weight.data(), file_weight.size() * 4};
+  if (!external) tensors.push_back(w);
+  tensors.push_back({"__aotpack__.cubin.0", "U8", {int64_t(cubin.size())}, cubin.data(),
+                     cubin.size()});
+  std::string path = dir + "/model.aotpack";
+  aotpack::write_safetensors(path, tensors, {{"aotpack.manifest", dump(manifest)}}, 256);
+  if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256);
+  return path;
+}
+
+}  // namespace aotpack_test

@@ -1,0 +1,46 @@
+// bundle_builder.hpp — builds small test bundles (safetensors bytes + manifest JSON) in a
+// temp dir, so tests need no Python and no GPU. A test starts from a valid bundle, edits the
+// manifest JSON tree or the bytes, writes it, and checks the status code + message.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "json.hpp"
+
+namespace aotpack_test {
+
+using aotpack::json::Type;
+using aotpack::json::Value;
+
+// Serializes a JSON tree (compact).
+std::string dump(const Value& v);
+// Value constructors.
+Value jint(int64_t i);
+Value jstr(const std::string& s);
+// Member `key` of an object (created as null when absent).
+Value& at(Value& obj, const std::string& key);
+// Element `i` of an array.
+Value& at(Value& arr, size_t i);
+
+// A fresh directory under $TMPDIR (or /tmp) for one test.
+std::string make_temp_dir(const std::string& tag);
+
+// A valid model: input x f32[4,64], output y f32[4,64], weight w f32[64] (embedded or
+// external), one kernel with ptr/tensormap/i32/f32/null slots, arena of 4096 bytes.
+struct TestBundle {
+  Value manifest;                  // edit freely before write()
+  std::vector<uint8_t> cubin;      // bytes of __aotpack__.cubin.0
+  std::vector<float> weight;       // data of weight "w"
+  bool external = false;           // write "w" into weights.safetensors instead
+  std::vector<float> file_weight;  // what gets written as "w" (defaults to weight)
+  std::vector<int64_t> file_weight_shape = {64};
+
+  explicit TestBundle(bool external_weights = false);
+  // Writes <dir>/model.aotpack (and <dir>/weights.safetensors when external); returns the
+  // bundle path.
+  std::string write(const std::string& dir) const;
+};
+
+}  // namespace aotpack_test

@@ -1,0 +1,292 @@
+// fake_libcuda.cpp — a stand-in for libcuda.so.1 so CI (no GPU) can exercise the device
+// half of the runtime: model load, parameter packing, tensor-map encoding, graph capture and
+// replay, aotpack-run --bench. "Device memory" is host memory; the one kernel it knows,
+// `add_kernel` (the test bundle's), runs on the CPU: y[i] = x[i] + alpha * w[i % 64].
+// It checks what a real driver would (alignment, tensor-map rules, launch shape) and what
+// the test bundle promises (parameter values), and fails the call otherwise.
+//
+// Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000).
+// fake_cuda_stats() reports counters to tests.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "cuda_driver.hpp"
+
+using namespace aotpack::cu;
+
+namespace {
+
+constexpr CUresult kInvalidValue = 1, kNotFound = 500, kInvalidImage = 200;
+
+struct Launch {
+  unsigned grid[3], block[3], smem, cluster[3];
+  std::vector<std::vector<uint8_t>> params;  // copied at launch time, like the driver
+};
+struct FakeStream {
+  bool capturing = false;
+  std::vector<Launch> captured;
+};
+struct FakeGraph {
+  std::vector<Launch> launches;
+};
+
+std::mutex g_mu;
+struct Stats {
+  int launches = 0, graph_launches = 0, captures = 0, encodes = 0, last_cluster_x = 0;
+} g_stats;
+const char* g_error = "no error";
+FakeStream g_default_stream;
+
+// The test kernel's parameter sizes (ptr x, ptr w, ptr y, tensormap, ptr arena, i32 n,
+// f32 alpha, null, null).
+const size_t kAddParams[] = {8, 8, 8, 128, 8, 4, 4, 8, 8};
+
+int env_int(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : dflt;
+}
+
+CUresult fail_with(const char* why) {
+  g_error = why;
+  return kInvalidValue;
+}
+
+template <typename T>
+T param(const Launch& l, size_t i) {
+  T v;
+  std::memcpy(&v, l.params[i].data(), sizeof(T));
+  return v;
+}
+
+// Executes add_kernel on the CPU after checking every parameter the bundle defines.
+CUresult execute(const Launch& l) {
+  ++g_stats.launches;
+  float* x = param<float*>(l, 0);
+  const float* w = param<const float*>(l, 1);
+  float* y = param<float*>(l, 2);
+  const uint64_t* tmap = reinterpret_cast<const uint64_t*>(l.params[3].data());
+  uint64_t arena = param<uint64_t>(l, 4);
+  int32_t n = param<int32_t>(l, 5);
+  float alpha = param<float>(l, 6);
+  if (!x || !w || !y) return fail_with("null tensor pointer");
+  if (tmap[0] != 0xA07A07 || tmap[1] != reinterpret_cast<uint64_t>(x))
+    return fail_with("tensor map not encoded for input x");
+  if (tmap[2] != 2 || tmap[3] != 64 || tmap[4] != 4 || tmap[5] != 256 || tmap[6] != 32 ||
+      tmap[7] != 4)
+    return fail_with("tensor map dims/strides/box not reversed to innermost-first");
+  if (arena == 0 || (arena - 512) % 256 != 0) return fail_with("arena pointer not ws + 512");
+  if (param<uint64_t>(l, 7) != 0 || param<uint64_t>(l, 8) != 0) return fail_with("null slot");
+  if (n != 256 || alpha != 1.5f) return fail_with("scalar parameters");
+  if (l.block[0] != 128 || l.grid[0] % l.cluster[0] != 0) return fail_with("launch shape");
+  for (int32_t i = 0; i < n; ++i) y[i] = x[i] + alpha * w[i % 64];
+  return 0;
+}
+
+FakeStream* stream_of(CUstream s) {
+  return s ? reinterpret_cast<FakeStream*>(s) : &g_default_stream;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) const char* fake_cuda_last_error() { return g_error; }
+__attribute__((visibility("default"))) void fake_cuda_stats(int* out5) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  out5[0] = g_stats.launches;
+  out5[1] = g_stats.graph_launches;
+  out5[2] = g_stats.captures;
+  out5[3] = g_stats.encodes;
+  out5[4] = g_stats.last_cluster_x;
+}
+
+#define API extern "C" __attribute__((visibility("default"))) CUresult
+
+API cuInit(unsigned) { return 0; }
+API cuDriverGetVersion(int* v) { *v = env_int("FAKE_CUDA_DRIVER_VERSION", 13000); return 0; }
+API cuGetErrorString(CUresult r, const char** s) { *s = r ? g_error : "no error"; return 0; }
+API cuGetErrorName(CUresult r, const char** s) {
+  *s = r == kInvalidValue ? "CUDA_ERROR_INVALID_VALUE" : r ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS";
+  return 0;
+}
+API cuDeviceGetCount(int* n) { *n = 1; return 0; }
+API cuDeviceGet(CUdevice* d, int ordinal) { *d = ordinal; return ordinal == 0 ? 0 : 101; }
+API cuDeviceGetName(char* name, int len, CUdevice) {
+  std::strncpy(name, "Fake H200", size_t(len));
+  return 0;
+}
+API cuDeviceGetAttribute(int* v, CUdevice_attribute a, CUdevice) {
+  int cc = env_int("FAKE_CUDA_CC", 90);
+  switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = cc / 10; return 0;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = cc % 10; return 0;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; return 0;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = 232448; return 0;
+  }
+  return kInvalidValue;
+}
+static int g_ctx_storage;
+static thread_local CUcontext t_current = nullptr;
+API cuDevicePrimaryCtxRetain(CUcontext* c, CUdevice) {
+  *c = reinterpret_cast<CUcontext>(&g_ctx_storage);
+  return 0;
+}
+API cuDevicePrimaryCtxRelease_v2(CUdevice) { return 0; }
+API cuCtxSetCurrent(CUcontext c) { t_current = c; return 0; }
+API cuCtxGetCurrent(CUcontext* c) { *c = t_current; return 0; }
+
+API cuModuleLoadData(CUmodule* m, const void* image) {
+  if (!t_current) return fail_with("no current context");
+  if (std::memcmp(image, "\x7f" "ELF", 4) != 0) return kInvalidImage;
+  *m = reinterpret_cast<CUmodule>(new int(1));
+  return 0;
+}
+API cuModuleUnload(CUmodule m) { delete reinterpret_cast<int*>(m); return 0; }
+API cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
+  if (std::strcmp(name, "add_kernel") != 0) return kNotFound;
+  *f = reinterpret_cast<CUfunction>(&g_ctx_storage);
+  return 0;
+}
+API cuFuncSetAttribute(CUfunction, CUfunction_attribute a, int v) {
+  if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && v > 232448)
+    return fail_with("smem over the opt-in limit");
+  return 0;
+}
+
+API cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
+  void* mem = std::aligned_alloc(256, (n + 255) / 256 * 256);
+  if (!mem) return 2;
+  std::memset(mem, 0xCD, n);  // garbage, like fresh device memory
+  *p = reinterpret_cast<CUdeviceptr>(mem);
+  return 0;
+}
+API cuMemFree_v2(CUdeviceptr p) { std::free(reinterpret_cast<void*>(p)); return 0; }
+API cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) {
+  std::memcpy(reinterpret_cast<void*>(d), s, n);
+  return 0;
+}
+API cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) {
+  std::memcpy(d, reinterpret_cast<const void*>(s), n);
+  return 0;
+}
+
+API cuTensorMapEncodeTiled(CUtensorMap* m, CUtensorMapDataType, cuuint32_t rank, void* addr,
+                           const cuuint64_t* dims, const cuuint64_t* strides,
+                           const cuuint32_t* box, const cuuint32_t* estr,
+                           CUtensorMapInterleave il, CUtensorMapSwizzle, CUtensorMapL2promotion,
+                           CUtensorMapFloatOOBfill) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (reinterpret_cast<uintptr_t>(m) % 64 != 0) return fail_with("tensor map not 64-aligned");
+  if (reinterpret_cast<uintptr_t>(addr) % 16 != 0) return fail_with("global address alignment");
+  if (rank < 1 || rank > 5 || il != CU_TENSOR_MAP_INTERLEAVE_NONE) return fail_with("rank");
+  for (cuuint32_t i = 0; i + 1 < rank; ++i)
+    if (strides[i] % 16 != 0) return fail_with("stride not a multiple of 16");
+  for (cuuint32_t i = 0; i < rank; ++i)
+    if (box[i] < 1 || box[i] > 256 || estr[i] != 1) return fail_with("box/element strides");
+  ++g_stats.encodes;
+  std::memset(m, 0, sizeof(*m));
+  m->opaque[0] = 0xA07A07;
+  m->opaque[1] = reinterpret_cast<uint64_t>(addr);
+  m->opaque[2] = rank;
+  m->opaque[3] = dims[0];
+  m->opaque[4] = rank > 1 ? dims[1] : 0;
+  m->opaque[5] = rank > 1 ? strides[0] : 0;
+  m->opaque[6] = box[0];
+  m->opaque[7] = rank > 1 ? box[1] : 0;
+  return 0;
+}
+
+API cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void** params, void** extra) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (extra) return fail_with("extra must be NULL");
+  Launch l;
+  unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
+  unsigned b[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
+  std::memcpy(l.grid, g, sizeof(g));
+  std::memcpy(l.block, b, sizeof(b));
+  l.smem = c->sharedMemBytes;
+  l.cluster[0] = l.cluster[1] = l.cluster[2] = 1;
+  for (unsigned i = 0; i < c->numAttrs; ++i) {
+    if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) return fail_with("attribute");
+    l.cluster[0] = c->attrs[i].value.clusterDim.x;
+    l.cluster[1] = c->attrs[i].value.clusterDim.y;
+    l.cluster[2] = c->attrs[i].value.clusterDim.z;
+  }
+  g_stats.last_cluster_x = int(l.cluster[0]);
+  for (size_t i = 0; i < sizeof(kAddParams) / sizeof(kAddParams[0]); ++i) {
+    const uint8_t* p = static_cast<const uint8_t*>(params[i]);
+    if (kAddParams[i] == 128 && reinterpret_cast<uintptr_t>(p) % 64 != 0)
+      return fail_with("tensor map parameter not 64-aligned");
+    l.params.emplace_back(p, p + kAddParams[i]);
+  }
+  FakeStream* s = stream_of(c->hStream);
+  if (s->capturing) {
+    s->captured.push_back(std::move(l));
+    return 0;
+  }
+  return execute(l);
+}
+
+API cuStreamCreate(CUstream* s, unsigned) {
+  *s = reinterpret_cast<CUstream>(new FakeStream);
+  return 0;
+}
+API cuStreamDestroy_v2(CUstream s) { delete reinterpret_cast<FakeStream*>(s); return 0; }
+API cuStreamSynchronize(CUstream) { return 0; }
+API cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* st) {
+  *st = stream_of(s)->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  return 0;
+}
+API cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode) {
+  if (!s) return fail_with("the legacy default stream cannot be captured");
+  std::lock_guard<std::mutex> lock(g_mu);
+  stream_of(s)->capturing = true;
+  stream_of(s)->captured.clear();
+  ++g_stats.captures;
+  return 0;
+}
+API cuStreamEndCapture(CUstream s, CUgraph* g) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  FakeStream* fs = stream_of(s);
+  if (!fs->capturing) return fail_with("not capturing");
+  fs->capturing = false;
+  *g = reinterpret_cast<CUgraph>(new FakeGraph{std::move(fs->captured)});
+  return 0;
+}
+API cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long) {
+  *e = reinterpret_cast<CUgraphExec>(new FakeGraph(*reinterpret_cast<FakeGraph*>(g)));
+  return 0;
+}
+API cuGraphLaunch(CUgraphExec e, CUstream) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  ++g_stats.graph_launches;
+  for (const Launch& l : reinterpret_cast<FakeGraph*>(e)->launches)
+    if (CUresult r = execute(l)) return r;
+  return 0;
+}
+API cuGraphExecDestroy(CUgraphExec e) { delete reinterpret_cast<FakeGraph*>(e); return 0; }
+API cuGraphDestroy(CUgraph g) { delete reinterpret_cast<FakeGraph*>(g); return 0; }
+
+static int g_event_clock = 0;
+API cuEventCreate(CUevent* e, unsigned) {
+  *e = reinterpret_cast<CUevent>(new int(0));
+  return 0;
+}
+API cuEventDestroy_v2(CUevent e) { delete reinterpret_cast<int*>(e); return 0; }
+API cuEventRecord(CUevent e, CUstream) {
+  *reinterpret_cast<int*>(e) = ++g_event_clock;
+  return 0;
+}
+API cuEventSynchronize(CUevent) { return 0; }
+API cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
+  // 0.25 ms per event tick: deterministic "timings" for the bench output.
+  *ms = 0.25f * float(*reinterpret_cast<int*>(b) - *reinterpret_cast<int*>(a));
+  return 0;
+}
+
+}  // extern "C"

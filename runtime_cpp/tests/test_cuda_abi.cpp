@@ -1,0 +1,100 @@
+// test_cuda_abi.cpp — compile-time proof that cuda_driver.hpp matches the real cuda.h
+// (values, sizes, layouts). Built only when a CUDA toolkit header is found; the runtime
+// itself never includes cuda.h. Our header must come first: cuda.h #defines plain API
+// names (cuMemAlloc → cuMemAlloc_v2) that would rename our table's members.
+#include "cuda_driver.hpp"
+// clang-format off
+#include <cuda.h>
+// clang-format on
+
+#include <cstddef>
+#include <cstdio>
+#include <type_traits>
+
+namespace c = aotpack::cu;
+
+#define SAME_VALUE(ours, theirs) static_assert(int(c::ours) == int(theirs), #ours)
+#define SAME_LAYOUT(T, U)                                                      \
+  static_assert(sizeof(c::T) == sizeof(U), "sizeof " #T);                      \
+  static_assert(alignof(c::T) >= alignof(U), "alignof " #T)
+#define SAME_OFFSET(T, U, field) \
+  static_assert(offsetof(c::T, field) == offsetof(U, field), #T "." #field)
+
+static_assert(CUDA_VERSION >= 12000, "the ABI test needs cuda.h from CUDA 12 or newer");
+static_assert(sizeof(c::CUdeviceptr) == sizeof(CUdeviceptr), "CUdeviceptr");
+static_assert(sizeof(c::CUresult) == sizeof(CUresult), "CUresult");
+static_assert(sizeof(c::CUdevice) == sizeof(CUdevice), "CUdevice");
+SAME_VALUE(CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_OUT_OF_MEMORY);
+SAME_VALUE(CUDA_ERROR_NO_DEVICE, CUDA_ERROR_NO_DEVICE);
+SAME_VALUE(CUDA_ERROR_NO_BINARY_FOR_GPU, CUDA_ERROR_NO_BINARY_FOR_GPU);
+SAME_VALUE(CUDA_ERROR_UNSUPPORTED_PTX_VERSION, CUDA_ERROR_UNSUPPORTED_PTX_VERSION);
+SAME_VALUE(CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_FOUND);
+SAME_VALUE(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+SAME_VALUE(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+           CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
+SAME_VALUE(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+           CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
+SAME_VALUE(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+           CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+SAME_VALUE(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+           CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES);
+SAME_VALUE(CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+           CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_DATA_TYPE_UINT8);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_UINT16, CU_TENSOR_MAP_DATA_TYPE_UINT16);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_UINT32, CU_TENSOR_MAP_DATA_TYPE_UINT32);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_INT32, CU_TENSOR_MAP_DATA_TYPE_INT32);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_UINT64, CU_TENSOR_MAP_DATA_TYPE_UINT64);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_INT64, CU_TENSOR_MAP_DATA_TYPE_INT64);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_FLOAT16, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, CU_TENSOR_MAP_DATA_TYPE_FLOAT32);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_FLOAT64, CU_TENSOR_MAP_DATA_TYPE_FLOAT64);
+SAME_VALUE(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+SAME_VALUE(CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_INTERLEAVE_NONE);
+SAME_VALUE(CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE);
+SAME_VALUE(CU_TENSOR_MAP_SWIZZLE_32B, CU_TENSOR_MAP_SWIZZLE_32B);
+SAME_VALUE(CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_SWIZZLE_64B);
+SAME_VALUE(CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_SWIZZLE_128B);
+SAME_VALUE(CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+SAME_VALUE(CU_TENSOR_MAP_L2_PROMOTION_L2_64B, CU_TENSOR_MAP_L2_PROMOTION_L2_64B);
+SAME_VALUE(CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+SAME_VALUE(CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+SAME_VALUE(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+SAME_VALUE(CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA,
+           CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA);
+SAME_VALUE(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+SAME_VALUE(CU_STREAM_CAPTURE_MODE_GLOBAL, CU_STREAM_CAPTURE_MODE_GLOBAL);
+SAME_VALUE(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+SAME_VALUE(CU_STREAM_CAPTURE_MODE_RELAXED, CU_STREAM_CAPTURE_MODE_RELAXED);
+SAME_VALUE(CU_STREAM_CAPTURE_STATUS_NONE, CU_STREAM_CAPTURE_STATUS_NONE);
+SAME_VALUE(CU_STREAM_CAPTURE_STATUS_ACTIVE, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+SAME_VALUE(CU_STREAM_CAPTURE_STATUS_INVALIDATED, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+SAME_VALUE(CU_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
+SAME_VALUE(CU_EVENT_DEFAULT, CU_EVENT_DEFAULT);
+
+SAME_LAYOUT(CUtensorMap, CUtensorMap);
+static_assert(sizeof(c::CUtensorMap) == 128, "CUtensorMap is 128 bytes");
+SAME_LAYOUT(CUlaunchAttributeValue, CUlaunchAttributeValue);
+static_assert(sizeof(c::CUlaunchAttributeValue) == 64, "launch attribute value is 64 bytes");
+SAME_OFFSET(CUlaunchAttributeValue, CUlaunchAttributeValue, clusterDim);
+SAME_LAYOUT(CUlaunchAttribute, CUlaunchAttribute);
+SAME_OFFSET(CUlaunchAttribute, CUlaunchAttribute, id);
+SAME_OFFSET(CUlaunchAttribute, CUlaunchAttribute, value);
+SAME_LAYOUT(CUlaunchConfig, CUlaunchConfig);
+SAME_OFFSET(CUlaunchConfig, CUlaunchConfig, gridDimX);
+SAME_OFFSET(CUlaunchConfig, CUlaunchConfig, blockDimZ);
+SAME_OFFSET(CUlaunchConfig, CUlaunchConfig, sharedMemBytes);
+SAME_OFFSET(CUlaunchConfig, CUlaunchConfig, hStream);
+SAME_OFFSET(CUlaunchConfig, CUlaunchConfig, attrs);
+SAME_OFFSET(CUlaunchConfig, CUlaunchConfig, numAttrs);
+
+// Function-pointer types: our table's parameter types must convert 1:1. Compare the shape
+// of the signature (arity and parameter sizes) for the calls whose structs we declare.
+static_assert(std::is_same<decltype(&::cuLaunchKernelEx),
+                           CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**)>::value,
+              "cuLaunchKernelEx signature");
+
+int main() {
+  std::printf("cuda_driver.hpp matches cuda.h (CUDA_VERSION %d)\n", CUDA_VERSION);
+  return 0;
+}

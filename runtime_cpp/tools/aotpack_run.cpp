@@ -1,0 +1,344 @@
+// aotpack-run — run, benchmark or inspect an aotpack bundle with only the NVIDIA driver.
+//
+//   aotpack-run BUNDLE [--weights FILE] [--device N] [--inputs in.safetensors]
+//               [--outputs out.safetensors] [--bench N] [--warmup N] [--no-graph]
+//               [--info] [--check]
+//
+// Exit codes: 0 success, 1 runtime error (status printed), 2 bad usage.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "aotpack/aotpack.h"
+#include "bundle.hpp"
+#include "cuda_driver.hpp"
+#include "dtype.hpp"
+#include "error.hpp"
+#include "host_tensor.hpp"
+#include "safetensors.hpp"
+
+namespace {
+
+namespace cu = aotpack::cu;
+using aotpack::cat;
+using aotpack::fail;
+
+const char* kUsage =
+    "usage: aotpack-run BUNDLE [options]\n"
+    "  Runs an aotpack bundle (model.aotpack) on the GPU with only the NVIDIA driver.\n"
+    "options:\n"
+    "  --weights FILE     external weights file (default: the bundle's external_weights.file)\n"
+    "  --device N         CUDA device ordinal (default 0)\n"
+    "  --inputs FILE      read inputs by name from a safetensors file (default: random)\n"
+    "  --outputs FILE     write the outputs to a safetensors file\n"
+    "  --bench N          time N runs (after --warmup runs); prints median/p10/p90 ms\n"
+    "  --warmup N         warm-up runs before timing (default 10)\n"
+    "  --no-graph         launch kernels one by one instead of replaying a CUDA graph\n"
+    "  --seed N           seed of the random inputs (default 0)\n"
+    "  --info             print signature, kernels and arena size (no GPU needed), then exit\n"
+    "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
+    "  -h, --help         this text\n";
+
+struct Args {
+  std::string bundle, weights, inputs, outputs;
+  int device = 0, bench = 0, warmup = 10;
+  uint64_t seed = 0;
+  bool graph = true, info = false, check = false;
+};
+
+struct UsageError {
+  std::string message;
+};
+
+long parse_count(const char* flag, const char* v, long min) {
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (!*v || *end || n < min || n > 100000000)
+    throw UsageError{cat(flag, min > 0 ? " needs a positive integer" : " needs an integer >= 0",
+                         ", got '", v, "'")};
+  return n;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) throw UsageError{s + " needs a value"};
+      return argv[++i];
+    };
+    if (s == "--weights") a.weights = value();
+    else if (s == "--inputs") a.inputs = value();
+    else if (s == "--outputs") a.outputs = value();
+    else if (s == "--device") a.device = int(parse_count("--device", value(), 0));
+    else if (s == "--bench") a.bench = int(parse_count("--bench", value(), 1));
+    else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0));
+    else if (s == "--seed") a.seed = uint64_t(parse_count("--seed", value(), 0));
+    else if (s == "--no-graph") a.graph = false;
+    else if (s == "--info") a.info = true;
+    else if (s == "--check") a.check = true;
+    else if (s.size() > 1 && s[0] == '-') throw UsageError{"unknown option '" + s + "'"};
+    else if (a.bundle.empty()) a.bundle = s;
+    else throw UsageError{"expected one bundle path, got '" + a.bundle + "' and '" + s + "'"};
+  }
+  if (a.bundle.empty()) throw UsageError{"missing BUNDLE"};
+  return a;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += cat(i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+// --info: describe the bundle from the host-side verification (no driver needed).
+void print_info(const Args& a) {
+  auto b = aotpack::open_bundle(a.bundle, a.weights);
+  const aotpack::Manifest& m = b->manifest;
+  std::printf("bundle: %s (format v%lld, target %s cc %d.%d, min driver %lld)\n",
+              a.bundle.c_str(), (long long)m.version, m.arch.c_str(), m.cc_major, m.cc_minor,
+              (long long)m.min_driver);
+  for (const auto& t : m.inputs)
+    std::printf("input  %-24s %-5s %s\n", t.name.c_str(), aotpack::dtype_manifest_name(t.dtype),
+                shape_str(t.shape).c_str());
+  for (const auto& t : m.outputs)
+    std::printf("output %-24s %-5s %s\n", t.name.c_str(), aotpack::dtype_manifest_name(t.dtype),
+                shape_str(t.shape).c_str());
+  uint64_t wbytes = 0;
+  for (const auto& w : m.weights) wbytes += w.nbytes;
+  std::printf("weights: %zu tensors, %llu bytes%s\n", m.weights.size(),
+              (unsigned long long)wbytes, m.external_weights ? " (external)" : "");
+  std::printf("arena: %llu bytes\n", (unsigned long long)m.arena_bytes);
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    const auto& k = m.kernels[i];
+    std::printf("kernel %zu %-20s entry=%s block=%ux%ux%u cluster=%ux%ux%u smem=%u %s\n", i,
+                k.name.c_str(), k.entry.c_str(), k.block[0], k.block[1], k.block[2],
+                k.cluster[0], k.cluster[1], k.cluster[2], k.smem, k.backend.c_str());
+  }
+  for (size_t i = 0; i < m.steps.size(); ++i)
+    std::printf("step %zu kernel=%s grid=%ux%ux%u args=%zu\n", i,
+                m.kernels[m.steps[i].kernel].name.c_str(), m.steps[i].grid[0],
+                m.steps[i].grid[1], m.steps[i].grid[2], m.steps[i].args.size());
+}
+
+void check_status(aotpack_status* s) {
+  if (!s) return;
+  aotpack::Error e(aotpack_status_code(s), aotpack_status_message(s));
+  aotpack_status_free(s);
+  throw e;
+}
+
+// Device buffers of one tensor each, freed at scope exit.
+struct DeviceBuffers {
+  std::vector<cu::CUdeviceptr> ptrs;
+  ~DeviceBuffers() {
+    for (auto p : ptrs)
+      if (p) cu::driver().cuMemFree(p);
+  }
+  cu::CUdeviceptr alloc(uint64_t nbytes, const std::string& what) {
+    cu::CUdeviceptr p = 0;
+    if (nbytes) cu::check(cu::driver().cuMemAlloc(&p, size_t(nbytes)), "cuMemAlloc", what);
+    ptrs.push_back(p);
+    return p;
+  }
+};
+
+std::vector<aotpack_tensor_info> infos(aotpack_model* m, bool input) {
+  size_t n = input ? aotpack_model_num_inputs(m) : aotpack_model_num_outputs(m);
+  std::vector<aotpack_tensor_info> out(n);
+  for (size_t i = 0; i < n; ++i)
+    check_status(input ? aotpack_model_input_info(m, i, &out[i])
+                       : aotpack_model_output_info(m, i, &out[i]));
+  return out;
+}
+
+// Host bytes of every input: from --inputs (checked) or random.
+std::vector<std::vector<uint8_t>> host_inputs(const Args& a,
+                                              const std::vector<aotpack_tensor_info>& ins) {
+  std::vector<std::vector<uint8_t>> out;
+  std::unique_ptr<aotpack::SafetensorsFile> f;
+  if (!a.inputs.empty()) f.reset(new aotpack::SafetensorsFile(a.inputs, "inputs file"));
+  aotpack_run::Rng rng(a.seed * 7919 + 1);
+  for (const auto& t : ins) {
+    std::vector<uint8_t> bytes(size_t(t.nbytes));
+    std::vector<int64_t> shape(t.dims, t.dims + t.rank);
+    if (!f) {
+      aotpack_run::fill_random(t.dtype, bytes, rng);
+    } else {
+      const aotpack::TensorEntry* e = f->find(t.name);
+      if (!e) fail(AOTPACK_INVALID_ARGUMENT, "input '", t.name, "' is not in ", a.inputs);
+      if (e->dtype != aotpack::dtype_safetensors_name(t.dtype) || e->shape != shape)
+        fail(AOTPACK_INVALID_ARGUMENT, "input '", t.name, "' in ", a.inputs, " is ", e->dtype,
+             " ", shape_str(e->shape), " but the model expects ",
+             aotpack::dtype_safetensors_name(t.dtype), " ", shape_str(shape));
+      std::memcpy(bytes.data(), f->tensor_data(*e), bytes.size());
+    }
+    out.push_back(std::move(bytes));
+  }
+  return out;
+}
+
+double percentile(const std::vector<float>& sorted, double q) {
+  size_t i = size_t(q * double(sorted.size() - 1) + 0.5);
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+// Times `runs` calls of `run_once` with CUDA events on `stream`.
+template <typename F>
+std::vector<float> time_runs(int runs, cu::CUstream stream, F run_once) {
+  const cu::Driver& d = cu::driver();
+  std::vector<cu::CUevent> ev(size_t(runs) + 1);
+  for (auto& e : ev) cu::check(d.cuEventCreate(&e, cu::CU_EVENT_DEFAULT), "cuEventCreate", "bench");
+  // Back-to-back runs with an event between each: measures each run on the GPU timeline.
+  cu::check(d.cuEventRecord(ev[0], stream), "cuEventRecord", "bench");
+  for (int i = 0; i < runs; ++i) {
+    run_once();
+    cu::check(d.cuEventRecord(ev[size_t(i) + 1], stream), "cuEventRecord", "bench");
+  }
+  cu::check(d.cuEventSynchronize(ev.back()), "cuEventSynchronize", "bench");
+  std::vector<float> ms;
+  for (int i = 0; i < runs; ++i) {
+    float t = 0;
+    cu::check(d.cuEventElapsedTime(&t, ev[size_t(i)], ev[size_t(i) + 1]), "cuEventElapsedTime",
+              "bench");
+    ms.push_back(t);
+  }
+  for (auto& e : ev) d.cuEventDestroy(e);
+  return ms;
+}
+
+void summarize_outputs(const std::vector<aotpack_tensor_info>& outs,
+                       const std::vector<std::vector<uint8_t>>& host) {
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const auto& t = outs[i];
+    size_t n = size_t(t.nbytes / aotpack::dtype_size(t.dtype));
+    double sum_abs = 0;
+    size_t nonfinite = 0;
+    for (size_t k = 0; k < n; ++k) {
+      double v = aotpack_run::element(t.dtype, host[i].data(), k);
+      if (!std::isfinite(v)) ++nonfinite;
+      else sum_abs += std::fabs(v);
+    }
+    std::printf("output %-24s %-5s %s mean_abs=%.6g nonfinite=%zu\n", t.name, t.dtype_name,
+                shape_str(std::vector<int64_t>(t.dims, t.dims + t.rank)).c_str(),
+                n ? sum_abs / double(n) : 0.0, nonfinite);
+  }
+}
+
+void write_outputs(const std::string& path, const std::vector<aotpack_tensor_info>& outs,
+                   const std::vector<std::vector<uint8_t>>& host) {
+  std::vector<aotpack::TensorToWrite> ts;
+  for (size_t i = 0; i < outs.size(); ++i)
+    ts.push_back({outs[i].name, aotpack::dtype_safetensors_name(outs[i].dtype),
+                  std::vector<int64_t>(outs[i].dims, outs[i].dims + outs[i].rank),
+                  host[i].data(), outs[i].nbytes});
+  aotpack::write_safetensors(path, ts, {{"producer", "aotpack-run"}}, 64);
+  std::printf("wrote %s\n", path.c_str());
+}
+
+struct ModelHandle {
+  aotpack_model* m = nullptr;
+  aotpack_session* s = nullptr;
+  ~ModelHandle() {
+    aotpack_session_free(s);
+    aotpack_model_free(m);
+  }
+};
+
+void run(const Args& a) {
+  ModelHandle h;
+  aotpack_model_options mo{};
+  mo.struct_size = sizeof(mo);
+  mo.weights_path = a.weights.empty() ? nullptr : a.weights.c_str();
+  mo.device_ordinal = a.device;
+  check_status(aotpack_model_load(a.bundle.c_str(), &mo, &h.m));
+  aotpack_session_options so{};
+  so.struct_size = sizeof(so);
+  so.use_cuda_graph = a.graph ? 1 : 0;
+  check_status(aotpack_session_create(h.m, &so, &h.s));
+  const cu::Driver& d = cu::driver();  // already loaded by the model; same context is current
+
+  auto ins = infos(h.m, true), outs = infos(h.m, false);
+  auto host_in = host_inputs(a, ins);
+  DeviceBuffers bufs;
+  std::vector<uint64_t> in_ptrs, out_ptrs;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    in_ptrs.push_back(bufs.alloc(ins[i].nbytes, cat("input '", ins[i].name, "'")));
+    if (ins[i].nbytes)
+      cu::check(d.cuMemcpyHtoD(in_ptrs.back(), host_in[i].data(), host_in[i].size()),
+                "cuMemcpyHtoD", cat("input '", ins[i].name, "'"));
+  }
+  for (const auto& t : outs) out_ptrs.push_back(bufs.alloc(t.nbytes, cat("output '", t.name, "'")));
+
+  cu::CUstream stream = nullptr;
+  cu::check(d.cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate", "");
+  struct StreamGuard {
+    cu::CUstream s;
+    ~StreamGuard() { cu::driver().cuStreamDestroy(s); }
+  } guard{stream};
+  auto run_once = [&] { check_status(aotpack_session_run(h.s, in_ptrs.data(), out_ptrs.data(), stream)); };
+
+  run_once();
+  cu::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "first run");
+  std::vector<std::vector<uint8_t>> host_out;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    host_out.emplace_back(size_t(outs[i].nbytes));
+    if (outs[i].nbytes)
+      cu::check(d.cuMemcpyDtoH(host_out.back().data(), out_ptrs[i], host_out.back().size()),
+                "cuMemcpyDtoH", cat("output '", outs[i].name, "'"));
+  }
+  summarize_outputs(outs, host_out);
+  if (!a.outputs.empty()) write_outputs(a.outputs, outs, host_out);
+  if (a.bench <= 0) return;
+
+  for (int i = 0; i < a.warmup; ++i) run_once();
+  cu::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "warm-up");
+  std::vector<float> ms = time_runs(a.bench, stream, run_once);
+  std::sort(ms.begin(), ms.end());
+  std::printf("aotpack-run: median_ms=%.4f p10_ms=%.4f p90_ms=%.4f min_ms=%.4f runs=%d "
+              "warmup=%d graph=%d\n",
+              percentile(ms, 0.5), percentile(ms, 0.1), percentile(ms, 0.9), ms.front(),
+              a.bench, a.warmup, a.graph ? 1 : 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  Args a;
+  try {
+    a = parse_args(argc, argv);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "aotpack-run: %s\n%s", e.message.c_str(), kUsage);
+    return 2;
+  }
+  try {
+    if (a.check) {
+      aotpack_model_options mo{};
+      mo.struct_size = sizeof(mo);
+      mo.weights_path = a.weights.empty() ? nullptr : a.weights.c_str();
+      check_status(aotpack_model_check_file(a.bundle.c_str(), &mo));
+      std::printf("aotpack-run: bundle is valid: %s\n", a.bundle.c_str());
+      return 0;
+    }
+    if (a.info) {
+      print_info(a);
+      return 0;
+    }
+    run(a);
+    return 0;
+  } catch (const aotpack::Error& e) {
+    std::fprintf(stderr, "aotpack-run: error: %s: %s\n", aotpack_status_code_name(e.code()),
+                 e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "aotpack-run: error: %s\n", e.what());
+  }
+  return 1;
+}

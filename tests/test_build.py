@@ -1,0 +1,190 @@
+"""aotpack.build: the pipeline glue with stand-ins for the frontend, the fusion pass and the
+Triton compile (those have their own tests), so what is checked here is build's own job: the
+identical-op compile cache, the output folder (bundle, launcher copy, README), --force, atomicity
+and provenance."""
+import sys
+import types
+
+import pytest
+import torch
+
+from aotpack import build as build_mod
+from aotpack.build import BuildError, build, canonical
+from aotpack.bundle import read_bundle
+from aotpack.dtypes import DType
+from aotpack.kernels.spec import (
+    CompiledKernel, GemmOp, Launch, NullSlot, PtrSlot, ScratchSlot, contiguous,
+)
+from aotpack.program import MemoryPlan, Program, Storage
+
+F32 = DType.F32
+
+
+def _program() -> Program:
+    st = {s.name: s for s in [Storage("x", "input", F32, (16, 32)),
+                              Storage("w1", "weight", F32, (32, 32)),
+                              Storage("w2", "weight", F32, (32, 32)),
+                              Storage("h", "intermediate", F32, (16, 32)),
+                              Storage("y", "output", F32, (16, 32))]}
+
+    def arg(n):
+        return contiguous(n, F32, st[n].shape)
+
+    ops = [GemmOp(arg("x"), arg("w1"), arg("h")), GemmOp(arg("h"), arg("w2"), arg("y"))]
+    g = torch.Generator().manual_seed(0)
+    weights = {"w1": torch.randn(32, 32, generator=g), "w2": torch.randn(32, 32, generator=g)}
+    return Program(["x"], ["y"], st, ops, weights, {"nodes": 5, "ops": {"linear": 2}})
+
+
+def _fake_compile(calls):
+    def compile_op(op, target):
+        calls.append(op)
+        k = CompiledKernel("gemm_kernel", b"cubin-of-" + repr(op.a.shape).encode(), (128, 1, 1), 0,
+                           fused_ops=("linear",))
+        return [Launch(k, (1, 1, 1), (PtrSlot(op.a.storage), PtrSlot(op.b.storage),
+                                      PtrSlot(op.out.storage), ScratchSlot(512), NullSlot()))]
+    return compile_op
+
+
+def _fake_plan(program, launches_per_op):
+    flat, offsets, nbytes = [], {"h": 0}, {"h": 2048}
+    for step, launch in enumerate(l for ls in launches_per_op for l in ls):
+        name = f"__scratch.{step}.3"
+        offsets[name], nbytes[name] = 2048 + 512 * step, 512
+        flat.append(Launch(launch.kernel, launch.grid,
+                           launch.args[:3] + (PtrSlot(name),) + launch.args[4:]))
+    return MemoryPlan(2048 + 512 * len(flat), offsets, nbytes, flat, 2048 + 512 * len(flat))
+
+
+@pytest.fixture
+def pipeline(monkeypatch, tmp_path):
+    """Stand-in frontend/passes/compile; returns the list of ops actually compiled."""
+    calls = []
+    frontend = types.ModuleType("aotpack.frontend")
+    frontend.load_model = lambda spec: ("model", (torch.zeros(16, 32),))
+    frontend.to_graph = lambda model, inputs: "graph"
+    passes = types.ModuleType("aotpack.passes")
+    passes.compile_graph = lambda graph: _program()
+    passes.plan_memory = _fake_plan
+    monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
+    monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
+    import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules
+
+    monkeypatch.setattr(aotpack, "frontend", frontend, raising=False)
+    monkeypatch.setattr(aotpack, "passes", passes, raising=False)
+    monkeypatch.setattr("aotpack.kernels.compile", _fake_compile(calls))
+    runtime = tmp_path / "runtime"
+    (runtime / "bin").mkdir(parents=True)
+    (runtime / "lib").mkdir()
+    (runtime / "include" / "aotpack").mkdir(parents=True)
+    (runtime / "bin" / "aotpack-run").write_text("#!/bin/sh\necho launcher\n")
+    (runtime / "bin" / "aotpack-run").chmod(0o755)
+    for name in ("libaotpack.so", "libaotpack.so.0", "libaotpack.so.0.1.0", "libaotpack.a"):
+        (runtime / "lib" / name).write_bytes(name.encode())
+    (runtime / "include" / "aotpack" / "aotpack.h").write_text("/* C API */\n")
+    monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(runtime))
+    (tmp_path / "model.py").write_text("def make():\n    pass\n")
+    return calls
+
+
+def test_identical_ops_compile_once():
+    p = _program()
+    a, back_a = canonical(p.ops[0])
+    b, back_b = canonical(p.ops[1])
+    assert a == b and back_a == {"__op.0": "x", "__op.1": "w1", "__op.2": "h"}
+    assert back_b == {"__op.0": "h", "__op.1": "w2", "__op.2": "y"}
+
+
+def test_build_writes_the_output_folder(pipeline, tmp_path):
+    out = tmp_path / "out" / "mlp"
+    result = build(f"{tmp_path / 'model.py'}:make", out, progress=False,
+                   command_line="aotpack build model.py:make -o out/mlp")
+    assert len(pipeline) == 1, "the second GEMM has the same shapes: compiled once"
+    assert (result.kernels, result.steps, result.compiled_ops) == (1, 2, 1)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
+        "README.md", "aotpack-run", "include/aotpack/aotpack.h", "lib/libaotpack.a",
+        "lib/libaotpack.so", "lib/libaotpack.so.0", "model.aotpack"]
+    assert (out / "aotpack-run").stat().st_mode & 0o111
+    assert "./aotpack-run model.aotpack --bench 100" in (out / "README.md").read_text()
+    m = read_bundle(out / "model.aotpack", checksums=True).manifest
+    # slots of the cached compile were renamed back to each op's own storages
+    assert [[a.get("buffer") for a in s["args"][:3]] for s in m["steps"]] == [[0, 2, 4], [4, 3, 1]]
+    prov = m["provenance"]
+    assert prov["created_by"] == "aotpack build model.py:make -o out/mlp"
+    assert prov["source"] == "model.py" and len(prov["source_sha256"]) == 64
+    assert prov["torch"] and "timestamp" not in prov
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["mlp"]  # no temp folders left
+
+
+def test_build_is_reproducible_and_external_weights(pipeline, tmp_path):
+    spec = f"{tmp_path / 'model.py'}:make"
+    a = build(spec, tmp_path / "a", progress=False, command_line="cmd", external_weights=True)
+    b = build(spec, tmp_path / "b", progress=False, command_line="cmd", external_weights=True)
+    for name in ("model.aotpack", "weights.safetensors"):
+        assert (a.out_dir / name).read_bytes() == (b.out_dir / name).read_bytes()
+    assert "weights.safetensors" in (a.out_dir / "README.md").read_text()
+
+
+def test_force_replaces_and_failure_keeps_the_old_folder(pipeline, tmp_path, monkeypatch):
+    spec = f"{tmp_path / 'model.py'}:make"
+    out = tmp_path / "out"
+    build(spec, out, progress=False)
+    with pytest.raises(BuildError, match="--force"):
+        build(spec, out, progress=False)
+    before = (out / "model.aotpack").read_bytes()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("writer crashed")
+
+    monkeypatch.setattr("aotpack.bundle.write_bundle", broken)
+    with pytest.raises(RuntimeError, match="writer crashed"):
+        build(spec, out, progress=False, force=True)
+    assert (out / "model.aotpack").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.py", "out", "runtime"]
+    monkeypatch.undo()
+
+
+def test_missing_runtime_is_a_warning_not_a_failure(pipeline, tmp_path, monkeypatch):
+    monkeypatch.setattr(build_mod.runtime_files, "runtime_dir", lambda: None)
+    result = build(f"{tmp_path / 'model.py'}:make", tmp_path / "out", progress=False)
+    assert any("runtime is not installed" in w for w in result.warnings)
+    assert sorted(p.name for p in result.out_dir.iterdir()) == ["README.md", "model.aotpack"]
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm_90a", "SM90"])
+def test_accepted_arches(arch):
+    assert build_mod.parse_arch(arch).arch == "sm_90a"
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm_100a", "hopper"])
+def test_refused_arches(arch):
+    with pytest.raises(BuildError, match="sm90"):
+        build_mod.parse_arch(arch)
+
+
+def test_source_file_of_a_spec():
+    assert build_mod.source_file("examples/mlp.py:make").as_posix() == "examples/mlp.py"
+    assert build_mod.source_file("m.pt2").as_posix() == "m.pt2"
+    assert build_mod.source_file("/abs/dir:x/m.pt2").as_posix() == "/abs/dir:x/m.pt2"
+
+
+@pytest.mark.slow
+def test_real_pipeline_small_mlp(tmp_path, monkeypatch):
+    """The real frontend, passes and Triton cross-compile (no GPU) on a small MLP: the folder
+    is built, the bundle reads back with valid checksums, and the CPU reference agrees with
+    eager PyTorch."""
+    pytest.importorskip("triton")
+    from pathlib import Path
+
+    from aotpack.verify import verify
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    spec = tmp_path / "small_mlp.py"
+    spec.write_text(f"import sys\nsys.path.insert(0, {str(examples)!r})\nimport mlp\n\n"
+                    "def make():\n    return mlp.make(d=64, f=256, batch=2, seq=8)\n")
+    monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(tmp_path / "no-runtime"))
+    result = build(f"{spec}:make", tmp_path / "out", progress=False, command_line="test")
+    b = read_bundle(result.bundle, checksums=True)
+    assert b.manifest["inputs"][0]["shape"] == [2, 8, 64] and result.steps >= 2
+    assert all(k["backend"] == "triton" and k["cubin_sha256"] for k in b.manifest["kernels"])
+    assert verify(result.bundle, f"{spec}:make", reference="cpu").passed

@@ -1,0 +1,155 @@
+"""The `aotpack` CLI through typer's CliRunner: help texts, inspect on a hand-made bundle, and
+one-line errors (exit status ≠ 0, no traceback) for user mistakes."""
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from handmade_bundle import CUBIN, write_handmade
+
+runner = CliRunner()
+
+
+def _run(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+@pytest.mark.parametrize("command, words", [
+    ("build", ["--arch", "--external-weights", "--force", "-o", "file.py:factory"]),
+    ("inspect", ["--json", "memory plan", "provenance"]),
+    ("verify", ["--model", "--reference", "eager PyTorch"]),
+    ("bench", ["-n", "median latency"]),
+    ("doctor", ["cuobjdump", "driver"]),
+])
+def test_each_command_explains_itself(command, words):
+    result = _run(command, "--help")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    for word in words:
+        assert word in text, (word, text)
+
+
+def test_top_level_help_lists_the_commands():
+    result = _run("--help")
+    assert result.exit_code == 0
+    for command in ("build", "inspect", "verify", "bench", "doctor"):
+        assert command in result.output
+
+
+def test_inspect_json(tmp_path):
+    path = write_handmade(tmp_path / "model.aotpack")
+    result = _run("inspect", path, "--json", "--check")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["format"] == "aotpack" and doc["version"] == 1
+    assert doc["target"]["arch"] == "sm_90a"
+    assert doc["inputs"] == [{"name": "x", "dtype": "bf16", "shape": [64, 64]}]
+    assert [(k["name"], k["steps"]) for k in doc["kernels"]] == [("gemm_kernel_0", 2),
+                                                                 ("relu_kernel_1", 1)]
+    gemm = doc["kernels"][0]
+    assert gemm["backend"] == "triton" and gemm["fused_ops"] == ["linear", "bias"]
+    assert gemm["config"] == {"BM": 64, "BN": 64, "num_warps": 4}
+    assert gemm["smem"] == 65536 and gemm["cluster"] == [2, 1, 1]
+    assert doc["cubins"] == {"count": 1, "bytes": len(CUBIN)}
+    assert doc["memory"] == {"arena_bytes": 17408, "intermediate_bytes": 16384,
+                             "naive_bytes": 17408, "regions": 2}
+    assert doc["weights"] == {"count": 3, "bytes": 64 * 64 * 2 + 64 * 4 + 3 * 4, "external": None}
+    assert doc["graph"]["summary"] == {"nodes": 4, "ops": {"linear": 1, "relu": 1}}
+    assert doc["provenance"]["created_by"] == "tests"
+
+
+def test_inspect_tables(tmp_path):
+    path = write_handmade(tmp_path / "model.aotpack", external_weights="weights.safetensors")
+    result = _run("inspect", path)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    for expected in ("sm_90a", "x: bf16[64, 64]", "relu_kernel_1", "triton", "arena 17.0 KiB",
+                     "external: weights.safetensors", "created_by=tests"):
+        assert expected in text, expected
+
+
+def test_inspect_needs_no_torch(tmp_path):
+    path = write_handmade(tmp_path / "model.aotpack")
+    code = ("import sys; from cli.main import app; "
+            f"sys.argv = ['aotpack', 'inspect', {str(path)!r}, '--json']\n"
+            "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+            "assert 'torch' not in sys.modules and 'triton' not in sys.modules, 'heavy import'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["steps"] == 3
+
+
+def _assert_friendly(result, *fragments):
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    text = " ".join(result.output.split())
+    assert "error:" in text
+    for f in fragments:
+        assert f in text, (f, text)
+
+
+def test_missing_bundle_is_a_one_line_error(tmp_path):
+    _assert_friendly(_run("inspect", tmp_path / "nope.aotpack"), "no such bundle file",
+                     "aotpack build")
+
+
+def test_corrupt_bundle_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "bad.aotpack"
+    bad.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json}      ")
+    _assert_friendly(_run("inspect", bad), "not valid JSON")
+
+
+def test_checksum_failure_is_reported(tmp_path):
+    path = write_handmade(tmp_path / "model.aotpack")
+    raw = path.read_bytes()
+    i = raw.rindex(CUBIN[:8])
+    path.write_bytes(raw[:i] + b"\x00" + raw[i + 1:])
+    assert _run("inspect", path).exit_code == 0  # without --check only structure is read
+    _assert_friendly(_run("inspect", path, "--check"), "sha256", "rebuild")
+
+
+def test_bad_arch(tmp_path):
+    model = tmp_path / "m.py"
+    model.write_text("def make():\n    raise AssertionError('must not be loaded')\n")
+    result = _run("build", f"{model}:make", "--arch", "sm80", "-o", tmp_path / "out")
+    _assert_friendly(result, "unsupported --arch 'sm80'", "sm90")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_model_file(tmp_path):
+    result = _run("build", tmp_path / "nothere.py:make", "-o", tmp_path / "out")
+    _assert_friendly(result, "nothere.py does not exist", "file.py:factory")
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_output_needs_force(tmp_path):
+    model = tmp_path / "m.py"
+    model.write_text("def make():\n    raise AssertionError('must not be loaded')\n")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    result = _run("build", f"{model}:make", "-o", tmp_path / "out")
+    _assert_friendly(result, "already exists", "--force")
+    assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
+
+
+def test_verify_rejects_an_unknown_reference(tmp_path):
+    path = write_handmade(tmp_path / "model.aotpack")
+    result = _run("verify", path, "--model", "m.py:make", "--reference", "tpu")
+    assert result.exit_code == 2 and "cpu or gpu" in result.output
+
+
+def test_verify_missing_model_file(tmp_path):
+    path = write_handmade(tmp_path / "model.aotpack")
+    result = _run("verify", path, "--model", tmp_path / "gone.py:make", "--reference", "cpu")
+    _assert_friendly(result, "gone.py does not exist")
+
+
+def test_doctor_reports_the_machine(monkeypatch):
+    monkeypatch.setenv("AOTPACK_LOG", "debug")
+    result = _run("doctor")
+    assert result.exit_code == 0, result.output
+    for expected in ("python", "torch", "triton", "runtime library", "driver", "AOTPACK_LOG"):
+        assert expected in result.output

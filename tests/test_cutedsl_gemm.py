@@ -1,0 +1,212 @@
+"""aotpack's CuTeDSL Hopper GEMM: compiles for sm_90a with no GPU, is a wgmma kernel, and the
+manifest slots aotpack derives for it are exactly what CuTeDSL's own host function would pass.
+
+The reference is CuTeDSL's host launch function itself, exported as an object file and run on
+the CPU against stub CUDA-runtime entry points (aotpack/kernels/cutedsl/hostcapture.py): for
+each config and problem shape, every integer / struct / fastdivmod parameter must be byte-equal,
+every pointer must be the address we gave, and every TMA descriptor CuTe packed must have our
+slot's address, dims, row stride, box and swizzle. Grid, block, cluster, dynamic smem too.
+"""
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from aotpack.kernels.cutedsl import build  # noqa: E402  (sets CUTE_DSL_ARCH before cutlass)
+
+if not build.available():
+    pytest.skip("nvidia-cutlass-dsl (CuTeDSL) is not installed: "
+                "pip install nvidia-cutlass-dsl==4.8.1", allow_module_level=True)
+
+build.ensure_env()
+
+from aotpack.dtypes import DType  # noqa: E402
+from aotpack.kernels import sass  # noqa: E402
+from aotpack.kernels.cutedsl import compile as cc  # noqa: E402
+from aotpack.kernels.cutedsl import hostcapture as hc  # noqa: E402
+from aotpack.kernels.cutedsl.slots import fastdivmod, pack  # noqa: E402
+from aotpack.kernels.spec import (  # noqa: E402
+    SM90, Act, EpAct, EpAdd, EpBias, EpMul, FastDivmodSlot, GemmOp, IntSlot, NullSlot, PtrSlot,
+    TensorMapSlot, contiguous,
+)
+
+BASE = {"x": 0x7F0000000000, "w": 0x7F1000000000, "y": 0x7F2000000000,
+        "bias": 0x7F3000000000, "res": 0x7F4000000000, "up": 0x7F5000000000}
+
+
+def _op(m, n, k, steps=(), out=DType.BF16):
+    epi = []
+    for s in steps:
+        if s == "bias":
+            epi.append(EpBias(contiguous("bias", out, (n,))))
+        elif s == "add":
+            epi.append(EpAdd(contiguous("res", out, (m, n))))
+        elif s == "mul":
+            epi.append(EpMul(contiguous("up", out, (m, n))))
+        else:
+            epi.append(EpAct(Act(s)))
+    return GemmOp(contiguous("x", DType.BF16, (m, k)), contiguous("w", DType.BF16, (n, k)),
+                  contiguous("y", out, (m, n)), tuple(epi))
+
+
+_EPIS = [("bias", "gelu_tanh", "add"), ("silu", "mul"), ("relu",), ("bias", "gelu_erf"), ()]
+# (tile_m, tile_n, cluster_m, cluster_n, raster_along_m, epilogue, out dtype): every tile and
+# cluster of the candidate space, both rasterisations, three output types.
+CONFIGS = [(tm, tn, cm, cn, (i % 3) != 2, _EPIS[i % len(_EPIS)], DType.BF16)
+           for i, ((tm, tn), (cm, cn)) in enumerate(
+               ((t, c) for t in ((128, 256), (128, 128), (64, 128), (64, 256))
+                for c in ((1, 1), (2, 1), (1, 2))))]
+CONFIGS += [(128, 128, 1, 1, True, ("bias", "add"), DType.F32),
+            (128, 256, 2, 1, True, ("mul",), DType.F16)]
+SHAPES = [(1000, 3000, 520), (100, 64, 64), (4096, 4096, 4096), (8, 1032, 72)]
+
+
+@pytest.fixture(scope="module")
+def host_libs(tmp_path_factory):
+    return {}
+
+
+def _cfg(op, tm, tn, cm, cn, ram):
+    return cc.default_config(op, tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn,
+                             raster_along_m=ram)
+
+
+def test_compiles_sm90a_with_wgmma():
+    op = _op(1000, 3000, 520, ("bias", "gelu_tanh"))
+    (launch,) = cc.compile(op, SM90)
+    k = launch.kernel
+    assert k.cubin[:4] == b"\x7fELF" and k.backend == "cutedsl"
+    built = cc._built(_cfg(op, 128, 256, 1, 1, True), "bf16", SM90.sm_count)
+    assert ".target sm_90a" in built.ptx and "wgmma.mma_async" in built.ptx
+    assert k.block == (384, 1, 1) and 0 < k.smem <= SM90.smem_limit
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found (it ships in the triton wheel)")
+    listing = sass.sass(k.cubin)
+    assert sass.count_instructions(listing, "HGMMA") > 0
+    assert sass.count_instructions(listing, "STL") == 0  # no register spills
+
+
+def test_cubin_does_not_depend_on_sm_count():
+    """The persistent grid comes from gridDim at run time: a 114-SM part gets the same cubin."""
+    op = _op(1000, 3000, 520)
+    cfg = _cfg(op, 128, 128, 1, 1, True)
+    assert cc._built(cfg, "bf16", 132).cubin == cc._built(cfg, "bf16", 114).cubin
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tm,tn,cm,cn,ram,steps,out", CONFIGS)
+def test_slots_match_cutedsl_host_function(tm, tn, cm, cn, ram, steps, out, host_libs, tmp_path):
+    if not hc.available():
+        pytest.skip("no C compiler (cc) to link CuTeDSL's exported host function")
+    for m, n, k in SHAPES:
+        op = _op(m, n, k, steps, out)
+        cfg = _cfg(op, tm, tn, cm, cn, ram)
+        (launch,) = cc.compile(op, SM90, cfg)
+        built = cc._built(cfg, "bf16", cc.max_clusters(cfg, SM90))
+        if cfg not in host_libs:
+            host_libs[cfg] = hc.build_host_library(built.compiled, str(tmp_path / "host"))
+        lib, entry = host_libs[cfg]
+        cap = _run_reference(lib, entry, built, op)
+        _check_launch(launch, built, cap, cfg)
+
+
+def _run_reference(lib, entry, built, op):
+    m, n = op.out.shape
+    k = op.a.shape[1]
+    tensors = [hc.HostTensor(BASE["x"], m, k, op.a.strides[0]),
+               hc.HostTensor(BASE["w"], n, k, op.b.strides[0]),
+               hc.HostTensor(BASE["y"], m, n, op.out.strides[0])]
+    operands = [s.bias if isinstance(s, EpBias) else s.other for s in op.epilogue
+                if isinstance(s, (EpBias, EpAdd, EpMul))]
+    ptrs = [BASE[t.storage] for t in operands] + [0] * (3 - len(operands))
+    lds = [t.strides[0] if len(t.shape) == 2 else 0 for t in operands] + [0] * (3 - len(operands))
+    return hc.run_host(lib, entry, [p.size for p in built.params], tensors, ptrs, lds)
+
+
+def _check_launch(launch, built, cap, cfg):
+    k = launch.kernel
+    assert tuple(cap.grid) == launch.grid
+    assert tuple(cap.block) == k.block
+    assert cap.smem == k.smem
+    assert cap.attrs[4][:3] == k.cluster  # cudaLaunchAttributeClusterDimension
+    assert len(launch.args) == len(cap.params)
+    for i, (slot, got) in enumerate(zip(launch.args, cap.params)):
+        where = f"{cfg} param {i} ({slot})"
+        if isinstance(slot, IntSlot):  # incl. the u64-lowered {i32, i32} structs
+            assert pack(slot) == got, where
+        elif isinstance(slot, FastDivmodSlot):
+            assert pack(slot)[:10] == got[:10], where  # CuTe leaves the 2 padding bytes unset
+        elif isinstance(slot, PtrSlot):
+            assert struct.unpack("<Q", got)[0] == BASE[slot.storage] + slot.offset, where
+        elif isinstance(slot, NullSlot):
+            assert got == bytes(8), where
+        elif isinstance(slot, TensorMapSlot):
+            assert _decode_cute_tmap(got) == _expect_tmap(slot), where
+        else:
+            raise AssertionError(f"unexpected slot {slot!r}")
+
+
+def _decode_cute_tmap(desc: bytes) -> dict:
+    """Fields of a rank-2 CUtensorMap as CuTe packs it (offsets measured on CuTeDSL 4.8.1:
+    address @0, swizzle in bits 13-14 of the u32 @8, row stride / 16 @12, dims - 1 as u32 @32,
+    box - 1 as u8 @55, innermost first)."""
+    addr, word, stride16 = struct.unpack_from("<QII", desc, 0)
+    d0, d1 = struct.unpack_from("<II", desc, 32)
+    return {"address": addr, "swizzle": (word >> 13) & 3, "row_stride_bytes": stride16 * 16,
+            "dims": (d1 + 1, d0 + 1), "box": (desc[56] + 1, desc[55] + 1)}
+
+
+def _expect_tmap(s: TensorMapSlot) -> dict:
+    return {"address": BASE[s.storage] + s.offset,
+            "swizzle": {"none": 0, "32B": 1, "64B": 2, "128B": 3}[s.swizzle],
+            "row_stride_bytes": s.strides[0] * s.dtype.nbytes, "dims": s.dims, "box": s.box}
+
+
+@pytest.mark.parametrize("tm,tn", [(128, 256), (128, 128), (64, 128), (64, 256)])
+def test_epilogue_coordinates_follow_wgmma_accumulator_layout(tm, tn):
+    """The (m, n) the epilogue uses for each accumulator register (the kernel's own acc_coords,
+    evaluated on the host) must be where wgmma put that value. Reference: the PTX ISA's
+    m64nNk16 f32 accumulator fragment -- in warp w of a warp group, lane l's register pair v
+    holds row 16w + l/4 + 8*((v/2)%2), column 8*(v/4) + 2*(l%4) + v%2; warp group g and
+    repetition r along M add 64*(g + r) rows. (Slicing partition_C per warp group instead of
+    per thread gave every thread the coordinates of thread 0: wrong bias/add/mul operands.)"""
+    from aotpack.kernels.cutedsl.gemm import GemmConfig, fragment_coords
+
+    cfg = GemmConfig(tile_m=tm, tile_n=tn)
+    n_threads = 256 if (tm, tn) == (128, 256) else 128
+    threads = sorted(set(range(32)) | {32 * w + 13 for w in range(n_threads // 32)})
+    coords = fragment_coords(cfg, threads)
+    per_rep = tn // 2  # registers per 64-row repetition
+    for t in threads:
+        g, w, lane = t // 128, (t % 128) // 32, t % 32
+        want = []
+        for i in range(len(coords[t])):
+            v, r = i % per_rep, i // per_rep
+            want.append((64 * (g + r) + 16 * w + lane // 4 + 8 * ((v // 2) % 2),
+                         8 * (v // 4) + 2 * (lane % 4) + v % 2))
+        assert len(coords[t]) == tm * tn // n_threads
+        assert coords[t] == want, f"thread {t}"
+
+
+def test_fastdivmod_reference_values():
+    # Bytes measured from CuTeDSL's host code (divisor, multiplier, shift1, shift2).
+    assert fastdivmod(1) == (1, 1, 0, 0)
+    assert fastdivmod(2) == (2, 1, 1, 0)
+    assert fastdivmod(8) == (8, 1, 1, 2)
+    assert fastdivmod(12) == (12, 0x55555556, 1, 3)
+    for d in (1, 2, 3, 7, 12, 33, 132, 1000, 65537):
+        _, mul, s1, s2 = fastdivmod(d)
+        for n in (0, 1, d - 1, d, d + 1, 5 * d + 3, 2**20 + 7):
+            hi = (n * mul) >> 32
+            assert ((hi + ((n - hi) >> s1)) >> s2) == n // d
+
+
+
+def test_supports_and_epilogue_mapping():
+    op = _op(1000, 3000, 520, ("bias", "gelu_erf", "mul", "add"))
+    assert cc.supports(op) is None
+    assert cc.epilogue_kinds(op) == ("bias", "gelu_erf", "mul", "add")
+    assert cc.supports(_op(1000, 3001, 520)) is not None  # N rows not 16-byte aligned for TMA
+    assert cc.supports(_op(1000, 3000, 522)) is not None  # K rows not 16-byte aligned
+    assert len(cc.candidates(op)) == 12

@@ -1,0 +1,340 @@
+"""Attention / RMSNorm / RoPE / pointwise templates, CPU only.
+
+Numerics: every kernel runs in Triton's interpreter (one child process for all cases, see
+aotpack/kernels/triton/_interpret.py) on fresh random inputs with the output poisoned with NaN,
+and is compared with the torch reference: ||out - ref|| / ||ref|| <= 1e-2.
+Cross-compiles: each template at Llama-3-8B prefill sizes to an sm_90a cubin; attention's SASS
+must use wgmma (HGMMA); parameter slots must name the right storages and strides.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from aotpack.dtypes import DType  # noqa: E402
+from aotpack.kernels import run_reference  # noqa: E402
+from aotpack.kernels.spec import (  # noqa: E402
+    AttentionOp, F32Slot, IntSlot, NullSlot, PointwiseOp, PtrSlot, PwConst, PwExpr, PwInput,
+    RMSNormOp, RopeOp, TensorArg, contiguous,
+)
+from aotpack.kernels.triton._interpret import run_interpreted_batch  # noqa: E402
+
+BF16 = DType.BF16
+TOL = 1e-2
+
+
+# ----------------------------------------------------------------------------- op builders
+def attention_case(b, hq, hkv, sq, skv, d, causal, q_transposed=True):
+    """q as a transposed view of a [B, S, Hq*D] projection output; k/v contiguous."""
+    if q_transposed:
+        q = TensorArg("q_proj", BF16, (b, hq, sq, d), (sq * hq * d, d, hq * d, 1))
+    else:
+        q = contiguous("q_proj", BF16, (b, hq, sq, d))
+    k = contiguous("k", BF16, (b, hkv, skv, d))
+    v = contiguous("v", BF16, (b, hkv, skv, d))
+    out = contiguous("attn_out", BF16, (b, hq, sq, d))
+    return AttentionOp(q, k, v, out, causal, 1.0 / math.sqrt(d))
+
+
+def rmsnorm_case(rows, cols, weight=True, row_stride=None):
+    stride = row_stride or cols
+    x = TensorArg("x", BF16, (rows, cols), (stride, 1), 3 * stride)  # offset view
+    w = contiguous("w", BF16, (cols,)) if weight else None
+    return RMSNormOp(x, w, contiguous("y", BF16, (rows, cols)), 1e-5)
+
+
+def rope_case(b, h, s, d):
+    """x: the transposed view of a [B, S, H*D] projection; out contiguous [B, H, S, D]."""
+    x = TensorArg("x", BF16, (b, h, s, d), (s * h * d, d, h * d, 1))
+    cos = contiguous("cos", BF16, (s, d))
+    sin = TensorArg("sin", BF16, (s, d), (d, 1), 5 * d)  # a view into a longer table
+    return RopeOp(x, cos, sin, contiguous("y", BF16, (b, h, s, d)))
+
+
+def _x(i):
+    return PwInput(i)
+
+
+def _f(fn, *args):
+    return PwExpr(fn, tuple(args))
+
+
+POINTWISE_EXPRS = {
+    # residual add with a broadcast row vector times a scalar constant
+    "add_mul_bcast": (_f("add", _x(0), _f("mul", _x(1), PwConst(0.5))), [(4, 33, 48), (48,)]),
+    # SwiGLU-like: silu(a) * b, b broadcast along the middle dim, repeated input a
+    "silu_mul": (_f("mul", _f("silu", _x(0)), _x(1)), [(4, 33, 48), (4, 1, 48)]),
+    "repeat_input": (_f("add", _f("mul", _x(0), _x(0)), _f("gelu_tanh", _x(0))), [(5, 77)]),
+    "unary_mix": (_f("add", _f("tanh", _x(0)),
+                     _f("sub", _f("sigmoid", _x(0)), _f("gelu_erf", _f("abs", _x(1))))),
+                  [(3, 64), (3, 1)]),
+    "exp_log_sqrt": (_f("div", _f("exp", _f("neg", _f("relu", _x(0)))),
+                        _f("sqrt", _f("add", _f("abs", _x(1)), PwConst(1.0)))),
+                     [(130,), (130,)]),
+    "trig_rsqrt_recip": (_f("mul", _f("sin", _x(0)),
+                            _f("add", _f("cos", _x(0)),
+                                _f("rsqrt", _f("add", _f("mul", _x(1), _x(1)), PwConst(2.0))))),
+                         [(7, 9), (9,)]),
+    "max_min_pow": (_f("max", _f("min", _x(0), PwConst(1.5)),
+                       _f("pow", _f("add", _f("abs", _x(1)), PwConst(0.5)), PwConst(1.7))),
+                    [(2, 3, 40), (40,)]),
+    "log_recip_pow2": (_f("add", _f("log", _f("add", _f("abs", _x(0)), PwConst(0.1))),
+                          _f("recip", _f("add", _f("pow", _x(0), PwConst(2.0)), PwConst(1.0)))),
+                       [(257,)]),
+    # negative bases: x^3 (a constant form) and x^4 (the general exp2/log2 path, sign fixed up)
+    "pow_negative_base": (_f("sub", _f("pow", _x(0), PwConst(3.0)), _f("pow", _x(0), PwConst(4.0))),
+                          [(6, 50)]),
+}
+
+
+def pointwise_case(name):
+    expr, shapes = POINTWISE_EXPRS[name]
+    out_shape = max(shapes, key=len)
+    inputs = tuple(contiguous(f"in{i}", BF16, s) for i, s in enumerate(shapes))
+    # write through a transposed (non-contiguous) output view when 2-D or more
+    out = contiguous("out", BF16, out_shape)
+    if len(out_shape) >= 2:
+        *lead, r, c = out_shape
+        base = contiguous("out", BF16, (*lead, c, r))
+        strides = list(base.strides)
+        strides[-1], strides[-2] = strides[-2], strides[-1]
+        out = TensorArg("out", BF16, tuple(out_shape), tuple(strides))
+    return PointwiseOp(inputs, expr, out)
+
+
+# ----------------------------------------------------------------------------- environments
+def _storage_sizes(op) -> dict[str, int]:
+    from aotpack.kernels.spec import op_inputs
+
+    sizes: dict[str, int] = {}
+    for arg in op_inputs(op) + [op.out]:
+        end = arg.offset + sum((n - 1) * s for n, s in zip(arg.shape, arg.strides)) + 1
+        sizes[arg.storage] = max(sizes.get(arg.storage, 0), end)
+    return sizes
+
+
+def make_env(op, seed):
+    """Fresh random inputs; the output storage poisoned with NaN (unwritten -> test fails)."""
+    gen = torch.Generator().manual_seed(seed)
+    env = {name: torch.randn(n, generator=gen).to(torch.bfloat16)
+           for name, n in _storage_sizes(op).items()}
+    env[op.out.storage].fill_(float("nan"))
+    return env
+
+
+def expected(op, env):
+    ref_env = {k: v.clone() for k, v in env.items()}
+    run_reference(op, ref_env)
+    return run_reference_view(op, ref_env)
+
+
+def run_reference_view(op, env):
+    from aotpack.kernels.reference import view
+
+    return view(env, op.out).float()
+
+
+ATTENTION_CASES = {
+    "s37_gqa_causal": attention_case(1, 4, 2, 37, 37, 64, True),
+    "s64_mha_noncausal": attention_case(2, 4, 4, 64, 64, 64, False),
+    "s100_gqa_noncausal": attention_case(1, 4, 2, 100, 100, 64, False),
+    "s100_mha_causal_contig_q": attention_case(2, 4, 4, 100, 100, 64, True, q_transposed=False),
+    "sq100_skv37_causal": attention_case(1, 4, 2, 100, 37, 64, True),
+    "sq37_skv100_noncausal": attention_case(1, 4, 2, 37, 100, 64, False),
+    "d128_causal": attention_case(1, 4, 2, 100, 100, 128, True),
+}
+# Small tiles exercise several row blocks, the unmasked loop and the diagonal split; every
+# case also runs through the TMA (tensor descriptor) kernel.
+SMALL_TILES = {"BLOCK_M": 32, "BLOCK_N": 16}
+CASES = {
+    **{f"attention/{k}": (op, SMALL_TILES if i % 2 == 0 else None)
+       for i, (k, op) in enumerate(ATTENTION_CASES.items())},
+    **{f"attention_tma/{k}": (op, dict(SMALL_TILES if i % 2 else {}, TMA=True))
+       for i, (k, op) in enumerate(ATTENTION_CASES.items())},
+    "rmsnorm/c300_weight": (rmsnorm_case(5, 300), None),
+    "rmsnorm/c1000_noweight_strided": (rmsnorm_case(4, 1000, weight=False, row_stride=1024), None),
+    "rmsnorm/c96_rows_packed": (rmsnorm_case(37, 96), None),  # 16 rows per program, tail
+    "rope/transposed_d64": (rope_case(2, 3, 37, 64), None),
+    "rope/transposed_d128": (rope_case(1, 2, 20, 128), None),
+    **{f"pointwise/{k}": (pointwise_case(k), None) for k in POINTWISE_EXPRS},
+}
+
+
+@pytest.fixture(scope="module")
+def interpreted_results():
+    """Run every case in one interpreter child; {case: (got, ref)}."""
+    jobs, refs = [], {}
+    for i, (name, (op, cfg)) in enumerate(CASES.items()):
+        env = make_env(op, seed=1000 + i)
+        refs[name] = expected(op, env)
+        jobs.append((op, env, cfg))
+    run_interpreted_batch(jobs)
+    return {name: (run_reference_view(op, env), refs[name])
+            for (name, (op, _)), (_, env, _) in zip(CASES.items(), jobs)}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_interpreted_matches_reference(interpreted_results, case):
+    got, ref = interpreted_results[case]
+    assert not torch.isnan(got).any(), "output elements left unwritten (NaN poison) or NaN"
+    err = ((got - ref).norm() / ref.norm()).item()
+    assert err <= TOL, f"{case}: relative error {err:.3g}"
+
+
+# ----------------------------------------------------------------------------- codegen units
+def test_pointwise_coalesces_contiguous_and_row_broadcast():
+    from aotpack.kernels.triton._pointwise_codegen import coalesce
+
+    same = coalesce((8, 16, 32), (512, 32, 1), [((8, 16, 32), (512, 32, 1))])
+    assert same.sizes == (4096,) and same.in_strides == ((1,),)
+    row = coalesce((8, 16, 32), (512, 32, 1), [((32,), (1,))])
+    assert row.sizes == (128, 32) and row.in_strides == ((0, 1),)
+
+
+def test_pointwise_identical_ops_share_a_kernel(tmp_path, monkeypatch):
+    from aotpack.kernels.triton import pointwise
+
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path))
+    op = pointwise_case("silu_mul")
+    renamed = PointwiseOp(tuple(TensorArg("other_" + a.storage, a.dtype, a.shape, a.strides)
+                                for a in op.inputs), op.expr, op.out)
+    assert pointwise.kernel_name(op) == pointwise.kernel_name(renamed)
+    fn = pointwise.generated_kernel(op)
+    assert Path(fn.fn.__code__.co_filename).parent == tmp_path / "kernels"
+
+
+# ----------------------------------------------------------------------------- cross-compiles
+def _sass(cubin: bytes) -> str:
+    try:
+        from aotpack.kernels.sass import sass
+
+        return sass(cubin)
+    except ImportError:
+        import triton
+
+        tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "k.cubin")
+            Path(path).write_bytes(cubin)
+            return subprocess.run([str(tool), "-sass", path], capture_output=True, text=True,
+                                  check=True).stdout
+
+
+def _llama_attention():
+    """Llama-3-8B prefill: q/k/v are views of one fused QKV projection [1, 2048, 48*128]."""
+    b, hq, hkv, s, d = 1, 32, 8, 2048, 128
+    row = (hq + 2 * hkv) * d
+    strides = (s * row, d, row, 1)
+    q = TensorArg("qkv", BF16, (b, hq, s, d), strides)
+    k = TensorArg("qkv", BF16, (b, hkv, s, d), strides, hq * d)
+    v = TensorArg("qkv", BF16, (b, hkv, s, d), strides, (hq + hkv) * d)
+    return AttentionOp(q, k, v, contiguous("attn", BF16, (b, hq, s, d)), True, d ** -0.5)
+
+
+def _well_formed(launch, storages):
+    ck = launch.kernel
+    assert ck.cubin[:4] == b"\x7fELF" and ck.block[0] % 32 == 0 and ck.smem <= 232448
+    assert isinstance(launch.args[-1], NullSlot) and isinstance(launch.args[-2], NullSlot)
+    assert [s.storage for s in launch.args if isinstance(s, PtrSlot)] == storages
+
+
+def test_attention_llama_cubin_uses_wgmma_and_slots():
+    from aotpack.kernels import compile as compile_op
+
+    op = _llama_attention()
+    (launch,) = compile_op(op)
+    _well_formed(launch, ["qkv", "qkv", "qkv", "attn"])
+    ptrs = [s for s in launch.args if isinstance(s, PtrSlot)]
+    assert [p.offset for p in ptrs] == [0, 32 * 128 * 2, 40 * 128 * 2, 0]
+    ints = [s.value for s in launch.args if isinstance(s, IntSlot)]
+    # (batch, head, seq) strides of q, k, v, out, then seq_q, seq_kv
+    row = 48 * 128
+    assert ints == [2048 * row, 128, row] * 3 + [32 * 2048 * 128, 2048 * 128, 128, 2048, 2048]
+    assert [s.value for s in launch.args if isinstance(s, F32Slot)] == [
+        pytest.approx(128 ** -0.5 * 1.4426950408889634)]
+    assert launch.grid == (32, 2048 // 128, 1)
+    assert launch.kernel.fused_ops == ("attention", "causal", "gqa")
+    assert launch.kernel.block == (256, 1, 1)
+    assert "HGMMA" in _sass(launch.kernel.cubin)
+    assert compile_op(op)[0] is launch  # memoised
+
+
+def test_rmsnorm_rope_pointwise_llama_cubins():
+    from aotpack.kernels import compile as compile_op
+
+    norm = RMSNormOp(contiguous("h", BF16, (2048, 4096)), contiguous("w", BF16, (4096,)),
+                     contiguous("hn", BF16, (2048, 4096)), 1e-5)
+    (launch,) = compile_op(norm)
+    _well_formed(launch, ["h", "w", "hn"])
+    # row strides of x and out, rows, cols
+    assert [s.value for s in launch.args if isinstance(s, IntSlot)] == [4096, 4096, 2048, 4096]
+    assert launch.grid == (2048, 1, 1) and launch.kernel.fused_ops == ("rmsnorm",)
+
+    s, d = 2048, 128
+    x = TensorArg("qkv", BF16, (1, 32, s, d), (s * 48 * d, d, 48 * d, 1))
+    rope = RopeOp(x, contiguous("cos", BF16, (s, d)), contiguous("sin", BF16, (s, d)),
+                  contiguous("q_rot", BF16, (1, 32, s, d)))
+    (launch,) = compile_op(rope)
+    _well_formed(launch, ["qkv", "cos", "sin", "q_rot"])
+    assert [s.value for s in launch.args if isinstance(s, IntSlot)] == [
+        2048 * 48 * 128, 128, 48 * 128, 128, 128, 32 * 2048 * 128, 2048 * 128, 128, 2048]
+
+    shape = (2048, 14336)
+    swiglu = PointwiseOp((contiguous("gate", BF16, shape), contiguous("up", BF16, shape)),
+                         _f("mul", _f("silu", _x(0)), _x(1)), contiguous("act", BF16, shape))
+    (launch,) = compile_op(swiglu)
+    _well_formed(launch, ["act", "gate", "up"])
+    assert launch.kernel.fused_ops == ("pointwise", "mul", "silu")
+    assert "LDG.E.128" in _sass(launch.kernel.cubin)  # 16-byte vector loads
+
+    gelu = PointwiseOp((contiguous("a", BF16, (2048, 4096)), contiguous("bias", BF16, (4096,))),
+                       _f("gelu_tanh", _f("add", _x(0), _x(1))),
+                       contiguous("g", BF16, (2048, 4096)))
+    (launch,) = compile_op(gelu)
+    _well_formed(launch, ["g", "a", "bias"])
+
+
+def test_pointwise_every_function_compiles_for_sm90a():
+    from aotpack.kernels import compile as compile_op
+    from aotpack.kernels.reference.pointwise import BINARY, UNARY
+
+    node = _x(0)
+    for fn in UNARY:
+        node = _f("add", node, _f(fn, _x(1)))
+    for fn in BINARY:
+        node = _f(fn, node, _f("add", _x(1), PwConst(3.0)))
+    shape = (64, 256)
+    op = PointwiseOp((contiguous("a", BF16, shape), contiguous("b", BF16, (256,))), node,
+                     contiguous("o", DType.F32, shape))
+    (launch,) = compile_op(op)
+    _well_formed(launch, ["o", "a", "b"])
+    assert set(launch.kernel.fused_ops) == {"pointwise", *UNARY, *BINARY}
+
+
+def test_attention_tma_llama_cubin_and_tensormap_slots():
+    from aotpack.kernels.spec import TensorMapSlot
+    from aotpack.kernels.triton import attention
+
+    op = _llama_attention()
+    cfg = dict(attention.default_config(op), TMA=True)
+    assert cfg in attention.candidate_configs(op)
+    (launch,) = attention.compile(op, config=cfg)
+    maps = [s for s in launch.args if isinstance(s, TensorMapSlot)]
+    assert [m.storage for m in maps] == ["qkv", "qkv", "qkv", "attn"]
+    assert [m.offset for m in maps] == [0, 32 * 128 * 2, 40 * 128 * 2, 0]
+    row = 48 * 128
+    assert maps[0].dims == (1, 32, 2048, 128) and maps[0].strides == (2048 * row, 128, row, 1)
+    assert maps[1].dims == (1, 8, 2048, 128) and maps[3].strides == (32 * 2048 * 128,
+                                                                         2048 * 128, 128, 1)
+    # Triton splits the 256-byte rows into two 128-byte swizzled boxes: the slot says so
+    assert all(m.box == (1, 1, 128, 64) and m.swizzle == "128B" for m in maps)
+    listing = _sass(launch.kernel.cubin)
+    assert "UTMALDG" in listing and "HGMMA" in listing

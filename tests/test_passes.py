@@ -1,0 +1,300 @@
+"""Passes: canonicalization, pattern/horizontal fusion, lowering to kernel ops — and the Program
+executed with the kernel references matches eager PyTorch (CPU, small sizes)."""
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aotpack.executor import run_reference
+from aotpack.frontend import to_graph
+from aotpack.ir import Op
+from aotpack.kernels.spec import (
+    Act, AttentionOp, EpAct, EpAdd, EpBias, EpMul, GemmOp, PointwiseOp, RMSNormOp, RopeOp,
+)
+from aotpack.passes import canonicalize, compile_graph
+from aotpack.passes.lower import LoweringError
+from aotpack.passes.pipeline import optimize
+from aotpack.passes.views import View, compose, layout_view
+from aotpack.ir import ops as O
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"mlp": dict(d=64, f=256, batch=2, seq=8),
+         "llama_block": dict(d=256, heads=4, kv_heads=2, head_dim=64, ffn=512, seq=16)}
+
+
+def small(example: str, dtype=torch.bfloat16):
+    spec = importlib.util.spec_from_file_location(f"ex_{example}", ROOT / "examples" /
+                                                  f"{example}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make(dtype=dtype, **SMALL[example])
+
+
+def rel_err(got, want) -> float:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+def check_matches_eager(model, example_inputs, tol):
+    program = compile_graph(to_graph(model, example_inputs))
+    fresh = [torch.randn_like(t) for t in example_inputs]
+    with torch.no_grad():
+        want = model(*fresh)
+    want = want if isinstance(want, (tuple, list)) else [want]
+    got = run_reference(program, fresh)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert rel_err(g, w) <= tol, rel_err(g, w)
+    return program
+
+
+def kinds(program):
+    return [type(op).__name__ for op in program.ops]
+
+
+# ----------------------------------------------------------------------------- examples
+def test_mlp_is_two_fused_gemms():
+    model, inputs = small("mlp")
+    p = compile_graph(to_graph(model, inputs))
+    assert kinds(p) == ["GemmOp", "GemmOp"]
+    g1, g2 = p.ops
+    assert [type(s) for s in g1.epilogue] == [EpBias, EpAct]
+    assert g1.epilogue[1].act == Act.GELU_TANH and g1.epilogue[0].bias.storage == "fc1.bias"
+    assert [type(s) for s in g2.epilogue] == [EpBias]
+    assert g1.a.storage == "x" and g1.a.shape == (16, 64) and g1.b.storage == "fc1.weight"
+    assert g2.a.storage == g1.out.storage and g2.out.storage == "out0"
+    assert p.storages["out0"].kind == "output" and p.storages[g1.out.storage].kind == \
+        "intermediate"
+    assert p.summary["kernel_ops"] == {"GemmOp": 2}
+
+
+def test_llama_block_kernel_ops():
+    model, inputs = small("llama_block")
+    p = compile_graph(to_graph(model, inputs))
+    assert kinds(p) == ["RMSNormOp", "GemmOp", "RopeOp", "RopeOp", "AttentionOp", "GemmOp",
+                        "RMSNormOp", "GemmOp", "GemmOp", "GemmOp"]
+    norm1, qkv, rope_q, rope_k, attn, o_proj, norm2, gate, up, down = p.ops
+    # horizontal q/k/v fusion: one GEMM over the concatenated weight
+    assert qkv.b.storage == "qkv.weight" and qkv.b.shape == (512, 256) and qkv.epilogue == ()
+    assert torch.equal(p.weights["qkv.weight"], torch.cat(
+        [model.q_proj.weight, model.k_proj.weight, model.v_proj.weight]))
+    # RoPE reads the transposed head view of the projection output, writes [B, H, S, D]
+    assert rope_q.x.storage == qkv.out.storage and rope_q.x.strides == (8192, 64, 512, 1)
+    assert rope_k.x.offset == 256 and rope_q.out.is_contiguous()
+    assert rope_q.cos.shape == (16, 64) and rope_q.cos.storage == "cos"
+    # attention: GQA 4/2, causal, default scale; v is a view of the qkv output
+    assert attn.q.storage == rope_q.out.storage and attn.k.storage == rope_k.out.storage
+    assert attn.v.storage == qkv.out.storage and attn.v.offset == 384
+    assert attn.causal and attn.scale == pytest.approx(64 ** -0.5)
+    # attention writes [B, S, H, D] directly: the transpose+reshape costs no copy
+    assert attn.out.strides == (4096, 64, 256, 1) and o_proj.a.storage == attn.out.storage
+    assert [type(s) for s in o_proj.epilogue] == [EpAdd] and o_proj.epilogue[0].other.storage \
+        == "x"
+    assert norm2.x.storage == o_proj.out.storage
+    assert gate.epilogue == (EpAct(Act.SILU),)
+    assert [type(s) for s in up.epilogue] == [EpMul] and up.epilogue[0].other.storage == \
+        gate.out.storage
+    assert down.a.storage == up.out.storage and down.out.storage == "out0"
+    assert [type(s) for s in down.epilogue] == [EpAdd] and down.epilogue[0].other.storage == \
+        o_proj.out.storage
+
+
+@pytest.mark.parametrize("example", ["mlp", "llama_block"])
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 1e-2), (torch.float32, 1e-4)])
+def test_program_matches_eager(example, dtype, tol):
+    model, inputs = small(example, dtype)
+    check_matches_eager(model, inputs, tol)
+
+
+# ----------------------------------------------------------------------------- patterns
+class HFRMSNorm(torch.nn.Module):
+    """The decomposed (Hugging Face) RMSNorm form."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(d))
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.weight * h.to(x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decomposed_rms_norm_becomes_rmsnorm_op(dtype):
+    model = HFRMSNorm(32).to(dtype)
+    p = check_matches_eager(model, (torch.randn(2, 4, 32, dtype=dtype),), 1e-2
+                            if dtype == torch.bfloat16 else 1e-5)
+    assert kinds(p) == ["RMSNormOp"]
+    assert p.ops[0].eps == 1e-6 and p.ops[0].weight.storage == "weight"
+
+
+class Pointwise(torch.nn.Module):
+    def forward(self, x, y):
+        a = torch.tanh(x) * 0.5 + y.exp()  # one region
+        return a, a.sigmoid() - 1.0 / (y * y + 1.0)  # `a` is shared: materialized once
+
+
+def test_pointwise_regions():
+    inputs = (torch.randn(3, 5), torch.randn(1, 5))
+    p = check_matches_eager(Pointwise(), inputs, 1e-5)
+    assert kinds(p) == ["PointwiseOp", "PointwiseOp"]
+    assert p.ops[0].out.storage == "out0"  # written in place as the first output
+    assert {a.storage for a in p.ops[1].inputs} == {"out0", "y"}
+
+
+class Views(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(6, 6))
+
+    def forward(self, x):
+        t = x.transpose(0, 1)  # output is a view of an input: copied into the output
+        m = x @ self.w  # matmul with a constant: weight transposed at build time
+        c = torch.cat([m, x], dim=-1)  # cat: copies into slices of one storage
+        return t, c.reshape(4, 2, 6)[:, 1:], F.relu(m) + 1.0
+
+
+def test_views_matmul_cat_and_outputs():
+    p = check_matches_eager(Views(), (torch.randn(4, 6),), 1e-5)
+    assert "w.T" in p.weights and p.weights["w.T"].shape == (6, 6)
+    assert "GemmOp" in kinds(p)
+    assert all(p.storages[o].kind == "output" for o in p.outputs)
+
+
+class GqaExpand(torch.nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.3,
+                                              enable_gqa=True)
+
+
+def test_attention_gqa_and_scale():
+    q, k = torch.randn(2, 4, 8, 16), torch.randn(2, 2, 8, 16)
+    p = check_matches_eager(GqaExpand(), (q, k, torch.randn(2, 2, 8, 16)), 1e-5)
+    assert kinds(p) == ["AttentionOp"] and p.ops[0].scale == 0.3
+
+
+class RepeatKV(torch.nn.Module):
+    """GQA written with repeated kv heads (Hugging Face repeat_kv and repeat_interleave)."""
+
+    def forward(self, q, k, v):
+        b, h, s, d = k.shape
+        k = k[:, :, None, :, :].expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+        v = v.repeat_interleave(2, dim=1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_repeated_kv_heads_become_gqa_attention():
+    q, k, v = torch.randn(1, 4, 8, 16), torch.randn(1, 2, 8, 16), torch.randn(1, 2, 8, 16)
+    p = check_matches_eager(RepeatKV(), (q, k, v), 1e-5)
+    assert kinds(p) == ["AttentionOp"]
+    assert p.ops[0].k.storage == "k" and p.ops[0].v.storage == "v"
+
+
+class TransposedOutputs(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x, y):
+        a = self.proj(x).relu().transpose(0, 1).contiguous()  # GEMM out is 2-D: a real copy
+        b = (y * 2).transpose(0, 1).contiguous()  # pointwise writes transposed: no copy
+        return a, b
+
+
+def test_copy_elision_only_where_the_kernel_can_write_strided():
+    p = check_matches_eager(TransposedOutputs(), (torch.randn(4, 8), torch.randn(3, 5)), 1e-5)
+    assert kinds(p) == ["GemmOp", "PointwiseOp", "PointwiseOp"]
+    mul = p.ops[1]  # y * 2 written transposed straight into the output
+    assert mul.inputs[0].storage == "y" and mul.out.storage == "out1"
+    assert mul.out.strides == (1, 3)
+    assert p.ops[2].inputs[0].storage == p.ops[0].out.storage  # the GEMM result is copied
+
+
+def test_tables_computed_from_buffers_fold_to_constants():
+    from test_frontend import ComputedTables
+
+    p = check_matches_eager(ComputedTables(), (torch.randn(2, 6, 4, dtype=torch.bfloat16),),
+                            1e-2)
+    assert kinds(p) == ["PointwiseOp"]  # x * table + x * 0.5, the table precomputed
+    assert any(w.shape == (6, 4) for w in p.weights.values())
+
+
+class CatInPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 6)
+
+    def forward(self, x):
+        return torch.cat([self.proj(x), x.exp()], dim=-1) * 2
+
+
+def test_cat_inputs_are_written_in_place():
+    p = check_matches_eager(CatInPlace(), (torch.randn(2, 3, 8),), 1e-5)
+    assert kinds(p) == ["GemmOp", "PointwiseOp", "PointwiseOp"]  # no copies
+    gemm, exp, _ = p.ops
+    assert gemm.out.storage == exp.out.storage and gemm.out.strides == (14, 1)
+    assert exp.out.offset == 6 and exp.out.shape == (2, 3, 8)
+
+
+def test_unsupported_kernel_is_a_clear_error():
+    class Softmax(torch.nn.Module):
+        def forward(self, x):
+            return x.softmax(-1)
+
+    with pytest.raises(LoweringError, match="softmax"):
+        compile_graph(to_graph(Softmax(), (torch.randn(2, 3),)))
+
+
+# ----------------------------------------------------------------------------- canonicalize
+def test_canonical_graph_has_only_strided_views():
+    model, inputs = small("llama_block")
+    g = canonicalize(to_graph(model, inputs))
+    ops = {n.op for n in g.nodes}
+    assert not ops & {Op.VIEW, Op.PERMUTE, Op.SLICE, Op.EXPAND, Op.UNSQUEEZE}
+    producers = g.producers()
+    for n in g.nodes:
+        if n.op == Op.AS_STRIDED:
+            base = producers.get(n.inputs[0].name)
+            assert base is None or base.op != Op.AS_STRIDED
+
+
+def test_optimize_is_idempotent():
+    model, inputs = small("llama_block")
+    once = optimize(to_graph(model, inputs))
+    assert str(optimize(once)) == str(once)
+
+
+def test_noop_folding_and_dead_code():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            unused = x.exp()  # noqa: F841
+            return (x.to(torch.float32).contiguous().view(2, 3) + 0).clone() * 2
+
+    g = canonicalize(to_graph(M(), (torch.randn(2, 3),)))
+    assert [n.op for n in g.nodes] == [Op.MUL]
+
+
+def test_compose_views():
+    inner = layout_view(Op.SLICE, O.SliceAttrs(1, 4, 8), (6, 10))
+    split = compose(inner, layout_view(Op.VIEW, O.ViewAttrs((6, 2, 2)), (6, 4)))
+    assert split == View((6, 2, 2), (10, 2, 1), 4)
+    perm = compose(split, layout_view(Op.PERMUTE, O.PermuteAttrs((1, 0, 2)), (6, 2, 2)))
+    t = torch.arange(60).view(6, 10)
+    assert torch.equal(t.as_strided(perm.shape, perm.strides, perm.offset),
+                       t[:, 4:8].reshape(6, 2, 2).permute(1, 0, 2))
+    # merging a transposed pair of dims is not a strided view
+    assert compose(perm, layout_view(Op.VIEW, O.ViewAttrs((12, 2)), (2, 6, 2))) is None
+
+
+def test_inspect_summary():
+    model, inputs = small("llama_block")
+    p = compile_graph(to_graph(model, inputs))
+    assert p.summary["kernel_ops"] == {"RMSNormOp": 2, "GemmOp": 5, "RopeOp": 2,
+                                       "AttentionOp": 1}
+    assert p.summary["ops"]["linear"] == 7 and p.summary["nodes"] == 38
+    assert p.summary["fused_ops"]["linear"] == 5
+    assert p.summary["aten_ops"]["aten.linear.default"] == 7
+

@@ -1,0 +1,123 @@
+"""aotpack.verify with reference="cpu": a stand-in frontend/fusion pass hands over a Program for a
+small torch model; the real executor runs it with the real kernel references and the result is
+compared with eager PyTorch. A wrong program must fail; a changed model file must warn."""
+import sys
+import types
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from aotpack.bundle import write_bundle
+from aotpack.dtypes import DType
+from aotpack.kernels.spec import SM90, Act, EpAct, EpBias, GemmOp, contiguous
+from aotpack.program import MemoryPlan, Program, Storage
+from aotpack.verify import VerifyError, compare, random_inputs, verify
+
+F32 = DType.F32
+
+
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU()).eval()
+
+
+def _program(model, corrupt: bool = False) -> Program:
+    st = {s.name: s for s in [Storage("x", "input", F32, (8, 32)),
+                              Storage("w", "weight", F32, (16, 32)),
+                              Storage("b", "weight", F32, (16,)),
+                              Storage("y", "output", F32, (8, 16))]}
+    w = model[0].weight.detach().clone()
+    if corrupt:
+        w[0, 0] += 5.0
+    op = GemmOp(contiguous("x", F32, (8, 32)), contiguous("w", F32, (16, 32)),
+                contiguous("y", F32, (8, 16)),
+                (EpBias(contiguous("b", F32, (16,))), EpAct(Act.RELU)))
+    return Program(["x"], ["y"], st, [op], {"w": w, "b": model[0].bias.detach().clone()})
+
+
+@pytest.fixture
+def setup(monkeypatch, tmp_path):
+    """A model file, its bundle (no kernels: verify --reference cpu never reads them), and the
+    stand-in frontend/passes; returns (bundle path, spec, state) — set state['corrupt']."""
+    state = {"corrupt": False}
+    model = _model()
+    frontend = types.ModuleType("aotpack.frontend")
+    frontend.load_model = lambda spec: (model, (torch.randn(8, 32),))
+    frontend.to_graph = lambda m, inputs: "graph"
+    passes = types.ModuleType("aotpack.passes")
+    passes.compile_graph = lambda graph: _program(model, state["corrupt"])
+    monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
+    monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
+    import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules
+
+    monkeypatch.setattr(aotpack, "frontend", frontend, raising=False)
+    monkeypatch.setattr(aotpack, "passes", passes, raising=False)
+    src = tmp_path / "model.py"
+    src.write_text("def make(): ...\n")
+    from aotpack.build import file_sha256
+
+    bundle = write_bundle(tmp_path / "model.aotpack", _program(model), MemoryPlan(0, {}, {}, []),
+                          target=SM90, provenance={"source_sha256": file_sha256(src)})
+    return bundle, f"{src}:make", state
+
+
+def test_cpu_reference_matches_eager(setup):
+    bundle, spec, _ = setup
+    report = verify(bundle, spec, reference="cpu", seed=3)
+    assert report.passed and report.reference == "cpu" and not report.warnings
+    (check,) = report.outputs
+    assert check.name == "y" and check.rel_error < 1e-5
+
+
+def test_a_wrong_program_fails(setup):
+    bundle, spec, state = setup
+    state["corrupt"] = True
+    report = verify(bundle, spec, reference="cpu")
+    assert not report.passed and report.outputs[0].rel_error > 1e-2
+
+
+def test_changed_model_file_warns(setup):
+    bundle, spec, _ = setup
+    (bundle.parent / "model.py").write_text("def make(): return 1\n")
+    with pytest.warns(UserWarning, match="changed since the bundle was built"):
+        report = verify(bundle, spec, reference="cpu")
+    assert report.passed and report.warnings
+
+
+def test_cli_verify_exit_codes(setup):
+    from cli.main import app
+
+    bundle, spec, state = setup
+    runner = CliRunner()
+    ok = runner.invoke(app, ["verify", str(bundle), "--model", spec, "--reference", "cpu"])
+    assert ok.exit_code == 0 and "passed" in ok.output, ok.output
+    state["corrupt"] = True
+    bad = runner.invoke(app, ["verify", str(bundle), "--model", spec, "--reference", "cpu"])
+    assert bad.exit_code == 1 and "FAIL" in bad.output
+
+
+def test_gpu_reference_needs_a_gpu(setup):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    bundle, spec, _ = setup
+    with pytest.raises(VerifyError, match="--reference cpu"):
+        verify(bundle, spec, reference="gpu")
+
+
+def test_random_inputs_follow_the_signature():
+    sig = [{"name": "x", "dtype": "bf16", "shape": [2, 3]},
+           {"name": "ids", "dtype": "i64", "shape": [5]}]
+    examples = (torch.zeros(2, 3), torch.tensor([3, 9, 4]))
+    a = random_inputs(sig, examples, seed=1)
+    assert a[0].dtype == torch.bfloat16 and a[0].shape == (2, 3)
+    assert a[1].dtype == torch.int64 and int(a[1].min()) >= 3 and int(a[1].max()) <= 9
+    assert all(torch.equal(x, y) for x, y in zip(a, random_inputs(sig, examples, seed=1)))
+
+
+def test_compare():
+    ref = torch.ones(4)
+    assert compare("y", ref * 1.001, ref, 1e-2).ok
+    assert not compare("y", ref * 1.1, ref, 1e-2).ok
+    assert not compare("y", torch.full((4,), float("nan")), ref, 1e-2).ok
+    assert not compare("y", torch.ones(5), ref, 1e-2).ok
