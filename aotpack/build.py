@@ -205,10 +205,25 @@ def _check_destination(out: Path, force: bool) -> None:
         raise BuildError(f"{out} already exists and is not empty: pass --force to replace it")
 
 
+def gemm_compiler(gemm_backend: str):
+    """The kernel compile function for `--gemm-backend` (None: the default registry)."""
+    if gemm_backend == "triton":
+        return None
+    from aotpack.kernels import compiler
+
+    try:
+        fn = compiler(gemm_backend)
+    except (ValueError, RuntimeError) as e:
+        raise BuildError(str(e)) from None
+    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
+    return fn
+
+
 def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
           force: bool = False, progress: bool | None = None,
-          command_line: str | None = None) -> BuildResult:
+          command_line: str | None = None, gemm_backend: str = "triton") -> BuildResult:
     target = parse_arch(arch)
+    compile_fn = gemm_compiler(gemm_backend)  # refuse a missing backend before the model loads
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
@@ -222,7 +237,13 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
 
     model, example_inputs = load_model(spec)
     program = compile_graph(to_graph(model, example_inputs))
-    launches_per_op, distinct = compile_ops(program.ops, target, progress=progress)
+    from aotpack.kernels import BackendCannotCompile
+
+    try:
+        launches_per_op, distinct = compile_ops(program.ops, target, compile_fn=compile_fn,
+                                                progress=progress)
+    except BackendCannotCompile as e:  # an op the chosen GEMM backend cannot run
+        raise BuildError(str(e)) from None
     plan = plan_memory(program, launches_per_op)
     return _write_folder(out, program, plan, target, spec, command_line,
                          external_weights, distinct)

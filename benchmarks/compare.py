@@ -56,6 +56,26 @@ def log(msg: str) -> None:
     print(f"[compare] {msg}", file=sys.stderr, flush=True)
 
 
+def check_aotpack_run(bundle_path: str, bundle, inputs, outs) -> list[float]:
+    """The same inputs through `aotpack-run --inputs/--outputs` (files, the C++ launcher alone):
+    its outputs must equal the binding's (same kernels, same plan)."""
+    import subprocess
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    run = os.environ.get("AOTPACK_RUN", "aotpack-run")
+    with tempfile.TemporaryDirectory() as tmp:
+        xin, yout = os.path.join(tmp, "x.safetensors"), os.path.join(tmp, "y.safetensors")
+        save_file({t.name: x.cpu() for t, x in zip(bundle.inputs, inputs)}, xin)
+        subprocess.run([run, bundle_path, "--inputs", xin, "--outputs", yout], check=True,
+                       capture_output=True, timeout=120)
+        got = load_file(yout)
+    return [rel_err(got[t.name].to(o.device), o) if torch.any(o != 0) else float("nan")
+            for t, o in zip(bundle.outputs, outs)]
+
+
 def main() -> int:
     import faulthandler
 
@@ -98,6 +118,7 @@ def main() -> int:
         res["rel_err_vs_eager_bf16"] = [rel_err(o, r) for o, r in zip(outs, ref)]
         res["rel_err_vs_f32"] = [rel_err(o, r) for o, r in zip(outs, ref32)]
         res["eager_bf16_vs_f32"] = [rel_err(r, r32) for r, r32 in zip(ref, ref32)]
+        res["aotpack_run_vs_binding"] = check_aotpack_run(args.bundle, bundle, inputs, outs)
         log("timing")
         res["bundle_ms"] = median_ms(lambda: session.run(inputs, outs), reps=args.reps)
         res["eager_ms"] = median_ms(lambda: model(*inputs), reps=args.reps)

@@ -86,6 +86,9 @@ def build(
     progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
                                             help="show a progress bar (default: on unless "
                                                  "AOTPACK_NO_PROGRESS=1)"),
+    gemm_backend: str = typer.Option("triton", "--gemm-backend",
+                                     help="GEMM kernels: triton (default) or cutedsl (Hopper "
+                                          "warp-specialized; needs nvidia-cutlass-dsl)"),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
     aotpack-run launcher, libaotpack, headers and a README. Needs no GPU."""
@@ -93,7 +96,8 @@ def build(
 
     parse_arch(arch)  # refuse a bad --arch before loading the model
     result = run_build(spec, output, arch=arch, external_weights=external_weights, force=force,
-                       progress=progress, command_line=command_line_from_argv())
+                       progress=progress, command_line=command_line_from_argv(),
+                       gemm_backend=gemm_backend)
     for w in result.warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     out.print(f"[bold green]built[/] {escape(str(result.out_dir))}: {result.steps} steps, "

@@ -188,3 +188,40 @@ def test_real_pipeline_small_mlp(tmp_path, monkeypatch):
     assert b.manifest["inputs"][0]["shape"] == [2, 8, 64] and result.steps >= 2
     assert all(k["backend"] == "triton" and k["cubin_sha256"] for k in b.manifest["kernels"])
     assert verify(result.bundle, f"{spec}:make", reference="cpu").passed
+
+
+def test_gemm_backend_choice_errors(pipeline, tmp_path, monkeypatch):
+    spec = f"{tmp_path / 'model.py'}:make"
+    with pytest.raises(BuildError, match="unknown GEMM backend"):
+        build(spec, tmp_path / "o1", progress=False, gemm_backend="cublas")
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    monkeypatch.setattr(cute_build, "available", lambda: False)
+    with pytest.raises(BuildError, match="pip install nvidia-cutlass-dsl"):
+        build(spec, tmp_path / "o2", progress=False, gemm_backend="cutedsl")
+    assert pipeline == []  # refused before anything was compiled
+
+
+def test_cutedsl_backend_takes_the_gemms(pipeline, tmp_path, monkeypatch):
+    """--gemm-backend cutedsl sends GemmOps to aotpack.kernels.cutedsl.compile (stand-in here:
+    CuTeDSL is not needed), refuses a GEMM it cannot run, and leaves Triton the default."""
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    monkeypatch.setattr(cute_build, "available", lambda: True)
+    monkeypatch.setattr(cute_build, "ensure_env", lambda: "")
+    cute_calls = []
+    fake = types.ModuleType("aotpack.kernels.cutedsl.compile")
+    fake.supports = lambda op: None
+    fake.compile = _fake_compile(cute_calls)
+    monkeypatch.setitem(sys.modules, "aotpack.kernels.cutedsl.compile", fake)
+    import aotpack.kernels.cutedsl as cute_pkg
+
+    monkeypatch.setattr(cute_pkg, "compile", fake, raising=False)
+    spec = f"{tmp_path / 'model.py'}:make"
+    build(spec, tmp_path / "o1", progress=False, command_line="t", gemm_backend="cutedsl")
+    assert len(cute_calls) == 1 and pipeline == []  # two identical GEMMs, one compile
+    build(spec, tmp_path / "o2", progress=False, command_line="t")
+    assert len(cute_calls) == 1 and len(pipeline) == 1  # default: the Triton registry
+    fake.supports = lambda op: "A and B must both be bf16 or f16"
+    with pytest.raises(BuildError, match="cutedsl GEMM cannot compile.*bf16 or f16"):
+        build(spec, tmp_path / "o3", progress=False, gemm_backend="cutedsl")

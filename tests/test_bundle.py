@@ -263,6 +263,9 @@ def _rewrite_manifest(path, edit):
      "swizzle span"),
     (lambda m: m["steps"][0]["args"][0].update(dtype="bool", box=[64, 16]), "bool has no TMA"),
     (lambda m: m["steps"][0]["args"][6].update(kind="u64", value=1 << 63), "out of range"),
+    (lambda m: m["steps"][0]["args"][6].update(kind="fastdivmod", value=0), "fastdivmod divisor"),
+    (lambda m: m["steps"][0]["args"][6].update(kind="fastdivmod", value=1 << 31),
+     "fastdivmod divisor"),
 ])
 def test_reader_validates_the_manifest(tmp_path, edit, message):
     path = write_handmade(tmp_path / "m.aotpack")
@@ -295,3 +298,31 @@ def test_the_cpp_runtime_accepts_the_bundle(tmp_path, external):
     path.write_bytes(raw[:begin] + b"X" + raw[begin + 1:])
     bad = subprocess.run([str(launcher), str(path), "--check"], capture_output=True, text=True)
     assert bad.returncode != 0 and "sha256" in (bad.stdout + bad.stderr).lower()
+
+
+def test_fastdivmod_slot_json_and_bytes():
+    """The manifest carries only the divisor; the 12 parameter bytes are derived (here and in
+    runtime_cpp's fastdivmod_fields) as CuTe's host code does -- values measured on CuTeDSL
+    4.8.1, the same ones the runtime's ctest fastdivmod_fields_match_cute checks."""
+    from aotpack.bundle.manifest import slot_json
+    from aotpack.kernels.cutedsl.slots import i32_pair, pack
+    from aotpack.kernels.spec import FastDivmodSlot
+
+    assert slot_json(FastDivmodSlot(12), {}, "s") == {"kind": "fastdivmod", "value": 12}
+    assert pack(FastDivmodSlot(12)) == struct.pack("<IIBBxx", 12, 0x55555556, 1, 3)
+    assert pack(FastDivmodSlot(8)) == struct.pack("<IIBBxx", 8, 1, 1, 2)
+    assert pack(FastDivmodSlot(1)) == struct.pack("<IIBBxx", 1, 1, 0, 0)
+    # {i32 M, i32 K} by value == the u64 with the same little-endian bytes
+    assert pack(i32_pair(1000, 520)) == struct.pack("<ii", 1000, 520)
+
+
+def test_the_cpp_runtime_accepts_a_fastdivmod_slot(tmp_path):
+    import subprocess
+
+    launcher = _launcher()
+    path = write_handmade(tmp_path / "model.aotpack")
+    _rewrite_manifest(path, lambda m: m["steps"][0]["args"][6].update(kind="fastdivmod",
+                                                                      value=132))
+    read_bundle(path)  # the Python checker accepts it too
+    ok = subprocess.run([str(launcher), str(path), "--check"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr

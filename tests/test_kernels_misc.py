@@ -335,6 +335,9 @@ def test_attention_tma_llama_cubin_and_tensormap_slots():
     assert maps[1].dims == (1, 8, 2048, 128) and maps[3].strides == (32 * 2048 * 128,
                                                                          2048 * 128, 128, 1)
     # Triton splits the 256-byte rows into two 128-byte swizzled boxes: the slot says so
-    assert all(m.box == (1, 1, 128, 64) and m.swizzle == "128B" for m in maps)
+    # (q and out boxes have BLOCK_M rows, k and v boxes BLOCK_N rows)
+    rows = [cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_N"], cfg["BLOCK_M"]]
+    assert [m.box for m in maps] == [(1, 1, r, 64) for r in rows]
+    assert all(m.swizzle == "128B" for m in maps)
     listing = _sass(launch.kernel.cubin)
     assert "UTMALDG" in listing and "HGMMA" in listing

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from aotpack.bundle.stfile import BundleError
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    CompiledKernel, F32Slot, IntSlot, NullSlot, PtrSlot, ScratchSlot, TensorMapSlot,
+    CompiledKernel, F32Slot, FastDivmodSlot, IntSlot, NullSlot, PtrSlot, ScratchSlot,
+    TensorMapSlot,
 )
 
 FORMAT = "aotpack"
@@ -106,6 +107,8 @@ def slot_json(slot, index: dict[str, int], where: str) -> dict:
         return {"kind": "null"}
     if isinstance(slot, IntSlot):
         return {"kind": slot.kind, "value": int(slot.value)}
+    if isinstance(slot, FastDivmodSlot):
+        return {"kind": "fastdivmod", "value": int(slot.divisor)}
     if isinstance(slot, F32Slot):
         if not math.isfinite(slot.value):
             raise BundleError(f"{where}: f32 value {slot.value} cannot be stored in JSON")
@@ -234,6 +237,9 @@ def _check_slot(s: dict, sizes: list[int], what: str) -> None:
         lo, hi = _INT_KINDS[kind]
         if type(s.get("value")) is not int or not lo <= s["value"] < hi:
             raise BundleError(f"{what}: {kind} value {s.get('value')!r} out of range")
+    elif kind == "fastdivmod":
+        if type(s.get("value")) is not int or not 1 <= s["value"] < 1 << 31:
+            raise BundleError(f"{what}: fastdivmod divisor {s.get('value')!r} not in 1..2^31-1")
     elif kind == "f32":
         if not isinstance(s.get("value"), (int, float)):
             raise BundleError(f"{what}: f32 value must be a number")

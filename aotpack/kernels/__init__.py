@@ -36,3 +36,40 @@ def run_reference(op: KernelOp, env) -> None:
 def compile(op: KernelOp, target: Target = SM90):
     """Cubins + launches for `op` on `target` (needs triton; no GPU)."""
     return _module(_TEMPLATES, op).compile(op, target)
+
+
+GEMM_BACKENDS = ("triton", "cutedsl")
+
+
+class BackendCannotCompile(ValueError):
+    """The chosen backend cannot run this op (a user choice to revisit, not a compiler bug)."""
+
+
+def compiler(gemm_backend: str = "triton"):
+    """A `compile(op, target)` whose GemmOps go to `gemm_backend`; every other op keeps its
+    Triton template. Triton stays the default GEMM until the CuTeDSL kernel is measured
+    correct and faster on the GPU. Raises ValueError (unknown backend) or RuntimeError
+    (nvidia-cutlass-dsl missing) with what to do."""
+    if gemm_backend == "triton":
+        return compile
+    if gemm_backend != "cutedsl":
+        raise ValueError(f"unknown GEMM backend {gemm_backend!r}: {' or '.join(GEMM_BACKENDS)}")
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():
+        raise RuntimeError("the cutedsl GEMM backend needs CuTeDSL on the build host: "
+                           "pip install nvidia-cutlass-dsl==4.8.1 (or use --gemm-backend triton)")
+    cute_build.ensure_env()  # before anything imports cutlass: the cubins must be sm_90a
+    from aotpack.kernels.cutedsl import compile as cute_gemm
+
+    def compile_fn(op: KernelOp, target: Target = SM90):
+        if not isinstance(op, GemmOp):
+            return compile(op, target)
+        why = cute_gemm.supports(op)
+        if why is not None:  # say so rather than silently mixing backends
+            raise BackendCannotCompile(f"the cutedsl GEMM cannot compile {op.out.shape} "
+                                       f"{op.a.dtype.value} GEMM: {why} "
+                                       f"(use --gemm-backend triton)")
+        return cute_gemm.compile(op, target)
+
+    return compile_fn

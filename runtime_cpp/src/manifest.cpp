@@ -177,6 +177,20 @@ TensorMapSpec parse_tensormap(const Value& v, const std::string& where) {
   return t;
 }
 
+}  // namespace
+
+void fastdivmod_fields(uint32_t divisor, uint32_t words[3]) {
+  uint32_t l = 0;
+  while ((uint64_t(1) << l) < divisor) ++l;  // ceil(log2(divisor))
+  uint64_t mult = ((uint64_t(1) << 32) * ((uint64_t(1) << l) - divisor)) / divisor + 1;
+  uint32_t shift1 = l < 1 ? l : 1, shift2 = l > 1 ? l - 1 : 0;
+  words[0] = divisor;
+  words[1] = uint32_t(mult);  // < 2^32 for every divisor < 2^31 (1 for divisor 1)
+  words[2] = shift1 | (shift2 << 8);
+}
+
+namespace {
+
 Slot parse_slot(const Value& v, const std::string& where) {
   Slot s;
   std::string kind = get_str(v, "kind", where);
@@ -201,6 +215,9 @@ Slot parse_slot(const Value& v, const std::string& where) {
   } else if (kind == "u64") {
     s.kind = SlotKind::U64;  // JSON integers are kept as int64: u64 values ≥ 2^63 not expressible
     s.bits = uint64_t(get_int(v, "value", where, 0, kMaxI64));
+  } else if (kind == "fastdivmod") {
+    s.kind = SlotKind::FastDivmod;
+    fastdivmod_fields(uint32_t(get_int(v, "value", where, 1, INT32_MAX)), s.fdm);
   } else if (kind == "f32") {
     s.kind = SlotKind::F32;
     const Value& val = req(v, "value", where);
@@ -211,7 +228,8 @@ Slot parse_slot(const Value& v, const std::string& where) {
     s.bits = u;
   } else {
     fail(AOTPACK_UNSUPPORTED_VERSION, "manifest: ", where, ": parameter slot kind '", kind,
-         "' is not supported by this runtime (v1: ptr null i32 i64 u32 u64 f32 tensormap)");
+         "' is not supported by this runtime (v1: ptr null i32 i64 u32 u64 f32 fastdivmod "
+         "tensormap)");
   }
   return s;
 }

@@ -44,7 +44,7 @@ struct KernelSpec {
   std::string backend;
 };
 
-enum class SlotKind { Ptr, Null, I32, I64, U32, U64, F32, TensorMap };
+enum class SlotKind { Ptr, Null, I32, I64, U32, U64, F32, FastDivmod, TensorMap };
 
 // CUtensorMapEncodeTiled parameters, as the manifest states them (outermost first).
 struct TensorMapSpec {
@@ -63,6 +63,7 @@ struct Slot {
   uint32_t buffer = 0;  // ptr / tensormap
   uint64_t offset = 0;  // ptr / tensormap: bytes from the buffer start
   uint64_t bits = 0;    // integer / f32 value, already in the parameter's bit pattern
+  uint32_t fdm[3] = {};  // fastdivmod: the 12 parameter bytes as 3 little-endian words
   TensorMapSpec tmap;   // tensormap only
 };
 
@@ -86,6 +87,12 @@ struct Manifest {
   std::vector<KernelSpec> kernels;
   std::vector<StepSpec> steps;
 };
+
+// CuTe's fast_divmod_divisor<32> for `divisor` (1 .. 2^31-1), as the kernel reads it:
+// words[0] = divisor, words[1] = multiplier, words[2] = shift1 | shift2 << 8 (upper bytes 0).
+// l = ceil(log2 d), multiplier = floor(2^32 (2^l - d) / d) + 1, shift1 = min(l, 1),
+// shift2 = max(l - 1, 0). Computed here, not read from the bundle: one source of truth.
+void fastdivmod_fields(uint32_t divisor, uint32_t words[3]);
 
 // Parses the manifest JSON text. Throws Error: CORRUPT_BUNDLE (bad JSON/types/values),
 // UNSUPPORTED_VERSION (unknown version, symbolic shapes, unknown slot kinds).

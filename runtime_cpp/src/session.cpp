@@ -18,6 +18,7 @@ constexpr size_t kMaxCachedPlans = 8;
 size_t slot_size(SlotKind k) {
   switch (k) {
     case SlotKind::I32: case SlotKind::U32: case SlotKind::F32: return 4;
+    case SlotKind::FastDivmod: return 12;  // 3 x u32 words (CuTe's fast_divmod_divisor<32>)
     case SlotKind::TensorMap: return sizeof(cu::CUtensorMap);
     default: return 8;
   }
@@ -25,6 +26,7 @@ size_t slot_size(SlotKind k) {
 
 // Each slot is stored at its natural alignment; tensor maps at 128 (driver needs >= 64).
 size_t slot_align(SlotKind k) {
+  if (k == SlotKind::FastDivmod) return 4;
   return k == SlotKind::TensorMap ? alignof(cu::CUtensorMap) : slot_size(k);
 }
 
@@ -155,6 +157,8 @@ void Session::build_plan(Plan& p, const uint64_t* inputs, const uint64_t* output
         uint64_t addr = buffer_address(slot.buffer, inputs, outputs) + slot.offset;
         encode_tensormap(reinterpret_cast<cu::CUtensorMap*>(dst), slot.tmap, addr,
                          cat(step_name(m, s), " args[", a, "]"));
+      } else if (slot.kind == SlotKind::FastDivmod) {
+        std::memcpy(dst, slot.fdm, 12);  // fields computed from the divisor at load time
       } else if (slot_size(slot.kind) == 4) {
         uint32_t v = uint32_t(slot.bits);
         std::memcpy(dst, &v, 4);

@@ -276,8 +276,27 @@ TEST(block_too_large) {
 
 TEST(unknown_slot_kind) {
   TestBundle b;
+  at(step_arg(b, 7), "kind") = jstr("bytes");
+  expect_status(write(b, "slot"), AOTPACK_UNSUPPORTED_VERSION, "bytes");
+}
+
+TEST(fastdivmod_slot_accepted) {
+  TestBundle b;
   at(step_arg(b, 7), "kind") = jstr("fastdivmod");
-  expect_status(write(b, "slot"), AOTPACK_UNSUPPORTED_VERSION, "fastdivmod");
+  at(step_arg(b, 7), "value") = jint(12);
+  expect_status(write(b, "fdm"), AOTPACK_OK, "OK");
+}
+
+TEST(fastdivmod_divisor_out_of_range) {
+  for (int64_t bad : {int64_t(0), int64_t(-3), int64_t(1) << 31}) {
+    TestBundle b;
+    at(step_arg(b, 7), "kind") = jstr("fastdivmod");
+    at(step_arg(b, 7), "value") = jint(bad);
+    expect_status(write(b, "fdmbad"), AOTPACK_CORRUPT_BUNDLE, "args[7].value");
+  }
+  TestBundle b;  // the divisor is required: the runtime derives every other field from it
+  at(step_arg(b, 7), "kind") = jstr("fastdivmod");
+  expect_status(write(b, "fdmnone"), AOTPACK_CORRUPT_BUNDLE, "args[7]");
 }
 
 TEST(i32_value_out_of_range) {

@@ -1,10 +1,12 @@
-// test_core.cpp — unit tests of the JSON parser, SHA-256 and the safetensors writer/reader.
+// test_core.cpp — unit tests of the JSON parser, SHA-256, the safetensors writer/reader and
+// the fastdivmod parameter fields.
 #include <cstring>
 #include <string>
 
 #include "bundle_builder.hpp"
 #include "error.hpp"
 #include "json.hpp"
+#include "manifest.hpp"
 #include "safetensors.hpp"
 #include "sha256.hpp"
 #include "test_main.hpp"
@@ -121,4 +123,28 @@ TEST(safetensors_roundtrip) {
   EXPECT(std::memcmp(f.tensor_data(*tb), b, 5) == 0);
   EXPECT(tb->shape.size() == 2 && tb->shape[1] == 5);
   EXPECT(f.metadata().find("k")->s == "v\"q");
+}
+
+// The 12 bytes CuTe's host code passes for fast_divmod_divisor<32> (values measured from
+// CuTeDSL 4.8.1, the same ones tests/test_cutedsl_gemm.py checks on the Python side), and
+// the division the kernel does with them is exact.
+TEST(fastdivmod_fields_match_cute) {
+  struct Want { uint32_t d, mul, s1, s2; };
+  for (Want w : {Want{1, 1, 0, 0}, Want{2, 1, 1, 0}, Want{8, 1, 1, 2},
+                 Want{12, 0x55555556u, 1, 3}}) {
+    uint32_t f[3];
+    aotpack::fastdivmod_fields(w.d, f);
+    EXPECT(f[0] == w.d && f[1] == w.mul && f[2] == (w.s1 | (w.s2 << 8)));
+  }
+  for (uint32_t d : {1u, 2u, 3u, 7u, 12u, 33u, 132u, 1000u, 65537u, 0x7FFFFFFFu}) {
+    uint32_t f[3];
+    aotpack::fastdivmod_fields(d, f);
+    for (uint64_t n : {uint64_t(0), uint64_t(1), uint64_t(d) - 1, uint64_t(d), uint64_t(d) + 1,
+                       uint64_t(5) * d + 3, uint64_t(1 << 20) + 7, uint64_t(0x7FFFFFFF)}) {
+      if (n > 0x7FFFFFFF) continue;  // the scheduler divides non-negative i32 values
+      uint32_t hi = uint32_t((n * f[1]) >> 32);
+      uint32_t q = (hi + ((uint32_t(n) - hi) >> (f[2] & 0xFF))) >> (f[2] >> 8);
+      EXPECT(q == n / d);
+    }
+  }
 }

@@ -3,7 +3,7 @@
 - gemm.py        the warp-specialized persistent TMA + wgmma GEMM with fused epilogues (device code)
 - build.py       cute.compile for sm_90a -> cubin, PTX entry and parameter list (sets CUTE_DSL_*)
 - compile.py     GemmOp -> [Launch] with manifest slots; candidates(op) for tuning
-- slots.py       slot kinds beyond spec.py: fastdivmod, struct
+- slots.py       bytes of the value slots (fastdivmod, {i32,i32} structs lowered to u64)
 - hostcapture.py runs CuTeDSL's own host launch function on the CPU (tests compare slots with it)
 - gpucheck.py    driver-only correctness / speed check on the GPU machine (no CuTeDSL there)
 

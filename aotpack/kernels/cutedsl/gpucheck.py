@@ -34,6 +34,12 @@ CHECK_SHAPES = [(1000, 3000, 520), (77, 264, 136), (8, 1032, 72), (256, 512, 409
 # Timed shapes: all of them for the main config, the first one for the others.
 PERF_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096)]
 GROUP_TIMEOUT_S = 45  # one tile/cluster config's cases, child start-up (torch, CUDA) included
+PROBE_TIMEOUT_S = 20  # its probe case alone
+# Probe of every config but the main one, run first in its own child: tile-multiple sizes (no
+# TMA box out of bounds, not even partly) and no epilogue. If the probe passes and the ragged
+# cases hang, out-of-bounds boxes (e.g. a multicast half-tile entirely past N) are the suspect;
+# if the probe hangs, the main loop / cluster pipeline is, and the rest of that config is skipped.
+PROBE_SHAPE = (256, 512, 512)
 EPILOGUES = [(), ("bias",), ("gelu_tanh",), ("gelu_erf",), ("silu",), ("relu",), ("add",),
              ("mul",), ("silu", "mul"), ("bias", "gelu_tanh", "add")]
 TILES = [(128, 256, 1, 1, True), (128, 128, 2, 1, True), (128, 128, 1, 2, False),
@@ -64,6 +70,9 @@ def write_cases(path: str) -> None:
 
     cases = []
     for tm, tn, cm, cn, ram in TILES:
+        if (tm, tn, cm, cn) != (128, 256, 1, 1):
+            probe = _case(cc, "check", PROBE_SHAPE, (), tm, tn, cm, cn, ram)
+            cases.append({**probe, "probe": True})
         for steps in EPILOGUES if (tm, tn, cm, cn) == (128, 256, 1, 1) else EPILOGUES[-3:]:
             for shape in CHECK_SHAPES:
                 cases.append(_case(cc, "check", shape, steps, tm, tn, cm, cn, ram))
@@ -204,9 +213,15 @@ def run_cases(path: str) -> int:
     every case's JSON line as it comes back, then the summary line."""
     with open(path, "rb") as f:
         cases = pickle.load(f)
-    results = []
-    for idx in _groups(cases):
-        results += _run_group_child(path, cases, idx)
+    results, hung = [], set()
+    for key, idx in _groups(cases):
+        if key[:4] in hung:  # its probe hung: these would too, and each hang costs time
+            results += _report(cases, idx, {}, "skipped: this config's probe case hung")
+            continue
+        res = _run_group_child(path, cases, idx, PROBE_TIMEOUT_S if key[4] else GROUP_TIMEOUT_S)
+        if key[4] and any(r.get("error", "").startswith("timeout") for r in res):
+            hung.add(key[:4])
+        results += res
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "cutedsl_gemm.json"), "w") as f:
             json.dump(results, f, indent=1, default=str)
@@ -215,37 +230,47 @@ def run_cases(path: str) -> int:
     return 1 if bad else 0
 
 
-def _groups(cases) -> list[list[int]]:
-    """Case indices per tile/cluster config, single-CTA clusters first (a hang costs only its
-    own group; one child per config keeps the child start-ups few)."""
+def _groups(cases) -> list[tuple[tuple, list[int]]]:
+    """(key, case indices) per tile/cluster config and probe flag: single-CTA clusters first,
+    a config's probe before its other cases (a hang costs only its own group; one child per
+    group keeps the child start-ups few)."""
     groups: dict = {}
     for i, c in enumerate(cases):
         cfg = c["config"]
-        key = tuple(cfg[k] for k in ("tile_m", "tile_n", "cluster_m", "cluster_n"))
+        key = (*(cfg[k] for k in ("tile_m", "tile_n", "cluster_m", "cluster_n")),
+               bool(c.get("probe")))
         groups.setdefault(key, []).append(i)
-    return sorted(groups.values(), key=lambda idx: cases[idx[0]]["cluster"] != (1, 1, 1))
+    order = sorted(groups, key=lambda k: (cases[groups[k][0]]["cluster"] != (1, 1, 1),
+                                          list(groups).index(k)))
+    return [(k, groups[k]) for k in order]
 
 
 def _summary(case) -> dict:
-    return {k: case.get(k) for k in ("kind", "shape", "steps", "out", "config", "grid")}
+    return {k: case.get(k) for k in ("kind", "shape", "steps", "out", "config", "grid", "probe")
+            if k != "probe" or case.get(k)}
 
 
-def _run_group_child(path, cases, idx) -> list[dict]:
+def _run_group_child(path, cases, idx, timeout_s) -> list[dict]:
     cmd = [sys.executable, "-m", "aotpack.kernels.cutedsl.gpucheck", "run-group", path,
            ",".join(map(str, idx))]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=GROUP_TIMEOUT_S)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         out, why = proc.stdout, f"child exited with {proc.returncode}: {proc.stderr[-300:]}"
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        why = f"timeout: killed after {GROUP_TIMEOUT_S} s (kernel hang?)"
+        why = f"timeout: killed after {timeout_s} s (kernel hang?)"
     done = {}
     for line in out.splitlines():
         if line.startswith("{"):
             res = json.loads(line)
             done[res.pop("index")] = res
+    return _report(cases, idx, done, why)
+
+
+def _report(cases, idx, done: dict, why: str) -> list[dict]:
+    """Prints and returns each case's result; cases not in `done` get the reason `why`."""
     results = []
-    for i in idx:  # cases the child never reported get the reason it stopped
+    for i in idx:
         res = done.get(i) or {**_summary(cases[i]), "error": why}
         print(json.dumps(res, default=str), flush=True)
         results.append(res)
