@@ -18,7 +18,7 @@ from aotpack.kernels.spec import (
 
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
-    LARGE, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, GemmConfig, choose_config,
+    LARGE, LARGE_LONG_K, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, GemmConfig, choose_config,
 )
 
 BF, F16, F32 = DType.BF16, DType.F16, DType.F32
@@ -222,6 +222,8 @@ def test_compile_output_variants(out):
 def test_big_shapes_use_the_large_config(shape):
     cfg = choose_config(*shape, BF, SM90)
     assert (cfg.BM, cfg.BN, cfg.BK, cfg.num_warps, cfg.num_stages) == (128, 256, 64, 8, 3)
+    # long K: pointer-stored epilogue in two subtiles (measured faster on the H200)
+    assert cfg == (LARGE_LONG_K if shape[2] >= 8192 else LARGE)
 
 
 @pytest.mark.parametrize("M_,N_,want", [(1, 4096, SMALL_M_NARROWEST), (16, 14336, SMALL_M_NARROW),

@@ -46,6 +46,12 @@ class GemmConfig:
 # The high-throughput config for large shapes: 2 consumer warpgroups each own a 64x256 wgmma
 # accumulator (128 f32 registers per thread); 3 stages of 48 KiB; BK=64 = one 128-byte row.
 LARGE = GemmConfig(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3, EPI_SPLIT=4)
+# Long K (>= 8192): the same tile with two pointer-stored epilogue subtiles. Measured on the H200
+# (2026-11-30, benchmarks/results/2026-11-30-h200-skeleton.json): 722 vs 692 TFLOP/s at
+# 2048x4096x14336, 712 vs 697 at 2048x6144x14336, 702 vs 693 at 4096x4096x16384; at K=4096
+# the TMA-store config is as fast or faster, so it stays the default there.
+LARGE_LONG_K = GemmConfig(BM=128, BN=256, BK=64, GROUP_M=8, num_warps=8, num_stages=3,
+                          EPI_SPLIT=2, TMA_STORE=False)
 # Mid-sized problems (too few 128x256 tiles to fill the GPU).
 MEDIUM = GemmConfig(BM=128, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=4, EPI_SPLIT=2)
 # Decode-sized M: one 64-row warpgroup tile, deep K pipeline; the GEMM is bound by reading B.
@@ -57,7 +63,7 @@ SMALL_M_NARROWEST = SMALL_M.with_(BN=32, EPI_SPLIT=1, num_stages=8)
 CONFIG_SPACE: tuple[GemmConfig, ...] = (
     LARGE,
     LARGE.with_(num_stages=4),
-    LARGE.with_(TMA_STORE=False, EPI_SPLIT=2),
+    LARGE_LONG_K,
     LARGE.with_(FLATTEN=False),
     GemmConfig(BM=256, BN=128, BK=64, GROUP_M=8, num_warps=8, num_stages=3, EPI_SPLIT=2),
     MEDIUM,
@@ -93,7 +99,8 @@ def choose_config(M: int, N: int, K: int, dtype: DType = DType.BF16, target: Tar
     - M <= 64 (decode): a 64-row tile; the widest BN of 128/64/32 that still gives every SM a
       tile (else 32): the problem is bound by streaming B, so CTAs in flight matter more than
       reuse.
-    - enough 128x256 tiles for at least ~one full wave: the 128x256x64 config.
+    - enough 128x256 tiles for at least ~one full wave: the 128x256x64 config (pointer-stored
+      epilogue when K >= 8192, as measured).
     - otherwise 128x128 tiles, which give twice as many CTAs.
     """
     out_dtype = out_dtype or dtype
@@ -101,7 +108,7 @@ def choose_config(M: int, N: int, K: int, dtype: DType = DType.BF16, target: Tar
         wide_enough = [c for c in (SMALL_M, SMALL_M_NARROW) if cdiv(N, c.BN) >= target.sm_count]
         cfg = wide_enough[0] if wide_enough else SMALL_M_NARROWEST
     elif cdiv(M, LARGE.BM) * cdiv(N, LARGE.BN) >= target.sm_count:
-        cfg = LARGE
+        cfg = LARGE_LONG_K if K >= 8192 else LARGE
     else:
         cfg = MEDIUM
     return fit_smem(cfg, dtype, out_dtype, target)
