@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import ctypes
 import platform
-import shutil
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -21,10 +19,10 @@ def _version(dist: str) -> str:
 
 
 def _cuobjdump() -> str:
-    found = shutil.which("cuobjdump")
-    if not found and Path("/usr/local/cuda/bin/cuobjdump").is_file():
-        found = "/usr/local/cuda/bin/cuobjdump"
-    return found or "not found (optional: CUDA toolkit, to disassemble cubins)"
+    from aotpack.kernels.sass import find_cuobjdump  # the triton wheel's, then PATH, then CUDA
+
+    return find_cuobjdump() or "not found (optional: the triton wheel or the CUDA toolkit " \
+                               "ships it; used to check kernels' SASS)"
 
 
 def _driver() -> str:
