@@ -94,6 +94,51 @@ def test_cubin_does_not_depend_on_sm_count():
     assert cc._built(cfg, "bf16", 132).cubin == cc._built(cfg, "bf16", 114).cubin
 
 
+def test_pipeline_state_is_carried_across_tiles():
+    """The H200 hang (2026-11-30): the consumer's PipelineState was advanced inside a @cute.jit
+    helper and not reassigned, so CuTeDSL did not carry it through the persistent tile loop; each
+    tile restarted at (stage 0, phase 0). Source check with CuTeDSL's own loop analysis."""
+    from aotpack.kernels.cutedsl.checks import uncarried_state
+    from aotpack.kernels.cutedsl.gemm import Sm90Gemm
+
+    assert uncarried_state(Sm90Gemm) == []
+
+
+@pytest.mark.parametrize("tm,tn,cm,cn,ram,steps,out", CONFIGS)
+def test_no_constant_barrier_phase_in_tile_loop(tm, tn, cm, cn, ram, steps, out):
+    """The same bug as the PTX shows it: an mbarrier wait in the tile loop whose phase register
+    is reset to a constant after the loop head. Every config of the candidate space."""
+    from aotpack.kernels.cutedsl.checks import constant_wait_parity
+
+    op = _op(1000, 3000, 520, steps, out)
+    built = cc._built(_cfg(op, tm, tn, cm, cn, ram), "bf16", SM90.sm_count)
+    assert "mbarrier.try_wait" in built.ptx
+    assert constant_wait_parity(built.ptx) == []
+
+
+def test_constant_phase_check_catches_the_hang():
+    """constant_wait_parity flags the pattern the hanging cubins had (abridged from their PTX)."""
+    from aotpack.kernels.cutedsl.checks import constant_wait_parity
+
+    bad = """\tsetmaxnreg.inc.sync.aligned.u32 \t232;
+$L__BB0_66:
+\tmov.b32 \t%r745, 0;
+\t@%p15 bra \t$L__BB0_73;
+\tmov.b32 \t%r678, %r745;
+$L__BB0_68:
+\tmbarrier.try_wait.parity.shared.b64 P1, [%r212], %r678, 10000000;
+\txor.b32 \t%r678, %r678, %r229;
+\t@%p20 bra \t$L__BB0_68;
+$L__BB0_73:
+\t@%p25 bra \t$L__BB0_66;
+\tret;
+"""
+    assert len(constant_wait_parity(bad)) == 1
+    good = bad.replace("$L__BB0_66:\n\tmov.b32 \t%r745, 0;\n",
+                       "\tmov.b32 \t%r745, 0;\n$L__BB0_66:\n")
+    assert constant_wait_parity(good) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("tm,tn,cm,cn,ram,steps,out", CONFIGS)
 def test_slots_match_cutedsl_host_function(tm, tn, cm, cn, ram, steps, out, host_libs, tmp_path):
@@ -210,3 +255,14 @@ def test_supports_and_epilogue_mapping():
     assert cc.supports(_op(1000, 3001, 520)) is not None  # N rows not 16-byte aligned for TMA
     assert cc.supports(_op(1000, 3000, 522)) is not None  # K rows not 16-byte aligned
     assert len(cc.candidates(op)) == 12
+
+
+def test_manifest_kernel_name_is_short():
+    """CuTeDSL entry symbols are ~300 characters; the manifest `name` is `cutedsl_gemm_<i>` and
+    `entry` stays the real symbol."""
+    from aotpack.bundle.writer import _kernel_name
+
+    (launch,) = cc.compile(_op(1000, 3000, 520, ("bias", "gelu_tanh")), SM90)
+    k = launch.kernel
+    assert len(k.entry) > 100
+    assert _kernel_name(k, 3) == "cutedsl_gemm_3"

@@ -116,10 +116,19 @@ def _kernels_and_steps(program, plan):
                 cubins.append(k.cubin)
             ci = cubin_index[k.cubin]
             kernel_index[k] = len(kernels)
-            kernels.append(mf.kernel_json(f"{k.entry}_{len(kernels)}", k, ci,
+            kernels.append(mf.kernel_json(_kernel_name(k, len(kernels)), k, ci,
                                           hashlib.sha256(k.cubin).hexdigest()))
         steps.append((kernel_index[k], launch))
     return cubins, kernels, steps
+
+
+def _kernel_name(k: CompiledKernel, i: int) -> str:
+    """The manifest's unique kernel `name` (messages, inspect); `entry` stays the cubin symbol.
+    CuTeDSL entry symbols are ~300 characters of mangled type names: those kernels get a short
+    `cutedsl_gemm_<i>` instead of `<entry>_<i>`."""
+    if k.backend == "cutedsl":
+        return f"cutedsl_gemm_{i}" if "linear" in k.fused_ops else f"cutedsl_{i}"
+    return f"{k.entry}_{i}"
 
 
 def _step_json(kernel: int, launch, index: dict[str, int], step: int) -> dict:

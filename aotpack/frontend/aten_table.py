@@ -239,6 +239,7 @@ RULES = {
     "aten.lift_fresh_copy.default": _identity, "aten.dropout.default": _identity,
     "aten.mean.dim": _reduce(Op.MEAN), "aten.mean.default": _reduce(Op.MEAN),
     "aten.sum.dim_IntList": _reduce(Op.SUM), "aten.sum.default": _reduce(Op.SUM),
+    "aten.amax.default": _reduce(Op.AMAX), "aten.amin.default": _reduce(Op.AMIN),
     "aten._softmax.default": _softmax, "aten.softmax.int": _softmax,
     "aten.rms_norm.default": _rms_norm, "aten.layer_norm.default": _layer_norm,
     "aten.scaled_dot_product_attention.default": _sdpa,

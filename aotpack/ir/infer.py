@@ -193,6 +193,7 @@ def _as_strided(ins, a: O.StridedAttrs):
 _RULES = {
     **{op: _binary for op in O.BINARY}, **{op: _unary for op in O.UNARY},
     Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.MEAN: _reduce, Op.SUM: _reduce,
+    Op.AMAX: _reduce, Op.AMIN: _reduce,
     Op.SOFTMAX: _unary, Op.RMS_NORM: _norm, Op.LAYER_NORM: _norm, Op.SDPA: _sdpa,
     Op.ROPE: _rope, Op.VIEW: _view, Op.PERMUTE: _permute, Op.SLICE: _slice,
     Op.SELECT: _select, Op.EXPAND: _expand, Op.UNSQUEEZE: _unsqueeze, Op.SQUEEZE: _squeeze,

@@ -44,6 +44,8 @@ class Op(enum.Enum):
     # reductions and normalizations
     MEAN = "mean"
     SUM = "sum"
+    AMAX = "amax"
+    AMIN = "amin"
     SOFTMAX = "softmax"
     RMS_NORM = "rms_norm"  # (x [, w]) over the last `ndim` dims
     LAYER_NORM = "layer_norm"  # (x [, w [, b]])
@@ -102,7 +104,10 @@ class ReduceAttrs:
 
 @dataclass(frozen=True)
 class SoftmaxAttrs:
+    """softmax(x * scale, dim); scale != 1 only after fusion (passes/fuse_patterns.py)."""
+
     dim: int
+    scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,8 @@ Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAt
 
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
-    Op.MEAN: ReduceAttrs, Op.SUM: ReduceAttrs, Op.SOFTMAX: SoftmaxAttrs,
+    Op.MEAN: ReduceAttrs, Op.SUM: ReduceAttrs, Op.AMAX: ReduceAttrs, Op.AMIN: ReduceAttrs,
+    Op.SOFTMAX: SoftmaxAttrs,
     Op.RMS_NORM: NormAttrs, Op.LAYER_NORM: NormAttrs, Op.SDPA: SdpaAttrs, Op.VIEW: ViewAttrs,
     Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,

@@ -6,13 +6,17 @@ from __future__ import annotations
 import importlib
 
 from aotpack.kernels.spec import (
-    AttentionOp, GemmOp, KernelOp, PointwiseOp, RMSNormOp, RopeOp, Target, SM90,
+    AttentionOp, GemmOp, KernelOp, LayerNormOp, PointwiseOp, ReduceOp, RMSNormOp, RopeOp,
+    SoftmaxOp, Target, SM90,
 )
 
 _TEMPLATES = {
     GemmOp: "aotpack.kernels.triton.gemm",
     AttentionOp: "aotpack.kernels.triton.attention",
     RMSNormOp: "aotpack.kernels.triton.rmsnorm",
+    LayerNormOp: "aotpack.kernels.triton.layernorm",
+    SoftmaxOp: "aotpack.kernels.triton.softmax",
+    ReduceOp: "aotpack.kernels.triton.reduce",
     RopeOp: "aotpack.kernels.triton.rope",
     PointwiseOp: "aotpack.kernels.triton.pointwise",
 }

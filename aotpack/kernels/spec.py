@@ -124,6 +124,42 @@ class RMSNormOp:
 
 
 @dataclass(frozen=True)
+class LayerNormOp:
+    """out[R, C] = (x - mean(x, -1)) / sqrt(var(x, -1) + eps) [* weight[C]] [+ bias[C]],
+    biased variance, statistics in f32. x and out are 2-D views (any strides); weight and bias
+    are 1-D views (or None)."""
+
+    x: TensorArg
+    weight: TensorArg | None
+    bias: TensorArg | None
+    out: TensorArg
+    eps: float
+
+
+@dataclass(frozen=True)
+class SoftmaxOp:
+    """out[R, C] = softmax(x * scale, -1) over the last dim, f32 math, max-subtracted (stable).
+    x and out are 2-D views (any strides)."""
+
+    x: TensorArg
+    out: TensorArg
+    scale: float = 1.0
+
+
+REDUCE_KINDS = ("sum", "mean", "amax", "amin")
+
+
+@dataclass(frozen=True)
+class ReduceOp:
+    """out[R] = kind(x[R, C], -1) for kind in REDUCE_KINDS, accumulated in f32, cast to
+    out.dtype. x is a 2-D view, out a 1-D view (keepdim is only the IR value's shape)."""
+
+    kind: str
+    x: TensorArg
+    out: TensorArg
+
+
+@dataclass(frozen=True)
 class RopeOp:
     """Rotary embedding (rotate-half form) on a 4-D view x[B, H, S, D]:
     out = x * cos[s, :] + rotate_half(x) * sin[s, :], rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
@@ -173,7 +209,8 @@ class PointwiseOp:
     out: TensorArg
 
 
-KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, RopeOp, PointwiseOp]
+KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
+                 PointwiseOp]
 
 
 def op_inputs(op: KernelOp) -> list[TensorArg]:
@@ -186,6 +223,10 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.q, op.k, op.v]
     if isinstance(op, RMSNormOp):
         return [op.x] + ([op.weight] if op.weight is not None else [])
+    if isinstance(op, LayerNormOp):
+        return [op.x] + [t for t in (op.weight, op.bias) if t is not None]
+    if isinstance(op, (SoftmaxOp, ReduceOp)):
+        return [op.x]
     if isinstance(op, RopeOp):
         return [op.x, op.cos, op.sin]
     if isinstance(op, PointwiseOp):

@@ -2,6 +2,7 @@
 and replace them by one IR node.
 - RoPE (rotate-half): x*cos + cat(-x[..., D/2:], x[..., :D/2])*sin → ROPE(x, cos, sin)
 - RMSNorm: x * rsqrt(mean(x², -1, keepdim) + eps) [→ cast] [* w] → RMS_NORM(x [, w])
+- softmax of a scaled input: softmax(x * c | x / c) → SOFTMAX(x, scale) (scaled in f32)
 - GQA by repetition (HF repeat_kv: k[:, :, None].expand(..).reshape(..), repeat_interleave):
   sdpa(q, repeat(k), repeat(v)) → sdpa(q, k, v, gqa) — the repeated copies disappear
 Unused leftovers are removed by dead_code."""
@@ -18,6 +19,7 @@ def fuse_patterns(graph: Graph) -> Graph:
     graph = _rewrite(graph, _match_rms_norm)
     graph = _rewrite(graph, _match_rms_weight)
     graph = _rewrite(graph, _match_rope)
+    graph = _rewrite(graph, _match_softmax_scale)
     graph = _fold_repeat_kv(graph)
     return dead_code(graph).verify()
 
@@ -93,6 +95,23 @@ def _match_rms_weight(n: Node, producers):
         if up is not None and up.inputs[0].type == n.output.type:
             return Op.RMS_NORM, [up.inputs[0], w], norm.attrs
     return None
+
+
+# ----------------------------------------------------------------------------- softmax
+def _match_softmax_scale(n: Node, producers):
+    """softmax(x * c) or softmax(x / c) (c a Python number) → softmax(x, scale=c or 1/c).
+    The scaled value stays if something else reads it (dead_code drops it otherwise)."""
+    if n.op != Op.SOFTMAX:
+        return None
+    src = producers.get(n.inputs[0].name)
+    if (src is None or src.op not in (Op.MUL, Op.DIV) or src.attrs.scalar is None
+            or src.attrs.scalar_first or src.inputs[0].type != n.inputs[0].type):
+        return None
+    c = float(src.attrs.scalar)
+    if src.op == Op.DIV and c == 0.0:
+        return None
+    scale = c if src.op == Op.MUL else 1.0 / c
+    return Op.SOFTMAX, [src.inputs[0]], O.SoftmaxAttrs(n.attrs.dim, n.attrs.scale * scale)
 
 
 # ----------------------------------------------------------------------------- RoPE

@@ -3,7 +3,8 @@
 Walks the nodes in order. Every value gets a TensorArg (how kernels reach it): inputs, weights
 and compute results are contiguous storages; AS_STRIDED nodes are views of those (no kernel).
 GEMM roots emit one GemmOp for their whole epilogue chain (gemm_chain.py), elementwise roots one
-PointwiseOp (pointwise.py); SDPA, ROPE, RMS_NORM map to their kernel ops. A COPY that only
+PointwiseOp (pointwise.py); SDPA, ROPE, RMS_NORM map to their kernel ops; LAYER_NORM, SOFTMAX
+and last-dim SUM/MEAN/AMAX/AMIN to row-wise reduction ops (lower_reductions.py). A COPY that only
 un-permutes a kernel's result is elided: the kernel writes its output in the copy's layout;
 likewise the inputs of a cat are written straight into their slices of the cat's storage.
 """
@@ -18,7 +19,7 @@ from aotpack.kernels.spec import (
     AttentionOp, EpAct, EpAdd, EpBias, EpMul, GemmOp, PointwiseOp, RMSNormOp, RopeOp, TensorArg,
     contiguous,
 )
-from aotpack.passes import pointwise as pw
+from aotpack.passes import lower_reductions, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
 from aotpack.passes.views import View, compose, normalized
 from aotpack.program import Program, Storage
@@ -48,6 +49,8 @@ class _Lowering:
             for n in c.nodes():
                 self.chain_of[n.output.name] = c
         self.absorbed = pw.absorbed_nodes(graph, set(self.chain_of))
+        self.fused_casts = lower_reductions.fuse_casts(  # casts around reduction kernels
+            graph, self.producers, self.users, set(self.chain_of) | self.absorbed)
         self.storages: dict[str, Storage] = {}
         self.args: dict[str, TensorArg] = {}
         self.ops: list = []
@@ -106,7 +109,7 @@ class _Lowering:
         row_major = flat is not None and (flat.strides[1] == 1 or flat.shape[1] == 1)
         if v.name in self.chain_of:
             return self.chain_of[v.name].end == v and row_major
-        if n.op == Op.RMS_NORM:
+        if n.op in (Op.RMS_NORM, Op.SOFTMAX) or (n.op == Op.LAYER_NORM and n.attrs.ndim == 1):
             return row_major
         return _kernel_writes_strided(n) and v.name not in self.absorbed
 
@@ -157,8 +160,8 @@ class _Lowering:
             self.args[name] = self._view(self.args[n.inputs[0].name], n.attrs)
         elif name in self.chains:
             self._lower_gemm(self.chains[name])
-        elif name in self.chain_of or name in self.absorbed:
-            return  # emitted with its GEMM / its pointwise root
+        elif name in self.chain_of or name in self.absorbed or name in self.fused_casts.skip:
+            return  # emitted with its GEMM / its pointwise root / its reduction
         elif n.op in O.ELEMENTWISE:
             self._lower_pointwise(n)
         elif n.op == Op.COPY:
@@ -170,7 +173,8 @@ class _Lowering:
             _LOWER[n.op](self, n)
         else:
             self._fail(n, "no kernel op implements it (supported after fusion: linear/matmul "
-                          "+ epilogue, sdpa, rms_norm, rope, elementwise, cat, views)")
+                          "+ epilogue, sdpa, rms_norm, layer_norm, softmax, last-dim "
+                          "sum/mean/amax/amin, rope, elementwise, cat, views)")
 
     def _fail(self, n: Node, why: str):
         raise LoweringError(f"cannot lower {n.op.value} node %{n.output.name} "
@@ -312,7 +316,7 @@ class _Lowering:
 
 
 _LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
-          Op.RMS_NORM: _Lowering._lower_rms_norm}
+          Op.RMS_NORM: _Lowering._lower_rms_norm, **lower_reductions.RULES}
 
 
 # ---------------------------------------------------------------------- TensorArg helpers

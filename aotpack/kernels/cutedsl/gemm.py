@@ -282,7 +282,13 @@ class Sm90Gemm:
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.ab_stage)
         while work.is_valid_tile:
             crd = work.tile_idx
-            self._mainloop(tiled_mma, acc, tCrA, tCrB, ab_pipe, read, release, k_tiles)
+            # The states MUST be reassigned here: CuTeDSL carries a value through a dynamic
+            # loop only if the loop body assigns it (or calls a method on it). Mutated inside
+            # the helper and not reassigned, they restarted at (stage 0, phase 0) on every tile
+            # while the producer's state ran on: a deadlock on a CTA's second tile unless
+            # k_tiles is a multiple of 2 * ab_stage (checks.py catches it on the CPU).
+            read, release = self._mainloop(tiled_mma, acc, tCrA, tCrB, ab_pipe, read, release,
+                                           k_tiles)
             self._apply_epilogue(acc, tCcC[(None, None, None, *crd)], mC, operands, ld_operands)
             self._store_tile(warp, tma_c, sC, gC[(None, None, *crd)], store, store_pipe,
                              sched.num_tiles_executed)
@@ -292,7 +298,8 @@ class Sm90Gemm:
 
     @cute.jit
     def _mainloop(self, tiled_mma, acc, tCrA, tCrB, ab_pipe, read, release, k_tiles):
-        """K loop; keeps one wgmma batch in flight and frees a stage once its batch retired."""
+        """K loop; keeps one wgmma batch in flight and frees a stage once its batch retired.
+        Returns the advanced pipeline states (the caller must reassign them, see _consumer)."""
         read.reset_count()
         release.reset_count()
         acc.fill(0.0)
@@ -314,6 +321,7 @@ class Sm90Gemm:
         if k_tiles > 0:
             ab_pipe.consumer_release(release)
             release.advance()
+        return read, release
 
     @cute.jit
     def _apply_epilogue(self, acc, tCcC, mC, operands, ld_operands):
@@ -439,7 +447,9 @@ def _activation(kind: cutlass.Constexpr, x):
     if cutlass.const_expr(kind == "relu"):
         return cutlass.max(x, cutlass.Float32(0.0))
     if cutlass.const_expr(kind == "silu"):
-        return x / (cutlass.Float32(1.0) + cute.math.exp(-x, fastmath=True))
+        # x * rcp.approx (1 ulp) rather than x / (..): the IEEE div.rn.f32 is a ~15-instruction
+        # sequence, 128 of them per thread per tile. 1 + exp(-x) >= 1, so no denormal input.
+        return x * cute.arch.rcp_approx(cutlass.Float32(1.0) + cute.math.exp(-x, fastmath=True))
     if cutlass.const_expr(kind == "gelu_erf"):
         return cutlass.Float32(0.5) * x * (cutlass.Float32(1.0) + cute.math.erf(
             x * cutlass.Float32(0.7071067811865476)))

@@ -4,8 +4,8 @@ tensor maps from cuTensorMapEncodeTiled. CuTeDSL is NOT needed on the GPU machin
 
     # build host (no GPU, nvidia-cutlass-dsl installed): compile the cases
     python -m aotpack.kernels.cutedsl.gpucheck write .gpu/cutedsl_cases.pkl
-    # GPU machine (torch with CUDA): run them (well under 240 s; the last line is the summary
-    # `cutedsl: N ok, M failed`)
+    # GPU machine (torch with CUDA): run them (never past ~200 s, see RUN_BUDGET_S; the last
+    # line is the summary `cutedsl: N ok, M failed`)
     timeout 300 python -m aotpack.kernels.cutedsl.gpucheck run .gpu/cutedsl_cases.pkl
 
 Every epilogue is checked against torch on random inputs, with M, N, K that are not multiples
@@ -30,20 +30,31 @@ from aotpack.kernels.spec import (
     TensorMapSlot, contiguous,
 )
 
-CHECK_SHAPES = [(1000, 3000, 520), (77, 264, 136), (8, 1032, 72), (256, 512, 4096)]
+# The last shape gives every config more tiles than CTAs (each CTA runs several tiles) with
+# k_tiles = 9, not a multiple of 2 * ab_stage: the case that hung on the H200 (2026-11-30, the
+# consumer's pipeline state restarted on every tile; see checks.py). 1000x3000 is multi-tile
+# for every config but the default 128x256 (96 tiles).
+CHECK_SHAPES = [(1000, 3000, 520), (77, 264, 136), (8, 1032, 72), (256, 512, 4096),
+                (2000, 3000, 520)]
 # Timed shapes: all of them for the main config, the first one for the others.
 PERF_SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (2048, 14336, 4096)]
 GROUP_TIMEOUT_S = 45  # one tile/cluster config's cases, child start-up (torch, CUDA) included
 PROBE_TIMEOUT_S = 20  # its probe case alone
+# The run never starts a group that could end (hang until its limit) past this many seconds;
+# those are reported as skipped, so a run where every config hangs still ends in time.
+# GPUCHECK_BUDGET_S overrides.
+RUN_BUDGET_S = 200
 # Probe of every config but the main one, run first in its own child: tile-multiple sizes (no
-# TMA box out of bounds, not even partly) and no epilogue. If the probe passes and the ragged
-# cases hang, out-of-bounds boxes (e.g. a multicast half-tile entirely past N) are the suspect;
-# if the probe hangs, the main loop / cluster pipeline is, and the rest of that config is skipped.
-PROBE_SHAPE = (256, 512, 512)
+# TMA box out of bounds, not even partly), no epilogue, but several tiles per CTA (256 tiles of
+# 64x256 / 128x128 > 132 CTAs) and k_tiles = 9 (not a multiple of 2 * ab_stage for any
+# ab_stage): the multi-tile pipeline-state path that hung. If the probe passes and the ragged
+# cases hang, out-of-bounds boxes are the suspect; if the probe hangs, the main loop / cluster
+# pipeline is, and the rest of that config is skipped.
+PROBE_SHAPE = (1024, 4096, 576)
 EPILOGUES = [(), ("bias",), ("gelu_tanh",), ("gelu_erf",), ("silu",), ("relu",), ("add",),
              ("mul",), ("silu", "mul"), ("bias", "gelu_tanh", "add")]
-TILES = [(128, 256, 1, 1, True), (128, 128, 2, 1, True), (128, 128, 1, 2, False),
-         (64, 128, 1, 1, True), (64, 256, 1, 2, True)]
+TILES = [(128, 256, 1, 1, True), (128, 128, 1, 1, True), (64, 128, 1, 1, True),
+         (128, 128, 2, 1, True), (128, 128, 1, 2, False), (64, 256, 1, 2, True)]
 
 
 def make_op(m, n, k, steps, out=DType.BF16) -> GemmOp:
@@ -78,6 +89,8 @@ def write_cases(path: str) -> None:
                 cases.append(_case(cc, "check", shape, steps, tm, tn, cm, cn, ram))
         for shape in PERF_SHAPES if (tm, tn, cm, cn) == (128, 256, 1, 1) else PERF_SHAPES[:1]:
             cases.append(_case(cc, "perf", shape, ("bias", "silu"), tm, tn, cm, cn, ram))
+        if (tm, tn, cm, cn) == (128, 256, 1, 1):  # epilogue cost: the same GEMM without one
+            cases.append(_case(cc, "perf", PERF_SHAPES[0], (), tm, tn, cm, cn, ram))
     for out in (DType.F32, DType.F16):  # output casts (operands have the output dtype)
         for shape in CHECK_SHAPES[:2]:
             cases.append(_case(cc, "check", shape, ("bias", "add"), 128, 128, 1, 1, True, out))
@@ -92,6 +105,13 @@ def _case(cc, kind, shape, steps, tm, tn, cm, cn, ram, out=DType.BF16) -> dict:
                             raster_along_m=ram)
     (launch,) = cc.compile(op, cfg=cfg)
     k = launch.kernel
+    # Refuse to ship a cubin with the pipeline-state bug (checks.py) to the GPU machine.
+    from aotpack.kernels.cutedsl.checks import constant_wait_parity
+
+    built = cc._built(cfg, "bf16", cc.max_clusters(cfg, cc.SM90))
+    bad = constant_wait_parity(built.ptx)
+    if bad:
+        raise RuntimeError(f"{cfg}: pipeline state restarts on every tile: {bad}")
     return {"kind": kind, "shape": shape, "steps": steps, "config": k.config, "out": out.value,
             "entry": k.entry, "cubin": k.cubin, "block": k.block, "cluster": k.cluster,
             "smem": k.smem, "grid": launch.grid, "args": launch.args}
@@ -141,21 +161,34 @@ class _Driver:
         return ctypes.string_at(at, 128)
 
     def launch(self, case, params: list[bytes], stream: int = 0) -> None:
+        self.prepare(case, params, stream)()
+
+    def prepare(self, case, params: list[bytes], stream: int = 0):
+        """A no-argument function that launches the case: every ctypes object built once, so
+        a timed loop measures the kernel and not Python (building them takes tens of us)."""
         bufs = [ctypes.create_string_buffer(p, len(p)) for p in params]
         argv = (ctypes.c_void_p * len(bufs))(*[ctypes.addressof(b) for b in bufs])
         attr = (ctypes.c_uint8 * 72)()
         ctypes.memmove(attr, (ctypes.c_int * 1)(4), 4)  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         ctypes.memmove(ctypes.addressof(attr) + 8, (ctypes.c_uint * 3)(*case["cluster"]), 12)
+        cfg = _LaunchConfig((ctypes.c_uint * 3)(*case["grid"]), (ctypes.c_uint * 3)(*case["block"]),
+                            case["smem"], stream, ctypes.addressof(attr), 1)
+        fn = self.function(case)
+        launch = self.lib.cuLaunchKernelEx
 
-        class Config(ctypes.Structure):
-            _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
-                        ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
-                        ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
+        def go():
+            rc = launch(ctypes.byref(cfg), fn, argv, None)
+            if rc:
+                self.check(rc, "cuLaunchKernelEx")
 
-        cfg = Config((ctypes.c_uint * 3)(*case["grid"]), (ctypes.c_uint * 3)(*case["block"]),
-                     case["smem"], stream, ctypes.addressof(attr), 1)
-        self.check(self.lib.cuLaunchKernelEx(ctypes.byref(cfg), self.function(case), argv, None),
-                   "cuLaunchKernelEx")
+        go.keep = (bufs, argv, attr, cfg)  # alive as long as the function
+        return go
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attrs", ctypes.c_void_p), ("nattrs", ctypes.c_uint)]
 
 
 def _tensors(case, torch, seed=0):
@@ -214,11 +247,17 @@ def run_cases(path: str) -> int:
     with open(path, "rb") as f:
         cases = pickle.load(f)
     results, hung = [], set()
+    budget = float(os.environ.get("GPUCHECK_BUDGET_S", RUN_BUDGET_S))
+    t0 = time.time()
     for key, idx in _groups(cases):
         if key[:4] in hung:  # its probe hung: these would too, and each hang costs time
             results += _report(cases, idx, {}, "skipped: this config's probe case hung")
             continue
-        res = _run_group_child(path, cases, idx, PROBE_TIMEOUT_S if key[4] else GROUP_TIMEOUT_S)
+        limit = PROBE_TIMEOUT_S if key[4] else GROUP_TIMEOUT_S
+        if time.time() - t0 + limit > budget:  # it could hang past the budget: do not start it
+            results += _report(cases, idx, {}, f"skipped: run budget of {budget:.0f} s")
+            continue
+        res = _run_group_child(path, cases, idx, limit)
         if key[4] and any(r.get("error", "").startswith("timeout") for r in res):
             hung.add(key[:4])
         results += res
@@ -258,12 +297,19 @@ def _run_group_child(path, cases, idx, timeout_s) -> list[dict]:
         out, why = proc.stdout, f"child exited with {proc.returncode}: {proc.stderr[-300:]}"
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
-        why = f"timeout: killed after {timeout_s} s (kernel hang?)"
+        why = None
     done = {}
     for line in out.splitlines():
         if line.startswith("{"):
             res = json.loads(line)
             done[res.pop("index")] = res
+    if why is None:  # the first case without a result is the one that hung; the rest never ran
+        pending = [i for i in idx if i not in done]
+        if pending:
+            done[pending[0]] = {**_summary(cases[pending[0]]),
+                                "error": f"timeout: this case hung (group killed after "
+                                         f"{timeout_s} s)"}
+        why = f"not run: the group was killed after case {pending[0] if pending else '?'} hung"
     return _report(cases, idx, done, why)
 
 
@@ -287,8 +333,10 @@ def run_group(path: str, indices: str) -> int:
     drv = _Driver()
     for i in map(int, indices.split(",")):
         res = {"index": i, **_summary(cases[i])}
+        t0 = time.time()
         try:
             res.update(_run_one(drv, cases[i], torch))
+            res["s"] = round(time.time() - t0, 3)
         except Exception as e:  # keep going: report every case
             res["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(res, default=str), flush=True)
@@ -304,22 +352,45 @@ def _run_one(drv, case, torch) -> dict:
     err = ((t["y"].float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)).item()
     out = {"rel_err": err, "ok": err < 2e-2}
     if case["kind"] == "perf":
-        out["tflops"] = _time(drv, case, params, torch)
+        out.update(_time(drv, case, params, torch))
     return out
 
 
-def _time(drv, case, params, torch, reps=20) -> float:
+def _time(drv, case, params, torch, reps=20) -> dict:
+    """TFLOP/s two ways. `tflops`: `reps` back-to-back launches between two events, queued
+    behind a spin kernel so that the GPU never waits for the host (kernel time only; inputs stay
+    in L2 between launches as far as they fit). `tflops_single`: the first H200 runs' method,
+    events around each single launch, median -- it also counts the host's launch latency (the
+    stream is idle when the first event fires), ~70 us: it made 4096^3 read 519 TFLOP/s."""
     m, n, k = case["shape"]
+    flop = 2 * m * n * k
+    stream = torch.cuda.current_stream().cuda_stream
+    go = drv.prepare(case, params, stream)
+    for _ in range(3):
+        go()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(20_000_000)  # ~10 ms of spinning: every launch below is queued before `a` fires
+    a.record()
+    for _ in range(reps):
+        go()
+    b.record()
+    b.synchronize()
+    batched = a.elapsed_time(b) / reps
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        drv.launch(case, params, torch.cuda.current_stream().cuda_stream)
+        drv.launch(case, params, stream)
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
     times.sort()
-    return 2 * m * n * k / (times[len(times) // 2] * 1e-3) / 1e12
+    single = times[len(times) // 2]
+    return {"tflops": flop / (batched * 1e-3) / 1e12, "us": round(batched * 1e3, 1),
+            "tflops_single": flop / (single * 1e-3) / 1e12}
 
 
 if __name__ == "__main__":

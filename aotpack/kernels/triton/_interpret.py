@@ -24,6 +24,9 @@ from pathlib import Path
 _TEMPLATE_MODULE = {
     "AttentionOp": "aotpack.kernels.triton.attention",
     "RMSNormOp": "aotpack.kernels.triton.rmsnorm",
+    "LayerNormOp": "aotpack.kernels.triton.layernorm",
+    "SoftmaxOp": "aotpack.kernels.triton.softmax",
+    "ReduceOp": "aotpack.kernels.triton.reduce",
     "RopeOp": "aotpack.kernels.triton.rope",
     "PointwiseOp": "aotpack.kernels.triton.pointwise",
 }

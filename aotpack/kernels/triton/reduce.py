@@ -1,0 +1,122 @@
+"""sum / mean / amax / amin over the last dim of a 2-D view [R, C] -> out[R], f32 accumulation.
+
+Whole rows in registers (C <= 16384, several short rows per program) or, for longer rows, a
+loop over 4096-column chunks into per-lane f32 accumulators combined once at the end.
+amax/amin propagate NaN like torch (the hardware max/min drop it, so NaNs are counted).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from aotpack.kernels.spec import REDUCE_KINDS, SM90, Launch, ReduceOp, Target
+from aotpack.kernels.triton import _rowwise as rw
+from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg, run_plan
+from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+from aotpack.kernels.triton.compile import Const, Ptr, cdiv
+
+_KIND_CODE = {k: i for i, k in enumerate(REDUCE_KINDS)}  # sum 0, mean 1, amax 2, amin 3
+
+
+@triton.jit
+def _combine(acc, x, KIND: tl.constexpr):
+    if KIND == 2:
+        return tl.maximum(acc, x)
+    elif KIND == 3:
+        return tl.minimum(acc, x)
+    else:
+        return acc + x
+
+
+@triton.jit
+def _finish(acc, nan, n_cols, KIND: tl.constexpr):
+    if KIND == 2:
+        r = tl.where(tl.sum(nan, 1) > 0, float("nan"), tl.max(acc, 1))
+    elif KIND == 3:
+        r = tl.where(tl.sum(nan, 1) > 0, float("nan"), tl.min(acc, 1))
+    elif KIND == 1:
+        r = tl.sum(acc, 1) / n_cols
+    else:
+        r = tl.sum(acc, 1)
+    return r
+
+
+@triton.jit
+def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_cols,
+                  BLOCK_C: tl.constexpr, ROWS: tl.constexpr, LOOP: tl.constexpr,
+                  KIND: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < n_rows
+    rows64 = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_C)
+    x_row = x_ptr + rows64[:, None] * x_stride_r
+    if KIND == 2:
+        fill = float("-inf")
+    elif KIND == 3:
+        fill = float("inf")
+    else:
+        fill = 0.0
+    if not LOOP:
+        mask = row_mask[:, None] & (cols[None, :] < n_cols)
+        x = tl.load(x_row + cols[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+        acc = tl.where(mask, x, fill)
+        nan = (acc != acc).to(tl.int32)
+    else:
+        acc = tl.full([ROWS, BLOCK_C], fill, dtype=tl.float32)
+        nan = tl.zeros([ROWS, BLOCK_C], dtype=tl.int32)
+        for start in range(0, n_cols, BLOCK_C):
+            c = start + cols
+            mask = row_mask[:, None] & (c[None, :] < n_cols)
+            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            x = tl.where(mask, x, fill)
+            acc = _combine(acc, x, KIND)
+            nan = nan | (x != x).to(tl.int32)
+    r = _finish(acc, nan, n_cols, KIND)
+    tl.store(out_ptr + rows64 * out_stride, r.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+
+def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:
+    if op.kind not in _KIND_CODE:
+        raise ValueError(f"reduce: unknown kind {op.kind!r} (one of {', '.join(REDUCE_KINDS)})")
+    rows, cols = rw.check_2d("reduce x", op.x)
+    if op.out.shape != (rows,):
+        raise ValueError(f"reduce: out must be a [{rows}] vector, got {op.out.shape}")
+    cfg = rw.config(rows, cols, config)
+    args = {
+        "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out), **rw.view_args("x", op.x),
+        "out_stride": int_arg(op.out.strides[0]),
+        "n_rows": int_arg(rows), "n_cols": int_arg(cols),
+        "BLOCK_C": Const(cfg["BLOCK_C"]), "ROWS": Const(cfg["ROWS"]), "LOOP": Const(cfg["LOOP"]),
+        "KIND": Const(_KIND_CODE[op.kind]),
+    }
+    grid = (cdiv(rows, cfg["ROWS"]), 1, 1)
+    return KernelPlan(reduce_kernel, args, grid, cfg["num_warps"], cfg["num_stages"],
+                      (op.kind,), dict(rw.plan_config(cfg), kind=op.kind))
+
+
+_LAUNCHES: dict[tuple, list[Launch]] = {}
+
+
+def compile(op: ReduceOp, target: Target = SM90) -> list[Launch]:
+    key = (op, target)
+    if key not in _LAUNCHES:
+        _LAUNCHES[key] = [compile_plan(plan(op), target)]
+    return _LAUNCHES[key]
+
+
+def run_interpreted(op: ReduceOp, env, config: dict | None = None) -> None:
+    """Execute the kernel in Triton's CPU interpreter on `env` (storage -> flat CPU tensor)."""
+    run_interpreted_batch([(op, env, config)])
+
+
+def run_plan_interpreted_here(op: ReduceOp, env, config: dict | None = None) -> None:
+    run_plan_here(plan(op, config), env)
+
+
+def run_jit(op: ReduceOp, env, config: dict | None = None) -> None:
+    """Launch through Triton's JIT on the device of `env`'s tensors (benchmarks)."""
+    run_plan(plan(op, config), env)
+
+
+def bytes_moved(op: ReduceOp) -> int:
+    return op.x.numel * op.x.dtype.nbytes + op.out.numel * op.out.dtype.nbytes

@@ -1,0 +1,116 @@
+"""Softmax over the last dim of a 2-D view: out = softmax(x * scale), f32 math, stable
+(the row max is subtracted before exp; a row of -inf gives NaN like torch).
+
+Whole rows in registers (C <= 16384): one read of x. Longer rows (vocabularies) use the online
+form: pass 1 keeps a per-lane running max and rescaled sum over 4096-column chunks (combined
+once at the end), pass 2 re-reads x, writes exp(x - max) / sum. See _rowwise.py.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from aotpack.kernels.spec import SM90, Launch, SoftmaxOp, Target
+from aotpack.kernels.triton import _rowwise as rw
+from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg, run_plan
+from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
+
+
+@triton.jit
+def softmax_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride_r, out_stride_c,
+                   n_rows, n_cols, scale,
+                   BLOCK_C: tl.constexpr, ROWS: tl.constexpr, LOOP: tl.constexpr,
+                   HAS_SCALE: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_mask = rows < n_rows
+    rows = rows.to(tl.int64)
+    cols = tl.arange(0, BLOCK_C)
+    x_row = x_ptr + rows[:, None] * x_stride_r
+    out_row = out_ptr + rows[:, None] * out_stride_r
+    if not LOOP:
+        mask = row_mask[:, None] & (cols[None, :] < n_cols)
+        x = tl.load(x_row + cols[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+        if HAS_SCALE:
+            x = x * scale
+        x = tl.where(mask, x, float("-inf"))
+        m = tl.max(x, 1)
+        e = tl.where(mask, tl.exp(x - m[:, None]), 0.0)
+        y = e / tl.sum(e, 1)[:, None]
+        tl.store(out_row + cols[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
+                 mask=mask)
+    else:
+        m_vec = tl.full([ROWS, BLOCK_C], float("-inf"), dtype=tl.float32)
+        s_vec = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
+        for start in range(0, n_cols, BLOCK_C):
+            c = start + cols
+            mask = row_mask[:, None] & (c[None, :] < n_cols)
+            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                x = x * scale
+            x = tl.where(mask, x, float("-inf"))
+            m_new = tl.maximum(m_vec, x)
+            live = m_new != float("-inf")  # lanes that have seen a finite value
+            s_vec = (s_vec * tl.where(live, tl.exp(m_vec - m_new), 0.0)
+                     + tl.where(live, tl.exp(x - m_new), 0.0))
+            m_vec = m_new
+        m = tl.max(m_vec, 1)
+        s = tl.sum(tl.where(m_vec != float("-inf"), s_vec * tl.exp(m_vec - m[:, None]), 0.0), 1)
+        inv = 1.0 / s
+        for start in range(0, n_cols, BLOCK_C):
+            c = start + cols
+            mask = row_mask[:, None] & (c[None, :] < n_cols)
+            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            if HAS_SCALE:
+                x = x * scale
+            y = tl.exp(x - m[:, None]) * inv[:, None]
+            tl.store(out_row + c[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
+                     mask=mask)
+
+
+def plan(op: SoftmaxOp, config: dict | None = None) -> KernelPlan:
+    rows, cols = rw.check_2d("softmax x", op.x)
+    if op.out.shape != op.x.shape:
+        raise ValueError(f"softmax: out {op.out.shape} != x {op.x.shape}")
+    cfg = rw.config(rows, cols, config)
+    has_scale = op.scale != 1.0
+    args = {
+        "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out),
+        **rw.view_args("x", op.x), **rw.view_args("out", op.out),
+        "n_rows": int_arg(rows), "n_cols": int_arg(cols),
+        "scale": F32(op.scale) if has_scale else Const(1.0),
+        "BLOCK_C": Const(cfg["BLOCK_C"]), "ROWS": Const(cfg["ROWS"]), "LOOP": Const(cfg["LOOP"]),
+        "HAS_SCALE": Const(has_scale),
+    }
+    grid = (cdiv(rows, cfg["ROWS"]), 1, 1)
+    fused = ("scale", "softmax") if has_scale else ("softmax",)
+    return KernelPlan(softmax_kernel, args, grid, cfg["num_warps"], cfg["num_stages"], fused,
+                      rw.plan_config(cfg))
+
+
+_LAUNCHES: dict[tuple, list[Launch]] = {}
+
+
+def compile(op: SoftmaxOp, target: Target = SM90) -> list[Launch]:
+    key = (op, target)
+    if key not in _LAUNCHES:
+        _LAUNCHES[key] = [compile_plan(plan(op), target)]
+    return _LAUNCHES[key]
+
+
+def run_interpreted(op: SoftmaxOp, env, config: dict | None = None) -> None:
+    """Execute the kernel in Triton's CPU interpreter on `env` (storage -> flat CPU tensor)."""
+    run_interpreted_batch([(op, env, config)])
+
+
+def run_plan_interpreted_here(op: SoftmaxOp, env, config: dict | None = None) -> None:
+    run_plan_here(plan(op, config), env)
+
+
+def run_jit(op: SoftmaxOp, env, config: dict | None = None) -> None:
+    """Launch through Triton's JIT on the device of `env`'s tensors (benchmarks)."""
+    run_plan(plan(op, config), env)
+
+
+def bytes_moved(op: SoftmaxOp) -> int:
+    return op.x.numel * (op.x.dtype.nbytes + op.out.dtype.nbytes)

@@ -1,0 +1,168 @@
+"""Lowering rules for the row-wise reductions: LAYER_NORM → LayerNormOp, SOFTMAX → SoftmaxOp,
+SUM / MEAN / AMAX / AMIN → ReduceOp. Each kernel reduces the last dim of a 2-D view [R, C]:
+the IR value is viewed as [leading dims merged, reduced dims merged] (a copy is made first
+when the leading dims do not merge into one stride). Reductions over the trailing dims
+(the last one, or several that merge, e.g. x.sum() of a contiguous tensor) lower; any other
+dim is a LoweringError that says how to rewrite the model.
+
+Casts around them are free: the kernels widen on load and compute in f32, so a widening cast
+of the input (bf16 → f32, HF's softmax(x.float())) is read through, and a cast of an f32
+result (`.to(bf16)`) becomes the kernel's output dtype (`fuse_casts`; the same rounding).
+
+Every rule is `rule(lowering, node)` (lowering is passes.lower._Lowering), hooked in lower.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aotpack.dtypes import DType
+from aotpack.ir.graph import Graph, Node, Value
+from aotpack.ir.ops import Op
+from aotpack.kernels.spec import LayerNormOp, ReduceOp, SoftmaxOp, TensorArg
+
+_KIND = {Op.SUM: "sum", Op.MEAN: "mean", Op.AMAX: "amax", Op.AMIN: "amin"}
+
+
+# ----------------------------------------------------------------------------- casts
+_NARROW = (DType.BF16, DType.F16)
+
+
+@dataclass
+class FusedCasts:
+    skip: set[str] = field(default_factory=set)  # cast nodes a reduction kernel covers
+    source: dict[str, Value] = field(default_factory=dict)  # input cast -> the value it reads
+    out_cast: dict[str, Node] = field(default_factory=dict)  # reduction -> its output cast
+
+
+def fuse_casts(graph: Graph, producers, users, taken: set[str]) -> FusedCasts:
+    """Casts the reduction kernels absorb. `taken`: values other fusions own (GEMM chains,
+    pointwise regions), left alone."""
+    fused, outputs = FusedCasts(), graph.output_names()
+    for n in graph.nodes:
+        if n.op not in RULES:
+            continue
+        cast = producers.get(n.inputs[0].name)
+        if (cast is not None and cast.op == Op.CAST and cast.output.dtype == DType.F32
+                and cast.inputs[0].dtype in _NARROW and cast.output.name not in taken
+                and cast.output.name not in outputs
+                and len(users.get(cast.output.name, [])) == 1):
+            fused.skip.add(cast.output.name)
+            fused.source[cast.output.name] = cast.inputs[0]
+        us = users.get(n.output.name, [])
+        if (n.output.dtype == DType.F32 and len(us) == 1 and us[0].op == Op.CAST
+                and us[0].output.dtype in _NARROW + (DType.F32,)
+                and us[0].output.name not in taken and n.output.name not in outputs):
+            fused.skip.add(us[0].output.name)
+            fused.out_cast[n.output.name] = us[0]
+    return fused
+
+
+def _input(lw, n: Node) -> Value:
+    """The value the kernel reads for n.inputs[0] (through an absorbed widening cast)."""
+    v = n.inputs[0]
+    return lw.fused_casts.source.get(v.name, v)
+
+
+# ----------------------------------------------------------------------------- views
+def _merge(shape, strides) -> tuple[int, int] | None:
+    """(size, stride) of dims that walk memory as one strided dim, or None."""
+    size = 1
+    for d in shape:
+        size *= d
+    dims = [(d, s) for d, s in zip(shape, strides) if d != 1]
+    if not dims:
+        return size, 1
+    for (_, s0), (d1, s1) in zip(dims, dims[1:]):
+        if s0 != s1 * d1:
+            return None
+    return size, dims[-1][1]
+
+
+def merge_2d(arg: TensorArg, ncols: int) -> TensorArg | None:
+    """arg as [prod(leading dims), prod(last `ncols` dims)], or None if that is no view."""
+    k = len(arg.shape) - ncols
+    lead = _merge(arg.shape[:k], arg.strides[:k])
+    tail = _merge(arg.shape[k:], arg.strides[k:])
+    if lead is None or tail is None:
+        return None
+    return TensorArg(arg.storage, arg.dtype, (lead[0], tail[0]), (lead[1], tail[1]), arg.offset)
+
+
+def merge_1d(arg: TensorArg) -> TensorArg | None:
+    m = _merge(arg.shape, arg.strides)
+    return None if m is None else TensorArg(arg.storage, arg.dtype, (m[0],), (m[1],), arg.offset)
+
+
+def _rows(lw, v: Value, ncols: int) -> TensorArg:
+    """The [R, C] view of value `v` (a contiguous copy first if it has none)."""
+    arg = merge_2d(lw.args[v.name], ncols)
+    return arg if arg is not None else merge_2d(lw._materialize(lw.args[v.name], v.name), ncols)
+
+
+def _vector(lw, v: Value) -> TensorArg:
+    arg = merge_1d(lw.args[v.name])
+    return arg if arg is not None else merge_1d(lw._materialize(lw.args[v.name], v.name))
+
+
+def _out(lw, n: Node, ncols: int | None) -> TensorArg:
+    """The storage the kernel writes, as [R, C] (ncols given) or [R] (ncols None): the
+    node's value, or the value of its absorbed output cast."""
+    cast = lw.fused_casts.out_cast.get(n.output.name)
+    out = lw._new_storage(n.output if cast is None else cast.output)
+    if cast is not None:
+        lw.args[n.output.name] = out
+    arg = merge_1d(out) if ncols is None else merge_2d(out, ncols)
+    if arg is None:  # only a preset (in-place) destination could be like this
+        lw._fail(n, f"its output view {out.shape} / {out.strides} does not flatten")
+    return arg
+
+
+def _require_float(lw, n: Node) -> None:
+    x = n.inputs[0]
+    if not x.dtype.is_float:
+        lw._fail(n, f"{n.op.value} of a {x.dtype.value} tensor (reduction kernels compute in "
+                    f"f32 and support floating-point inputs only; cast to float first)")
+
+
+# ----------------------------------------------------------------------------- rules
+def lower_layer_norm(lw, n: Node) -> None:
+    _require_float(lw, n)
+    k = n.attrs.ndim
+    if not 1 <= k <= len(n.inputs[0].shape):
+        lw._fail(n, f"layer_norm over {k} dims of a {list(n.inputs[0].shape)} tensor")
+    x = _rows(lw, _input(lw, n), k)
+    weight = _vector(lw, n.inputs[1]) if len(n.inputs) > 1 else None
+    bias = _vector(lw, n.inputs[2]) if len(n.inputs) > 2 else None
+    lw.ops.append(LayerNormOp(x, weight, bias, _out(lw, n, k), float(n.attrs.eps)))
+
+
+def lower_softmax(lw, n: Node) -> None:
+    _require_float(lw, n)
+    shape = list(n.inputs[0].shape)
+    if not shape or n.attrs.dim != len(shape) - 1:
+        lw._fail(n, f"softmax over dim {n.attrs.dim} of a {shape} tensor: only softmax over "
+                    f"the last dim is supported (move the dim last: "
+                    f"x.transpose({n.attrs.dim}, -1).softmax(-1).transpose({n.attrs.dim}, -1))")
+    x = _rows(lw, _input(lw, n), 1)
+    lw.ops.append(SoftmaxOp(x, _out(lw, n, 1), float(n.attrs.scale)))
+
+
+def lower_reduce(lw, n: Node) -> None:
+    _require_float(lw, n)
+    shape = list(n.inputs[0].shape)
+    rank, dims = len(shape), tuple(n.attrs.dims)
+    k = len(dims)
+    if dims != tuple(range(rank - k, rank)):
+        d = dims[0]
+        lw._fail(n, f"{n.op.value} over dim(s) {list(dims)} of a {shape} tensor: only "
+                    f"reductions over the last dim are supported (rewrite it so the reduced "
+                    f"dim comes last, e.g. x.movedim({d}, -1).{n.op.value}(-1), or fold it "
+                    f"into a matmul)")
+    if rank == 0:
+        k = 0
+    x = _rows(lw, _input(lw, n), k)
+    lw.ops.append(ReduceOp(_KIND[n.op], x, _out(lw, n, None)))
+
+
+RULES = {Op.LAYER_NORM: lower_layer_norm, Op.SOFTMAX: lower_softmax,
+         **{op: lower_reduce for op in _KIND}}
