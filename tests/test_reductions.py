@@ -50,10 +50,10 @@ def layernorm_case(rows, cols, dtype=BF16, weight=True, bias=True, row_stride=No
     return LayerNormOp(x, w, b, contiguous("y", dtype, (rows, cols)), 1e-5)
 
 
-def softmax_case(rows, cols, dtype=BF16, scale=1.0, row_stride=None, x_t=False):
+def softmax_case(rows, cols, dtype=BF16, scale=1.0, row_stride=None, x_t=False, log=False):
     x = transposed("x", dtype, rows, cols) if x_t else rows_view("x", dtype, rows, cols,
                                                                   row_stride, offset=cols)
-    return SoftmaxOp(x, rows_view("y", dtype, rows, cols, (row_stride or cols) + 8), scale)
+    return SoftmaxOp(x, rows_view("y", dtype, rows, cols, (row_stride or cols) + 8), scale, log)
 
 
 def reduce_case(kind, rows, cols, dtype=BF16, row_stride=None, x_t=False):
@@ -76,6 +76,9 @@ CASES = {
     "softmax/transposed_view": (softmax_case(24, 40, x_t=True), None),
     "softmax/c1000_looped": (softmax_case(3, 1000, scale=4.0), SMALL_LOOP),
     "softmax/c17000_looped_default": (softmax_case(2, 17000), None),
+    "log_softmax/c300_f32_scaled": (softmax_case(5, 300, F32, scale=0.5, log=True), None),
+    "log_softmax/c50_bf16_packed": (softmax_case(45, 50, log=True), None),
+    "log_softmax/c1000_looped": (softmax_case(3, 1000, F32, log=True), SMALL_LOOP),
     **{f"reduce/{k}_c300_bf16": (reduce_case(k, 7, 300, row_stride=310), None)
        for k in ("sum", "mean", "amax", "amin")},
     **{f"reduce/{k}_c77_f32_packed": (reduce_case(k, 40, 77, F32), None)
@@ -325,6 +328,24 @@ def test_softmax_over_logits(dtype, tol):
     assert p.ops[1].x.shape == (10, 1000) and p.ops[1].scale == 1.0
 
 
+def test_log_softmax_over_logits():
+    class M(Logits):
+        def forward(self, x):
+            return torch.log_softmax(self.head(x) * 0.5, dim=-1)
+
+    p = check_matches_eager(M(), (torch.randn(2, 5, 64),), 1e-4)
+    assert kinds(p) == ["GemmOp", "SoftmaxOp"]
+    assert p.ops[1].log and p.ops[1].scale == 0.5
+
+
+def test_log_softmax_cubin():
+    from aotpack.kernels import compile as compile_op
+
+    (launch,) = compile_op(SoftmaxOp(contiguous("logits", BF16, (512, 50257)),
+                                     contiguous("lp", F32, (512, 50257)), log=True))
+    assert launch.kernel.fused_ops == ("log_softmax",) and launch.kernel.config["LOOP"] is True
+
+
 def test_softmax_absorbs_a_temperature():
     p = check_matches_eager(Logits(temperature=0.7), (torch.randn(2, 5, 64),), 1e-4)
     assert kinds(p) == ["GemmOp", "SoftmaxOp"]
@@ -416,3 +437,47 @@ def test_softmax_over_another_dim_is_a_clear_error():
 
     with pytest.raises(LoweringError, match=r"softmax over dim 1 .*last dim"):
         compile_graph(to_graph(M(), (torch.randn(2, 3, 4),)))
+
+
+class HandLayerNorm(torch.nn.Module):
+    """LayerNorm written out (BERT's original TF port, ConvNeXt's channels-last LayerNorm)."""
+
+    def __init__(self, d, eps=1e-6, rsqrt=False, affine=True):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(d)) if affine else None
+        self.bias = torch.nn.Parameter(torch.randn(d)) if affine else None
+        self.eps, self.rsqrt = eps, rsqrt
+
+    def forward(self, x):
+        u = x.mean(-1, keepdim=True)
+        s = (x - u).pow(2).mean(-1, keepdim=True)
+        if self.rsqrt:
+            y = (x - u) * torch.rsqrt(s + self.eps)
+        else:
+            y = (x - u) / torch.sqrt(s + self.eps)
+        return self.weight * y + self.bias if self.weight is not None else y
+
+
+@pytest.mark.parametrize("rsqrt,affine,dtype", [(False, True, torch.float32),
+                                                (True, True, torch.float32),
+                                                (False, False, torch.float32),
+                                                (True, True, torch.bfloat16)])
+def test_written_out_layernorm_is_fused(rsqrt, affine, dtype):
+    model = HandLayerNorm(40, rsqrt=rsqrt, affine=affine).to(dtype)
+    tol = 1e-4 if dtype == torch.float32 else 1e-2
+    p = check_matches_eager(model, (torch.randn(3, 7, 40, dtype=dtype),), tol)
+    assert kinds(p) == ["LayerNormOp"]
+    (op,) = p.ops
+    assert op.eps == 1e-6 and (op.weight is not None) == affine == (op.bias is not None)
+
+
+def test_var_std_and_layernorm_over_var():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            u = x.mean(-1, keepdim=True)
+            ln = (x - u) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + 1e-5)
+            return ln, x.var(-1), x.std(-1, keepdim=True), x.var((1, 2), correction=0), x.std()
+
+    p = check_matches_eager(M(), (torch.randn(3, 5, 40),), 1e-4)
+    assert kinds(p)[0] == "LayerNormOp"  # the written-out form over var() is recognised
+    assert set(kinds(p)) == {"LayerNormOp", "ReduceOp", "PointwiseOp"}

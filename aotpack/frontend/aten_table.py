@@ -97,10 +97,39 @@ def _reduce(op: Op):
     return rule
 
 
-def _softmax(cx, x, dim, half_to_float=False):
-    if half_to_float:
-        raise Unsupported("half_to_float")
-    return cx.emit(Op.SOFTMAX, [x], O.SoftmaxAttrs(_dim(dim, len(x.shape))), final=True)
+def _var(sqrt: bool):
+    """var / std as mean, centre, square, reduce: the reduction kernels run it (and a written-out
+    LayerNorm over var(unbiased=False) is still recognised by fuse_patterns)."""
+    def rule(cx, x, dims=None, *, correction=None, keepdim=False):
+        rank = len(x.shape)
+        dims = tuple(range(rank)) if not dims else tuple(sorted(_dim(d, rank) for d in dims))
+        n = 1
+        for d in dims:
+            if not isinstance(x.shape[d], int):
+                raise Unsupported("a symbolic reduced dim")
+            n *= x.shape[d]
+        correction = 1 if correction is None else correction
+        if n - correction <= 0:
+            raise Unsupported(f"correction={correction} over {n} elements")
+        mean = cx.emit(Op.MEAN, [x], O.ReduceAttrs(dims, True))
+        centred = cx.emit(Op.SUB, [x, mean], O.BinaryAttrs())
+        square = cx.emit(Op.MUL, [centred, centred], O.BinaryAttrs())
+        if correction == 0:
+            var = cx.emit(Op.MEAN, [square], O.ReduceAttrs(dims, bool(keepdim)), final=not sqrt)
+        else:
+            total = cx.emit(Op.SUM, [square], O.ReduceAttrs(dims, bool(keepdim)))
+            var = cx.emit(Op.MUL, [total], O.BinaryAttrs(1.0 / (n - correction)),
+                          final=not sqrt)
+        return cx.emit(Op.SQRT, [var], O.NoAttrs(), final=True) if sqrt else var
+    return rule
+
+
+def _softmax(op: Op):
+    def rule(cx, x, dim, half_to_float=False):
+        if half_to_float:
+            raise Unsupported("half_to_float")
+        return cx.emit(op, [x], O.SoftmaxAttrs(_dim(dim, len(x.shape))), final=True)
+    return rule
 
 
 def _rms_norm(cx, x, normalized_shape, weight=None, eps=None):
@@ -240,7 +269,10 @@ RULES = {
     "aten.mean.dim": _reduce(Op.MEAN), "aten.mean.default": _reduce(Op.MEAN),
     "aten.sum.dim_IntList": _reduce(Op.SUM), "aten.sum.default": _reduce(Op.SUM),
     "aten.amax.default": _reduce(Op.AMAX), "aten.amin.default": _reduce(Op.AMIN),
-    "aten._softmax.default": _softmax, "aten.softmax.int": _softmax,
+    "aten.var.correction": _var(False), "aten.std.correction": _var(True),
+    "aten._softmax.default": _softmax(Op.SOFTMAX), "aten.softmax.int": _softmax(Op.SOFTMAX),
+    "aten._log_softmax.default": _softmax(Op.LOG_SOFTMAX),
+    "aten.log_softmax.int": _softmax(Op.LOG_SOFTMAX),
     "aten.rms_norm.default": _rms_norm, "aten.layer_norm.default": _layer_norm,
     "aten.scaled_dot_product_attention.default": _sdpa,
     "aten.view.default": _view, "aten.reshape.default": _view,

@@ -47,6 +47,7 @@ class Op(enum.Enum):
     AMAX = "amax"
     AMIN = "amin"
     SOFTMAX = "softmax"
+    LOG_SOFTMAX = "log_softmax"
     RMS_NORM = "rms_norm"  # (x [, w]) over the last `ndim` dims
     LAYER_NORM = "layer_norm"  # (x [, w [, b]])
     SDPA = "sdpa"  # (q[B,Hq,S,D], k[B,Hkv,T,D], v[B,Hkv,T,Dv])
@@ -104,7 +105,7 @@ class ReduceAttrs:
 
 @dataclass(frozen=True)
 class SoftmaxAttrs:
-    """softmax(x * scale, dim); scale != 1 only after fusion (passes/fuse_patterns.py)."""
+    """(log_)softmax(x * scale, dim); scale != 1 only after fusion (passes/fuse_patterns.py)."""
 
     dim: int
     scale: float = 1.0
@@ -176,7 +177,7 @@ Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAt
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
     Op.MEAN: ReduceAttrs, Op.SUM: ReduceAttrs, Op.AMAX: ReduceAttrs, Op.AMIN: ReduceAttrs,
-    Op.SOFTMAX: SoftmaxAttrs,
+    Op.SOFTMAX: SoftmaxAttrs, Op.LOG_SOFTMAX: SoftmaxAttrs,
     Op.RMS_NORM: NormAttrs, Op.LAYER_NORM: NormAttrs, Op.SDPA: SdpaAttrs, Op.VIEW: ViewAttrs,
     Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,

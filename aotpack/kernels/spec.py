@@ -138,12 +138,13 @@ class LayerNormOp:
 
 @dataclass(frozen=True)
 class SoftmaxOp:
-    """out[R, C] = softmax(x * scale, -1) over the last dim, f32 math, max-subtracted (stable).
-    x and out are 2-D views (any strides)."""
+    """out[R, C] = softmax(x * scale, -1) over the last dim (log_softmax when `log`), f32 math,
+    max-subtracted (stable). x and out are 2-D views (any strides)."""
 
     x: TensorArg
     out: TensorArg
     scale: float = 1.0
+    log: bool = False
 
 
 REDUCE_KINDS = ("sum", "mean", "amax", "amin")

@@ -2,7 +2,9 @@
 and replace them by one IR node.
 - RoPE (rotate-half): x*cos + cat(-x[..., D/2:], x[..., :D/2])*sin → ROPE(x, cos, sin)
 - RMSNorm: x * rsqrt(mean(x², -1, keepdim) + eps) [→ cast] [* w] → RMS_NORM(x [, w])
-- softmax of a scaled input: softmax(x * c | x / c) → SOFTMAX(x, scale) (scaled in f32)
+- LayerNorm written out (BERT's original, ConvNeXt): (x - mean(x)) / sqrt(mean((x - mean(x))²)
+  + eps) (or * rsqrt) [* w [+ b]] over the last dim → LAYER_NORM(x [, w [, b]])
+- (log_)softmax of a scaled input: softmax(x * c | x / c) → SOFTMAX(x, scale) (scaled in f32)
 - GQA by repetition (HF repeat_kv: k[:, :, None].expand(..).reshape(..), repeat_interleave):
   sdpa(q, repeat(k), repeat(v)) → sdpa(q, k, v, gqa) — the repeated copies disappear
 Unused leftovers are removed by dead_code."""
@@ -16,6 +18,10 @@ from aotpack.passes.views import View, compose, layout_view
 
 
 def fuse_patterns(graph: Graph) -> Graph:
+    # LayerNorm first: its rsqrt form contains an RMSNorm of the centred x
+    graph = _rewrite(graph, _match_layer_norm)
+    graph = _rewrite(graph, _match_layer_norm_affine)  # * w
+    graph = _rewrite(graph, _match_layer_norm_affine)  # + b
     graph = _rewrite(graph, _match_rms_norm)
     graph = _rewrite(graph, _match_rms_weight)
     graph = _rewrite(graph, _match_rope)
@@ -97,11 +103,79 @@ def _match_rms_weight(n: Node, producers):
     return None
 
 
+# ----------------------------------------------------------------------------- LayerNorm
+def _last_dim_mean(v: Value, producers) -> Node | None:
+    mean = _prod(v, producers, Op.MEAN)
+    x = mean and mean.inputs[0]
+    ok = mean and mean.attrs.keepdim and mean.attrs.dims == (len(x.shape) - 1,)
+    return mean if ok else None
+
+
+def _centred(v: Value, producers) -> Value | None:
+    """x if v = x - mean(x, -1, keepdim)."""
+    sub = _prod(v, producers, Op.SUB)
+    if not _tensor_binary(sub):
+        return None
+    x, m = sub.inputs
+    mean = _last_dim_mean(m, producers)
+    return x if mean is not None and mean.inputs[0] == x and sub.output.type == x.type else None
+
+
+def _ln_denominator(r: Value, x: Value, sqrt_op: Op, producers) -> float | None:
+    """eps if r = sqrt|rsqrt(mean((x - mean(x))², -1, keepdim) + eps)."""
+    root = _prod(r, producers, sqrt_op)
+    add = root and _prod(root.inputs[0], producers, Op.ADD)
+    if not add or add.attrs.scalar is None:
+        return None
+    var = _last_dim_mean(add.inputs[0], producers)
+    sq = var and producers.get(var.inputs[0].name)
+    if sq is None:
+        return None
+    if sq.op == Op.POW and sq.attrs.scalar == 2.0:
+        d = sq.inputs[0]
+    elif sq.op == Op.MUL and _tensor_binary(sq) and sq.inputs[0] == sq.inputs[1]:
+        d = sq.inputs[0]
+    else:
+        return None
+    return float(add.attrs.scalar) if _centred(d, producers) == x else None
+
+
+def _match_layer_norm(n: Node, producers):
+    """n = (x - mean(x)) / sqrt(var + eps) or (x - mean(x)) * rsqrt(var + eps)."""
+    if n.op not in (Op.DIV, Op.MUL) or not _tensor_binary(n):
+        return None
+    pairs = [n.inputs] if n.op == Op.DIV else [n.inputs, n.inputs[::-1]]
+    for d, r in pairs:
+        x = _centred(d, producers)
+        if x is None or n.output.type != x.type:
+            continue
+        eps = _ln_denominator(r, x, Op.SQRT if n.op == Op.DIV else Op.RSQRT, producers)
+        if eps is not None:
+            return Op.LAYER_NORM, [x], O.NormAttrs(eps, 1)
+    return None
+
+
+def _match_layer_norm_affine(n: Node, producers):
+    """w * layer_norm(x) → layer_norm(x, w); then layer_norm(x, w) + b → layer_norm(x, w, b)
+    (w, b of shape [C] and the norm's dtype)."""
+    if n.op not in (Op.MUL, Op.ADD) or not _tensor_binary(n):
+        return None
+    for y, t in (n.inputs, n.inputs[::-1]):
+        norm = _prod(y, producers, Op.LAYER_NORM)
+        if (norm is None or norm.attrs.ndim != 1 or tuple(t.shape) != (y.shape[-1],)
+                or t.dtype != y.dtype or n.output.type != y.type):
+            continue
+        if (n.op == Op.MUL and len(norm.inputs) == 1) or (n.op == Op.ADD
+                                                          and len(norm.inputs) == 2):
+            return Op.LAYER_NORM, [*norm.inputs, t], norm.attrs
+    return None
+
+
 # ----------------------------------------------------------------------------- softmax
 def _match_softmax_scale(n: Node, producers):
     """softmax(x * c) or softmax(x / c) (c a Python number) → softmax(x, scale=c or 1/c).
     The scaled value stays if something else reads it (dead_code drops it otherwise)."""
-    if n.op != Op.SOFTMAX:
+    if n.op not in (Op.SOFTMAX, Op.LOG_SOFTMAX):
         return None
     src = producers.get(n.inputs[0].name)
     if (src is None or src.op not in (Op.MUL, Op.DIV) or src.attrs.scalar is None
@@ -111,7 +185,7 @@ def _match_softmax_scale(n: Node, producers):
     if src.op == Op.DIV and c == 0.0:
         return None
     scale = c if src.op == Op.MUL else 1.0 / c
-    return Op.SOFTMAX, [src.inputs[0]], O.SoftmaxAttrs(n.attrs.dim, n.attrs.scale * scale)
+    return n.op, [src.inputs[0]], O.SoftmaxAttrs(n.attrs.dim, n.attrs.scale * scale)
 
 
 # ----------------------------------------------------------------------------- RoPE

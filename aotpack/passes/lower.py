@@ -3,10 +3,11 @@
 Walks the nodes in order. Every value gets a TensorArg (how kernels reach it): inputs, weights
 and compute results are contiguous storages; AS_STRIDED nodes are views of those (no kernel).
 GEMM roots emit one GemmOp for their whole epilogue chain (gemm_chain.py), elementwise roots one
-PointwiseOp (pointwise.py); SDPA, ROPE, RMS_NORM map to their kernel ops; LAYER_NORM, SOFTMAX
-and last-dim SUM/MEAN/AMAX/AMIN to row-wise reduction ops (lower_reductions.py). A COPY that only
-un-permutes a kernel's result is elided: the kernel writes its output in the copy's layout;
-likewise the inputs of a cat are written straight into their slices of the cat's storage.
+PointwiseOp (pointwise.py); SDPA, ROPE, RMS_NORM map to their kernel ops; LAYER_NORM,
+(LOG_)SOFTMAX and last-dim SUM/MEAN/AMAX/AMIN to row-wise reduction ops (lower_reductions.py).
+A COPY that only un-permutes a kernel's result is elided: the kernel writes its output in the
+copy's layout; likewise the inputs of a cat are written straight into their slices of the cat's
+storage.
 """
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ class LoweringError(Exception):
 
 def lower(graph: Graph) -> Program:
     return _Lowering(graph).run()
+
+
+_ROW_KERNELS = (Op.RMS_NORM, Op.SOFTMAX, Op.LOG_SOFTMAX)  # write [R, C] views, unit inner stride
 
 
 def _kernel_writes_strided(n: Node | None) -> bool:
@@ -109,7 +113,7 @@ class _Lowering:
         row_major = flat is not None and (flat.strides[1] == 1 or flat.shape[1] == 1)
         if v.name in self.chain_of:
             return self.chain_of[v.name].end == v and row_major
-        if n.op in (Op.RMS_NORM, Op.SOFTMAX) or (n.op == Op.LAYER_NORM and n.attrs.ndim == 1):
+        if n.op in _ROW_KERNELS or (n.op == Op.LAYER_NORM and n.attrs.ndim == 1):
             return row_major
         return _kernel_writes_strided(n) and v.name not in self.absorbed
 
@@ -173,7 +177,7 @@ class _Lowering:
             _LOWER[n.op](self, n)
         else:
             self._fail(n, "no kernel op implements it (supported after fusion: linear/matmul "
-                          "+ epilogue, sdpa, rms_norm, layer_norm, softmax, last-dim "
+                          "+ epilogue, sdpa, rms_norm, layer_norm, (log_)softmax, last-dim "
                           "sum/mean/amax/amin, rope, elementwise, cat, views)")
 
     def _fail(self, n: Node, why: str):

@@ -1,9 +1,9 @@
-"""Lowering rules for the row-wise reductions: LAYER_NORM → LayerNormOp, SOFTMAX → SoftmaxOp,
-SUM / MEAN / AMAX / AMIN → ReduceOp. Each kernel reduces the last dim of a 2-D view [R, C]:
-the IR value is viewed as [leading dims merged, reduced dims merged] (a copy is made first
-when the leading dims do not merge into one stride). Reductions over the trailing dims
-(the last one, or several that merge, e.g. x.sum() of a contiguous tensor) lower; any other
-dim is a LoweringError that says how to rewrite the model.
+"""Lowering rules for the row-wise reductions: LAYER_NORM → LayerNormOp, SOFTMAX and
+LOG_SOFTMAX → SoftmaxOp, SUM / MEAN / AMAX / AMIN → ReduceOp. Each kernel reduces the last dim
+of a 2-D view [R, C]: the IR value is viewed as [leading dims merged, reduced dims merged] (a
+copy is made first when the leading dims do not merge into one stride). Reductions over the
+trailing dims (the last one, or several that merge, e.g. x.sum() of a contiguous tensor) lower;
+any other dim is a LoweringError that says how to rewrite the model.
 
 Casts around them are free: the kernels widen on load and compute in f32, so a widening cast
 of the input (bf16 → f32, HF's softmax(x.float())) is read through, and a cast of an f32
@@ -139,12 +139,13 @@ def lower_layer_norm(lw, n: Node) -> None:
 def lower_softmax(lw, n: Node) -> None:
     _require_float(lw, n)
     shape = list(n.inputs[0].shape)
+    name = n.op.value
     if not shape or n.attrs.dim != len(shape) - 1:
-        lw._fail(n, f"softmax over dim {n.attrs.dim} of a {shape} tensor: only softmax over "
-                    f"the last dim is supported (move the dim last: "
-                    f"x.transpose({n.attrs.dim}, -1).softmax(-1).transpose({n.attrs.dim}, -1))")
+        lw._fail(n, f"{name} over dim {n.attrs.dim} of a {shape} tensor: only {name} over "
+                    f"the last dim is supported (move the dim last: x.transpose({n.attrs.dim}, "
+                    f"-1).{name}(-1).transpose({n.attrs.dim}, -1))")
     x = _rows(lw, _input(lw, n), 1)
-    lw.ops.append(SoftmaxOp(x, _out(lw, n, 1), float(n.attrs.scale)))
+    lw.ops.append(SoftmaxOp(x, _out(lw, n, 1), float(n.attrs.scale), n.op == Op.LOG_SOFTMAX))
 
 
 def lower_reduce(lw, n: Node) -> None:
@@ -165,4 +166,5 @@ def lower_reduce(lw, n: Node) -> None:
 
 
 RULES = {Op.LAYER_NORM: lower_layer_norm, Op.SOFTMAX: lower_softmax,
+         Op.LOG_SOFTMAX: lower_softmax,
          **{op: lower_reduce for op in _KIND}}

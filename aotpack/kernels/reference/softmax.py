@@ -1,4 +1,4 @@
-"""Torch reference of SoftmaxOp (f32, last dim)."""
+"""Torch reference of SoftmaxOp (f32, last dim; log_softmax when op.log)."""
 from __future__ import annotations
 
 from aotpack.kernels.reference import view, write
@@ -9,4 +9,5 @@ def reference(op: SoftmaxOp, env) -> None:
     import torch
 
     x = view(env, op.x).float()
-    write(env, op.out, torch.softmax(x * op.scale, dim=-1))
+    fn = torch.log_softmax if op.log else torch.softmax
+    write(env, op.out, fn(x * op.scale, dim=-1))

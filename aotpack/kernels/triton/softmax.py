@@ -1,5 +1,6 @@
 """Softmax over the last dim of a 2-D view: out = softmax(x * scale), f32 math, stable
-(the row max is subtracted before exp; a row of -inf gives NaN like torch).
+(the row max is subtracted before exp; a row of -inf gives NaN like torch); with LOG,
+out = x * scale - (max + log(sum(exp(x * scale - max)))).
 
 Whole rows in registers (C <= 16384): one read of x. Longer rows (vocabularies) use the online
 form: pass 1 keeps a per-lane running max and rescaled sum over 4096-column chunks (combined
@@ -21,7 +22,7 @@ from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 def softmax_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride_r, out_stride_c,
                    n_rows, n_cols, scale,
                    BLOCK_C: tl.constexpr, ROWS: tl.constexpr, LOOP: tl.constexpr,
-                   HAS_SCALE: tl.constexpr):
+                   HAS_SCALE: tl.constexpr, LOG: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_mask = rows < n_rows
     rows = rows.to(tl.int64)
@@ -36,7 +37,10 @@ def softmax_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride_r, out_str
         x = tl.where(mask, x, float("-inf"))
         m = tl.max(x, 1)
         e = tl.where(mask, tl.exp(x - m[:, None]), 0.0)
-        y = e / tl.sum(e, 1)[:, None]
+        if LOG:
+            y = x - (m + tl.log(tl.sum(e, 1)))[:, None]
+        else:
+            y = e / tl.sum(e, 1)[:, None]
         tl.store(out_row + cols[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
                  mask=mask)
     else:
@@ -57,13 +61,17 @@ def softmax_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride_r, out_str
         m = tl.max(m_vec, 1)
         s = tl.sum(tl.where(m_vec != float("-inf"), s_vec * tl.exp(m_vec - m[:, None]), 0.0), 1)
         inv = 1.0 / s
+        lse = m + tl.log(s)
         for start in range(0, n_cols, BLOCK_C):
             c = start + cols
             mask = row_mask[:, None] & (c[None, :] < n_cols)
             x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
             if HAS_SCALE:
                 x = x * scale
-            y = tl.exp(x - m[:, None]) * inv[:, None]
+            if LOG:
+                y = x - lse[:, None]
+            else:
+                y = tl.exp(x - m[:, None]) * inv[:, None]
             tl.store(out_row + c[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
                      mask=mask)
 
@@ -80,10 +88,11 @@ def plan(op: SoftmaxOp, config: dict | None = None) -> KernelPlan:
         "n_rows": int_arg(rows), "n_cols": int_arg(cols),
         "scale": F32(op.scale) if has_scale else Const(1.0),
         "BLOCK_C": Const(cfg["BLOCK_C"]), "ROWS": Const(cfg["ROWS"]), "LOOP": Const(cfg["LOOP"]),
-        "HAS_SCALE": Const(has_scale),
+        "HAS_SCALE": Const(has_scale), "LOG": Const(op.log),
     }
     grid = (cdiv(rows, cfg["ROWS"]), 1, 1)
-    fused = ("scale", "softmax") if has_scale else ("softmax",)
+    name = "log_softmax" if op.log else "softmax"
+    fused = ("scale", name) if has_scale else (name,)
     return KernelPlan(softmax_kernel, args, grid, cfg["num_warps"], cfg["num_stages"], fused,
                       rw.plan_config(cfg))
 
