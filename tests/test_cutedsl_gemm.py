@@ -26,28 +26,13 @@ from aotpack.kernels import sass  # noqa: E402
 from aotpack.kernels.cutedsl import compile as cc  # noqa: E402
 from aotpack.kernels.cutedsl import hostcapture as hc  # noqa: E402
 from aotpack.kernels.cutedsl.slots import fastdivmod, pack  # noqa: E402
+from aotpack.kernels.cutedsl.gpucheck import make_op as _op  # noqa: E402
 from aotpack.kernels.spec import (  # noqa: E402
-    SM90, Act, EpAct, EpAdd, EpBias, EpMul, FastDivmodSlot, GemmOp, IntSlot, NullSlot, PtrSlot,
-    TensorMapSlot, contiguous,
+    SM90, EpAdd, EpBias, EpMul, FastDivmodSlot, IntSlot, NullSlot, PtrSlot, TensorMapSlot,
 )
 
 BASE = {"x": 0x7F0000000000, "w": 0x7F1000000000, "y": 0x7F2000000000,
         "bias": 0x7F3000000000, "res": 0x7F4000000000, "up": 0x7F5000000000}
-
-
-def _op(m, n, k, steps=(), out=DType.BF16):
-    epi = []
-    for s in steps:
-        if s == "bias":
-            epi.append(EpBias(contiguous("bias", out, (n,))))
-        elif s == "add":
-            epi.append(EpAdd(contiguous("res", out, (m, n))))
-        elif s == "mul":
-            epi.append(EpMul(contiguous("up", out, (m, n))))
-        else:
-            epi.append(EpAct(Act(s)))
-    return GemmOp(contiguous("x", DType.BF16, (m, k)), contiguous("w", DType.BF16, (n, k)),
-                  contiguous("y", out, (m, n)), tuple(epi))
 
 
 _EPIS = [("bias", "gelu_tanh", "add"), ("silu", "mul"), ("relu",), ("bias", "gelu_erf"), ()]

@@ -57,7 +57,8 @@ TILES = [(128, 256, 1, 1, True), (128, 128, 1, 1, True), (64, 128, 1, 1, True),
          (128, 128, 2, 1, True), (128, 128, 1, 2, False), (64, 256, 1, 2, True)]
 
 
-def make_op(m, n, k, steps, out=DType.BF16) -> GemmOp:
+def make_op(m, n, k, steps=(), out=DType.BF16) -> GemmOp:
+    """A GemmOp over storages x, w, y (+ bias, res, up) with epilogue steps by name."""
     epi = []
     for s in steps:
         if s == "bias":
