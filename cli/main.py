@@ -87,8 +87,9 @@ def build(
                                             help="show a progress bar (default: on unless "
                                                  "AOTPACK_NO_PROGRESS=1)"),
     gemm_backend: str = typer.Option("triton", "--gemm-backend",
-                                     help="GEMM kernels: triton (default) or cutedsl (Hopper "
-                                          "warp-specialized; needs nvidia-cutlass-dsl)"),
+                                     help="GEMM kernels: triton (default), cutedsl (Hopper "
+                                          "warp-specialized; needs nvidia-cutlass-dsl) or auto "
+                                          "(cutedsl where installed and M >= 128, else triton)"),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
     aotpack-run launcher, libaotpack, headers and a README. Needs no GPU."""

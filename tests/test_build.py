@@ -225,3 +225,26 @@ def test_cutedsl_backend_takes_the_gemms(pipeline, tmp_path, monkeypatch):
     fake.supports = lambda op: "A and B must both be bf16 or f16"
     with pytest.raises(BuildError, match="cutedsl GEMM cannot compile.*bf16 or f16"):
         build(spec, tmp_path / "o3", progress=False, gemm_backend="cutedsl")
+
+
+def test_auto_backend_picks_per_gemm(monkeypatch):
+    """auto: CuTeDSL for prefill-sized GEMMs it supports, Triton for decode-sized M."""
+    from aotpack import kernels
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():  # (importing cutlass here would pin the wrong arch)
+        pytest.skip("nvidia-cutlass-dsl not installed")
+    from aotpack.kernels.cutedsl import compile as cute_gemm
+
+    picked = []
+    monkeypatch.setattr(cute_gemm, "compile", lambda op, target: picked.append("cutedsl") or [])
+    monkeypatch.setattr(kernels, "compile", lambda op, target=None: picked.append("triton") or [])
+    fn = kernels.compiler("auto")
+
+    def gemm(m):
+        return GemmOp(contiguous("x", DType.BF16, (m, 256)), contiguous("w", DType.BF16, (512, 256)),
+                      contiguous("y", DType.BF16, (m, 512)))
+
+    fn(gemm(1024), None)
+    fn(gemm(16), None)
+    assert picked == ["cutedsl", "triton"]
