@@ -89,7 +89,7 @@ def build(
     gemm_backend: str = typer.Option("triton", "--gemm-backend",
                                      help="GEMM kernels: triton (default), cutedsl (Hopper "
                                           "warp-specialized; needs nvidia-cutlass-dsl) or auto "
-                                          "(cutedsl where installed and M >= 128, else triton)"),
+                                          "(cutedsl where installed and M >= 4096, else triton)"),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
     aotpack-run launcher, libaotpack, headers and a README. Needs no GPU."""

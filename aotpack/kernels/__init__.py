@@ -43,9 +43,10 @@ def compile(op: KernelOp, target: Target = SM90):
 
 
 GEMM_BACKENDS = ("triton", "cutedsl", "auto")
-# auto: below this many rows a GEMM streams weights (decode); the CuTeDSL kernel has no split-K
-# yet, so those stay on Triton's 64-row configs.
-AUTO_CUTEDSL_MIN_M = 128
+# auto: CuTeDSL only where the H200 measured it faster end to end (2026-11-30): the MLP at
+# M=4096 (1.52 vs 1.57 ms); the Llama block at M=2048 was slower with it (1.45 vs 1.37 ms), and
+# decode-sized M needs split-K, which it lacks. Tuning (per shape) replaces this rule.
+AUTO_CUTEDSL_MIN_M = 4096
 
 
 class BackendCannotCompile(ValueError):
@@ -55,7 +56,7 @@ class BackendCannotCompile(ValueError):
 def compiler(gemm_backend: str = "triton"):
     """A `compile(op, target)` whose GemmOps go to `gemm_backend`; every other op keeps its
     Triton template. `auto` picks per GEMM: CuTeDSL where it is installed and supports the op
-    and M >= AUTO_CUTEDSL_MIN_M (measured faster on the H200 MLP: 1.52 vs 1.57 ms), else Triton.
+    and M >= AUTO_CUTEDSL_MIN_M (where it measured faster), else Triton.
     Triton stays the default until tuning measures the choice per shape. Raises ValueError
     (unknown backend) or RuntimeError (nvidia-cutlass-dsl missing) with what to do."""
     if gemm_backend == "triton":
