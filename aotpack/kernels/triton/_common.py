@@ -117,3 +117,31 @@ def jit_launcher(plan: KernelPlan, env):
 
 def run_plan(plan: KernelPlan, env) -> None:
     jit_launcher(plan, env)()
+
+
+# ----------------------------------------------------------------------------- entry points
+def entry_points(plan_fn):
+    """The entry points every planned template exposes, made from its `plan(op, config)`:
+    compile (launches memoised per op, target and config), run_interpreted (in a child process
+    with Triton's interpreter), run_plan_interpreted_here (inside that process) and run_jit
+    (Triton's own launcher, for benchmarks)."""
+    from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+
+    launches: dict[tuple, list[Launch]] = {}
+
+    def compile(op, target: Target = SM90, config: dict | None = None) -> list[Launch]:
+        key = (op, target, tuple(sorted((config or {}).items())))
+        if key not in launches:
+            launches[key] = [compile_plan(plan_fn(op, config), target)]
+        return launches[key]
+
+    def run_interpreted(op, env, config: dict | None = None) -> None:
+        run_interpreted_batch([(op, env, config)])
+
+    def run_plan_interpreted_here(op, env, config: dict | None = None) -> None:
+        run_plan_here(plan_fn(op, config), env)
+
+    def run_jit(op, env, config: dict | None = None) -> None:
+        run_plan(plan_fn(op, config), env)
+
+    return compile, run_interpreted, run_plan_interpreted_here, run_jit

@@ -25,11 +25,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from aotpack.kernels.spec import SM90, AttentionOp, Launch, Target
+from aotpack.kernels.spec import AttentionOp
 from aotpack.kernels.triton._common import (
-    KernelPlan, compile_plan, int_arg, require_unit_inner_stride, run_plan, strides_args,
+    KernelPlan, entry_points, int_arg, require_unit_inner_stride, strides_args,
 )
-from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
 from aotpack.kernels.triton.compile import F32, Const, Desc, Ptr, cdiv
 
 _LOG2E = 1.4426950408889634
@@ -279,30 +278,8 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
                       {"BLOCK_M": block_m, "BLOCK_N": block_n, "TMA": cfg["TMA"]})
 
 
-_LAUNCHES: dict[tuple, list[Launch]] = {}
-
-
-def compile(op: AttentionOp, target: Target = SM90, config: dict | None = None) -> list[Launch]:
-    """[Launch] for `op` (config: a `candidate_configs` entry; default heuristics if None).
-    A config that does not fit the target's shared memory raises ValueError (compile.py)."""
-    key = (op, target, tuple(sorted((config or {}).items())))
-    if key not in _LAUNCHES:
-        _LAUNCHES[key] = [compile_plan(plan(op, config), target)]
-    return _LAUNCHES[key]
-
-
-def run_interpreted(op: AttentionOp, env, config: dict | None = None) -> None:
-    """Execute the kernel in Triton's CPU interpreter on `env` (storage -> flat CPU tensor)."""
-    run_interpreted_batch([(op, env, config)])
-
-
-def run_plan_interpreted_here(op: AttentionOp, env, config: dict | None = None) -> None:
-    run_plan_here(plan(op, config), env)
-
-
-def run_jit(op: AttentionOp, env, config: dict | None = None) -> None:
-    """Launch through Triton's JIT on the device of `env`'s tensors (benchmarks)."""
-    run_plan(plan(op, config), env)
+# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def flops(op: AttentionOp) -> float:

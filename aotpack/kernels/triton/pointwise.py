@@ -21,9 +21,8 @@ import sys
 from pathlib import Path
 
 from aotpack import knobs
-from aotpack.kernels.spec import SM90, Launch, PointwiseOp, PwConst, PwExpr, PwInput, Target
-from aotpack.kernels.triton._common import KernelPlan, compile_plan, run_plan
-from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput
+from aotpack.kernels.triton._common import entry_points, KernelPlan
 from aotpack.kernels.triton._pointwise_codegen import Layout, coalesce, kernel_source
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
@@ -99,24 +98,5 @@ def plan(op: PointwiseOp, config: dict | None = None) -> KernelPlan:
     return KernelPlan(fn, args, grid, NUM_WARPS, 1, fused, {"BLOCK": BLOCK})
 
 
-_LAUNCHES: dict[tuple, list[Launch]] = {}
-
-
-def compile(op: PointwiseOp, target: Target = SM90) -> list[Launch]:
-    key = (op, target)
-    if key not in _LAUNCHES:
-        _LAUNCHES[key] = [compile_plan(plan(op), target)]
-    return _LAUNCHES[key]
-
-
-def run_interpreted(op: PointwiseOp, env, config: dict | None = None) -> None:
-    """Execute the generated kernel in Triton's CPU interpreter on `env`."""
-    run_interpreted_batch([(op, env, config)])
-
-
-def run_plan_interpreted_here(op: PointwiseOp, env, config: dict | None = None) -> None:
-    run_plan_here(plan(op, config), env)
-
-
-def run_jit(op: PointwiseOp, env, config: dict | None = None) -> None:
-    run_plan(plan(op, config), env)
+# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)

@@ -9,10 +9,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from aotpack.kernels.spec import REDUCE_KINDS, SM90, Launch, ReduceOp, Target
+from aotpack.kernels.spec import REDUCE_KINDS, ReduceOp
 from aotpack.kernels.triton import _rowwise as rw
-from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg, run_plan
-from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+from aotpack.kernels.triton._common import entry_points, KernelPlan, int_arg
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
 _KIND_CODE = {k: i for i, k in enumerate(REDUCE_KINDS)}  # sum 0, mean 1, amax 2, amin 3
@@ -94,28 +93,8 @@ def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:
                       (op.kind,), dict(rw.plan_config(cfg), kind=op.kind))
 
 
-_LAUNCHES: dict[tuple, list[Launch]] = {}
-
-
-def compile(op: ReduceOp, target: Target = SM90) -> list[Launch]:
-    key = (op, target)
-    if key not in _LAUNCHES:
-        _LAUNCHES[key] = [compile_plan(plan(op), target)]
-    return _LAUNCHES[key]
-
-
-def run_interpreted(op: ReduceOp, env, config: dict | None = None) -> None:
-    """Execute the kernel in Triton's CPU interpreter on `env` (storage -> flat CPU tensor)."""
-    run_interpreted_batch([(op, env, config)])
-
-
-def run_plan_interpreted_here(op: ReduceOp, env, config: dict | None = None) -> None:
-    run_plan_here(plan(op, config), env)
-
-
-def run_jit(op: ReduceOp, env, config: dict | None = None) -> None:
-    """Launch through Triton's JIT on the device of `env`'s tensors (benchmarks)."""
-    run_plan(plan(op, config), env)
+# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def bytes_moved(op: ReduceOp) -> int:

@@ -11,11 +11,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from aotpack.kernels.spec import SM90, Launch, RopeOp, Target
+from aotpack.kernels.spec import RopeOp
 from aotpack.kernels.triton._common import (
-    KernelPlan, compile_plan, int_arg, require_unit_inner_stride, run_plan, strides_args,
+    KernelPlan, entry_points, int_arg, require_unit_inner_stride, strides_args,
 )
-from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
 
@@ -82,28 +81,8 @@ def plan(op: RopeOp, config: dict | None = None) -> KernelPlan:
                       cfg["num_stages"], ("rope",), {"BLOCK_S": block_s})
 
 
-_LAUNCHES: dict[tuple, list[Launch]] = {}
-
-
-def compile(op: RopeOp, target: Target = SM90) -> list[Launch]:
-    key = (op, target)
-    if key not in _LAUNCHES:
-        _LAUNCHES[key] = [compile_plan(plan(op), target)]
-    return _LAUNCHES[key]
-
-
-def run_interpreted(op: RopeOp, env, config: dict | None = None) -> None:
-    """Execute the kernel in Triton's CPU interpreter on `env` (storage -> flat CPU tensor)."""
-    run_interpreted_batch([(op, env, config)])
-
-
-def run_plan_interpreted_here(op: RopeOp, env, config: dict | None = None) -> None:
-    run_plan_here(plan(op, config), env)
-
-
-def run_jit(op: RopeOp, env, config: dict | None = None) -> None:
-    """Launch through Triton's JIT on the device of `env`'s tensors (benchmarks)."""
-    run_plan(plan(op, config), env)
+# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def bytes_moved(op: RopeOp) -> int:
