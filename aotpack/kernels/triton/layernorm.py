@@ -13,7 +13,8 @@ import triton.language as tl
 
 from aotpack.kernels.spec import LayerNormOp
 from aotpack.kernels.triton import _rowwise as rw
-from aotpack.kernels.triton._common import entry_points, KernelPlan, int_arg
+from aotpack.kernels.triton._common import KernelPlan, entry_points, int_arg
+from aotpack.kernels.triton._rowwise_jit import load_chunk, load_vector, row_block, store_chunk
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 
 
@@ -22,55 +23,42 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, x_stride_r, x_stride_c, w_str
                      out_stride_r, out_stride_c, n_rows, n_cols, eps,
                      BLOCK_C: tl.constexpr, ROWS: tl.constexpr, LOOP: tl.constexpr,
                      HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_mask = rows < n_rows
-    rows = rows.to(tl.int64)
+    rows, row_mask = row_block(n_rows, ROWS)
     cols = tl.arange(0, BLOCK_C)
     x_row = x_ptr + rows[:, None] * x_stride_r
     out_row = out_ptr + rows[:, None] * out_stride_r
     if not LOOP:
-        mask = row_mask[:, None] & (cols[None, :] < n_cols)
-        x = tl.load(x_row + cols[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+        x, mask = load_chunk(x_row, x_stride_c, row_mask, cols, n_cols)
         mean = tl.sum(x, 1) / n_cols
         xc = tl.where(mask, x - mean[:, None], 0.0)
-        var = tl.sum(xc * xc, 1) / n_cols
-        y = xc * tl.rsqrt(var + eps)[:, None]
+        y = xc * tl.rsqrt(tl.sum(xc * xc, 1) / n_cols + eps)[:, None]
         if HAS_WEIGHT:
-            w = tl.load(w_ptr + cols * w_stride, mask=cols < n_cols, other=0.0).to(tl.float32)
-            y = y * w[None, :]
+            y = y * load_vector(w_ptr, cols, w_stride, n_cols)[None, :]
         if HAS_BIAS:
-            b = tl.load(b_ptr + cols * b_stride, mask=cols < n_cols, other=0.0).to(tl.float32)
-            y = y + b[None, :]
-        tl.store(out_row + cols[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
-                 mask=mask)
+            y = y + load_vector(b_ptr, cols, b_stride, n_cols)[None, :]
+        store_chunk(out_row, out_stride_c, cols, y, mask)
     else:
+        # three passes over the row: mean, variance of the centred values, normalise
         acc = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_C):
-            c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            acc += tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            x, mask = load_chunk(x_row, x_stride_c, row_mask, start + cols, n_cols)
+            acc += x
         mean = tl.sum(acc, 1) / n_cols
         acc = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_C):
-            c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            x, mask = load_chunk(x_row, x_stride_c, row_mask, start + cols, n_cols)
             xc = tl.where(mask, x - mean[:, None], 0.0)
             acc += xc * xc
         rstd = tl.rsqrt(tl.sum(acc, 1) / n_cols + eps)
         for start in range(0, n_cols, BLOCK_C):
             c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            x, mask = load_chunk(x_row, x_stride_c, row_mask, c, n_cols)
             y = (x - mean[:, None]) * rstd[:, None]
             if HAS_WEIGHT:
-                w = tl.load(w_ptr + c * w_stride, mask=c < n_cols, other=0.0).to(tl.float32)
-                y = y * w[None, :]
+                y = y * load_vector(w_ptr, c, w_stride, n_cols)[None, :]
             if HAS_BIAS:
-                b = tl.load(b_ptr + c * b_stride, mask=c < n_cols, other=0.0).to(tl.float32)
-                y = y + b[None, :]
-            tl.store(out_row + c[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
-                     mask=mask)
+                y = y + load_vector(b_ptr, c, b_stride, n_cols)[None, :]
+            store_chunk(out_row, out_stride_c, c, y, mask)
 
 
 def plan(op: LayerNormOp, config: dict | None = None) -> KernelPlan:

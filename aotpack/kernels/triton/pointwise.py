@@ -22,7 +22,7 @@ from pathlib import Path
 
 from aotpack import knobs
 from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput
-from aotpack.kernels.triton._common import entry_points, KernelPlan
+from aotpack.kernels.triton._common import KernelPlan, entry_points
 from aotpack.kernels.triton._pointwise_codegen import Layout, coalesce, kernel_source
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 

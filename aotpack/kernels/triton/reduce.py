@@ -11,7 +11,8 @@ import triton.language as tl
 
 from aotpack.kernels.spec import REDUCE_KINDS, ReduceOp
 from aotpack.kernels.triton import _rowwise as rw
-from aotpack.kernels.triton._common import entry_points, KernelPlan, int_arg
+from aotpack.kernels.triton._common import KernelPlan, entry_points, int_arg
+from aotpack.kernels.triton._rowwise_jit import load_chunk, row_block
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
 _KIND_CODE = {k: i for i, k in enumerate(REDUCE_KINDS)}  # sum 0, mean 1, amax 2, amin 3
@@ -44,11 +45,9 @@ def _finish(acc, nan, n_cols, KIND: tl.constexpr):
 def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_cols,
                   BLOCK_C: tl.constexpr, ROWS: tl.constexpr, LOOP: tl.constexpr,
                   KIND: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_mask = rows < n_rows
-    rows64 = rows.to(tl.int64)
+    rows, row_mask = row_block(n_rows, ROWS)
     cols = tl.arange(0, BLOCK_C)
-    x_row = x_ptr + rows64[:, None] * x_stride_r
+    x_row = x_ptr + rows[:, None] * x_stride_r
     if KIND == 2:
         fill = float("-inf")
     elif KIND == 3:
@@ -56,22 +55,19 @@ def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_
     else:
         fill = 0.0
     if not LOOP:
-        mask = row_mask[:, None] & (cols[None, :] < n_cols)
-        x = tl.load(x_row + cols[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+        x, mask = load_chunk(x_row, x_stride_c, row_mask, cols, n_cols)
         acc = tl.where(mask, x, fill)
         nan = (acc != acc).to(tl.int32)
     else:
         acc = tl.full([ROWS, BLOCK_C], fill, dtype=tl.float32)
         nan = tl.zeros([ROWS, BLOCK_C], dtype=tl.int32)
         for start in range(0, n_cols, BLOCK_C):
-            c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            x, mask = load_chunk(x_row, x_stride_c, row_mask, start + cols, n_cols)
             x = tl.where(mask, x, fill)
             acc = _combine(acc, x, KIND)
             nan = nan | (x != x).to(tl.int32)
     r = _finish(acc, nan, n_cols, KIND)
-    tl.store(out_ptr + rows64 * out_stride, r.to(out_ptr.dtype.element_ty), mask=row_mask)
+    tl.store(out_ptr + rows * out_stride, r.to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
 def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:

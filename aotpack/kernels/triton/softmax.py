@@ -13,7 +13,8 @@ import triton.language as tl
 
 from aotpack.kernels.spec import SoftmaxOp
 from aotpack.kernels.triton import _rowwise as rw
-from aotpack.kernels.triton._common import entry_points, KernelPlan, int_arg
+from aotpack.kernels.triton._common import KernelPlan, entry_points, int_arg
+from aotpack.kernels.triton._rowwise_jit import load_chunk, row_block, store_chunk
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 
 
@@ -22,15 +23,12 @@ def softmax_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride_r, out_str
                    n_rows, n_cols, scale,
                    BLOCK_C: tl.constexpr, ROWS: tl.constexpr, LOOP: tl.constexpr,
                    HAS_SCALE: tl.constexpr, LOG: tl.constexpr):
-    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    row_mask = rows < n_rows
-    rows = rows.to(tl.int64)
+    rows, row_mask = row_block(n_rows, ROWS)
     cols = tl.arange(0, BLOCK_C)
     x_row = x_ptr + rows[:, None] * x_stride_r
     out_row = out_ptr + rows[:, None] * out_stride_r
     if not LOOP:
-        mask = row_mask[:, None] & (cols[None, :] < n_cols)
-        x = tl.load(x_row + cols[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+        x, mask = load_chunk(x_row, x_stride_c, row_mask, cols, n_cols)
         if HAS_SCALE:
             x = x * scale
         x = tl.where(mask, x, float("-inf"))
@@ -40,15 +38,13 @@ def softmax_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride_r, out_str
             y = x - (m + tl.log(tl.sum(e, 1)))[:, None]
         else:
             y = e / tl.sum(e, 1)[:, None]
-        tl.store(out_row + cols[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
-                 mask=mask)
+        store_chunk(out_row, out_stride_c, cols, y, mask)
     else:
+        # online max/sum per lane in one pass, combined across lanes, then one writing pass
         m_vec = tl.full([ROWS, BLOCK_C], float("-inf"), dtype=tl.float32)
         s_vec = tl.zeros([ROWS, BLOCK_C], dtype=tl.float32)
         for start in range(0, n_cols, BLOCK_C):
-            c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            x, mask = load_chunk(x_row, x_stride_c, row_mask, start + cols, n_cols)
             if HAS_SCALE:
                 x = x * scale
             x = tl.where(mask, x, float("-inf"))
@@ -63,16 +59,14 @@ def softmax_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride_r, out_str
         lse = m + tl.log(s)
         for start in range(0, n_cols, BLOCK_C):
             c = start + cols
-            mask = row_mask[:, None] & (c[None, :] < n_cols)
-            x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0.0).to(tl.float32)
+            x, mask = load_chunk(x_row, x_stride_c, row_mask, c, n_cols)
             if HAS_SCALE:
                 x = x * scale
             if LOG:
                 y = x - lse[:, None]
             else:
                 y = tl.exp(x - m[:, None]) * inv[:, None]
-            tl.store(out_row + c[None, :] * out_stride_c, y.to(out_ptr.dtype.element_ty),
-                     mask=mask)
+            store_chunk(out_row, out_stride_c, c, y, mask)
 
 
 def plan(op: SoftmaxOp, config: dict | None = None) -> KernelPlan:
