@@ -7,6 +7,7 @@ import torch
 from aotpack.frontend import ModelLoadError, UnsupportedOpError, load_model, to_graph
 from aotpack.ir import Graph, Op, VerifyError
 from aotpack.ir.interpret import run_graph
+from program_checks import rel_err
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_MLP = dict(d=64, f=256, batch=2, seq=8)
@@ -23,10 +24,6 @@ def small(example: str, dtype=torch.bfloat16):
     spec.loader.exec_module(module)
     kw = SMALL_MLP if example == "mlp" else SMALL_LLAMA
     return module.make(dtype=dtype, **kw)
-
-
-def rel_err(got, want) -> float:
-    return ((got.double() - want.double()).norm() / want.double().norm()).item()
 
 
 @pytest.mark.parametrize("example", ["mlp", "llama_block"])

@@ -9,9 +9,6 @@ must use wgmma (HGMMA); parameter slots must name the right storages and strides
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +23,7 @@ from aotpack.kernels.spec import (  # noqa: E402
     RMSNormOp, RopeOp, TensorArg, contiguous,
 )
 from aotpack.kernels.triton._interpret import run_interpreted_batch  # noqa: E402
+from program_checks import sass_or_skip  # noqa: E402
 
 BF16 = DType.BF16
 TOL = 1e-2
@@ -212,22 +210,6 @@ def test_pointwise_identical_ops_share_a_kernel(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- cross-compiles
-def _sass(cubin: bytes) -> str:
-    try:
-        from aotpack.kernels.sass import sass
-
-        return sass(cubin)
-    except ImportError:
-        import triton
-
-        tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "k.cubin")
-            Path(path).write_bytes(cubin)
-            return subprocess.run([str(tool), "-sass", path], capture_output=True, text=True,
-                                  check=True).stdout
-
-
 def _llama_attention():
     """Llama-3-8B prefill: q/k/v are views of one fused QKV projection [1, 2048, 48*128]."""
     b, hq, hkv, s, d = 1, 32, 8, 2048, 128
@@ -263,7 +245,7 @@ def test_attention_llama_cubin_uses_wgmma_and_slots():
     assert launch.grid == (32, 2048 // 128, 1)
     assert launch.kernel.fused_ops == ("attention", "causal", "gqa")
     assert launch.kernel.block == (256, 1, 1)
-    assert "HGMMA" in _sass(launch.kernel.cubin)
+    assert "HGMMA" in sass_or_skip(launch.kernel.cubin)
     assert compile_op(op)[0] is launch  # memoised
 
 
@@ -293,7 +275,7 @@ def test_rmsnorm_rope_pointwise_llama_cubins():
     (launch,) = compile_op(swiglu)
     _well_formed(launch, ["act", "gate", "up"])
     assert launch.kernel.fused_ops == ("pointwise", "mul", "silu")
-    assert "LDG.E.128" in _sass(launch.kernel.cubin)  # 16-byte vector loads
+    assert "LDG.E.128" in sass_or_skip(launch.kernel.cubin)  # 16-byte vector loads
 
     gelu = PointwiseOp((contiguous("a", BF16, (2048, 4096)), contiguous("bias", BF16, (4096,))),
                        _f("gelu_tanh", _f("add", _x(0), _x(1))),
@@ -339,5 +321,5 @@ def test_attention_tma_llama_cubin_and_tensormap_slots():
     rows = [cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_N"], cfg["BLOCK_M"]]
     assert [m.box for m in maps] == [(1, 1, r, 64) for r in rows]
     assert all(m.swizzle == "128B" for m in maps)
-    listing = _sass(launch.kernel.cubin)
+    listing = sass_or_skip(launch.kernel.cubin)
     assert "UTMALDG" in listing and "HGMMA" in listing

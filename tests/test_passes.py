@@ -8,16 +8,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aotpack.executor import run_reference
 from aotpack.frontend import to_graph
 from aotpack.ir import Op
-from aotpack.kernels.spec import (
-    Act, AttentionOp, EpAct, EpAdd, EpBias, EpMul, GemmOp, PointwiseOp, RMSNormOp, RopeOp,
-)
+from aotpack.kernels.spec import Act, EpAct, EpAdd, EpBias, EpMul
 from aotpack.passes import canonicalize, compile_graph
 from aotpack.passes.lower import LoweringError
 from aotpack.passes.pipeline import optimize
 from aotpack.passes.views import View, compose, layout_view
+from program_checks import check_matches_eager, kinds
 from aotpack.ir import ops as O
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,27 +29,6 @@ def small(example: str, dtype=torch.bfloat16):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.make(dtype=dtype, **SMALL[example])
-
-
-def rel_err(got, want) -> float:
-    return ((got.double() - want.double()).norm() / want.double().norm()).item()
-
-
-def check_matches_eager(model, example_inputs, tol):
-    program = compile_graph(to_graph(model, example_inputs))
-    fresh = [torch.randn_like(t) for t in example_inputs]
-    with torch.no_grad():
-        want = model(*fresh)
-    want = want if isinstance(want, (tuple, list)) else [want]
-    got = run_reference(program, fresh)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        assert rel_err(g, w) <= tol, rel_err(g, w)
-    return program
-
-
-def kinds(program):
-    return [type(op).__name__ for op in program.ops]
 
 
 # ----------------------------------------------------------------------------- examples

@@ -16,7 +16,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
 
 from aotpack.dtypes import DType  # noqa: E402
-from aotpack.executor import run_reference as run_program  # noqa: E402
 from aotpack.frontend import to_graph  # noqa: E402
 from aotpack.kernels import run_reference  # noqa: E402
 from aotpack.kernels.reference import view  # noqa: E402
@@ -27,6 +26,7 @@ from aotpack.kernels.spec import (  # noqa: E402
 from aotpack.kernels.triton._interpret import run_interpreted_batch  # noqa: E402
 from aotpack.passes import compile_graph  # noqa: E402
 from aotpack.passes.lower import LoweringError  # noqa: E402
+from program_checks import check_matches_eager, kinds, sass_or_skip  # noqa: E402
 
 BF16, F32 = DType.BF16, DType.F32
 SMALL_LOOP = {"BLOCK_C": 64, "ROWS": 2, "LOOP": True, "num_warps": 4}  # loop on small rows
@@ -151,14 +151,6 @@ def test_amax_amin_propagate_nan(interpreted, case):
 
 
 # ----------------------------------------------------------------------------- cross-compiles
-def _sass(cubin: bytes) -> str:
-    from aotpack.kernels.sass import find_cuobjdump, sass
-
-    if find_cuobjdump() is None:
-        pytest.skip("cuobjdump not found (it ships in the triton wheel)")
-    return sass(cubin)
-
-
 def _well_formed(launch, storages):
     ck = launch.kernel
     assert ck.cubin[:4] == b"\x7fELF" and ck.block[0] % 32 == 0 and ck.smem <= 232448
@@ -183,7 +175,7 @@ def test_layernorm_cubin_2048x4096():
     assert launch.kernel.fused_ops == ("layer_norm",)
     assert launch.kernel.config["LOOP"] is False and launch.kernel.config["BLOCK_C"] == 4096
     assert compile_op(op)[0] is launch  # memoised
-    listing = _sass(launch.kernel.cubin)
+    listing = sass_or_skip(launch.kernel.cubin)
     assert "LDG.E.128" in listing and "STG.E.128" in listing  # 16-byte vectors
 
 
@@ -204,7 +196,7 @@ def test_softmax_cubins_whole_row_and_vocab_loop():
     _well_formed(launch, ["s", "p"])
     assert launch.kernel.fused_ops == ("scale", "softmax")
     assert [s.value for s in launch.args if isinstance(s, F32Slot)] == [0.125]
-    assert "LDG.E.128" in _sass(launch.kernel.cubin)
+    assert "LDG.E.128" in sass_or_skip(launch.kernel.cubin)
     # GPT-2 vocabulary: too long for registers, looped (online max/sum, 2 passes)
     (launch,) = compile_op(SoftmaxOp(contiguous("logits", BF16, (8192, 50257)),
                                      contiguous("probs", BF16, (8192, 50257))))
@@ -215,7 +207,7 @@ def test_softmax_cubins_whole_row_and_vocab_loop():
     (launch,) = compile_op(SoftmaxOp(contiguous("logits", BF16, (4096, 32000)),
                                      contiguous("probs", F32, (4096, 32000))))
     assert launch.kernel.config["LOOP"] is True
-    assert "LDG.E.128" in _sass(launch.kernel.cubin)
+    assert "LDG.E.128" in sass_or_skip(launch.kernel.cubin)
 
 
 @pytest.mark.parametrize("kind", ["sum", "mean", "amax", "amin"])
@@ -227,7 +219,7 @@ def test_reduce_cubins(kind):
     _well_formed(launch, ["h", "r"])
     assert _ints(launch) == [4096, 2048, 4096]  # x row stride, rows, cols (unit strides baked)
     assert launch.kernel.fused_ops == (kind,) and launch.kernel.config["kind"] == kind
-    assert "LDG.E.128" in _sass(launch.kernel.cubin)
+    assert "LDG.E.128" in sass_or_skip(launch.kernel.cubin)
     (launch,) = compile_op(ReduceOp(kind, contiguous("h", F32, (64, 50257)),
                                     contiguous("r", F32, (64,))))
     assert launch.kernel.config["LOOP"] is True
@@ -244,29 +236,6 @@ def test_identical_reductions_share_a_cubin():
 
 
 # ----------------------------------------------------------------------------- end to end
-def rel_err(got, want) -> float:
-    return ((got.double() - want.double()).norm() / want.double().norm()).item()
-
-
-def check_matches_eager(model, example_inputs, tol):
-    program = compile_graph(to_graph(model, example_inputs))
-    gen = torch.Generator().manual_seed(0)
-    fresh = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in example_inputs]
-    with torch.no_grad():
-        want = model(*fresh)
-    want = want if isinstance(want, (tuple, list)) else [want]
-    got = run_program(program, fresh)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        assert rel_err(g, w) <= tol, rel_err(g, w)
-    return program
-
-
-def kinds(program):
-    return [type(op).__name__ for op in program.ops]
-
-
 class GPT2MLPBlock(torch.nn.Module):
     """Pre-LN (GPT-2) MLP half-block, then a final post-LN (BERT style)."""
 

@@ -1,0 +1,42 @@
+"""Helpers shared by the compiler tests: relative error, "the compiled program run with the
+kernel references equals eager PyTorch", the kernel-op kinds of a program, and SASS listings."""
+import pytest
+import torch
+
+from aotpack.executor import run_reference
+from aotpack.frontend import to_graph
+from aotpack.passes import compile_graph
+
+
+def rel_err(got, want) -> float:
+    return ((got.double() - want.double()).norm() / want.double().norm()).item()
+
+
+def check_matches_eager(model, example_inputs, tol):
+    """Compile `model`, run the program on fresh random inputs with the kernel references, and
+    assert every output matches eager PyTorch within `tol`. Returns the program."""
+    program = compile_graph(to_graph(model, example_inputs))
+    gen = torch.Generator().manual_seed(0)
+    fresh = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in example_inputs]
+    with torch.no_grad():
+        want = model(*fresh)
+    want = want if isinstance(want, (tuple, list)) else [want]
+    got = run_reference(program, fresh)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert rel_err(g, w) <= tol, rel_err(g, w)
+    return program
+
+
+def kinds(program) -> list[str]:
+    return [type(op).__name__ for op in program.ops]
+
+
+def sass_or_skip(cubin: bytes) -> str:
+    """The cubin's SASS listing; skips the test where no cuobjdump exists."""
+    from aotpack.kernels.sass import find_cuobjdump, sass
+
+    if find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found (it ships in the triton wheel)")
+    return sass(cubin)
