@@ -2,6 +2,7 @@
 // (cached per pointer set), launch with cuLaunchKernelEx or replay a captured CUDA graph.
 #include "session.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "dtype.hpp"
@@ -171,16 +172,18 @@ void Session::build_plan(Plan& p, const uint64_t* inputs, const uint64_t* output
 
 Session::Plan& Session::plan_for(const uint64_t* inputs, const uint64_t* outputs) {
   const Manifest& m = model_->manifest();
-  std::vector<uint64_t> key(inputs, inputs + m.inputs.size());
-  key.insert(key.end(), outputs, outputs + m.outputs.size());
+  const size_t n_in = m.inputs.size(), n_out = m.outputs.size();
   ++clock_;
+  // Compared in place: the hot path (same pointers every run) allocates nothing.
   for (auto& p : cache_)
-    if (p->key == key) {
+    if (std::equal(inputs, inputs + n_in, p->key.begin()) &&
+        std::equal(outputs, outputs + n_out, p->key.begin() + long(n_in))) {
       p->last_used = clock_;
       return *p;
     }
   std::unique_ptr<Plan> p(new Plan);
-  p->key = std::move(key);
+  p->key.assign(inputs, inputs + n_in);
+  p->key.insert(p->key.end(), outputs, outputs + n_out);
   p->last_used = clock_;
   build_plan(*p, inputs, outputs);  // may throw: nothing cached yet
   if (cache_.size() >= kMaxCachedPlans) {
