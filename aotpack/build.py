@@ -117,8 +117,9 @@ def _restore(launch, back: dict[str, str]):
 def compile_ops(ops, target: Target, *, compile_fn=None, progress: bool = True):
     """Launches for every op, in order, with a progress bar. Returns (launches_per_op,
     number of distinct compiles)."""
+    # Triton reads its cache folder when it compiles: keep it under aotpack's cache.
+    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
     if compile_fn is None:
-        os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
         from aotpack.kernels import compile as compile_fn
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -215,7 +216,6 @@ def gemm_compiler(gemm_backend: str):
         fn = compiler(gemm_backend)
     except (ValueError, RuntimeError) as e:
         raise BuildError(str(e)) from None
-    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
     return fn
 
 
