@@ -85,7 +85,49 @@ class EpMul:
     other: TensorArg
 
 
-EpilogueStep = Union[EpBias, EpAct, EpAdd, EpMul]
+@dataclass(frozen=True)
+class EpScale:
+    """acc *= scale: `scale` is an f32 TensorArg of shape (1,) (per-tensor: one value for the
+    whole output) or (N,) (per-channel: broadcast over rows, like a bias). Dequantization
+    scales of FP8/INT8 GEMMs and folded constant multipliers."""
+
+    scale: TensorArg
+
+
+@dataclass(frozen=True)
+class EpSwiGLU:
+    """silu(gate) * up of a gate/up GEMM whose weight rows are interleaved in blocks of
+    `group`: the accumulator has N_acc = 2 * N columns laid out [g_0..g_{G-1}, u_0..u_{G-1},
+    g_G..g_{2G-1}, u_G.., ...] (G = group); output column j is
+    silu(acc[:, 2G*(j//G) + j%G]) * acc[:, 2G*(j//G) + G + j%G]. Only as the FIRST epilogue
+    step (it turns N_acc columns into N); later steps see the N output columns.
+    `b` is [N_acc, K], `out` is [M, N]. A tile of BN = 2G*k accumulator columns holds whole
+    pairs, so the pairing stays inside one thread's registers (wgmma fragments)."""
+
+    group: int = 64
+
+
+EpilogueStep = Union[EpBias, EpAct, EpAdd, EpMul, EpScale, EpSwiGLU]
+
+
+def epilogue_operands(epilogue) -> list[TensorArg]:
+    """The tensors an epilogue reads, in step order."""
+    out = []
+    for s in epilogue:
+        if isinstance(s, EpBias):
+            out.append(s.bias)
+        elif isinstance(s, (EpAdd, EpMul)):
+            out.append(s.other)
+        elif isinstance(s, EpScale):
+            out.append(s.scale)
+    return out
+
+
+def swiglu_group(op: "GemmOp") -> int | None:
+    """EpSwiGLU's group if the op's epilogue starts with one, else None."""
+    if op.epilogue and isinstance(op.epilogue[0], EpSwiGLU):
+        return op.epilogue[0].group
+    return None
 
 
 @dataclass(frozen=True)
@@ -217,9 +259,7 @@ KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceO
 def op_inputs(op: KernelOp) -> list[TensorArg]:
     """Every operand the op reads (for liveness)."""
     if isinstance(op, GemmOp):
-        extra = [s.bias if isinstance(s, EpBias) else s.other for s in op.epilogue
-                 if isinstance(s, (EpBias, EpAdd, EpMul))]
-        return [op.a, op.b, *extra]
+        return [op.a, op.b, *epilogue_operands(op.epilogue)]
     if isinstance(op, AttentionOp):
         return [op.q, op.k, op.v]
     if isinstance(op, RMSNormOp):

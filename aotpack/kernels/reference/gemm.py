@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from aotpack.kernels.reference import view, write
-from aotpack.kernels.spec import Act, EpAct, EpAdd, EpBias, EpMul, GemmOp
+from aotpack.kernels.spec import Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp
 
 
 def apply_act(x, act: Act):
@@ -19,9 +19,23 @@ def apply_act(x, act: Act):
     raise ValueError(f"unknown activation {act}")
 
 
+def swiglu(acc, group: int):
+    """silu(gate) * up of interleaved accumulator columns (see EpSwiGLU)."""
+    import torch.nn.functional as F
+
+    m, n_acc = acc.shape
+    pairs = acc.reshape(m, n_acc // (2 * group), 2, group)
+    return (F.silu(pairs[:, :, 0]) * pairs[:, :, 1]).reshape(m, n_acc // 2)
+
+
 def reference(op: GemmOp, env) -> None:
     acc = view(env, op.a).float() @ view(env, op.b).float().t()
-    for step in op.epilogue:
+    for i, step in enumerate(op.epilogue):
+        if isinstance(step, EpSwiGLU):
+            if i != 0:
+                raise ValueError("EpSwiGLU must be the first epilogue step")
+            acc = swiglu(acc, step.group)
+            continue
         if isinstance(step, EpBias):
             acc = acc + view(env, step.bias).float()
         elif isinstance(step, EpAct):
@@ -30,6 +44,8 @@ def reference(op: GemmOp, env) -> None:
             acc = acc + view(env, step.other).float()
         elif isinstance(step, EpMul):
             acc = acc * view(env, step.other).float()
+        elif isinstance(step, EpScale):
+            acc = acc * view(env, step.scale).float()  # (1,) or (N,) broadcasts over rows
         else:
             raise TypeError(f"unknown epilogue step {step!r}")
     write(env, op.out, acc)
