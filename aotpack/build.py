@@ -221,7 +221,11 @@ def gemm_compiler(gemm_backend: str):
 
 def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
           force: bool = False, progress: bool | None = None,
-          command_line: str | None = None, gemm_backend: str = "triton") -> BuildResult:
+          command_line: str | None = None, gemm_backend: str = "triton",
+          tuning_db=None, tune: str = "none", tune_budget_s: float | None = None) -> BuildResult:
+    """`tuning_db`: compile measured winners from this database (docs/tuning.md).
+    `tune` (fast|full): first tune on this machine's GPU and add the results to `tuning_db`
+    (or to `<out>.tuning.json` beside the output folder when none is given)."""
     target = parse_arch(arch)
     compile_fn = gemm_compiler(gemm_backend)  # refuse a missing backend before the model loads
     out = Path(out)
@@ -232,6 +236,11 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     progress = knobs.show_progress() if progress is None else progress
     command_line = command_line or " ".join(shlex.quote(a) for a in
                                             ["aotpack", "build", spec, "--arch", arch, "-o", str(out)])
+    notes: list[str] = []
+    if tune != "none":
+        tuning_db = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
+                               progress, notes)
+    tuned = _tuned_compiler(tuning_db, compile_fn)
     from aotpack.frontend import load_model, to_graph
     from aotpack.passes import compile_graph, plan_memory
 
@@ -240,24 +249,74 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     from aotpack.kernels import BackendCannotCompile
 
     try:
-        launches_per_op, distinct = compile_ops(program.ops, target, compile_fn=compile_fn,
-                                                progress=progress)
+        launches_per_op, distinct = compile_ops(program.ops, target,
+                                                compile_fn=tuned or compile_fn, progress=progress)
     except BackendCannotCompile as e:  # an op the chosen GEMM backend cannot run
         raise BuildError(str(e)) from None
     plan = plan_memory(program, launches_per_op)
-    return _write_folder(out, program, plan, target, spec, command_line,
-                         external_weights, distinct)
+    result = _write_folder(out, program, plan, target, spec, command_line, external_weights,
+                           distinct, tuning=tuned.provenance() if tuned else None)
+    result.warnings[:0] = notes + (tuned.notes() if tuned else [])
+    return result
+
+
+def _tuned_compiler(tuning_db, compile_fn):
+    """A TunedCompiler over `tuning_db` (None when no database is given)."""
+    if tuning_db is None:
+        return None
+    from aotpack.kernels import compile as default_compile
+    from aotpack.tuning.apply import TunedCompiler
+    from aotpack.tuning.db import TuningDB, TuningDBError
+
+    if not Path(tuning_db).is_file():
+        raise BuildError(f"--tuning-db {tuning_db}: no such file (create one with "
+                         f"`aotpack tune --import results.json --db {tuning_db}`)")
+    try:
+        db = TuningDB.load(tuning_db)
+    except TuningDBError as e:
+        raise BuildError(str(e)) from None
+    return TunedCompiler(db, compile_fn or default_compile)
+
+
+def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning_db, progress,
+               notes: list[str]) -> Path:
+    """`build --tune`: job → measured on this machine's GPU → merged into the database."""
+    from aotpack.tuning import measure
+    from aotpack.tuning.db import TuningDB, load_results
+    from aotpack.tuning.job import make_job
+
+    if measure.gpu_count() == 0:
+        raise BuildError("--tune measures on this machine's GPU, and there is none: run "
+                         "`aotpack tune` here, `aotpack-run --tune` on the target, then build "
+                         "with --tuning-db (docs/tuning.md)")
+    db_path = Path(tuning_db) if tuning_db else out.parent / f"{out.name}.tuning.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".aotpack-tune.", dir=out.parent) as tmp:
+        job = make_job(spec, Path(tmp) / "job.aotune", arch=arch, level=level,
+                       gemm_backend="auto" if gemm_backend == "triton" else gemm_backend,
+                       progress=progress)
+        try:
+            results = measure.run_job(job.path, Path(tmp) / "results.json", budget_s=budget_s)
+        except measure.MeasureError as e:
+            raise BuildError(str(e)) from None
+        db = TuningDB.load(db_path)
+        added, _ = db.import_results(load_results(results), str(results))
+        db.save(db_path)
+    notes.append(f"tuned {job.problems} kernel problems ({job.candidates} candidates); "
+                 f"{added} winners saved in {db_path}")
+    return db_path
 
 
 def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,
-                  external_weights: bool, distinct: int) -> BuildResult:
+                  external_weights: bool, distinct: int, tuning: dict | None = None) -> BuildResult:
     from aotpack.bundle import read_bundle, write_bundle
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp.", dir=out.parent))
     try:
         bundle = write_bundle(tmp / BUNDLE_NAME, program, plan, target=target,
-                              provenance=provenance(spec, command_line),
+                              provenance=dict(provenance(spec, command_line),
+                                              **({"tuning": tuning} if tuning else {})),
                               external_weights=WEIGHTS_NAME if external_weights else None)
         # read back what the runtime will parse (structure and manifest; the sha256s were taken
         # from the very bytes written, re-hashing gigabytes would only double the time)

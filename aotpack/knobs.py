@@ -27,10 +27,12 @@ CACHE_DIR = Knob("AOTPACK_CACHE_DIR", "folder of aotpack's compile cache",
 LIB = Knob("AOTPACK_LIB", "path of libaotpack.so to load instead of the packaged one")
 RUNTIME_DIR = Knob("AOTPACK_RUNTIME_DIR",
                    "folder holding the C++ launcher (bin/, lib/, include/) to copy into builds")
+RUN = Knob("AOTPACK_RUN", "path of the aotpack-run launcher to use (tuning, benchmarks) instead "
+           "of the installed one")
 LOG = Knob("AOTPACK_LOG", "log level: debug | info | warning | error", "warning")
 NO_PROGRESS = Knob("AOTPACK_NO_PROGRESS", "set to 1 to hide progress bars (CI logs)")
 
-ALL: tuple[Knob, ...] = (CACHE_DIR, LIB, RUNTIME_DIR, LOG, NO_PROGRESS)
+ALL: tuple[Knob, ...] = (CACHE_DIR, LIB, RUNTIME_DIR, RUN, LOG, NO_PROGRESS)
 
 
 def cache_dir() -> Path:
@@ -44,6 +46,11 @@ def lib_path() -> Path | None:
 
 def runtime_dir() -> Path | None:
     value = RUNTIME_DIR.get()
+    return Path(value).expanduser() if value else None
+
+
+def launcher_path() -> Path | None:
+    value = RUN.get()
     return Path(value).expanduser() if value else None
 
 

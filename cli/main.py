@@ -90,15 +90,27 @@ def build(
                                      help="GEMM kernels: triton (default), cutedsl (Hopper "
                                           "warp-specialized; needs nvidia-cutlass-dsl) or auto "
                                           "(cutedsl where installed and M >= 4096, else triton)"),
+    tuning_db: Optional[Path] = typer.Option(None, "--tuning-db", help="tuning database "
+                                             "(aotpack tune --import): ops measured there are "
+                                             "compiled with their measured winners"),
+    tune: str = typer.Option("none", "--tune", help="none | fast | full: tune on this machine's "
+                             "GPU first (needs one), saving winners to --tuning-db or to "
+                             "<output>.tuning.json"),
+    tune_budget: Optional[float] = typer.Option(None, "--tune-budget", min=1,
+                                                help="seconds of GPU measuring at most"),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
-    aotpack-run launcher, libaotpack, headers and a README. Needs no GPU."""
+    aotpack-run launcher, libaotpack, headers and a README. Needs no GPU (except --tune)."""
     from aotpack.build import build as run_build, command_line_from_argv, parse_arch
 
     parse_arch(arch)  # refuse a bad --arch before loading the model
+    if tune not in ("none", "fast", "full"):
+        err.print(f"[bold red]error:[/] --tune must be none, fast or full, not {escape(tune)}")
+        raise typer.Exit(2)
     result = run_build(spec, output, arch=arch, external_weights=external_weights, force=force,
                        progress=progress, command_line=command_line_from_argv(),
-                       gemm_backend=gemm_backend)
+                       gemm_backend=gemm_backend, tuning_db=tuning_db, tune=tune,
+                       tune_budget_s=tune_budget)
     for w in result.warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     out.print(f"[bold green]built[/] {escape(str(result.out_dir))}: {result.steps} steps, "
@@ -107,6 +119,46 @@ def build(
     if (result.out_dir / "aotpack-run").is_file():
         out.print(f"run it on the GPU machine: cd {escape(str(result.out_dir))} && "
                   f"./aotpack-run model.aotpack --bench 100")
+
+
+@app.command()
+@friendly
+def tune(
+    spec: Optional[str] = typer.Argument(None, help="the model (as for build); omit with --import"),
+    arch: str = typer.Option("sm90", "--arch", help="target GPU architecture (sm90)"),
+    output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                          help="job folder to write (e.g. job.aotune)"),
+    level: str = typer.Option("full", "--level", help="fast: a few configs per kernel; "
+                                                      "full: the whole candidate space"),
+    gemm_backend: str = typer.Option("auto", "--gemm-backend", help="GEMM candidates: triton, "
+                                     "cutedsl or auto (both, where CuTeDSL is installed)"),
+    jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1,
+                                       help="parallel compile processes (default: cores, <= 8)"),
+    force: bool = typer.Option(False, "--force", help="replace the job folder if it exists"),
+    import_: Optional[list[Path]] = typer.Option(None, "--import", help="results.json of "
+                                                 "`aotpack-run --tune` (or another database) to "
+                                                 "merge into --db; repeatable"),
+    db: Optional[Path] = typer.Option(None, "--db", help="tuning database to create or update"),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress"),
+):
+    """Offline autotuning (docs/tuning.md). On the build host (no GPU needed):
+    `aotpack tune MODEL -o job.aotune` compiles every candidate config of every tunable kernel
+    into a job folder. On the target GPU: `aotpack-run --tune job.aotune -o results.json`
+    measures them. Back here: `aotpack tune --import results.json --db tuning.json`, then
+    `aotpack build MODEL --tuning-db tuning.json`."""
+    from cli.tune import import_into_db, write_job
+
+    if import_:
+        if db is None:
+            err.print("[bold red]error:[/] --import needs --db (the database to update)")
+            raise typer.Exit(2)
+        import_into_db(out, err, import_, db)
+        return
+    if spec is None or output is None:
+        err.print("[bold red]error:[/] give MODEL and -o JOB_FOLDER (or --import RESULTS --db DB)")
+        raise typer.Exit(2)
+    write_job(out, spec, output, arch=arch, level=level, gemm_backend=gemm_backend, jobs=jobs,
+              force=force, progress=progress)
 
 
 @app.command()

@@ -29,3 +29,8 @@ def make(d: int = 4096, f: int = 16384, batch: int = 8, seq: int = 512,
     model = model.to(dtype).eval()
     x = torch.randn(batch, seq, d, dtype=dtype)
     return model, (x,)
+
+
+def make_decode(**kw):
+    """Decode-sized MLP: 16 sequences × 1 token (weight streaming dominates)."""
+    return make(**{"batch": 16, "seq": 1, **kw})

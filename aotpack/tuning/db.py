@@ -1,0 +1,130 @@
+"""The tuning database: measured winners keyed as docs/tuning.md says, in one JSON file.
+
+    {"format": "aotpack-tuning-db", "version": 1, "records": [
+       {"key", "shape_key", "desc", "device": {"name", "sm_count", "cc", "driver"},
+        "winner": {"name", "config", "median_us"}, "baseline": {"name", "median_us"},
+        "measured": <candidates timed>, "job_id", "runtime"}, ...]}
+
+One record per (key, device name, driver): re-measuring replaces it, results of other
+machines are kept side by side (merge = union, newest import wins on a tie). The file is
+written sorted, so the same records give the same bytes. A build looks a canonical op up by
+key; among records of several drivers it takes the newest driver's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FORMAT, VERSION = "aotpack-tuning-db", 1
+RESULTS_FORMAT = "aotpack-tuning-results"
+
+
+class TuningDBError(ValueError):
+    """A database or results file that cannot be used (the message says which and why)."""
+
+
+def _identity(rec: dict) -> tuple:
+    d = rec["device"]
+    return (rec["key"], d.get("name", ""), int(d.get("driver", 0)))
+
+
+@dataclass
+class TuningDB:
+    records: dict[tuple, dict] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ files
+    @classmethod
+    def load(cls, path) -> "TuningDB":
+        path = Path(path)
+        if not path.exists():
+            return cls()
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise TuningDBError(f"{path}: not a readable JSON tuning database ({e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise TuningDBError(f"{path}: not an aotpack tuning database (format "
+                                f"{doc.get('format') if isinstance(doc, dict) else None!r})")
+        if doc.get("version") != VERSION:
+            raise TuningDBError(f"{path}: database version {doc.get('version')} but this "
+                                f"aotpack reads version {VERSION}")
+        db = cls()
+        for rec in doc.get("records", []):
+            db.records[_identity(rec)] = rec
+        return db
+
+    def save(self, path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"format": FORMAT, "version": VERSION,
+               "records": [self.records[k] for k in sorted(self.records)]}
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    # ------------------------------------------------------------------ updates
+    def merge(self, other: "TuningDB") -> int:
+        self.records.update(other.records)
+        return len(other.records)
+
+    def import_results(self, results: dict, where: str = "results") -> tuple[int, list[str]]:
+        """Add one record per problem that has a measured winner. Returns (records added,
+        notes on problems without one)."""
+        if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
+            raise TuningDBError(f"{where}: not an aotpack-run --tune results file")
+        if results.get("version") != 1:
+            raise TuningDBError(f"{where}: results version {results.get('version')} unknown")
+        device = results.get("device") or {}
+        added, notes = 0, []
+        for prob in results.get("problems", []):
+            rec = _record(prob, device, results)
+            if rec is None:
+                notes.append(f"{prob.get('desc', prob.get('key'))}: no candidate passed")
+                continue
+            self.records[_identity(rec)] = rec
+            added += 1
+        return added, notes
+
+    # ------------------------------------------------------------------ lookup
+    def lookup(self, key: str) -> dict | None:
+        """The record of `key` (newest driver first), or None."""
+        hits = [r for (k, _, _), r in self.records.items() if k == key]
+        return max(hits, key=lambda r: int(r["device"].get("driver", 0))) if hits else None
+
+    def shape_keys(self) -> set[str]:
+        return {r.get("shape_key") for r in self.records.values() if r.get("shape_key")}
+
+
+def _record(prob: dict, device: dict, results: dict) -> dict | None:
+    ok = [c for c in prob.get("candidates", [])
+          if c.get("status") == "ok" and c.get("median_us") is not None]
+    if not ok:
+        return None
+    best = min(ok, key=lambda c: (c["median_us"], c["name"]))
+    cands = prob["candidates"]
+    base = cands[0] if cands else {}
+    return {
+        "key": prob["key"], "shape_key": (prob.get("info") or {}).get("shape_key"),
+        "desc": prob.get("desc", ""),
+        "device": {"name": device.get("name", ""), "sm_count": device.get("sm_count"),
+                   "cc": device.get("cc"), "driver": int(device.get("driver") or 0)},
+        "winner": {"name": best["name"], "config": best["config"],
+                   "median_us": best["median_us"]},
+        "baseline": {"name": base.get("name"), "median_us": base.get("median_us")},
+        "measured": len(ok), "job_id": results.get("job_id"), "runtime": results.get("runtime"),
+    }
+
+
+def load_results(path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise TuningDBError(f"{path}: cannot read results ({e})") from None

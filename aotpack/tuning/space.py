@@ -1,0 +1,164 @@
+"""What can be tuned, and how: the candidate configs of one kernel op and how to compile one.
+
+A candidate is a JSON-able dict `{"template": <name>, **fields}` — the same dict the tuning
+database stores for a winner, so a build can compile exactly what was measured. The first
+candidate of every op is the one a build without tuning data compiles (the heuristic), which
+makes it the natural reference for correctness and the baseline of the speed-up.
+
+Tunable today: GEMMs (Triton tile and split-K configs, CuTeDSL tiles/clusters) and attention
+(Triton tile/stage configs). Norms, RoPE and generated pointwise kernels have one config each.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aotpack.kernels.spec import AttentionOp, GemmOp, KernelOp, Target
+
+LEVELS = ("fast", "full")
+# per backend, how many configs `fast` measures (the heuristic's is always among them)
+_FAST = {"gemm.triton": 6, "gemm.cutedsl": 3, "attention.triton": 4}
+
+# Source files whose change invalidates measurements of each op family (relative to kernels/).
+_GEMM_SOURCES = ("spec.py", "triton/gemm.py", "triton/gemm_configs.py", "triton/gemm_splitk.py",
+                 "triton/compile.py", "triton/_common.py", "cutedsl/gemm.py",
+                 "cutedsl/compile.py", "cutedsl/build.py", "cutedsl/slots.py")
+_ATTENTION_SOURCES = ("spec.py", "triton/attention.py", "triton/compile.py", "triton/_common.py")
+
+
+@dataclass(frozen=True)
+class Family:
+    template: str  # key component: which family of kernels competes for the op
+    sources: tuple[str, ...]
+
+
+def family(op: KernelOp) -> Family | None:
+    """The tunable family of `op`, or None when it has a single config."""
+    if isinstance(op, GemmOp):
+        return Family("gemm", _GEMM_SOURCES)
+    if isinstance(op, AttentionOp):
+        return Family("attention", _ATTENTION_SOURCES)
+    return None
+
+
+def candidate_name(config: dict) -> str:
+    fields = " ".join(f"{k}={_short(v)}" for k, v in config.items() if k != "template")
+    return f"{config['template']} {fields}".strip()
+
+
+def _short(v) -> str:
+    return {True: "1", False: "0"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+
+
+# ----------------------------------------------------------------------------- GEMM
+def _triton_gemm_configs(op: GemmOp, target: Target) -> list[dict]:
+    from aotpack.kernels.triton import gemm, gemm_configs as gc
+
+    M, K = op.a.shape
+    N = op.b.shape[0]
+    heuristic = gemm.config_for(op, target)
+    if hasattr(gc, "candidate_configs"):
+        space = list(gc.candidate_configs(M, N, K, op.a.dtype, target, op.out.dtype))
+    else:
+        space = [gc.fit_smem(c, op.a.dtype, op.out.dtype, target) for c in gc.CONFIG_SPACE]
+    ordered = [heuristic] + [c for c in space if c != heuristic]
+    supports = getattr(gemm, "supports_config", None)
+    out = []
+    for cfg in ordered:
+        if supports is not None and supports(op, cfg) is not None:
+            continue
+        d = {"template": "gemm.triton", **cfg.as_dict()}
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def _cutedsl_gemm_configs(op: GemmOp) -> list[dict]:
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():
+        return []
+    cute_build.ensure_env()
+    from aotpack.kernels.cutedsl import compile as cute
+
+    if cute.supports(op) is not None:
+        return []
+    out = []
+    for cfg in [cute.default_config(op)] + cute.candidates(op):
+        d = {"template": "gemm.cutedsl", "tile_m": cfg.tile_m, "tile_n": cfg.tile_n,
+             "cluster_m": cfg.cluster_m, "cluster_n": cfg.cluster_n,
+             "raster_along_m": cfg.raster_along_m, "swizzle": cfg.swizzle}
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def _gemm_candidates(op: GemmOp, target: Target, gemm_backend: str) -> list[dict]:
+    triton = _triton_gemm_configs(op, target) if gemm_backend in ("triton", "auto") else []
+    cute = _cutedsl_gemm_configs(op) if gemm_backend in ("cutedsl", "auto") else []
+    first = triton[:1]
+    if gemm_backend == "cutedsl" or (gemm_backend == "auto" and cute and _auto_picks_cutedsl(op)):
+        first = cute[:1]
+    return first + [c for c in triton + cute if c not in first]
+
+
+def _auto_picks_cutedsl(op: GemmOp) -> bool:
+    from aotpack.kernels import AUTO_CUTEDSL_MIN_M
+
+    return op.out.shape[0] >= AUTO_CUTEDSL_MIN_M
+
+
+# ----------------------------------------------------------------------------- public
+def candidates(op: KernelOp, target: Target, *, level: str = "full",
+               gemm_backend: str = "auto") -> list[dict]:
+    """Candidate configs of `op`, heuristic first; [] when the op is not tunable."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown tuning level {level!r}: {' or '.join(LEVELS)}")
+    if isinstance(op, GemmOp):
+        configs = _gemm_candidates(op, target, gemm_backend)
+    elif isinstance(op, AttentionOp):
+        from aotpack.kernels.triton import attention
+
+        configs = [{"template": "attention.triton", **c}
+                   for c in attention.candidate_configs(op)]
+    else:
+        return []
+    if level == "fast":
+        kept, seen = [], {}
+        for i, c in enumerate(configs):
+            n = seen.get(c["template"], 0)
+            if i == 0 or n < _FAST.get(c["template"], 4):
+                kept.append(c)
+                seen[c["template"]] = n + 1
+        configs = kept
+    return configs
+
+
+def compile_candidate(op: KernelOp, target: Target, config: dict):
+    """Launches of `op` compiled with exactly `config` (a candidate dict). Raises ValueError /
+    RuntimeError when the config cannot compile this op on `target`."""
+    fields = {k: v for k, v in config.items() if k != "template"}
+    template = config.get("template")
+    if template == "gemm.triton":
+        from aotpack.kernels.triton import gemm, gemm_configs as gc
+
+        if hasattr(gc, "config_from_dict"):
+            cfg = gc.config_from_dict(fields)
+        else:
+            fields.pop("kind", None)
+            cfg = gc.GemmConfig(**fields)
+        return gemm.compile_config(op, cfg, target)
+    if template == "gemm.cutedsl":
+        from aotpack.kernels.cutedsl import build as cute_build
+
+        if not cute_build.available():
+            raise RuntimeError("this candidate needs CuTeDSL on the build host: "
+                               "pip install nvidia-cutlass-dsl==4.8.1")
+        cute_build.ensure_env()
+        from aotpack.kernels.cutedsl import compile as cute
+
+        return cute.compile_config(op, cute.default_config(op, **fields), target)
+    if template == "attention.triton":
+        from aotpack.kernels.triton import attention
+
+        return attention.compile(op, target, fields)
+    raise ValueError(f"unknown tuning template {template!r} (a database from a newer aotpack?)")

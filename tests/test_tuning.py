@@ -1,0 +1,247 @@
+"""Offline tuning on the host (docs/tuning.md): job folders, keys, the database, builds that
+use it, reproducibility. Measuring needs a GPU (`aotpack-run --tune`, ctest covers the launcher
+with a fake driver); results are written here the way the launcher writes them."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+pytest.importorskip("triton")
+
+from aotpack.build import BuildError, build  # noqa: E402
+from aotpack.bundle import read_bundle  # noqa: E402
+from aotpack.tuning.db import TuningDB, TuningDBError  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tuning")
+    (d / "small.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\nimport mlp\n\n"
+        "def make():\n    return mlp.make(d=64, f=256, batch=2, seq=64)\n")
+    return d
+
+
+@pytest.fixture(scope="module")
+def job(workdir):
+    """A `fast` Triton job of a small MLP (two GEMM problems), compiled once per module."""
+    from aotpack.tuning.job import make_job
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("AOTPACK_CACHE_DIR", str(workdir / "cache"))
+    try:
+        summary = make_job(f"{workdir / 'small.py'}:make", workdir / "job.aotune", level="fast",
+                           gemm_backend="triton", jobs=1, progress=False)
+    finally:
+        mp.undo()
+    return summary, json.loads((workdir / "job.aotune" / "job.json").read_text())
+
+
+def fake_results(job_doc: dict, winner: dict[int, int], *, driver=13000, name="NVIDIA H200",
+                 fail_all: int | None = None) -> dict:
+    """What `aotpack-run --tune` writes: candidate `winner[p]` of problem p is the fastest."""
+    problems = []
+    for pi, p in enumerate(job_doc["problems"]):
+        cands = []
+        for ci, c in enumerate(p["candidates"]):
+            ok = fail_all != pi
+            cands.append({"name": c["name"], "config": c["config"],
+                          "status": "ok" if ok else "wrong",
+                          "median_us": 10.0 if ci == winner.get(pi) else 20.0 + ci,
+                          "p10_us": 9.0, "p90_us": 30.0, "rel_err": 0.001, "message": ""})
+        problems.append({"key": p["key"], "desc": p["desc"], "info": p["info"],
+                         "candidates": cands})
+    return {"format": "aotpack-tuning-results", "version": 1, "job_id": job_doc["job_id"],
+            "device": {"name": name, "cc": [9, 0], "sm_count": 132, "driver": driver},
+            "runtime": "0.1.0", "settings": job_doc["settings"], "problems": problems}
+
+
+def test_job_folder_holds_one_op_bundles_heuristic_first(job, workdir):
+    summary, doc = job
+    assert doc["format"] == "aotpack-tuning-job" and doc["version"] == 1
+    assert summary.problems == len(doc["problems"]) == 2  # fc1 (bias+gelu) and fc2 (bias)
+    from aotpack.kernels.triton import gemm
+    from aotpack.tuning.job import find_problems  # noqa: F401 — the module under test
+
+    keys = [p["key"] for p in doc["problems"]]
+    assert len(set(keys)) == len(keys)
+    for p in doc["problems"]:
+        assert p["reference"] == 0 and len(p["candidates"]) >= 2 and p["rtol"] == 0.02
+        names = {c["name"] for c in p["candidates"]}
+        assert len(names) == len(p["candidates"])
+        sigs = set()
+        for c in p["candidates"]:
+            b = read_bundle(workdir / "job.aotune" / c["bundle"], checksums=True)
+            m = b.manifest
+            assert m["weights"] == [] and len(m["outputs"]) == 1
+            sigs.add(json.dumps([m["inputs"], m["outputs"]], sort_keys=True))
+            assert m["kernels"][0]["config"]["BM"] == c["config"]["BM"]
+        assert len(sigs) == 1  # every candidate of a problem has the same signature
+    # the reference is the config a build without tuning data compiles
+    first = doc["problems"][0]["candidates"][0]["config"]
+    assert first["template"] == "gemm.triton"
+    M = int(doc["problems"][0]["desc"].split("M=")[1].split()[0])
+    assert M == 128
+    del gemm
+
+
+def test_keys_ignore_storage_names_but_not_shapes():
+    from aotpack.build import canonical
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import SM90, GemmOp, contiguous
+    from aotpack.tuning import keys, space
+
+    def op(m, names=("x", "w", "y")):
+        return GemmOp(contiguous(names[0], DType.BF16, (m, 64)),
+                      contiguous(names[1], DType.BF16, (128, 64)),
+                      contiguous(names[2], DType.BF16, (m, 128)))
+
+    fam = space.family(op(16))
+
+    def key(o):
+        return keys.problem_keys(canonical(o)[0], SM90, fam.template, fam.sources)
+
+    assert key(op(16)) == key(op(16, ("a", "b", "c")))
+    assert key(op(16))[0] != key(op(32))[0] and key(op(16))[1] != key(op(32))[1]
+    other_sm = keys.problem_keys(canonical(op(16))[0], SM90.__class__(sm_count=114),
+                                 fam.template, fam.sources)
+    assert other_sm[0] != key(op(16))[0]
+
+
+def test_import_build_uses_the_winner_and_records_it(job, workdir):
+    _, doc = job
+    db_path = workdir / "db1.json"
+    db = TuningDB()
+    added, notes = db.import_results(fake_results(doc, {0: 2, 1: 1}))
+    assert added == 2 and notes == []
+    db.save(db_path)
+    spec = f"{workdir / 'small.py'}:make"
+    plain = build(spec, workdir / "plain", progress=False, command_line="t")
+    tuned = build(spec, workdir / "tuned", progress=False, command_line="t", tuning_db=db_path)
+    assert any("2 of 2 tunable kernel ops" in w for w in tuned.warnings)
+    kp = read_bundle(plain.bundle).manifest
+    kt = read_bundle(tuned.bundle).manifest
+    fields = ("BM", "BN", "BK", "num_warps", "num_stages", "EPI_SPLIT")
+
+    def tile(cfg):
+        return tuple(cfg.get(f) for f in fields)
+
+    winners = [doc["problems"][0]["candidates"][2]["config"],
+               doc["problems"][1]["candidates"][1]["config"]]
+    heuristics = [p["candidates"][0]["config"] for p in doc["problems"]]
+    assert [tile(c) for c in winners] != [tile(c) for c in heuristics]
+    gemm_configs = [k["config"] for k in kt["kernels"] if "BM" in k["config"]]
+    plain_configs = [k["config"] for k in kp["kernels"] if "BM" in k["config"]]
+    assert sorted(map(tile, gemm_configs)) == sorted(map(tile, winners))
+    assert sorted(map(tile, plain_configs)) == sorted(map(tile, heuristics))
+    recs = kt["provenance"]["tuning"]["records"]
+    assert [r["winner"] for r in recs] == [doc["problems"][0]["candidates"][2]["name"],
+                                          doc["problems"][1]["candidates"][1]["name"]]
+    assert recs[0]["median_us"] == 10.0 and recs[0]["device"] == "NVIDIA H200"
+    assert "tuning" not in kp["provenance"]
+
+
+def test_tuned_build_is_byte_reproducible(job, workdir):
+    _, doc = job
+    db_path = workdir / "db2.json"
+    db = TuningDB()
+    db.import_results(fake_results(doc, {0: 1, 1: 2}))
+    db.save(db_path)
+    spec = f"{workdir / 'small.py'}:make"
+    a = build(spec, workdir / "r1", progress=False, command_line="t", tuning_db=db_path)
+    b = build(spec, workdir / "r2", progress=False, command_line="t", tuning_db=db_path)
+    assert a.bundle.read_bytes() == b.bundle.read_bytes()
+    db.save(workdir / "db2-again.json")
+    assert (workdir / "db2-again.json").read_bytes() == db_path.read_bytes()
+
+
+def test_stale_records_are_ignored_with_a_message(job, workdir):
+    _, doc = job
+    db = TuningDB()
+    db.import_results(fake_results(doc, {0: 1, 1: 1}))
+    for i, rec in enumerate(db.records.values()):  # as if measured with other kernel sources
+        rec["key"] = f"{i:064x}"
+    db_path = workdir / "stale.json"
+    db.save(db_path)
+    res = build(f"{workdir / 'small.py'}:make", workdir / "stale-out", progress=False,
+                command_line="t", tuning_db=db_path)
+    assert any("0 of 2 tunable" in w for w in res.warnings)
+    assert any("2 op(s) have only stale records" in w for w in res.warnings)
+
+
+def test_databases_merge_across_machines(job):
+    _, doc = job
+    a, b = TuningDB(), TuningDB()
+    a.import_results(fake_results(doc, {0: 1, 1: 1}, driver=12080, name="NVIDIA H100"))
+    b.import_results(fake_results(doc, {0: 2, 1: 2}, driver=13000))
+    a.merge(b)
+    assert len(a.records) == 4  # same keys, two machines: kept side by side
+    key = doc["problems"][0]["key"]
+    assert a.lookup(key)["device"]["driver"] == 13000  # newest driver first
+    # re-measuring on the same machine replaces its record
+    a.import_results(fake_results(doc, {0: 3, 1: 3}, driver=13000))
+    assert len(a.records) == 4
+    assert a.lookup(key)["winner"]["name"] == doc["problems"][0]["candidates"][3]["name"]
+
+
+def test_problem_without_a_passing_candidate_gets_no_record(job):
+    _, doc = job
+    db = TuningDB()
+    added, notes = db.import_results(fake_results(doc, {0: 1, 1: 1}, fail_all=1))
+    assert added == 1 and len(notes) == 1 and "no candidate passed" in notes[0]
+
+
+def test_bad_files_are_refused_clearly(tmp_path, job):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "something-else"}')
+    with pytest.raises(TuningDBError, match="not an aotpack tuning database"):
+        TuningDB.load(bad)
+    with pytest.raises(TuningDBError, match="not an aotpack-run --tune results file"):
+        TuningDB().import_results({"format": "x"})
+    with pytest.raises(BuildError, match="no such file"):
+        build("examples/mlp.py:make", tmp_path / "o", tuning_db=tmp_path / "missing.json",
+              progress=False)
+
+
+def test_cli_tune_import_and_usage_errors(job, workdir, tmp_path):
+    from cli.main import app
+
+    _, doc = job
+    res_path = tmp_path / "results.json"
+    res_path.write_text(json.dumps(fake_results(doc, {0: 1, 1: 1})))
+    runner = CliRunner()
+    r = runner.invoke(app, ["tune", "--import", str(res_path), "--db", str(tmp_path / "db.json")])
+    assert r.exit_code == 0, r.output
+    assert "imported 2 winners" in r.output
+    assert len(TuningDB.load(tmp_path / "db.json").records) == 2
+    r = runner.invoke(app, ["tune", "--import", str(res_path)])
+    assert r.exit_code == 2 and "--import needs --db" in r.output
+    r = runner.invoke(app, ["tune", "examples/mlp.py:make"])
+    assert r.exit_code == 2 and "-o JOB_FOLDER" in r.output
+
+
+def test_build_tune_without_a_gpu_says_what_to_do(tmp_path, monkeypatch):
+    from aotpack.tuning import measure
+
+    monkeypatch.setattr(measure, "gpu_count", lambda: 0)
+    with pytest.raises(BuildError, match="aotpack-run --tune` on the target"):
+        build("examples/mlp.py:make", tmp_path / "o", tune="fast", progress=False)
+
+
+def test_fast_level_keeps_the_heuristic_and_trims_the_rest():
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import SM90, GemmOp, contiguous
+    from aotpack.tuning import space
+
+    op = GemmOp(contiguous("a", DType.BF16, (2048, 4096)), contiguous("b", DType.BF16, (4096, 4096)),
+                contiguous("c", DType.BF16, (2048, 4096)))
+    full = space.candidates(op, SM90, level="full", gemm_backend="triton")
+    fast = space.candidates(op, SM90, level="fast", gemm_backend="triton")
+    assert fast[0] == full[0] and len(fast) < len(full) and set(map(str, fast)) <= set(map(str, full))
+    with pytest.raises(ValueError, match="unknown tuning level"):
+        space.candidates(op, SM90, level="medium")
