@@ -148,6 +148,7 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr);                               // _v2
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);       // _v2
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);             // _v2
+  CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
                                      const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,

@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_set>
@@ -267,6 +268,32 @@ std::string quote(const std::string& s) {
   }
   out += '"';
   return out;
+}
+
+std::string dump(const Value& v) {
+  switch (v.type) {
+    case Type::Null: return "null";
+    case Type::Bool: return v.b ? "true" : "false";
+    case Type::Int: return std::to_string(v.i);
+    case Type::Double: {
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.17g", v.d);
+      return buf;
+    }
+    case Type::String: return quote(v.s);
+    case Type::Array: {
+      std::string s = "[";
+      for (size_t i = 0; i < v.items.size(); ++i) s += (i ? "," : "") + dump(v.items[i]);
+      return s + "]";
+    }
+    case Type::Object: {
+      std::string s = "{";
+      for (size_t i = 0; i < v.fields.size(); ++i)
+        s += (i ? "," : "") + quote(v.fields[i].first) + ":" + dump(v.fields[i].second);
+      return s + "}";
+    }
+  }
+  return "null";
 }
 
 }  // namespace json

@@ -45,5 +45,9 @@ Value parse(const char* text, size_t size, const std::string& what);
 // Serializes a string as a JSON string literal (quotes + escapes); used by writers.
 std::string quote(const std::string& s);
 
+// Serializes a value as compact JSON, object keys in document order. Doubles get 17
+// significant digits so they read back bit-exactly (parse() never yields NaN/Inf).
+std::string dump(const Value& v);
+
 }  // namespace json
 }  // namespace aotpack

@@ -14,34 +14,6 @@
 
 namespace aotpack_test {
 
-using aotpack::json::quote;
-
-std::string dump(const Value& v) {
-  switch (v.type) {
-    case Type::Null: return "null";
-    case Type::Bool: return v.b ? "true" : "false";
-    case Type::Int: return std::to_string(v.i);
-    case Type::Double: {
-      char buf[64];
-      std::snprintf(buf, sizeof(buf), "%.17g", v.d);
-      return buf;
-    }
-    case Type::String: return quote(v.s);
-    case Type::Array: {
-      std::string s = "[";
-      for (size_t i = 0; i < v.items.size(); ++i) s += (i ? "," : "") + dump(v.items[i]);
-      return s + "]";
-    }
-    case Type::Object: {
-      std::string s = "{";
-      for (size_t i = 0; i < v.fields.size(); ++i)
-        s += (i ? "," : "") + quote(v.fields[i].first) + ":" + dump(v.fields[i].second);
-      return s + "}";
-    }
-  }
-  return "null";
-}
-
 Value jint(int64_t i) {
   Value v;
   v.type = Type::Int;
@@ -142,14 +114,14 @@ TestBundle::TestBundle(bool external_weights) : external(external_weights) {
   }
 }
 
-std::string TestBundle::write(const std::string& dir) const {
+std::string TestBundle::write(const std::string& dir, const std::string& file) const {
   using aotpack::TensorToWrite;
   std::vector<TensorToWrite> tensors;
   TensorToWrite w{"w", "F32", file_weight_shape, file_weight.data(), file_weight.size() * 4};
   if (!external) tensors.push_back(w);
   tensors.push_back({"__aotpack__.cubin.0", "U8", {int64_t(cubin.size())}, cubin.data(),
                      cubin.size()});
-  std::string path = dir + "/model.aotpack";
+  std::string path = dir + "/" + file;
   aotpack::write_safetensors(path, tensors, {{"aotpack.manifest", dump(manifest)}}, 256);
   if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256);
   return path;

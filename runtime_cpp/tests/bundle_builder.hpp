@@ -15,7 +15,7 @@ using aotpack::json::Type;
 using aotpack::json::Value;
 
 // Serializes a JSON tree (compact).
-std::string dump(const Value& v);
+using aotpack::json::dump;
 // Value constructors.
 Value jint(int64_t i);
 Value jstr(const std::string& s);
@@ -26,6 +26,10 @@ Value& at(Value& arr, size_t i);
 
 // A fresh directory under $TMPDIR (or /tmp) for one test.
 std::string make_temp_dir(const std::string& tag);
+
+// Fixture of the `aotpack-run --tune` tests: writes job folders under `dir` (see
+// tune_fixture.cpp for what each one holds).
+void write_tune_jobs(const std::string& dir);
 
 // A valid model: input x f32[4,64], output y f32[4,64], weight w f32[64] (embedded or
 // external), one kernel with ptr/tensormap/i32/f32/null slots, arena of 4096 bytes.
@@ -38,9 +42,9 @@ struct TestBundle {
   std::vector<int64_t> file_weight_shape = {64};
 
   explicit TestBundle(bool external_weights = false);
-  // Writes <dir>/model.aotpack (and <dir>/weights.safetensors when external); returns the
-  // bundle path.
-  std::string write(const std::string& dir) const;
+  // Writes <dir>/<file> (and <dir>/weights.safetensors when external); returns the bundle
+  // path.
+  std::string write(const std::string& dir, const std::string& file = "model.aotpack") const;
 };
 
 }  // namespace aotpack_test

@@ -1,12 +1,23 @@
 // fake_libcuda.cpp — a stand-in for libcuda.so.1 so CI (no GPU) can exercise the device
 // half of the runtime: model load, parameter packing, tensor-map encoding, graph capture and
-// replay, aotpack-run --bench. "Device memory" is host memory; the one kernel it knows,
-// `add_kernel` (the test bundle's), runs on the CPU: y[i] = x[i] + alpha * w[i % 64].
+// replay, aotpack-run --bench and --tune. "Device memory" is host memory; the one kernel it
+// knows, `add_kernel` (the test bundle's), runs on the CPU: y[i] = x[i] + alpha * w[i % 64].
 // It checks what a real driver would (alignment, tensor-map rules, launch shape) and what
 // the test bundle promises (parameter values), and fails the call otherwise.
+// Variants of the entry name simulate bad tuning candidates (same parameters):
+//   add_kernel_wrong  computes y = x - alpha * w (a wrong answer)
+//   add_kernel_hang   never returns (a GPU hang: the tuner must kill the process)
+//   add_kernel_crash  kills the process with SIGSEGV
+//   add_kernel_fault  fails with CUDA_ERROR_ILLEGAL_ADDRESS, which then sticks to every later
+//                     launch/copy/sync call, like a poisoned context
 //
 // Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000).
 // fake_cuda_stats() reports counters to tests.
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -21,9 +32,19 @@ using namespace aotpack::cu;
 
 namespace {
 
-constexpr CUresult kInvalidValue = 1, kNotFound = 500, kInvalidImage = 200;
+constexpr CUresult kInvalidValue = 1, kNotFound = 500, kInvalidImage = 200,
+                   kIllegalAddress = 700;
+
+// Kernel variants, selected by entry name; a CUfunction points at one of these.
+enum Variant { kAdd, kWrong, kHang, kCrash, kFault, kNumVariants };
+const char* const kVariantNames[kNumVariants] = {"add_kernel", "add_kernel_wrong",
+                                                 "add_kernel_hang", "add_kernel_crash",
+                                                 "add_kernel_fault"};
+int g_variant_ids[kNumVariants] = {kAdd, kWrong, kHang, kCrash, kFault};
+CUresult g_sticky = 0;  // a sticky error (set by add_kernel_fault)
 
 struct Launch {
+  int variant = kAdd;
   unsigned grid[3], block[3], smem, cluster[3];
   std::vector<std::vector<uint8_t>> params;  // copied at launch time, like the driver
 };
@@ -63,6 +84,27 @@ T param(const Launch& l, size_t i) {
   return v;
 }
 
+// The "kernel" itself, in the flavour the entry name asked for.
+CUresult run_variant(int variant, const float* x, const float* w, float* y, int32_t n,
+                     float alpha) {
+  if (variant == kHang)
+    for (;;) sleep(1);
+  if (variant == kCrash) {
+    struct rlimit no_core = {0, 0};  // a deliberate crash must not leave core files behind
+    setrlimit(RLIMIT_CORE, &no_core);
+    std::signal(SIGSEGV, SIG_DFL);  // die by the signal even where ASan installed a handler
+    std::raise(SIGSEGV);
+  }
+  if (variant == kFault) {
+    g_sticky = kIllegalAddress;
+    g_error = "an illegal memory access was encountered";
+    return kIllegalAddress;
+  }
+  float sign = variant == kWrong ? -1.0f : 1.0f;
+  for (int32_t i = 0; i < n; ++i) y[i] = x[i] + sign * alpha * w[i % 64];
+  return 0;
+}
+
 // Executes add_kernel on the CPU after checking every parameter the bundle defines.
 CUresult execute(const Launch& l) {
   ++g_stats.launches;
@@ -83,8 +125,7 @@ CUresult execute(const Launch& l) {
   if (param<uint64_t>(l, 7) != 0 || param<uint64_t>(l, 8) != 0) return fail_with("null slot");
   if (n != 256 || alpha != 1.5f) return fail_with("scalar parameters");
   if (l.block[0] != 128 || l.grid[0] % l.cluster[0] != 0) return fail_with("launch shape");
-  for (int32_t i = 0; i < n; ++i) y[i] = x[i] + alpha * w[i % 64];
-  return 0;
+  return run_variant(l.variant, x, w, y, n, alpha);
 }
 
 FakeStream* stream_of(CUstream s) {
@@ -111,7 +152,10 @@ API cuInit(unsigned) { return 0; }
 API cuDriverGetVersion(int* v) { *v = env_int("FAKE_CUDA_DRIVER_VERSION", 13000); return 0; }
 API cuGetErrorString(CUresult r, const char** s) { *s = r ? g_error : "no error"; return 0; }
 API cuGetErrorName(CUresult r, const char** s) {
-  *s = r == kInvalidValue ? "CUDA_ERROR_INVALID_VALUE" : r ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS";
+  *s = r == kInvalidValue     ? "CUDA_ERROR_INVALID_VALUE"
+       : r == kIllegalAddress ? "CUDA_ERROR_ILLEGAL_ADDRESS"
+       : r                    ? "CUDA_ERROR_FAKE"
+                              : "CUDA_SUCCESS";
   return 0;
 }
 API cuDeviceGetCount(int* n) { *n = 1; return 0; }
@@ -148,9 +192,12 @@ API cuModuleLoadData(CUmodule* m, const void* image) {
 }
 API cuModuleUnload(CUmodule m) { delete reinterpret_cast<int*>(m); return 0; }
 API cuModuleGetFunction(CUfunction* f, CUmodule, const char* name) {
-  if (std::strcmp(name, "add_kernel") != 0) return kNotFound;
-  *f = reinterpret_cast<CUfunction>(&g_ctx_storage);
-  return 0;
+  for (int v = 0; v < kNumVariants; ++v)
+    if (std::strcmp(name, kVariantNames[v]) == 0) {
+      *f = reinterpret_cast<CUfunction>(&g_variant_ids[v]);
+      return 0;
+    }
+  return kNotFound;
 }
 API cuFuncSetAttribute(CUfunction, CUfunction_attribute a, int v) {
   if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && v > 232448)
@@ -167,11 +214,20 @@ API cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
 }
 API cuMemFree_v2(CUdeviceptr p) { std::free(reinterpret_cast<void*>(p)); return 0; }
 API cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) {
+  if (g_sticky) return g_sticky;
   std::memcpy(reinterpret_cast<void*>(d), s, n);
   return 0;
 }
 API cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) {
+  if (g_sticky) return g_sticky;
   std::memcpy(d, reinterpret_cast<const void*>(s), n);
+  return 0;
+}
+API cuMemsetD32Async(CUdeviceptr d, unsigned int value, size_t n, CUstream) {
+  if (g_sticky) return g_sticky;
+  if (d % 4 != 0) return fail_with("cuMemsetD32Async: destination not 4-byte aligned");
+  uint32_t* p = reinterpret_cast<uint32_t*>(d);
+  for (size_t i = 0; i < n; ++i) p[i] = value;
   return 0;
 }
 
@@ -201,10 +257,12 @@ API cuTensorMapEncodeTiled(CUtensorMap* m, CUtensorMapDataType, cuuint32_t rank,
   return 0;
 }
 
-API cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction, void** params, void** extra) {
+API cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_sticky) return g_sticky;
   if (extra) return fail_with("extra must be NULL");
   Launch l;
+  l.variant = *reinterpret_cast<const int*>(f);
   unsigned g[3] = {c->gridDimX, c->gridDimY, c->gridDimZ};
   unsigned b[3] = {c->blockDimX, c->blockDimY, c->blockDimZ};
   std::memcpy(l.grid, g, sizeof(g));
@@ -237,7 +295,7 @@ API cuStreamCreate(CUstream* s, unsigned) {
   return 0;
 }
 API cuStreamDestroy_v2(CUstream s) { delete reinterpret_cast<FakeStream*>(s); return 0; }
-API cuStreamSynchronize(CUstream) { return 0; }
+API cuStreamSynchronize(CUstream) { return g_sticky; }
 API cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* st) {
   *st = stream_of(s)->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return 0;
@@ -264,6 +322,7 @@ API cuGraphInstantiateWithFlags(CUgraphExec* e, CUgraph g, unsigned long long) {
 }
 API cuGraphLaunch(CUgraphExec e, CUstream) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_sticky) return g_sticky;
   ++g_stats.graph_launches;
   for (const Launch& l : reinterpret_cast<FakeGraph*>(e)->launches)
     if (CUresult r = execute(l)) return r;
@@ -282,7 +341,7 @@ API cuEventRecord(CUevent e, CUstream) {
   *reinterpret_cast<int*>(e) = ++g_event_clock;
   return 0;
 }
-API cuEventSynchronize(CUevent) { return 0; }
+API cuEventSynchronize(CUevent) { return g_sticky; }
 API cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
   // 0.25 ms per event tick: deterministic "timings" for the bench output.
   *ms = 0.25f * float(*reinterpret_cast<int*>(b) - *reinterpret_cast<int*>(a));

@@ -3,6 +3,25 @@
 // itself never includes cuda.h. Our header must come first: cuda.h #defines plain API
 // names (cuMemAlloc → cuMemAlloc_v2) that would rename our table's members.
 #include "cuda_driver.hpp"
+
+// Every entry point of the driver table. Their types are captured as aliases BEFORE cuda.h
+// is included (afterwards `Driver::cuMemAlloc` would read `Driver::cuMemAlloc_v2`), then
+// compared with cuda.h's declarations of the same names (which the macros map to the
+// versioned symbols we resolve).
+#define AOTPACK_DRIVER_ENTRY_POINTS(X)                                                      \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorString) X(cuGetErrorName) X(cuDeviceGetCount) \
+  X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)    \
+  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuModuleLoadData)   \
+  X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuMemAlloc)             \
+  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemsetD32Async) X(cuLaunchKernelEx)     \
+  X(cuTensorMapEncodeTiled) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)    \
+  X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture)                     \
+  X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)  \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)                \
+  X(cuEventElapsedTime)
+#define AOTPACK_OUR_TYPE(name) using our_##name = decltype(aotpack::cu::Driver::name);
+AOTPACK_DRIVER_ENTRY_POINTS(AOTPACK_OUR_TYPE)
+
 // clang-format off
 #include <cuda.h>
 // clang-format on
@@ -93,6 +112,21 @@ SAME_OFFSET(CUlaunchConfig, CUlaunchConfig, numAttrs);
 static_assert(std::is_same<decltype(&::cuLaunchKernelEx),
                            CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**)>::value,
               "cuLaunchKernelEx signature");
+
+// Our declarations use our own types (uint64_t for CUdeviceptr, our enums), so the types
+// are not identical; what the ABI needs is the same arity and the same size of the return
+// value and of every parameter.
+template <typename R1, typename... A1, typename R2, typename... A2>
+constexpr bool same_shape(R1 (*)(A1...), R2 (*)(A2...)) {
+  if constexpr (sizeof...(A1) != sizeof...(A2))
+    return false;
+  else
+    return sizeof(R1) == sizeof(R2) && (true && ... && (sizeof(A1) == sizeof(A2)));
+}
+#define AOTPACK_SAME_SIGNATURE(name)                                                        \
+  static_assert(same_shape(static_cast<our_##name>(nullptr), &::name),                      \
+                "signature of " #name " differs from cuda.h");
+AOTPACK_DRIVER_ENTRY_POINTS(AOTPACK_SAME_SIGNATURE)
 
 int main() {
   std::printf("cuda_driver.hpp matches cuda.h (CUDA_VERSION %d)\n", CUDA_VERSION);

@@ -26,6 +26,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", aotpack_test::TestBundle().write(argv[2]).c_str());
     return 0;
   }
+  if (argc > 2 && std::strcmp(argv[1], "--write-tune-jobs") == 0) {
+    aotpack_test::write_tune_jobs(argv[2]);  // fixture of the aotpack-run --tune tests
+    return 0;
+  }
   int ran = 0;
   for (auto& kv : r) {
     if (argc > 1 && kv.first != argv[1]) continue;

@@ -3,6 +3,8 @@
 //   aotpack-run BUNDLE [--weights FILE] [--device N] [--inputs in.safetensors]
 //               [--outputs out.safetensors] [--bench N] [--warmup N] [--no-graph]
 //               [--info] [--check]
+//   aotpack-run --tune JOB_DIR -o results.json [--budget S] [--reps N] [--warmup N]
+//               [--candidate-timeout S] [--device N]          (tuner: tools/tune.cpp)
 //
 // Exit codes: 0 success, 1 runtime error (status printed), 2 bad usage.
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "error.hpp"
 #include "host_tensor.hpp"
 #include "safetensors.hpp"
+#include "tune.hpp"
 
 namespace {
 
@@ -28,6 +31,7 @@ using aotpack::fail;
 
 const char* kUsage =
     "usage: aotpack-run BUNDLE [options]\n"
+    "       aotpack-run --tune JOB_DIR -o RESULTS [tuning options]\n"
     "  Runs an aotpack bundle (model.aotpack) on the GPU with only the NVIDIA driver.\n"
     "options:\n"
     "  --weights FILE     external weights file (default: the bundle's external_weights.file)\n"
@@ -40,26 +44,70 @@ const char* kUsage =
     "  --seed N           seed of the random inputs (default 0)\n"
     "  --info             print signature, kernels and arena size (no GPU needed), then exit\n"
     "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
-    "  -h, --help         this text\n";
+    "  -h, --help         this text\n"
+    "tuning (docs/tuning.md): measure every candidate of a job made by `aotpack tune`\n"
+    "  --tune JOB_DIR     the job folder (job.json + one bundle per candidate)\n"
+    "  -o, --results FILE where to write results.json (required with --tune)\n"
+    "  --budget SECONDS   start no new candidate after this much wall time; the rest are\n"
+    "                     recorded as skipped (default: no limit)\n"
+    "  --reps N           timed runs per candidate (default: the job's settings.reps)\n"
+    "  --warmup N         untimed runs per candidate (default: the job's settings.warmup)\n"
+    "  --candidate-timeout S  seconds one candidate may take before its process is killed\n"
+    "                     (default: the job's settings.candidate_timeout_s)\n"
+    "  --device N         CUDA device ordinal (default 0)\n"
+    "  Each problem runs in a child process (a crash, hang or CUDA error costs only that\n"
+    "  candidate); progress goes to stderr. Exit code 0 once the results are written\n"
+    "  (whatever the candidates did), 1 for a bad job or an unusable GPU, 2 for bad usage.\n";
 
 struct Args {
   std::string bundle, weights, inputs, outputs;
   int device = 0, bench = 0, warmup = 10;
   uint64_t seed = 0;
   bool graph = true, info = false, check = false;
+  // --tune
+  std::string tune, results;
+  double budget = -1, candidate_timeout = -1;
+  int reps = -1;
+  bool warmup_set = false;
+  std::vector<std::string> run_only;  // flags given that --tune does not take
 };
+
+// Timed runs per candidate: each needs two CUDA events, all alive until the last one.
+constexpr long kMaxReps = 100000;
 
 struct UsageError {
   std::string message;
 };
 
-long parse_count(const char* flag, const char* v, long min) {
+long parse_count(const char* flag, const char* v, long min, long max = 100000000) {
   char* end = nullptr;
   long n = std::strtol(v, &end, 10);
-  if (!*v || *end || n < min || n > 100000000)
+  if (!*v || *end || n < min || n > max)
     throw UsageError{cat(flag, min > 0 ? " needs a positive integer" : " needs an integer >= 0",
-                         ", got '", v, "'")};
+                         max < 100000000 ? cat(" (at most ", max, ")") : "", ", got '", v, "'")};
   return n;
+}
+
+double parse_seconds(const char* flag, const char* v, bool allow_zero) {
+  char* end = nullptr;
+  double x = std::strtod(v, &end);
+  if (!*v || *end || !std::isfinite(x) || x < 0 || (!allow_zero && x == 0))
+    throw UsageError{cat(flag, allow_zero ? " needs a number of seconds >= 0" :
+                         " needs a number of seconds > 0", ", got '", v, "'")};
+  return x;
+}
+
+// --tune takes none of the single-bundle options (and no BUNDLE).
+void check_tune_args(const Args& a) {
+  if (a.tune.empty()) {
+    if (!a.results.empty()) throw UsageError{"-o/--results is only used with --tune JOB_DIR"};
+    if (a.budget >= 0 || a.reps >= 0 || a.candidate_timeout >= 0)
+      throw UsageError{"--budget, --reps and --candidate-timeout are only used with --tune"};
+    return;
+  }
+  if (a.results.empty()) throw UsageError{"--tune needs -o/--results FILE (where to write results.json)"};
+  if (!a.bundle.empty()) throw UsageError{"--tune takes a job folder, not a BUNDLE ('" + a.bundle + "')"};
+  if (!a.run_only.empty()) throw UsageError{a.run_only.front() + " cannot be used with --tune"};
 }
 
 Args parse_args(int argc, char** argv) {
@@ -70,21 +118,32 @@ Args parse_args(int argc, char** argv) {
       if (i + 1 >= argc) throw UsageError{s + " needs a value"};
       return argv[++i];
     };
+    static const char* const kRunOnly[] = {"--weights", "--inputs", "--outputs", "--bench",
+                                           "--seed", "--no-graph", "--info", "--check"};
+    for (const char* f : kRunOnly)
+      if (s == f) a.run_only.push_back(s);
     if (s == "--weights") a.weights = value();
     else if (s == "--inputs") a.inputs = value();
     else if (s == "--outputs") a.outputs = value();
     else if (s == "--device") a.device = int(parse_count("--device", value(), 0));
     else if (s == "--bench") a.bench = int(parse_count("--bench", value(), 1));
-    else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0));
+    else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0)), a.warmup_set = true;
     else if (s == "--seed") a.seed = uint64_t(parse_count("--seed", value(), 0));
     else if (s == "--no-graph") a.graph = false;
     else if (s == "--info") a.info = true;
     else if (s == "--check") a.check = true;
+    else if (s == "--tune") a.tune = value();
+    else if (s == "-o" || s == "--results") a.results = value();
+    else if (s == "--budget") a.budget = parse_seconds("--budget", value(), true);
+    else if (s == "--reps") a.reps = int(parse_count("--reps", value(), 1, kMaxReps));
+    else if (s == "--candidate-timeout")
+      a.candidate_timeout = parse_seconds("--candidate-timeout", value(), false);
     else if (s.size() > 1 && s[0] == '-') throw UsageError{"unknown option '" + s + "'"};
     else if (a.bundle.empty()) a.bundle = s;
     else throw UsageError{"expected one bundle path, got '" + a.bundle + "' and '" + s + "'"};
   }
-  if (a.bundle.empty()) throw UsageError{"missing BUNDLE"};
+  check_tune_args(a);
+  if (a.bundle.empty() && a.tune.empty()) throw UsageError{"missing BUNDLE"};
   return a;
 }
 
@@ -318,6 +377,17 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     std::fprintf(stderr, "aotpack-run: %s\n%s", e.message.c_str(), kUsage);
     return 2;
+  }
+  if (!a.tune.empty()) {
+    aotpack_run::TuneOptions t;
+    t.job_dir = a.tune;
+    t.results_path = a.results;
+    t.budget_s = a.budget;
+    t.reps = a.reps;
+    t.warmup = a.warmup_set ? a.warmup : -1;
+    t.candidate_timeout_s = a.candidate_timeout;
+    t.device = a.device;
+    return aotpack_run::run_tune(t);
   }
   try {
     if (a.check) {
