@@ -48,7 +48,8 @@ class Program:
 @dataclass
 class MemoryPlan:
     """Where every intermediate lives: `offsets[storage] = byte offset in the arena`.
-    Scratch regions (ScratchSlot in a launch) are named `__scratch.<step>.<slot>` and placed too.
+    Scratch regions (ScratchSlot in a launch) are named `__scratch.<step>.<slot>` and placed too
+    (one region shared by an op's launches, ScratchSlot.shared: `__scratch.<first step>.<key>`).
     `launches` are the program's launches, flattened in execution order, with every ScratchSlot
     replaced by PtrSlot(scratch name). `nbytes[name]` is each placed region's size."""
 

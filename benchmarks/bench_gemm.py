@@ -30,7 +30,7 @@ from aotpack.dtypes import DType  # noqa: E402
 from aotpack.kernels.spec import Act, EpAct, EpBias, GemmOp, contiguous  # noqa: E402
 from aotpack.kernels.triton import gemm  # noqa: E402
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
-    CONFIG_SPACE, GemmConfig, choose_config,
+    CONFIG_SPACE, GemmConfig, SplitKConfig, choose_config, splitk_label,
 )
 
 FLOOR_TFLOPS = 790.0  # cuBLAS-class throughput on the H200 for these shapes
@@ -46,7 +46,9 @@ if SMOKE:
     BIG_SHAPES, DECODE_SHAPES, FUSED_SHAPES = [(200, 264, 128)], [(16, 96, 64)], [(200, 264, 128)]
 
 
-def label(cfg: GemmConfig) -> str:
+def label(cfg: GemmConfig | SplitKConfig) -> str:
+    if isinstance(cfg, SplitKConfig):  # choose_config's pick for decode-sized M
+        return splitk_label(cfg)
     flags = [f"split{cfg.EPI_SPLIT}", "tma_st" if cfg.TMA_STORE else "ptr_st"]
     if not cfg.FLATTEN:
         flags.append("noflat")

@@ -28,11 +28,12 @@ from aotpack.kernels.cutedsl import hostcapture as hc  # noqa: E402
 from aotpack.kernels.cutedsl.slots import fastdivmod, pack  # noqa: E402
 from aotpack.kernels.cutedsl.gpucheck import make_op as _op  # noqa: E402
 from aotpack.kernels.spec import (  # noqa: E402
-    SM90, EpAdd, EpBias, EpMul, FastDivmodSlot, IntSlot, NullSlot, PtrSlot, TensorMapSlot,
+    SM90, FastDivmodSlot, IntSlot, NullSlot, PtrSlot, TensorMapSlot, epilogue_operands,
 )
 
 BASE = {"x": 0x7F0000000000, "w": 0x7F1000000000, "y": 0x7F2000000000,
-        "bias": 0x7F3000000000, "res": 0x7F4000000000, "up": 0x7F5000000000}
+        "bias": 0x7F3000000000, "res": 0x7F4000000000, "up": 0x7F5000000000,
+        "scale": 0x7F6000000000, "scale_n": 0x7F7000000000}
 
 
 _EPIS = [("bias", "gelu_tanh", "add"), ("silu", "mul"), ("relu",), ("bias", "gelu_erf"), ()]
@@ -43,8 +44,16 @@ CONFIGS = [(tm, tn, cm, cn, (i % 3) != 2, _EPIS[i % len(_EPIS)], DType.BF16)
                ((t, c) for t in ((128, 256), (128, 128), (64, 128), (64, 256))
                 for c in ((1, 1), (2, 1), (1, 2))))]
 CONFIGS += [(128, 128, 1, 1, True, ("bias", "add"), DType.F32),
-            (128, 256, 2, 1, True, ("mul",), DType.F16)]
+            (128, 256, 2, 1, True, ("mul",), DType.F16),
+            (128, 256, 1, 1, True, ("bias", "scale"), DType.BF16),
+            (64, 128, 1, 2, True, ("scale_n", "silu", "add"), DType.BF16)]
+# SwiGLU (w has 2n interleaved rows): every tile that holds whole pairs of 64
+SWIGLU_CONFIGS = [(128, 256, 1, 1, True, ("swiglu",), DType.BF16),
+                  (128, 128, 2, 1, True, ("swiglu", "scale_n", "add"), DType.BF16),
+                  (64, 128, 1, 1, False, ("swiglu", "scale"), DType.F32),
+                  (64, 256, 1, 2, True, ("swiglu", "mul"), DType.BF16)]
 SHAPES = [(1000, 3000, 520), (100, 64, 64), (4096, 4096, 4096), (8, 1032, 72)]
+SWIGLU_SHAPES = [(1000, 3008, 520), (100, 64, 64), (4096, 4096, 4096), (8, 1088, 72)]
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +98,7 @@ def test_pipeline_state_is_carried_across_tiles():
     assert uncarried_state(Sm90Gemm) == []
 
 
-@pytest.mark.parametrize("tm,tn,cm,cn,ram,steps,out", CONFIGS)
+@pytest.mark.parametrize("tm,tn,cm,cn,ram,steps,out", CONFIGS + SWIGLU_CONFIGS)
 def test_no_constant_barrier_phase_in_tile_loop(tm, tn, cm, cn, ram, steps, out):
     """The same bug as the PTX shows it: an mbarrier wait in the tile loop whose phase register
     is reset to a constant after the loop head. Every config of the candidate space."""
@@ -125,11 +134,11 @@ $L__BB0_73:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tm,tn,cm,cn,ram,steps,out", CONFIGS)
+@pytest.mark.parametrize("tm,tn,cm,cn,ram,steps,out", CONFIGS + SWIGLU_CONFIGS)
 def test_slots_match_cutedsl_host_function(tm, tn, cm, cn, ram, steps, out, host_libs, tmp_path):
     if not hc.available():
         pytest.skip("no C compiler (cc) to link CuTeDSL's exported host function")
-    for m, n, k in SHAPES:
+    for m, n, k in SWIGLU_SHAPES if "swiglu" in steps else SHAPES:
         op = _op(m, n, k, steps, out)
         cfg = _cfg(op, tm, tn, cm, cn, ram)
         (launch,) = cc.compile(op, SM90, cfg)
@@ -145,10 +154,9 @@ def _run_reference(lib, entry, built, op):
     m, n = op.out.shape
     k = op.a.shape[1]
     tensors = [hc.HostTensor(BASE["x"], m, k, op.a.strides[0]),
-               hc.HostTensor(BASE["w"], n, k, op.b.strides[0]),
+               hc.HostTensor(BASE["w"], op.b.shape[0], k, op.b.strides[0]),
                hc.HostTensor(BASE["y"], m, n, op.out.strides[0])]
-    operands = [s.bias if isinstance(s, EpBias) else s.other for s in op.epilogue
-                if isinstance(s, (EpBias, EpAdd, EpMul))]
+    operands = epilogue_operands(op.epilogue)
     ptrs = [BASE[t.storage] for t in operands] + [0] * (3 - len(operands))
     lds = [t.strides[0] if len(t.shape) == 2 else 0 for t in operands] + [0] * (3 - len(operands))
     return hc.run_host(lib, entry, [p.size for p in built.params], tensors, ptrs, lds)
@@ -201,7 +209,8 @@ def test_epilogue_coordinates_follow_wgmma_accumulator_layout(tm, tn):
     holds row 16w + l/4 + 8*((v/2)%2), column 8*(v/4) + 2*(l%4) + v%2; warp group g and
     repetition r along M add 64*(g + r) rows. (Slicing partition_C per warp group instead of
     per thread gave every thread the coordinates of thread 0: wrong bias/add/mul operands.)"""
-    from aotpack.kernels.cutedsl.gemm import GemmConfig, fragment_coords
+    from aotpack.kernels.cutedsl.fragments import fragment_coords
+    from aotpack.kernels.cutedsl.gemm import GemmConfig
 
     cfg = GemmConfig(tile_m=tm, tile_n=tn)
     n_threads = 256 if (tm, tn) == (128, 256) else 128
@@ -217,6 +226,30 @@ def test_epilogue_coordinates_follow_wgmma_accumulator_layout(tm, tn):
                          8 * (v // 4) + 2 * (lane % 4) + v % 2))
         assert len(coords[t]) == tm * tn // n_threads
         assert coords[t] == want, f"thread {t}"
+
+
+@pytest.mark.parametrize("tm,tn", [(128, 256), (128, 128), (64, 128), (64, 256)])
+def test_swiglu_pairs_registers_of_one_thread(tm, tn):
+    """The kernel's SwiGLU step combines, for each output register at (m, j), the accumulator
+    registers at (m, 2G*(j//G) + j%G) (gate) and at that column + G (up), all of the same
+    thread (epilogue.swiglu_pairs on the kernel's own fragments, evaluated on the host); and it
+    writes every register of the output fragment (whose coordinates the epilogue operands and
+    the store use) exactly once."""
+    from aotpack.kernels.cutedsl.fragments import fragment_coords, swiglu_pair_coords
+    from aotpack.kernels.cutedsl.gemm import GemmConfig
+
+    g = 64
+    cfg = GemmConfig(tile_m=tm, tile_n=tn, swiglu_group=g)
+    threads = (0, 1, 6, 37, 127) + ((130, 255) if (tm, tn) == (128, 256) else ())
+    pairs = swiglu_pair_coords(cfg, threads)
+    outs = fragment_coords(cfg, threads, output=True)
+    for t in threads:
+        assert sorted(o for o, _, _ in pairs[t]) == sorted(outs[t])
+        assert len(set(outs[t])) == len(outs[t]) == tm * tn // 2 // (256 if tn == 256 and
+                                                                      tm == 128 else 128)
+        for (m, j), gate, up in pairs[t]:
+            assert gate == (m, 2 * g * (j // g) + j % g) and up == (m, gate[1] + g), t
+            assert 0 <= j < tn // 2
 
 
 def test_fastdivmod_reference_values():
@@ -240,6 +273,39 @@ def test_supports_and_epilogue_mapping():
     assert cc.supports(_op(1000, 3001, 520)) is not None  # N rows not 16-byte aligned for TMA
     assert cc.supports(_op(1000, 3000, 522)) is not None  # K rows not 16-byte aligned
     assert len(cc.candidates(op)) == 12
+
+
+def test_supports_scale_and_swiglu():
+    op = _op(1000, 3008, 520, ("swiglu", "scale_n", "add"))
+    assert cc.supports(op) is None
+    assert cc.epilogue_kinds(op) == ("scale_n", "add")
+    cfg = cc.default_config(op)
+    assert cfg.swiglu_group == 64 and cfg.out_tile_n == cfg.tile_n // 2
+    assert len(cc.candidates(op)) == 12  # 128 and 256 tiles both hold whole pairs of 64
+    assert cc.epilogue_kinds(_op(8, 64, 64, ("scale", "bias"))) == ("scale", "bias")
+    assert "SwiGLU" in cc.supports(_op(1000, 3000, 520, ("swiglu",)))  # 3000 % 64 != 0
+    from aotpack.kernels.spec import EpScale, EpSwiGLU, GemmOp, contiguous
+
+    bad = _op(8, 128, 64, ("bias",))
+    first = GemmOp(bad.a, bad.b, bad.out, (*bad.epilogue, EpSwiGLU(64)))
+    assert "first" in cc.supports(first)
+    bf16_scale = GemmOp(bad.a, bad.b, bad.out, (EpScale(contiguous("s", DType.BF16, (128,))),))
+    assert "f32" in cc.supports(bf16_scale)
+
+
+def test_swiglu_compiles_without_spills():
+    op = _op(4096, 14336, 4096, ("swiglu", "scale_n", "add"))
+    (launch,) = cc.compile(op, SM90)
+    k = launch.kernel
+    assert k.fused_ops == ("linear", "swiglu", "scale_n", "add")
+    maps = [s for s in launch.args if isinstance(s, TensorMapSlot)]
+    assert maps[1].dims == (28672, 4096) and maps[2].dims == (4096, 14336)
+    assert launch.args[3] == IntSlot("u64", 28672 | 4096 << 32)  # B's {N, K}: 2N rows
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found (it ships in the triton wheel)")
+    listing = sass.sass(k.cubin)
+    assert sass.count_instructions(listing, "HGMMA") > 0
+    assert sass.count_instructions(listing, "STL") == 0
 
 
 def test_manifest_kernel_name_is_short():

@@ -12,13 +12,14 @@ import torch
 from aotpack.dtypes import DType
 from aotpack.kernels.reference.gemm import reference
 from aotpack.kernels.spec import (
-    SM90, Act, EpAct, EpAdd, EpBias, EpMul, GemmOp, IntSlot, NullSlot, PtrSlot, TensorArg,
-    TensorMapSlot, contiguous,
+    SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, IntSlot, NullSlot, PtrSlot,
+    TensorArg, TensorMapSlot, contiguous, epilogue_operands,
 )
 
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
     LARGE, LARGE_LONG_K, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, GemmConfig, choose_config,
+    choose_tile_config,
 )
 
 BF, F16, F32 = DType.BF16, DType.F16, DType.F32
@@ -40,17 +41,26 @@ def _mul(M, N, dtype=BF):
     return EpMul(contiguous("up", dtype, (M, N)))
 
 
+def _scale(n, storage="scale"):
+    """EpScale: per-tensor for n == 1, else per-channel (f32, as the spec requires)."""
+    return EpScale(contiguous(storage, F32, (n,)))
+
+
 def _op(M, N, K, epilogue=(), dtype=BF, out_dtype=None, out=None, a=None):
     out = out or contiguous("out", out_dtype or dtype, (M, N))
     a = a or contiguous("a", dtype, (M, K))
     return GemmOp(a, contiguous("b", dtype, (N, K)), out, tuple(epilogue))
 
 
+def _swiglu_op(M, N, K, group, epilogue=(), dtype=BF):
+    """SwiGLU GEMM: b holds 2N interleaved gate/up rows, out has N columns."""
+    return GemmOp(contiguous("a", dtype, (M, K)), contiguous("b", dtype, (2 * N, K)),
+                  contiguous("out", dtype, (M, N)), (EpSwiGLU(group), *epilogue))
+
+
 def _storage_sizes(op: GemmOp) -> dict[str, tuple[int, DType]]:
     sizes: dict[str, tuple[int, DType]] = {}
-    args = [op.a, op.b, op.out] + [getattr(s, "bias", None) or getattr(s, "other", None)
-                                   for s in op.epilogue if not isinstance(s, EpAct)]
-    for t in args:
+    for t in [op.a, op.b, op.out] + epilogue_operands(op.epilogue):
         end = t.offset + sum((d - 1) * s for d, s in zip(t.shape, t.strides)) + 1
         n, _ = sizes.get(t.storage, (0, t.dtype))
         sizes[t.storage] = (max(n, end), t.dtype)
@@ -97,6 +107,19 @@ CASES = {
     # the heuristic's own configs: 128x128 tiles (EPI_SPLIT 2) and decode-sized M
     "default_medium": (_op(130, 96, 64, [_bias(96), EpAct(Act.GELU_ERF), _add(130, 96)]), None),
     "default_decode": (_op(5, 72, 64, [_bias(72)]), None),
+    # EpScale: per-tensor after a bias, per-channel before an activation
+    "scale_tensor": (_op(M, N, K, [_bias(N), _scale(1)]), TINY),
+    "scale_channel_silu": (_op(M, N, K, [_scale(N), EpAct(Act.SILU), _add(M, N)]), TINY),
+    # SwiGLU, group 16: 96 accumulator columns = one 64-wide tile and a ragged one (zero-filled
+    # half pair), 32 output columns per tile in two subtiles, TMA store
+    "swiglu_g16": (_swiglu_op(M, 48, K, 16), TINY.with_(BN=64)),
+    # group 64 (what the fusion makes) with a residual and a per-channel scale after it; pointer
+    # store and the TMA store
+    "swiglu_g64_add_scale": (_swiglu_op(M, 192, K, 64, [_add(M, 192), _scale(192)]),
+                             TINY.with_(BN=128, TMA_STORE=False)),
+    "swiglu_g64_tma": (_swiglu_op(M, 64, K, 64, [_scale(1)]), TINY.with_(BN=128, EPI_SPLIT=4)),
+    # the heuristic's decode config widened to whole pairs (BN 32 -> 128)
+    "swiglu_default_decode": (_swiglu_op(5, 64, 64, 64), None),
 }
 
 
@@ -210,11 +233,69 @@ def test_compile_output_variants(out):
         res = EpAdd(TensorArg("big", BF, (M_, N_), (2**21, 1), 0))
         op = _op(M_, N_, K_, [_bias(N_), res])
         assert gemm.kernel_args(op, LARGE)["WIDE_INDEX"].value is True
-    (launch,) = gemm.compile(op, SM90)
+    (launch,) = gemm.compile_config(op, cfg, SM90)
     maps = _check_launch(launch, op, cfg)
     assert len(maps) == (2 if out == "f32_pointer_store" else 3)
     # the config records the store actually compiled in (f32 rows of 64 columns are 256 B)
     assert launch.kernel.config["TMA_STORE"] is (out != "f32_pointer_store")
+
+
+@pytest.mark.parametrize("M_,N_,K_", [(2048, 14336, 4096), (512, 4096, 4096), (16, 14336, 4096)])
+def test_compile_swiglu_gemm(M_, N_, K_):
+    """A fused gate/up GEMM (B = 2N interleaved rows): tiles of whole gate/up pairs, the grid
+    over the 2N accumulator columns, an output box half the tile wide; wgmma, no spills."""
+    op = _swiglu_op(M_, N_, K_, 64, [_scale(N_), _add(M_, N_)])
+    cfg = gemm.config_for(op)
+    if M_ <= 64:  # decode M goes to split-K by default; this checks the tile kernel
+        cfg = gemm.swiglu_config(choose_tile_config(M_, 2 * N_, K_, BF, SM90), 64, op)
+    (launch,) = gemm.compile_config(op, cfg, SM90)
+    assert cfg.BN % 128 == 0 and cfg.BM == (64 if M_ <= 64 else 128)
+    assert launch.grid[0] == min(-(-M_ // cfg.BM) * (2 * N_ // cfg.BN), SM90.sm_count)
+    maps = [s for s in launch.args if isinstance(s, TensorMapSlot)]
+    assert maps[1].box == (cfg.BN, cfg.BK) and maps[1].dims == (2 * N_, K_)
+    assert maps[2].dims == (M_, N_) and maps[2].box == (cfg.BM, cfg.BN // 2 // cfg.EPI_SPLIT)
+    assert launch.kernel.fused_ops == ("gemm", "swiglu", "scale_n", "add")
+    assert [s.storage for s in launch.args if isinstance(s, PtrSlot)] == ["scale", "res"]
+    listing = _sass_or_skip(launch.kernel.cubin)
+    assert sass_count(listing, "HGMMA") > 0 and sass_count(listing, "STL") == 0
+
+
+def _sass_or_skip(cubin):
+    sass = pytest.importorskip("aotpack.kernels.sass")
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found (neither in the triton wheel nor the CUDA toolkit)")
+    return sass.sass(cubin)
+
+
+def sass_count(listing, name):
+    from aotpack.kernels.sass import count_instructions
+
+    return count_instructions(listing, name)
+
+
+def test_swiglu_config_widens_narrow_tiles():
+    # decode with few output columns: the heuristic's BN=32 becomes one gate/up pair (128)
+    op = _swiglu_op(4, 256, 4096, 64)
+    assert choose_tile_config(4, 512, 4096, BF, SM90).BN == 32
+    cfg = gemm.swiglu_config(choose_tile_config(4, 512, 4096, BF, SM90), 64, op)
+    assert cfg.BN == 128 and cfg.EPI_SPLIT == 1
+    assert gemm.config_for(_swiglu_op(4096, 4096, 4096, 64)).EPI_SPLIT == 2  # LARGE's 4 halved
+
+
+def test_swiglu_and_scale_refusals():
+    with pytest.raises(ValueError, match="BN a multiple of 128"):
+        gemm.kernel_args(_swiglu_op(64, 64, 64, 64), TINY.with_(BN=64))
+    with pytest.raises(ValueError, match="first epilogue step"):
+        gemm.check_op(_op(8, 128, 64, [EpAct(Act.RELU), EpSwiGLU(64)]))
+    with pytest.raises(ValueError, match="power of two"):
+        gemm.check_op(_swiglu_op(8, 48, 64, 24))
+    with pytest.raises(ValueError, match="shapes do not match"):  # out must be half of B's rows
+        gemm.check_op(GemmOp(contiguous("a", BF, (8, 64)), contiguous("b", BF, (256, 64)),
+                             contiguous("o", BF, (8, 256)), (EpSwiGLU(64),)))
+    with pytest.raises(ValueError, match="must be f32"):
+        gemm.check_op(_op(8, 8, 16, [EpScale(contiguous("s", BF, (8,)))]))
+    with pytest.raises(ValueError, match="scale_n operand has shape"):
+        gemm.check_op(_op(8, 8, 16, [_scale(4)]))
 
 
 # ----------------------------------------------------------------------------- heuristic
@@ -230,8 +311,10 @@ def test_big_shapes_use_the_large_config(shape):
                                         (64, 32000, SMALL_M), (128, 4096, MEDIUM),
                                         (512, 4096, MEDIUM)])
 def test_small_shapes(M_, N_, want):
-    assert choose_config(M_, N_, 4096, BF, SM90) == want
-    assert choose_config(M_, N_, 4096, BF, SM90).BM == (64 if M_ <= 64 else 128)
+    assert choose_tile_config(M_, N_, 4096, BF, SM90) == want
+    assert choose_tile_config(M_, N_, 4096, BF, SM90).BM == (64 if M_ <= 64 else 128)
+    if M_ > 64:
+        assert choose_config(M_, N_, 4096, BF, SM90) == want
 
 
 def test_fewer_stages_when_smem_is_short():
@@ -251,7 +334,7 @@ def test_refuses_more_than_three_tensor_operands():
 
 def test_refuses_unaligned_k_for_tma():
     with pytest.raises(ValueError, match="TMA"):
-        gemm.compile(_op(64, 64, 45), SM90)
+        gemm.compile(_op(128, 64, 45), SM90)  # M > 64: the tile kernel (split-K takes any K)
 
 
 def test_refuses_bad_shapes_and_dtypes():

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from aotpack.frontend import to_graph
 from aotpack.ir import Op
-from aotpack.kernels.spec import Act, EpAct, EpAdd, EpBias, EpMul
+from aotpack.kernels.spec import Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU
 from aotpack.passes import canonicalize, compile_graph
 from aotpack.passes.lower import LoweringError
 from aotpack.passes.pipeline import optimize
@@ -51,8 +51,8 @@ def test_llama_block_kernel_ops():
     model, inputs = small("llama_block")
     p = compile_graph(to_graph(model, inputs))
     assert kinds(p) == ["RMSNormOp", "GemmOp", "RopeOp", "RopeOp", "AttentionOp", "GemmOp",
-                        "RMSNormOp", "GemmOp", "GemmOp", "GemmOp"]
-    norm1, qkv, rope_q, rope_k, attn, o_proj, norm2, gate, up, down = p.ops
+                        "RMSNormOp", "GemmOp", "GemmOp"]
+    norm1, qkv, rope_q, rope_k, attn, o_proj, norm2, gate_up, down = p.ops
     # horizontal q/k/v fusion: one GEMM over the concatenated weight
     assert qkv.b.storage == "qkv.weight" and qkv.b.shape == (512, 256) and qkv.epilogue == ()
     assert torch.equal(p.weights["qkv.weight"], torch.cat(
@@ -70,10 +70,14 @@ def test_llama_block_kernel_ops():
     assert [type(s) for s in o_proj.epilogue] == [EpAdd] and o_proj.epilogue[0].other.storage \
         == "x"
     assert norm2.x.storage == o_proj.out.storage
-    assert gate.epilogue == (EpAct(Act.SILU),)
-    assert [type(s) for s in up.epilogue] == [EpMul] and up.epilogue[0].other.storage == \
-        gate.out.storage
-    assert down.a.storage == up.out.storage and down.out.storage == "out0"
+    # SwiGLU: one GEMM over gate/up rows interleaved in blocks of 64 (fuse_swiglu.py)
+    assert gate_up.epilogue == (EpSwiGLU(64),) and gate_up.a.storage == norm2.out.storage
+    assert gate_up.b.storage == "gate_up.weight" and gate_up.b.shape == (1024, 256)
+    assert gate_up.out.shape == (16, 512)
+    w = p.weights["gate_up.weight"].view(8, 2, 64, 256)
+    assert torch.equal(w[:, 0].reshape(512, 256), model.gate_proj.weight)
+    assert torch.equal(w[:, 1].reshape(512, 256), model.up_proj.weight)
+    assert down.a.storage == gate_up.out.storage and down.out.storage == "out0"
     assert [type(s) for s in down.epilogue] == [EpAdd] and down.epilogue[0].other.storage == \
         o_proj.out.storage
 
@@ -269,9 +273,9 @@ def test_compose_views():
 def test_inspect_summary():
     model, inputs = small("llama_block")
     p = compile_graph(to_graph(model, inputs))
-    assert p.summary["kernel_ops"] == {"RMSNormOp": 2, "GemmOp": 5, "RopeOp": 2,
+    assert p.summary["kernel_ops"] == {"RMSNormOp": 2, "GemmOp": 4, "RopeOp": 2,
                                        "AttentionOp": 1}
     assert p.summary["ops"]["linear"] == 7 and p.summary["nodes"] == 38
-    assert p.summary["fused_ops"]["linear"] == 5
+    assert p.summary["fused_ops"]["linear"] == 4 and p.summary["fused_ops"]["swiglu"] == 1
     assert p.summary["aten_ops"]["aten.linear.default"] == 7
 

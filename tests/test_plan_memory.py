@@ -80,3 +80,30 @@ def test_scratch_slots_become_private_arena_regions():
     assert plan.nbytes["__scratch.0.1"] == 4 * 384
     assert not _overlaps(plan, "t", "__scratch.0.1")  # both live during step 0
     assert plan.arena_bytes >= plan.offsets["__scratch.0.1"] + 4 * 384
+
+
+def test_shared_scratch_is_one_region_per_op_and_key():
+    """ScratchSlot(shared=key): the launches of one op with the same key share one region
+    (e.g. split-K partials written by one launch, reduced by the next), as large as the largest
+    request and live from the first to the last of those launches; other ops get their own."""
+    kinds = {"x": "input", "t": "intermediate", "u": "intermediate", "y": "output"}
+    ops = [_neg("x", "t"), _neg("t", "u"), _neg("u", "y")]
+    prog = _program(kinds, ops)
+    two = [Launch(K, (4, 1, 1), (PtrSlot("t"), ScratchSlot(3000, shared="partials"))),
+           Launch(K, (1, 1, 1), (ScratchSlot(5000, shared="partials"), PtrSlot("u"))),
+           Launch(K, (1, 1, 1), (ScratchSlot(100),))]
+    launches = [[Launch(K, (1, 1, 1), (PtrSlot("x"),))], two,
+                [Launch(K, (2, 1, 1), (PtrSlot("u"), ScratchSlot(64, shared="partials")))]]
+    plan = plan_memory(prog, launches)
+    first, second, private = plan.launches[1].args[1], plan.launches[2].args[0], \
+        plan.launches[3].args[0]
+    assert first == second and first.storage == "__scratch.1.partials"
+    assert plan.nbytes[first.storage] == 5000
+    assert private.storage == "__scratch.3.0"  # unshared slots stay private to their launch
+    third = plan.launches[4].args[1]
+    assert third.storage == "__scratch.4.partials"  # same key, other op: another region
+    # live across steps 1..2 (its users): never overlaps what op 1 reads or writes; after its
+    # last user its bytes are free again (the third launch's private scratch may reuse them)
+    for other in ("t", "u"):
+        assert not _overlaps(plan, first.storage, other)
+    assert plan.arena_bytes >= plan.offsets[first.storage] + 5000

@@ -113,6 +113,15 @@ def _rope(ins, a):
     return ins[0]
 
 
+def _swiglu(ins, a: O.SwiGLUAttrs):
+    _arity(ins, 1)
+    x = ins[0]
+    n = x.shape[-1] if x.shape else None
+    if not isinstance(n, int) or a.group <= 0 or n % (2 * a.group):
+        raise TypeError(f"swiglu: last dim {n} is not a multiple of 2 * group ({a.group})")
+    return TensorType(x.dtype, tuple(x.shape[:-1]) + (n // 2,))
+
+
 def _view(ins, a: O.ViewAttrs):
     _arity(ins, 1)
     if numel(a.shape) != numel(ins[0].shape):
@@ -196,7 +205,7 @@ _RULES = {
     Op.AMAX: _reduce, Op.AMIN: _reduce,
     Op.SOFTMAX: _unary, Op.LOG_SOFTMAX: _unary, Op.RMS_NORM: _norm, Op.LAYER_NORM: _norm,
     Op.SDPA: _sdpa,
-    Op.ROPE: _rope, Op.VIEW: _view, Op.PERMUTE: _permute, Op.SLICE: _slice,
+    Op.ROPE: _rope, Op.SWIGLU: _swiglu, Op.VIEW: _view, Op.PERMUTE: _permute, Op.SLICE: _slice,
     Op.SELECT: _select, Op.EXPAND: _expand, Op.UNSQUEEZE: _unsqueeze, Op.SQUEEZE: _squeeze,
     Op.CAT: _cat, Op.COPY: _unary, Op.AS_STRIDED: _as_strided,
 }

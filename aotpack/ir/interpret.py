@@ -46,6 +46,13 @@ def _rope(a, x, cos, sin):
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
+def _swiglu(a, x):
+    import torch.nn.functional as F
+
+    pairs = x.reshape(*x.shape[:-1], x.shape[-1] // (2 * a.group), 2, a.group)
+    return (F.silu(pairs[..., 0, :]) * pairs[..., 1, :]).reshape(*x.shape[:-1], -1)
+
+
 def _as_strided(a, x):
     import torch
 
@@ -82,7 +89,7 @@ def _build():
         Op.RMS_NORM: lambda a, x, w=None: F.rms_norm(x, x.shape[-a.ndim:], w, a.eps),
         Op.LAYER_NORM: lambda a, x, w=None, b=None: F.layer_norm(x, x.shape[-a.ndim:], w, b,
                                                                  a.eps),
-        Op.SDPA: _sdpa, Op.ROPE: _rope,
+        Op.SDPA: _sdpa, Op.ROPE: _rope, Op.SWIGLU: _swiglu,
         Op.VIEW: lambda a, x: x.reshape(a.shape), Op.PERMUTE: lambda a, x: x.permute(a.dims),
         Op.SLICE: lambda a, x: x.narrow(a.dim, a.start, a.end - a.start)[
             (slice(None),) * a.dim + (slice(None, None, a.step),)],

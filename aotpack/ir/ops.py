@@ -2,7 +2,8 @@
 
 Layout ops (VIEW ... SQUEEZE) are what the frontend produces; canonicalization turns them into
 AS_STRIDED (a strided view over the *contiguous layout* of a non-view value) or COPY + view.
-ROPE is produced by pattern matching (passes/fuse_patterns.py), never by the frontend.
+ROPE and SWIGLU are produced by pattern matching (passes/fuse_patterns.py, fuse_swiglu.py),
+never by the frontend.
 """
 from __future__ import annotations
 
@@ -52,6 +53,9 @@ class Op(enum.Enum):
     LAYER_NORM = "layer_norm"  # (x [, w [, b]])
     SDPA = "sdpa"  # (q[B,Hq,S,D], k[B,Hkv,T,D], v[B,Hkv,T,Dv])
     ROPE = "rope"  # (x[B,H,S,D], cos, sin) rotate-half form
+    # silu(gate) * up of a gate/up linear whose weight rows are interleaved in blocks of
+    # `group` (passes/fuse_swiglu.py): x[..., 2N] -> [..., N]; only that pass produces it
+    SWIGLU = "swiglu"
     # layout
     VIEW = "view"
     PERMUTE = "permute"
@@ -125,6 +129,14 @@ class SdpaAttrs:
 
 
 @dataclass(frozen=True)
+class SwiGLUAttrs:
+    """Output column j reads gate column 2G*(j//G) + j%G and up column that + G (G = group),
+    the layout of aotpack.kernels.spec.EpSwiGLU."""
+
+    group: int = 64
+
+
+@dataclass(frozen=True)
 class ViewAttrs:
     shape: tuple[int, ...]
 
@@ -172,7 +184,7 @@ class StridedAttrs:
 
 Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, NormAttrs,
               SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
-              StridedAttrs]
+              StridedAttrs, SwiGLUAttrs]
 
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
@@ -181,7 +193,7 @@ ATTRS_TYPE: dict[Op, type] = {
     Op.RMS_NORM: NormAttrs, Op.LAYER_NORM: NormAttrs, Op.SDPA: SdpaAttrs, Op.VIEW: ViewAttrs,
     Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,
-    Op.AS_STRIDED: StridedAttrs,
+    Op.AS_STRIDED: StridedAttrs, Op.SWIGLU: SwiGLUAttrs,
 }
 
 

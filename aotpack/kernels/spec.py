@@ -298,10 +298,14 @@ class NullSlot:
 class ScratchSlot:
     """Pointer to `nbytes` of zero-initialisation-not-required workspace private to this launch
     (Triton's global scratch when its size > 0: grid × global_scratch_size). The memory planner
-    turns it into a PtrSlot into the arena."""
+    turns it into a PtrSlot into the arena.
+    `shared`: launches of the SAME op whose slots carry the same key get the same region (as
+    large as the largest request), live from the first to the last of them: e.g. split-K
+    partial sums written by one launch and reduced by the next."""
 
     nbytes: int
     align: int = 256
+    shared: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,18 @@
 """Which nodes a GEMM absorbs as its epilogue (decided on the graph before lowering).
 
 From a LINEAR (or 2-D MATMUL) node the chain follows single users while they are:
-bias-like add ([N] vector) → EpBias, gelu/silu/relu → EpAct, add/mul with a tensor of the
-output's shape → EpAdd/EpMul, cast → output dtype. A binary op whose other operand is itself a
-direct GEMM output is left to *that* GEMM (so SwiGLU becomes gate+silu, then up*gate), and an
-operand defined after the GEMM's position ends the chain (it would not exist yet)."""
+SWIGLU (first step only, fuse_swiglu.py) → EpSwiGLU, bias-like add ([N] vector) → EpBias,
+gelu/silu/relu → EpAct, add/mul with a tensor of the output's shape → EpAdd/EpMul, a multiply
+by a scale → EpScale, cast → output dtype. A scale is a Python number (x * c, x / c), or a
+constant, or an f32 graph input, of shape [] / [1] (per tensor) or [N] (per channel, leading 1s
+allowed). A binary op whose other operand is itself a direct GEMM output is left to *that* GEMM
+(an unfused SwiGLU becomes gate+silu, then up*gate), and an operand defined after the GEMM's
+position ends the chain (it would not exist yet)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aotpack.dtypes import DType
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
 from aotpack.kernels.spec import Act
@@ -19,12 +23,14 @@ _ACTS = {Op.SILU: Act.SILU, Op.RELU: Act.RELU}
 
 @dataclass(frozen=True)
 class Step:
-    """One epilogue step: kind is "bias" | "act" | "add" | "mul" | "cast"."""
+    """One epilogue step: kind is "swiglu" | "bias" | "act" | "add" | "mul" | "scale" |
+    "cast". A "scale" has a tensor `operand` or a Python number `scale`."""
 
     kind: str
     node: Node
     operand: Value | None = None
     act: Act | None = None
+    scale: float | None = None
 
 
 @dataclass(frozen=True)
@@ -46,29 +52,69 @@ def find_chains(graph: Graph) -> dict[str, Chain]:
     producers = graph.producers()
     position = {n.output.name: i for i, n in enumerate(graph.nodes)}
     outputs = graph.output_names()
+    ctx = _Context(producers, position, set(graph.constants))
     chains = {}
     for i, n in enumerate(graph.nodes):
         if n.op in GEMM_ROOTS:
-            chains[n.output.name] = _follow(n, i, users, producers, position, outputs)
+            chains[n.output.name] = _follow(n, i, users, outputs, ctx)
     return chains
 
 
-def _follow(root, index, users, producers, position, outputs) -> Chain:
+@dataclass(frozen=True)
+class _Context:
+    producers: dict
+    position: dict
+    constants: set
+
+
+def _follow(root, index, users, outputs, ctx: _Context) -> Chain:
     steps: list[Step] = []
     value = root.output
     while value.name not in outputs:
         us = users.get(value.name, [])
         if len(us) != 1:
             break
-        step = _step(us[0], value, index, producers, position)
+        n = us[0]
+        if n.op == Op.SWIGLU:  # it turns 2N columns into N: only before any other step
+            ok = not steps and root.op == Op.LINEAR and len(root.inputs) == 2
+            step = Step("swiglu", n) if ok else None
+        else:
+            step = _scale_step(n, value, ctx) or _step(n, value, index, ctx)
         if step is None:
             break
         steps.append(step)
-        value = us[0].output
+        value = n.output
     return Chain(root, tuple(steps))
 
 
-def _step(n: Node, value: Value, index, producers, position) -> Step | None:
+def _scale_step(n: Node, value: Value, ctx: _Context) -> Step | None:
+    """x * c, x / c (c a number), or x * s with s a constant / f32 graph input of shape [],
+    [1] or [N] (see the module doc)."""
+    if n.op in (Op.MUL, Op.DIV) and n.attrs.scalar is not None and not n.attrs.scalar_first:
+        c = float(n.attrs.scalar)
+        if n.op == Op.DIV:
+            if c == 0.0:
+                return None
+            c = 1.0 / c
+        return Step("scale", n, scale=c)
+    if n.op != Op.MUL or n.attrs.scalar is not None or len(n.inputs) != 2 \
+            or n.inputs[0] == n.inputs[1] or n.output.shape != value.shape:
+        return None
+    other = n.inputs[1] if n.inputs[0] == value else n.inputs[0]
+    if other.name in ctx.producers:
+        return None  # computed at run time: an EpMul (same shape) or nothing
+    if other.name not in ctx.constants and other.dtype != DType.F32:
+        return None  # a graph input would need a conversion kernel to become f32
+    dims = list(other.shape)
+    while dims and dims[0] == 1:
+        dims.pop(0)
+    if not other.dtype.is_float or dims not in ([], [value.shape[-1]]):
+        return None
+    return Step("scale", n, other)
+
+
+def _step(n: Node, value: Value, index, ctx: _Context) -> Step | None:
+    producers, position = ctx.producers, ctx.position
     if n.op == Op.CAST:
         return Step("cast", n) if n.output.dtype.is_float else None
     if n.op in _ACTS:

@@ -16,9 +16,10 @@ import math
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
+from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    AttentionOp, EpAct, EpAdd, EpBias, EpMul, GemmOp, PointwiseOp, RMSNormOp, RopeOp, TensorArg,
-    contiguous,
+    AttentionOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PointwiseOp, RMSNormOp,
+    RopeOp, TensorArg, contiguous,
 )
 from aotpack.passes import lower_reductions, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
@@ -240,7 +241,11 @@ class _Lowering:
         if root.op == Op.LINEAR and len(root.inputs) == 3:
             epilogue.append(EpBias(_as_1d(self.args[root.inputs[2].name])))
         for s in chain.steps:
-            if s.kind == "act":
+            if s.kind == "swiglu":
+                epilogue.append(EpSwiGLU(s.node.attrs.group))
+            elif s.kind == "scale":
+                epilogue.append(EpScale(self._scale_arg(s)))
+            elif s.kind == "act":
                 epilogue.append(EpAct(s.act))
             elif s.kind == "bias":
                 epilogue.append(EpBias(_as_1d(self.args[s.operand.name])))
@@ -250,6 +255,34 @@ class _Lowering:
         out = self._new_storage(chain.end)
         out2d = _flatten_2d(out)
         self.ops.append(GemmOp(a_arg, b_arg, out2d, tuple(epilogue)))
+
+    def _scale_arg(self, step) -> TensorArg:
+        """EpScale's f32 operand, (1,) or (N,): an f32 graph input or constant is read where
+        it is; a number, or a constant of another dtype, becomes an f32 weight (made here,
+        once per constant, deterministically: scripts/make-weights checks every weight's
+        bytes)."""
+        import torch
+
+        v = step.operand
+        if v is not None and v.dtype == DType.F32:
+            arg = _as_1d(self.args[v.name])
+            return arg if arg.shape else TensorArg(arg.storage, arg.dtype, (1,), (1,), arg.offset)
+        if v is None:
+            name, tensor = f"{step.node.output.name}.scale", torch.tensor([step.scale])
+        else:
+            name, tensor = f"{v.name}.f32", self.g.constants[v.name].tensor.reshape(-1)
+        if name not in self.weights:
+            name = self._fresh_storage_name(name)
+            tensor = tensor.to(torch.float32).contiguous()
+            self._add_weight(name, tensor, Value(name, DType.F32, tuple(tensor.shape)))
+        return self.args[name]
+
+    def _fresh_storage_name(self, name: str) -> str:
+        base, i = name, 0
+        while name in self.storages or name in self.value_names:
+            i += 1
+            name = f"{base}{i}"
+        return name
 
     def _gemm_b(self, root: Node) -> TensorArg:
         """The [N, K] operand: a linear's weight, or a matmul's [K, N] operand transposed

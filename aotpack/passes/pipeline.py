@@ -5,13 +5,16 @@ from aotpack.ir.graph import Graph
 from aotpack.passes.canonicalize import canonicalize
 from aotpack.passes.fuse_horizontal import fuse_horizontal
 from aotpack.passes.fuse_patterns import fuse_patterns
+from aotpack.passes.fuse_swiglu import fuse_swiglu
 from aotpack.passes.lower import lower
 
 
 def optimize(graph: Graph) -> Graph:
-    """The graph-to-graph part: canonical, pattern-fused, horizontally fused, canonical again."""
+    """The graph-to-graph part: canonical, pattern-fused (SwiGLU gate/up pairs too),
+    horizontally fused, canonical again."""
     graph = canonicalize(graph.verify())
     graph = fuse_patterns(graph)
+    graph = fuse_swiglu(graph)
     graph = fuse_horizontal(graph)
     return canonicalize(graph)
 

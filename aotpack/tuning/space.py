@@ -20,7 +20,8 @@ _FAST = {"gemm.triton": 6, "gemm.cutedsl": 3, "attention.triton": 4}
 
 # Source files whose change invalidates measurements of each op family (relative to kernels/).
 _GEMM_SOURCES = ("spec.py", "triton/gemm.py", "triton/gemm_configs.py", "triton/gemm_splitk.py",
-                 "triton/compile.py", "triton/_common.py", "cutedsl/gemm.py",
+                 "triton/gemm_epilogue.py", "triton/compile.py", "triton/_common.py",
+                 "cutedsl/gemm.py", "cutedsl/epilogue.py", "cutedsl/fragments.py",
                  "cutedsl/compile.py", "cutedsl/build.py", "cutedsl/slots.py")
 _ATTENTION_SOURCES = ("spec.py", "triton/attention.py", "triton/compile.py", "triton/_common.py")
 

@@ -1,6 +1,8 @@
 """aotpack's CuTeDSL kernels for Hopper (sm_90a), compiled ahead of time on a host with no GPU.
 
 - gemm.py        the warp-specialized persistent TMA + wgmma GEMM with fused epilogues (device code)
+- epilogue.py    its register epilogue: step kinds, scale, the SwiGLU register pairing
+- fragments.py   the kernel's register coordinates evaluated on the host (tests)
 - build.py       cute.compile for sm_90a -> cubin, PTX entry and parameter list (sets CUTE_DSL_*)
 - compile.py     GemmOp -> [Launch] with manifest slots; candidates(op) for tuning
 - slots.py       bytes of the value slots (fastdivmod, {i32,i32} structs lowered to u64)

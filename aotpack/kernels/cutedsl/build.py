@@ -107,6 +107,7 @@ def compile_gemm(cfg, ab_dtype: str = "bf16", max_clusters: int = 132) -> BuiltG
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
 
+    from aotpack.kernels.cutedsl.epilogue import F32_OPERAND_KINDS
     from aotpack.kernels.cutedsl.gemm import _CUTE_DTYPE, Sm90Gemm
 
     ab_t, c_t = _CUTE_DTYPE[ab_dtype], _CUTE_DTYPE[cfg.out_dtype]
@@ -117,11 +118,16 @@ def compile_gemm(cfg, ab_dtype: str = "bf16", max_clusters: int = 132) -> BuiltG
     lda, ldb, ldc = (cute.sym_int64(divisibility=8, symbol=s) for s in ("lda", "ldb", "ldc"))
     a = make_fake_tensor(ab_t, (m, k, 1), (lda, 1, 0), assumed_align=16)
     b = make_fake_tensor(ab_t, (n, k, 1), (ldb, 1, 0), assumed_align=16)
-    c = make_fake_tensor(c_t, (m, n, 1), (ldc, 1, 0), assumed_align=16)
+    # SwiGLU: C has half of B's rows as columns; its own symbol (not N) says they differ
+    n_c = cute.sym_int32(divisibility=8, symbol="N_out") if cfg.swiglu_group else n
+    c = make_fake_tensor(c_t, (m, n_c, 1), (ldc, 1, 0), assumed_align=16)
     # Epilogue operands have the output's element type (aotpack's fused graphs keep one
-    # activation dtype); always three pointer + three stride arguments (see Sm90Gemm.__call__).
-    ptrs = [cute.runtime.make_ptr(c_t, 16, cute.AddressSpace.gmem, assumed_align=c_t.width // 8)
-            for _ in range(3)]
+    # activation dtype), EpScale's are f32; always three pointer + three stride arguments (see
+    # Sm90Gemm.__call__; unused pointers keep the output type).
+    kinds = [cfg.epilogue[i] for i in cfg.operand_steps] + [""] * 3
+    ptr_t = [cutlass.Float32 if kinds[j] in F32_OPERAND_KINDS else c_t for j in range(3)]
+    ptrs = [cute.runtime.make_ptr(t, 16, cute.AddressSpace.gmem, assumed_align=t.width // 8)
+            for t in ptr_t]
     lds = [cutlass.Int32(8) for _ in range(3)]
     gemm = Sm90Gemm(cfg)
     # max_clusters only sizes the grid the host function would launch; the kernel itself

@@ -4,8 +4,9 @@ runtime through manifest slots only (never through CuTeDSL's host code).
 The kernel's parameter list, as the PTX `.entry` of every config shows it (CuTeDSL 4.8.1):
   0 CUtensorMap A (128 B)   1 A coord shape {i32 M, i32 K} (passed as a u64 slot M | K << 32)
   2 CUtensorMap B           3 B coord shape {i32 N, i32 K}
-  4 CUtensorMap C           5 C coord shape {i32 M, i32 N}
-  6-8  epilogue operand pointers p0..p2 (u64; unused ones are kept, we pass NULL)
+  4 CUtensorMap C           5 C coord shape {i32 M, i32 N}   (SwiGLU: N = B's rows / 2)
+  6-8  epilogue operand pointers p0..p2 (u64; unused ones are kept, we pass NULL): bias/add/mul
+       in the output dtype, scale/scale_n f32
   9-11 epilogue operand row strides ld0..ld2 (i32, elements)
   12-19 persistent scheduler, twice the same 4 values: i32 tiles_m, i32 tiles_n,
         fastdivmod(clusters along the raster dim), fastdivmod(clusters along the other dim)
@@ -23,8 +24,9 @@ import re
 from aotpack.dtypes import DType
 from aotpack.kernels.cutedsl.slots import i32_pair
 from aotpack.kernels.spec import (
-    SM90, Act, CompiledKernel, EpAct, EpAdd, EpBias, EpMul, FastDivmodSlot, GemmOp, IntSlot,
-    Launch, NullSlot, PtrSlot, Target, TensorArg, TensorMapSlot,
+    SM90, Act, CompiledKernel, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, FastDivmodSlot,
+    GemmOp, IntSlot, Launch, NullSlot, PtrSlot, Target, TensorArg, TensorMapSlot,
+    epilogue_operands, swiglu_group,
 )
 
 _DT = {DType.BF16: "bf16", DType.F16: "f16", DType.F32: "f32"}
@@ -32,9 +34,17 @@ _ACT = {Act.GELU_TANH: "gelu_tanh", Act.GELU_ERF: "gelu_erf", Act.SILU: "silu", 
 
 
 def epilogue_kinds(op: GemmOp) -> tuple[str, ...]:
+    """The kernel's static step kinds (epilogue.py); a leading EpSwiGLU is the config's
+    swiglu_group instead."""
     out = []
-    for s in op.epilogue:
-        if isinstance(s, EpBias):
+    for i, s in enumerate(op.epilogue):
+        if isinstance(s, EpSwiGLU):
+            if i != 0:
+                raise ValueError("EpSwiGLU must be the first epilogue step")
+            continue
+        if isinstance(s, EpScale):
+            out.append("scale" if tuple(s.scale.shape) == (1,) else "scale_n")
+        elif isinstance(s, EpBias):
             out.append("bias")
         elif isinstance(s, EpAdd):
             out.append("add")
@@ -61,24 +71,51 @@ def supports(op: GemmOp) -> str | None:
             return "TMA needs 16-byte aligned rows and base addresses"
     if (a.shape[1] * a.dtype.nbytes) % 16 or (o.shape[1] * o.dtype.nbytes) % 16:
         return "K and N must span a multiple of 16 bytes"
-    operands = [s.bias if isinstance(s, EpBias) else s.other for s in op.epilogue
-                if isinstance(s, (EpBias, EpAdd, EpMul))]
+    why = _swiglu_problem(op)
+    if why:
+        return why
+    try:
+        kinds = [k for k in epilogue_kinds(op) if k in _OPERAND_KINDS]
+    except ValueError as e:
+        return str(e)
+    operands = epilogue_operands(op.epilogue)
     if len(operands) > 3:
         return "at most 3 epilogue operands"
-    for t in operands:
-        if t.dtype != o.dtype or t.strides[-1] != 1:
-            return "epilogue operands must have the output dtype and a unit inner stride"
+    for kind, t in zip(kinds, operands):
+        want = DType.F32 if kind.startswith("scale") else o.dtype
+        if t.dtype != want or t.strides[-1] != 1:
+            return ("epilogue operands must have a unit inner stride and the output dtype "
+                    "(EpScale: f32)")
+    return None
+
+
+# steps whose operand is a pointer parameter (epilogue.OPERAND_KINDS; kept here so that this
+# module does not import cutlass)
+_OPERAND_KINDS = ("bias", "add", "mul", "scale", "scale_n")
+
+
+def _swiglu_problem(op: GemmOp) -> str | None:
+    g = swiglu_group(op)
+    if g is None:
+        return None
+    if g % 8 or 256 % (2 * g):
+        return f"SwiGLU group {g} must be a multiple of 8 with 2 * group dividing the 256 tile"
+    if op.b.shape[0] != 2 * op.out.shape[1] or op.b.shape[0] % (2 * g):
+        return f"SwiGLU: B must have 2 x {op.out.shape[1]} rows in whole gate/up pairs"
     return None
 
 
 def default_config(op: GemmOp, **over):
     from aotpack.kernels.cutedsl.gemm import GemmConfig
 
-    m, n = op.out.shape
+    m, n = op.out.shape[0], op.b.shape[0]  # accumulator columns (SwiGLU: 2x the output's)
     tile_m = 64 if m <= 64 else 128
     tile_n = 256 if n >= 256 and tile_m == 128 else 128
+    g = swiglu_group(op) or 0
+    if g and tile_n % (2 * g):
+        tile_n = 256  # whole gate/up pairs per tile
     kw = dict(tile_m=tile_m, tile_n=tile_n, epilogue=epilogue_kinds(op),
-              out_dtype=_DT[op.out.dtype])
+              out_dtype=_DT[op.out.dtype], swiglu_group=g)
     kw.update(over)
     return GemmConfig(**kw)
 
@@ -86,7 +123,10 @@ def default_config(op: GemmOp, **over):
 def candidates(op: GemmOp) -> list:
     """Configs worth measuring for `op` (the tuner compiles each and times it on the GPU)."""
     out = []
+    g = swiglu_group(op) or 0
     for tm, tn in ((128, 256), (128, 128), (64, 128), (64, 256)):
+        if g and tn % (2 * g):
+            continue  # a tile must hold whole gate/up pairs
         for cm, cn in ((1, 1), (2, 1), (1, 2)):
             out.append(default_config(op, tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn))
     return out
@@ -127,10 +167,12 @@ def compile(op: GemmOp, target: Target = SM90, cfg=None) -> list[Launch]:
         raise ValueError(f"{built.entry}: {built.smem} B of shared memory > {target.smem_limit}")
     kernel = CompiledKernel(
         entry=built.entry, cubin=built.cubin, block=built.block, smem=built.smem,
-        cluster=built.cluster, backend="cutedsl", fused_ops=("linear",) + cfg.epilogue,
+        cluster=built.cluster, backend="cutedsl",
+        fused_ops=("linear",) + (("swiglu",) if cfg.swiglu_group else ()) + cfg.epilogue,
         config=dict(tile_m=cfg.tile_m, tile_n=cfg.tile_n, tile_k=64, cluster_m=cfg.cluster_m,
                     cluster_n=cfg.cluster_n, ab_stage=built.ab_stage,
-                    raster_along_m=cfg.raster_along_m))
+                    raster_along_m=cfg.raster_along_m,
+                    **({"swiglu_group": cfg.swiglu_group} if cfg.swiglu_group else {})))
     slots = param_slots(op, cfg, built)
     return [Launch(kernel, grid(op, cfg, target), tuple(slots))]
 
@@ -142,7 +184,7 @@ def grid(op: GemmOp, cfg, target: Target) -> tuple[int, int, int]:
 
 def _tiles(op: GemmOp, cfg) -> tuple[int, int]:
     m, n = op.out.shape
-    return -(-m // cfg.tile_m), -(-n // cfg.tile_n)
+    return -(-m // cfg.tile_m), -(-n // cfg.out_tile_n)  # = B's rows / tile_n with SwiGLU
 
 
 def _clusters(op: GemmOp, cfg) -> tuple[int, int]:
@@ -156,11 +198,10 @@ def param_slots(op: GemmOp, cfg, built) -> list:
     tma = {name: _tma_geometry(name, cfg, built) for name in ("a", "b", "c")}
     slots = [
         _tmap(op.a, *tma["a"]), i32_pair(m, k),
-        _tmap(op.b, *tma["b"]), i32_pair(n, k),
+        _tmap(op.b, *tma["b"]), i32_pair(op.b.shape[0], k),
         _tmap(op.out, *tma["c"]), i32_pair(m, n),
     ]
-    operands = [s.bias if isinstance(s, EpBias) else s.other for s in op.epilogue
-                if isinstance(s, (EpBias, EpAdd, EpMul))]
+    operands = epilogue_operands(op.epilogue)
     ptrs = [PtrSlot(t.storage, t.offset * t.dtype.nbytes) for t in operands]
     lds = [IntSlot("i32", t.strides[0] if len(t.shape) == 2 else 0) for t in operands]
     slots += ptrs + [NullSlot()] * (3 - len(ptrs))

@@ -9,6 +9,10 @@ epilogue runs in registers before the TMA store. Shape of the kernel:
    (rasterised along M or N). The kernel reads gridDim at run time, so the grid (= the SM count of
    the GPU it runs on) is a launch parameter, never baked into the cubin.
 M, N, K and leading dimensions are run-time values: one cubin serves every problem shape.
+SwiGLU (cfg.swiglu_group): B holds gate/up rows interleaved in blocks of G; after the mainloop
+the [tile_m, tile_n] accumulator is paired in registers into a [tile_m, tile_n / 2] output
+fragment, which the rest of the epilogue, the smem staging and the TMA store (of C, [M, N/2])
+work on as if the tile were tile_n / 2 wide.
 
 Only device code lives here; `abi.py` turns the compiled kernel into manifest slots.
 Importing this module imports cutlass (nvidia-cutlass-dsl); callers import it lazily.
@@ -24,9 +28,8 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.pipeline import pipeline_init_arrive, pipeline_init_wait
 
-# Epilogue step kinds understood by the kernel (a static tuple: one cubin per sequence).
-EPI_KINDS = ("bias", "add", "mul", "gelu_tanh", "gelu_erf", "silu", "relu")
-_OPERAND_KINDS = ("bias", "add", "mul")  # steps that read a tensor
+from aotpack.kernels.cutedsl import epilogue as epi
+from aotpack.kernels.cutedsl.epilogue import EPI_KINDS  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -39,10 +42,15 @@ class GemmConfig:
     swizzle: int = 1  # scheduler swizzle (in clusters) for L2 locality
     epilogue: tuple[str, ...] = ()
     out_dtype: str = "bf16"  # bf16 | f16 | f32
+    swiglu_group: int = 0  # > 0: SwiGLU of interleaved gate/up blocks first (epilogue.py)
 
     def check(self) -> None:
         if self.tile_m not in (64, 128) or self.tile_n not in (64, 128, 256):
             raise ValueError(f"unsupported tile {self.tile_m}x{self.tile_n}")
+        g = self.swiglu_group
+        if g and (g % 8 or self.tile_n % (2 * g)):
+            raise ValueError(f"swiglu group {g} needs a multiple of 8 with tile_n "
+                             f"({self.tile_n}) a multiple of {2 * g}")
         if (self.cluster_m, self.cluster_n) not in ((1, 1), (2, 1), (1, 2)):
             raise ValueError(f"unsupported cluster {self.cluster_m}x{self.cluster_n}")
         bad = [e for e in self.epilogue if e not in EPI_KINDS]
@@ -52,7 +60,12 @@ class GemmConfig:
     @property
     def operand_steps(self) -> tuple[int, ...]:
         """Indices of epilogue steps that read a tensor, in kernel-parameter order."""
-        return tuple(i for i, e in enumerate(self.epilogue) if e in _OPERAND_KINDS)
+        return tuple(i for i, e in enumerate(self.epilogue) if e in epi.OPERAND_KINDS)
+
+    @property
+    def out_tile_n(self) -> int:
+        """Output columns per tile (the C tile; the accumulator is tile_n wide)."""
+        return self.tile_n // 2 if self.swiglu_group else self.tile_n
 
 
 _CUTE_DTYPE = {"bf16": cutlass.BFloat16, "f16": cutlass.Float16, "f32": cutlass.Float32}
@@ -112,8 +125,9 @@ class Sm90Gemm:
         self.tile = (self.cfg.tile_m, self.cfg.tile_n, k)
         self.mcast_a, self.mcast_b = self.cluster_mn[1] > 1, self.cluster_mn[0] > 1
         # Epilogue sub-tile: each warp group stores 64 (or 128) rows x 32 columns at a time.
+        self.out_tile = (self.tile[0], self.cfg.out_tile_n)  # the C tile (SwiGLU: half)
         self.epi_tile = (min(128 if self.num_mma_wg == 2 else 64, self.tile[0]),
-                         min(32, self.tile[1]))
+                         min(32, self.out_tile[1]))
         self.epi_stage = 4
         ab_bytes = (self.tile[0] + self.tile[1]) * self.tile[2] * self.a_dtype.width // 8
         epi_bytes = self.epi_tile[0] * self.epi_tile[1] * self.c_dtype.width // 8 * self.epi_stage
@@ -125,6 +139,10 @@ class Sm90Gemm:
         CuTe IR values cannot cross from the host function into the kernel's region (only
         kernel arguments can), and these are all static, so rebuilding them costs nothing."""
         self.tiled_mma = self._make_tiled_mma()
+        # The output fragment's layout: the accumulator's own, or (SwiGLU) that of a wgmma half
+        # as wide with the same thread layout. It only shapes registers; it never runs.
+        self.out_mma = (self._make_tiled_mma(self.cfg.out_tile_n) if self.cfg.swiglu_group
+                        else self.tiled_mma)
         self.cta_layout = cute.make_layout((*self.cluster_mn, 1))
         self.a_smem_staged = self._smem_staged(self.a_dtype, (self.tile[0], self.tile[2]),
                                                self.ab_stage)
@@ -132,11 +150,11 @@ class Sm90Gemm:
                                                self.ab_stage)
         self.c_smem_staged = self._smem_staged(self.c_dtype, self.epi_tile, self.epi_stage)
 
-    def _make_tiled_mma(self):
+    def _make_tiled_mma(self, tile_n: int | None = None):
         k_major = cute.nvgpu.warpgroup.OperandMajorMode.K
         return sm90_utils.make_trivial_tiled_mma(
             self.a_dtype, self.a_dtype, k_major, k_major, cutlass.Float32, self.atom_layout,
-            tiler_mn=(64, self.cfg.tile_n))
+            tiler_mn=(64, tile_n or self.cfg.tile_n))
 
     @staticmethod
     def _smem_staged(dtype, shape_rc, stages):
@@ -154,7 +172,7 @@ class Sm90Gemm:
         return cute.nvgpu.cpasync.make_tiled_tma_atom(op, t, smem, tile_rc, num_multicast=mcast)
 
     def _scheduler(self, c, max_clusters):
-        gc = cute.zipped_divide(c, tiler=(self.tile[0], self.tile[1]))
+        gc = cute.zipped_divide(c, tiler=self.out_tile)  # = the accumulator tiles over B's rows
         tiles_mnl = gc[(0, (None, None, None))].shape
         params = utils.PersistentTileSchedulerParams(
             tiles_mnl, (*self.cluster_mn, 1), self.cfg.swizzle, self.cfg.raster_along_m)
@@ -265,13 +283,18 @@ class Sm90Gemm:
         thr_mma = tiled_mma.get_slice(wg_layout(wg - 1))
         tCrA = tiled_mma.make_fragment_A(thr_mma.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(thr_mma.partition_B(sB))
-        tile_mn = (self.tile[0], self.tile[1])
-        gC = cute.local_tile(mC, tile_mn, (None, None, None))
-        acc = cute.make_rmem_tensor(thr_mma.partition_C(gC).shape[:3], cutlass.Float32)
-        # Coordinates (m, n, l) of each accumulator element, for the epilogue operands.
-        cC = cute.local_tile(cute.make_identity_tensor(mC.shape), tile_mn, (None, None, None))
-        tCcC = acc_coords(tiled_mma, tidx - self.threads_per_wg, cC)
-        store = self._store_parts(tidx, tiled_mma, sC, acc)
+        gC = cute.local_tile(mC, self.out_tile, (None, None, None))
+        acc = cute.make_rmem_tensor(tiled_mma.partition_shape_C(self.tile[:2]), cutlass.Float32)
+        # The fragment the epilogue steps and the store work on (SwiGLU: half of acc's width).
+        acc_out = acc
+        if cutlass.const_expr(self.cfg.swiglu_group > 0):
+            acc_out = cute.make_rmem_tensor(self.out_mma.partition_shape_C(self.out_tile),
+                                            cutlass.Float32)
+        # Coordinates (m, n, l) of each output element, for the epilogue operands.
+        cC = cute.local_tile(cute.make_identity_tensor(mC.shape), self.out_tile,
+                             (None, None, None))
+        tCcC = acc_coords(self.out_mma, tidx - self.threads_per_wg, cC)
+        store = self._store_parts(tidx, self.out_mma, sC, acc_out)
         store_pipe = pipeline.PipelineTmaStore.create(
             num_stages=self.epi_stage,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.num_mma_threads))
@@ -289,7 +312,10 @@ class Sm90Gemm:
             # k_tiles is a multiple of 2 * ab_stage (checks.py catches it on the CPU).
             read, release = self._mainloop(tiled_mma, acc, tCrA, tCrB, ab_pipe, read, release,
                                            k_tiles)
-            self._apply_epilogue(acc, tCcC[(None, None, None, *crd)], mC, operands, ld_operands)
+            if cutlass.const_expr(self.cfg.swiglu_group > 0):
+                epi.swiglu(acc, acc_out, self._swiglu_pairs(acc))
+            self._apply_epilogue(acc_out, tCcC[(None, None, None, *crd)], mC, operands,
+                                 ld_operands)
             self._store_tile(warp, tma_c, sC, gC[(None, None, *crd)], store, store_pipe,
                              sched.num_tiles_executed)
             sched.advance_to_next_work()
@@ -323,41 +349,33 @@ class Sm90Gemm:
             release.advance()
         return read, release
 
+    def _swiglu_pairs(self, acc) -> list:
+        """Static (output, gate, up) register coordinates (epilogue.swiglu_pairs)."""
+        shape = acc.shape  # ((2, 2, tile_n / 8), MMA_M, MMA_N)
+        if shape[0][:2] != (2, 2) or shape[2] != 1:
+            raise RuntimeError(f"unexpected wgmma accumulator fragment {shape}")
+        return epi.swiglu_pairs(self.cfg.tile_n, shape[1], self.cfg.swiglu_group)
+
     @cute.jit
     def _apply_epilogue(self, acc, tCcC, mC, operands, ld_operands):
-        """Runs the static step sequence on every accumulator element, in f32. Operand reads
-        clamp their coordinates into the matrix: rows/columns past M/N are computed on
-        duplicates and then dropped by the bounds-checked TMA store."""
+        """Runs the static step sequence on every output element, in f32 (epilogue.py).
+        Operand reads clamp their coordinates into the matrix: rows/columns past M/N are
+        computed on duplicates and then dropped by the bounds-checked TMA store."""
+        steps, operand_steps = self.cfg.epilogue, self.cfg.operand_steps
         m_max = cute.size(mC, mode=[0]) - 1
         n_max = cute.size(mC, mode=[1]) - 1
-        views = []
-        for j in cutlass.range_constexpr(len(self.cfg.operand_steps)):
-            step = self.cfg.epilogue[self.cfg.operand_steps[j]]
-            if cutlass.const_expr(step == "bias"):
-                views.append(cute.make_tensor(operands[j], cute.make_layout(n_max + 1)))
+        views = epi.operand_views(steps, operand_steps, operands, ld_operands, m_max, n_max)
+        scalars = []  # per-tensor scales: one load per tile, not one per element
+        for j in cutlass.range_constexpr(len(operand_steps)):
+            if cutlass.const_expr(steps[operand_steps[j]] == "scale"):
+                scalars.append(views[j][0].to(cutlass.Float32))
             else:
-                views.append(cute.make_tensor(operands[j], cute.make_layout(
-                    (m_max + 1, n_max + 1), stride=(ld_operands[j], 1))))
+                scalars.append(None)
         for i in cutlass.range_constexpr(cute.size(acc)):
             crd = tCcC[i]
             m = cutlass.min(crd[0], m_max)
             n = cutlass.min(crd[1], n_max)
-            v = acc[i]
-            j = 0
-            for s in cutlass.range_constexpr(len(self.cfg.epilogue)):
-                step = self.cfg.epilogue[s]
-                if cutlass.const_expr(step == "bias"):
-                    v = v + views[j][n].to(cutlass.Float32)
-                    j += 1
-                elif cutlass.const_expr(step == "add"):
-                    v = v + views[j][m, n].to(cutlass.Float32)
-                    j += 1
-                elif cutlass.const_expr(step == "mul"):
-                    v = v * views[j][m, n].to(cutlass.Float32)
-                    j += 1
-                else:
-                    v = _activation(step, v)
-            acc[i] = v
+            acc[i] = epi.apply_steps(steps, acc[i], m, n, views, scalars)
 
     @cute.jit
     def _store_parts(self, tidx, tiled_mma, sC, acc):
@@ -407,52 +425,8 @@ def acc_coords(tiled_mma, mma_thread, cC):
     return tiled_mma.get_slice(mma_thread).partition_C(cC)
 
 
-def fragment_coords(cfg: GemmConfig, threads) -> dict[int, list[tuple[int, int]]]:
-    """For consumer threads `threads` (0 = first thread of the first consumer warp group), the
-    (m, n) of each accumulator register inside the first output tile, computed on the host by
-    the kernel's own `acc_coords` with static thread indices (CuTe layouts evaluate statically
-    at trace time; no GPU needed; ~0.1 s per thread). For tests."""
-    gemm = Sm90Gemm(cfg)
-    gemm.a_dtype = gemm.c_dtype = cutlass.BFloat16
-    threads = tuple(threads)
-    out = {}
-
-    @cute.jit
-    def trace():
-        tiled_mma = gemm._make_tiled_mma()
-        tile_mn = (cfg.tile_m, cfg.tile_n)
-        ident = cute.make_identity_tensor((cfg.tile_m, cfg.tile_n, 1))
-        cC = cute.local_tile(ident, tile_mn, (None, None, None))
-        # range_constexpr: unrolled in Python, so every index stays static.
-        for t in threads:
-            part = acc_coords(tiled_mma, t, cC)[(None, None, None, 0, 0, 0)]
-            regs = []
-            for i in cutlass.range_constexpr(cute.size(part)):
-                regs.append((int(part[i][0]), int(part[i][1])))
-            out[t] = regs
-
-    trace()
-    return out
-
-
 def _atom_type(atom) -> str:
     """The MLIR type of a TMA copy atom, e.g. `!cute_nvgpu.atom.non_exec_tiled_tma_load<sm_90,
     bf16, copy_bits = 131072, tma_gbasis = <"(64,128):(1@1,1@0)">, ...>`: the box CuTeDSL encodes
     into the descriptor. (Reads a private attribute: CuTeDSL has no public accessor.)"""
     return str(atom._trait.value.type)
-
-
-@cute.jit
-def _activation(kind: cutlass.Constexpr, x):
-    if cutlass.const_expr(kind == "relu"):
-        return cutlass.max(x, cutlass.Float32(0.0))
-    if cutlass.const_expr(kind == "silu"):
-        # x * rcp.approx (1 ulp) rather than x / (..): the IEEE div.rn.f32 is a ~15-instruction
-        # sequence, 128 of them per thread per tile. 1 + exp(-x) >= 1, so no denormal input.
-        return x * cute.arch.rcp_approx(cutlass.Float32(1.0) + cute.math.exp(-x, fastmath=True))
-    if cutlass.const_expr(kind == "gelu_erf"):
-        return cutlass.Float32(0.5) * x * (cutlass.Float32(1.0) + cute.math.erf(
-            x * cutlass.Float32(0.7071067811865476)))
-    # gelu_tanh
-    inner = cutlass.Float32(0.7978845608028654) * (x + cutlass.Float32(0.044715) * x * x * x)
-    return cutlass.Float32(0.5) * x * (cutlass.Float32(1.0) + cute.math.tanh(inner, fastmath=True))

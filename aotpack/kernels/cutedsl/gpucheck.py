@@ -26,8 +26,8 @@ import time
 from aotpack.dtypes import DType
 from aotpack.kernels.cutedsl.slots import pack
 from aotpack.kernels.spec import (
-    Act, EpAct, EpAdd, EpBias, EpMul, FastDivmodSlot, GemmOp, IntSlot, NullSlot, PtrSlot,
-    TensorMapSlot, contiguous,
+    Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, FastDivmodSlot, GemmOp, IntSlot,
+    NullSlot, PtrSlot, TensorMapSlot, contiguous,
 )
 
 # The last shape gives every config more tiles than CTAs (each CTA runs several tiles) with
@@ -52,16 +52,28 @@ RUN_BUDGET_S = 200
 # pipeline is, and the rest of that config is skipped.
 PROBE_SHAPE = (1024, 4096, 576)
 EPILOGUES = [(), ("bias",), ("gelu_tanh",), ("gelu_erf",), ("silu",), ("relu",), ("add",),
-             ("mul",), ("silu", "mul"), ("bias", "gelu_tanh", "add")]
+             ("mul",), ("silu", "mul"), ("scale",), ("scale_n", "silu"),
+             ("bias", "gelu_tanh", "add")]
+# SwiGLU (B = 2N interleaved gate/up rows, group 64) needs N a multiple of 64: its own shapes,
+# ragged in M and K, and in N for the 256 tile (320 outputs = 640 accumulator columns = 2.5
+# tiles: the last one holds one real and one zero-filled pair)
+SWIGLU_EPILOGUES = [("swiglu",), ("swiglu", "scale_n", "add")]
+SWIGLU_SHAPES = [(1000, 3008, 520), (77, 320, 136), (8, 1088, 72), (2000, 3008, 520)]
+SWIGLU_GROUP = 64
 TILES = [(128, 256, 1, 1, True), (128, 128, 1, 1, True), (64, 128, 1, 1, True),
          (128, 128, 2, 1, True), (128, 128, 1, 2, False), (64, 256, 1, 2, True)]
 
 
 def make_op(m, n, k, steps=(), out=DType.BF16) -> GemmOp:
-    """A GemmOp over storages x, w, y (+ bias, res, up) with epilogue steps by name."""
+    """A GemmOp over storages x, w, y (+ bias, res, up, scale, scale_n) with epilogue steps by
+    name; "swiglu" (first) makes w [2n, k] with EpSwiGLU(SWIGLU_GROUP)."""
     epi = []
     for s in steps:
-        if s == "bias":
+        if s == "swiglu":
+            epi.append(EpSwiGLU(SWIGLU_GROUP))
+        elif s in ("scale", "scale_n"):
+            epi.append(EpScale(contiguous(s, DType.F32, (1,) if s == "scale" else (n,))))
+        elif s == "bias":
             epi.append(EpBias(contiguous("bias", out, (n,))))
         elif s == "add":
             epi.append(EpAdd(contiguous("res", out, (m, n))))
@@ -69,7 +81,8 @@ def make_op(m, n, k, steps=(), out=DType.BF16) -> GemmOp:
             epi.append(EpMul(contiguous("up", out, (m, n))))
         else:
             epi.append(EpAct(Act(s)))
-    return GemmOp(contiguous("x", DType.BF16, (m, k)), contiguous("w", DType.BF16, (n, k)),
+    n_b = 2 * n if "swiglu" in steps else n
+    return GemmOp(contiguous("x", DType.BF16, (m, k)), contiguous("w", DType.BF16, (n_b, k)),
                   contiguous("y", out, (m, n)), tuple(epi))
 
 
@@ -85,16 +98,23 @@ def write_cases(path: str) -> None:
         if (tm, tn, cm, cn) != (128, 256, 1, 1):
             probe = _case(cc, "check", PROBE_SHAPE, (), tm, tn, cm, cn, ram)
             cases.append({**probe, "probe": True})
-        for steps in EPILOGUES if (tm, tn, cm, cn) == (128, 256, 1, 1) else EPILOGUES[-3:]:
+        main = (tm, tn, cm, cn) == (128, 256, 1, 1)
+        for steps in EPILOGUES if main else EPILOGUES[-3:]:
             for shape in CHECK_SHAPES:
+                cases.append(_case(cc, "check", shape, steps, tm, tn, cm, cn, ram))
+        for steps in SWIGLU_EPILOGUES if main else SWIGLU_EPILOGUES[-1:]:
+            for shape in SWIGLU_SHAPES if main else SWIGLU_SHAPES[::3]:
                 cases.append(_case(cc, "check", shape, steps, tm, tn, cm, cn, ram))
         for shape in PERF_SHAPES if (tm, tn, cm, cn) == (128, 256, 1, 1) else PERF_SHAPES[:1]:
             cases.append(_case(cc, "perf", shape, ("bias", "silu"), tm, tn, cm, cn, ram))
-        if (tm, tn, cm, cn) == (128, 256, 1, 1):  # epilogue cost: the same GEMM without one
+        if main:  # epilogue cost: the same GEMM without one; a Llama-3-8B gate/up SwiGLU
             cases.append(_case(cc, "perf", PERF_SHAPES[0], (), tm, tn, cm, cn, ram))
+            cases.append(_case(cc, "perf", PERF_SHAPES[2], ("swiglu",), tm, tn, cm, cn, ram))
     for out in (DType.F32, DType.F16):  # output casts (operands have the output dtype)
         for shape in CHECK_SHAPES[:2]:
             cases.append(_case(cc, "check", shape, ("bias", "add"), 128, 128, 1, 1, True, out))
+        cases.append(_case(cc, "check", SWIGLU_SHAPES[1], ("swiglu", "scale"), 128, 128, 1, 1,
+                           True, out))
     with open(path, "wb") as f:
         pickle.dump(cases, f)
     print(f"wrote {len(cases)} cases to {path}")
@@ -200,8 +220,12 @@ def _tensors(case, torch, seed=0):
     def r(*shape, dt=torch.bfloat16):
         return torch.randn(*shape, device="cuda", generator=g).to(dt)
 
-    return {"x": r(m, k), "w": r(n, k) * k ** -0.5, "y": torch.empty(m, n, device="cuda", dtype=od),
-            "bias": r(n, dt=od), "res": r(m, n, dt=od), "up": r(m, n, dt=od)}
+    n_b = 2 * n if "swiglu" in case["steps"] else n
+    scales = {"scale": r(1, dt=torch.float32).abs() + 0.5,
+              "scale_n": r(n, dt=torch.float32).abs() + 0.5}
+    return {"x": r(m, k), "w": r(n_b, k) * k ** -0.5,
+            "y": torch.empty(m, n, device="cuda", dtype=od),
+            "bias": r(n, dt=od), "res": r(m, n, dt=od), "up": r(m, n, dt=od), **scales}
 
 
 def _params(drv, case, t) -> list[bytes]:
@@ -225,7 +249,12 @@ def _reference(case, t, torch):
 
     acc = t["x"].float() @ t["w"].float().t()
     for s in case["steps"]:
-        if s == "bias":
+        if s == "swiglu":  # interleaved [gate block | up block] pairs (spec.EpSwiGLU)
+            pairs = acc.view(acc.shape[0], -1, 2, SWIGLU_GROUP)
+            acc = (F.silu(pairs[:, :, 0]) * pairs[:, :, 1]).reshape(acc.shape[0], -1)
+        elif s in ("scale", "scale_n"):
+            acc = acc * t[s]
+        elif s == "bias":
             acc = acc + t["bias"].float()
         elif s == "add":
             acc = acc + t["res"].float()
@@ -364,7 +393,7 @@ def _time(drv, case, params, torch, reps=20) -> dict:
     events around each single launch, median -- it also counts the host's launch latency (the
     stream is idle when the first event fires), ~70 us: it made 4096^3 read 519 TFLOP/s."""
     m, n, k = case["shape"]
-    flop = 2 * m * n * k
+    flop = 2 * m * n * k * (2 if "swiglu" in case["steps"] else 1)  # B has 2n rows
     stream = torch.cuda.current_stream().cuda_stream
     go = drv.prepare(case, params, stream)
     for _ in range(3):

@@ -6,10 +6,13 @@ One @triton.jit source, specialised per op through constexprs:
 - Persistent grid: min(#tiles, SM count) CTAs walk the tiles in grouped order (GROUP_M rows
   of tiles share B columns while they are hot in L2); the K loop is software-pipelined
   (num_stages) and flattened with the tile loop so the next tile's loads overlap this epilogue.
-- The epilogue chain of the op (bias / activation / add / mul, in order) is compiled in as up
-  to MAX_STEPS constexpr step kinds, each with its own operand pointer and strides; it runs on
-  the f32 accumulator in registers (optionally in EPI_SPLIT column subtiles), then one store:
-  TMA (clips out-of-bounds rows/cols) or masked pointer stores into any strided 2-D view.
+- The epilogue chain of the op (bias / activation / add / mul / scale, in order) is compiled
+  in as up to MAX_STEPS constexpr step kinds, each with its own operand pointer and strides; it
+  runs on the f32 accumulator in registers (optionally in EPI_SPLIT column subtiles), then one
+  store: TMA (clips out-of-bounds rows/cols) or masked pointer stores into any strided 2-D view.
+- SwiGLU (EpSwiGLU, group G): B's rows interleave gate and up blocks of G, so a tile of BN
+  accumulator columns (BN a multiple of 2G) holds BN/(2G) whole gate/up pairs; they are paired
+  in registers (reshape + split), leaving a [BM, BN/2] tile for the other steps and the store.
 The same source runs under Triton's interpreter on CPU tensors (`run_interpreted`) and through
 Triton's normal JIT launcher on a GPU (`jit_runner`, used by benchmarks/bench_gemm.py).
 """
@@ -19,16 +22,19 @@ import triton
 import triton.language as tl
 
 from aotpack.dtypes import DType
-from aotpack.kernels.spec import (
-    SM90, EpAct, EpAdd, EpBias, EpMul, GemmOp, Launch, Target, TensorArg,
-)
+from aotpack.kernels.spec import SM90, GemmOp, Launch, Target, TensorArg, swiglu_group
 from aotpack.kernels.triton.compile import (
     Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
 )
-from aotpack.kernels.triton.gemm_configs import GemmConfig, choose_config
+from aotpack.kernels.triton import gemm_splitk
+from aotpack.kernels.triton.gemm_configs import GemmConfig, SplitKConfig, choose_config
+# The epilogue (device helpers and host-side step mapping) lives in gemm_epilogue.py.
+from aotpack.kernels.triton.gemm_epilogue import (  # noqa: F401  (re-exported)
+    MAX_STEPS, MAX_TENSOR_OPERANDS, _activation, _column_block, _epilogue_step, _finish_subtile,
+    _swiglu_pairs,
+    check_epilogue as _check_epilogue, epilogue_steps, fused_ops, out_tile_n, swiglu_config,
+)
 
-MAX_STEPS = 5  # epilogue steps compiled into one kernel
-MAX_TENSOR_OPERANDS = 3  # bias/add/mul operands: each 2-D one is a tile of registers
 _INPUT_DTYPES = (DType.BF16, DType.F16)
 _OUTPUT_DTYPES = (DType.BF16, DType.F16, DType.F32)
 _TMA_ALIGN = 16  # bytes: TMA base address and outer strides
@@ -52,90 +58,6 @@ def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def _activation(x, ACT: tl.constexpr):
-    if ACT == "gelu_tanh":
-        # 0.5 * (1 + tanh(z)) == sigmoid(2z): avoids a tanh (not in every libdevice / numpy path)
-        z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        x = x * tl.sigmoid(2.0 * z)
-    elif ACT == "gelu_erf":
-        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
-    elif ACT == "silu":
-        x = x * tl.sigmoid(x)
-    elif ACT == "relu":
-        x = tl.maximum(x, 0.0)
-    return x
-
-
-@triton.jit
-def _epilogue_step(acc, STEP: tl.constexpr, ptr, s_m, s_n, offs_m, offs_n, M, N):
-    # STEP "" is a no-op; ptr is None then (a constexpr), so nothing is loaded.
-    if STEP == "bias":
-        bias = tl.load(ptr + offs_n * s_n, mask=offs_n < N, other=0.0)
-        acc = acc + bias.to(tl.float32)[None, :]
-    elif STEP == "add" or STEP == "mul":
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        x = tl.load(ptr + offs_m[:, None] * s_m + offs_n[None, :] * s_n, mask=mask, other=0.0)
-        if STEP == "add":
-            acc = acc + x.to(tl.float32)
-        else:
-            acc = acc * x.to(tl.float32)
-    elif STEP != "":
-        acc = _activation(acc, STEP)
-    return acc
-
-
-@triton.jit
-def _finish_subtile(acc, off_m, off_n, M, N, out_desc, out_ptr, stride_om, stride_on,
-                    S0: tl.constexpr, e0, e0_m, e0_n, S1: tl.constexpr, e1, e1_m, e1_n,
-                    S2: tl.constexpr, e2, e2_m, e2_n, S3: tl.constexpr, e3, e3_m, e3_n,
-                    S4: tl.constexpr, e4, e4_m, e4_n,
-                    BM: tl.constexpr, BNS: tl.constexpr, WIDE_INDEX: tl.constexpr,
-                    TMA_STORE: tl.constexpr):
-    offs_m = off_m + tl.arange(0, BM)
-    offs_n = off_n + tl.arange(0, BNS)
-    if WIDE_INDEX:  # element offsets of some operand or the output pass 2^31
-        offs_m = offs_m.to(tl.int64)
-        offs_n = offs_n.to(tl.int64)
-    acc = _epilogue_step(acc, S0, e0, e0_m, e0_n, offs_m, offs_n, M, N)
-    acc = _epilogue_step(acc, S1, e1, e1_m, e1_n, offs_m, offs_n, M, N)
-    acc = _epilogue_step(acc, S2, e2, e2_m, e2_n, offs_m, offs_n, M, N)
-    acc = _epilogue_step(acc, S3, e3, e3_m, e3_n, offs_m, offs_n, M, N)
-    acc = _epilogue_step(acc, S4, e4, e4_m, e4_n, offs_m, offs_n, M, N)
-    if TMA_STORE:
-        out_desc.store([off_m, off_n], acc.to(out_desc.dtype))
-    else:
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        ptrs = out_ptr + offs_m[:, None] * stride_om + offs_n[None, :] * stride_on
-        tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _column_halves(x, BM: tl.constexpr, BN: tl.constexpr):
-    # [BM, BN] -> columns [0, BN/2) and [BN/2, BN); register renaming, no data movement
-    return tl.split(tl.permute(tl.reshape(x, (BM, 2, BN // 2)), (0, 2, 1)))
-
-
-@triton.jit
-def _column_block(acc, Q: tl.constexpr, PARTS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
-    """Column block Q of PARTS (1, 2 or 4) equal blocks of the [BM, BN] accumulator."""
-    if PARTS == 1:
-        block = acc
-    else:
-        lo, hi = _column_halves(acc, BM, BN)
-        if Q >= PARTS // 2:
-            block = hi
-        else:
-            block = lo
-        if PARTS == 4:
-            lo2, hi2 = _column_halves(block, BM, BN // 2)
-            if Q % 2 == 1:
-                block = hi2
-            else:
-                block = lo2
-    return block
-
-
-@triton.jit
 def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K,
                 e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                 e4, e4_m, e4_n,
@@ -143,7 +65,10 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
                 S4: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                 EPI_SPLIT: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr,
-                WIDE_INDEX: tl.constexpr, UPCAST_DOT: tl.constexpr):
+                WIDE_INDEX: tl.constexpr, UPCAST_DOT: tl.constexpr, SWIGLU_G: tl.constexpr,
+                BN_OUT: tl.constexpr):
+    # N counts accumulator columns (B's rows); with SwiGLU (SWIGLU_G > 0) the output has N / 2
+    # columns and each tile stores BN_OUT = BN / 2 of them; otherwise BN_OUT = BN.
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(N, BN)
     k_tiles = tl.cdiv(K, BK)
@@ -161,42 +86,27 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b.T, acc)
+        n_out = N
+        if SWIGLU_G > 0:
+            acc = _swiglu_pairs(acc, BM, BN, SWIGLU_G)
+            n_out = N // 2
         for q in tl.static_range(EPI_SPLIT):
-            _finish_subtile(_column_block(acc, q, EPI_SPLIT, BM, BN), off_m,
-                            off_n + q * (BN // EPI_SPLIT), M, N, out_desc, out_ptr, stride_om,
-                            stride_on, S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
-                            S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n,
-                            BM, BN // EPI_SPLIT, WIDE_INDEX, TMA_STORE)
+            _finish_subtile(_column_block(acc, q, EPI_SPLIT, BM, BN_OUT), off_m,
+                            pid_n * BN_OUT + q * (BN_OUT // EPI_SPLIT), M, n_out, out_desc,
+                            out_ptr, stride_om, stride_on, S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n,
+                            S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n,
+                            BM, BN_OUT // EPI_SPLIT, WIDE_INDEX, TMA_STORE)
 
 
 # ----------------------------------------------------------------------------- host side
-def epilogue_steps(op: GemmOp) -> list[tuple[str, TensorArg | None]]:
-    """(kernel step kind, operand view) per epilogue step, in order."""
-    steps = []
-    for step in op.epilogue:
-        if isinstance(step, EpBias):
-            steps.append(("bias", step.bias))
-        elif isinstance(step, EpAdd):
-            steps.append(("add", step.other))
-        elif isinstance(step, EpMul):
-            steps.append(("mul", step.other))
-        elif isinstance(step, EpAct):
-            steps.append((step.act.value, None))
-        else:
-            raise TypeError(f"gemm: unknown epilogue step {step!r}")
-    return steps
-
-
-def fused_ops(op: GemmOp) -> tuple[str, ...]:
-    return ("gemm",) + tuple(kind for kind, _ in epilogue_steps(op))
-
-
 def check_op(op: GemmOp) -> None:
     """Raise ValueError naming what this template cannot run."""
     a, b, out = op.a, op.b, op.out
     if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
         raise ValueError("gemm: a, b and out must be 2-D views")
     (M, K), (N, Kb) = a.shape, b.shape
+    if swiglu_group(op):
+        N //= 2  # B holds interleaved gate and up rows: 2N accumulator columns, N outputs
     if Kb != K or tuple(out.shape) != (M, N):
         raise ValueError(f"gemm: shapes do not match: a {a.shape}, b {b.shape}, out {out.shape}")
     if min(M, N, K) <= 0:
@@ -212,22 +122,6 @@ def check_op(op: GemmOp) -> None:
             raise ValueError(f"gemm: operand {name} cannot be loaded by TMA: {problem} "
                              "(make it contiguous with a 16-byte aligned row pitch)")
     _check_epilogue(op)
-
-
-def _check_epilogue(op: GemmOp) -> None:
-    steps = epilogue_steps(op)
-    tensors = [t for _, t in steps if t is not None]
-    if len(steps) > MAX_STEPS or len(tensors) > MAX_TENSOR_OPERANDS:
-        raise ValueError(f"gemm: epilogue {[k for k, _ in steps]} too long: at most {MAX_STEPS} "
-                         f"steps and {MAX_TENSOR_OPERANDS} tensor operands (bias/add/mul) fuse "
-                         "into one kernel; split the rest into a pointwise op")
-    M, N = op.out.shape
-    for kind, t in steps:
-        want = (N,) if kind == "bias" else (M, N)
-        if t is not None and tuple(t.shape) != want:
-            raise ValueError(f"gemm: {kind} operand has shape {t.shape}, expected {want}")
-        if t is not None and not t.dtype.is_float:
-            raise ValueError(f"gemm: {kind} operand must be a float tensor, got {t.dtype.value}")
 
 
 def tma_problem(arg: TensorArg) -> str | None:
@@ -255,7 +149,7 @@ def _max_offset(arg: TensorArg) -> int:
 
 def uses_tma_store(op: GemmOp, cfg: GemmConfig) -> bool:
     """TMA store if the config asks, the output view allows, and a subtile row fits one box."""
-    row_bytes = cfg.BN // cfg.EPI_SPLIT * op.out.dtype.nbytes
+    row_bytes = out_tile_n(op, cfg) // cfg.EPI_SPLIT * op.out.dtype.nbytes
     return cfg.TMA_STORE and tma_problem(op.out) is None and row_bytes <= _TMA_ROW_BYTES
 
 
@@ -265,6 +159,11 @@ def check_config(op: GemmOp, cfg: GemmConfig) -> None:
                          f"at most {_TMA_ROW_BYTES} B (BK=64 for bf16/f16)")
     if cfg.EPI_SPLIT not in (1, 2, 4) or cfg.BN % cfg.EPI_SPLIT:
         raise ValueError(f"gemm: EPI_SPLIT={cfg.EPI_SPLIT} must be 1, 2 or 4 and divide BN")
+    g = swiglu_group(op)
+    if g is not None and (cfg.BN % (2 * g) or (cfg.BN // 2) % cfg.EPI_SPLIT):
+        raise ValueError(f"gemm: SwiGLU group {g} needs BN a multiple of {2 * g} (whole "
+                         f"gate/up pairs per tile) and EPI_SPLIT dividing BN/2; got BN={cfg.BN}, "
+                         f"EPI_SPLIT={cfg.EPI_SPLIT}")
 
 
 def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
@@ -279,7 +178,8 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
     args = {
         "a_desc": Desc(op.a, (cfg.BM, cfg.BK)),
         "b_desc": Desc(op.b, (cfg.BN, cfg.BK)),
-        "out_desc": Desc(out, (cfg.BM, cfg.BN // cfg.EPI_SPLIT)) if tma_store else Const(None),
+        "out_desc": (Desc(out, (cfg.BM, out_tile_n(op, cfg) // cfg.EPI_SPLIT)) if tma_store
+                     else Const(None)),
         "out_ptr": Const(None) if tma_store else Ptr(out),
         "stride_om": Const(0) if tma_store else _int_arg(out.strides[0]),
         "stride_on": Const(0) if tma_store else _int_arg(out.strides[1]),
@@ -289,7 +189,10 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
         kind, t = steps[i] if i < len(steps) else ("", None)
         args[f"S{i}"] = Const(kind)
         args[f"e{i}"] = Ptr(t) if t is not None else Const(None)
-        sm, sn = (0, t.strides[0]) if kind == "bias" else (t.strides if t is not None else (0, 0))
+        if kind in ("bias", "scale_n", "scale"):  # 1-D; a per-tensor scale has one element
+            sm, sn = 0, (t.strides[0] if kind != "scale" else 0)
+        else:
+            sm, sn = t.strides if t is not None else (0, 0)
         args[f"e{i}_m"], args[f"e{i}_n"] = _int_arg(sm), _int_arg(sn)
     wide = any(_max_offset(v) >= 2**31 for v in views)
     for name in ("BM", "BN", "BK", "GROUP_M", "EPI_SPLIT", "FLATTEN"):
@@ -297,11 +200,13 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
     args["TMA_STORE"] = Const(tma_store)
     args["WIDE_INDEX"] = Const(wide)
     args["UPCAST_DOT"] = Const(False)
+    args["SWIGLU_G"] = Const(swiglu_group(op) or 0)
+    args["BN_OUT"] = Const(out_tile_n(op, cfg))
     return args
 
 
 def num_tiles(op: GemmOp, cfg: GemmConfig) -> int:
-    M, N = op.out.shape
+    M, N = op.out.shape[0], op.b.shape[0]  # accumulator columns (2x the output's with SwiGLU)
     return cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
 
 
@@ -310,9 +215,13 @@ def grid_size(op: GemmOp, cfg: GemmConfig, sm_count: int) -> int:
     return max(1, min(num_tiles(op, cfg), sm_count))
 
 
-def config_for(op: GemmOp, target: Target = SM90) -> GemmConfig:
+def config_for(op: GemmOp, target: Target = SM90) -> GemmConfig | SplitKConfig:
     M, K = op.a.shape
-    return choose_config(M, op.b.shape[0], K, op.a.dtype, target, op.out.dtype)
+    cfg = choose_config(M, op.b.shape[0], K, op.a.dtype, target, op.out.dtype)
+    if isinstance(cfg, SplitKConfig):  # decode-sized M: gemm_splitk.py
+        return gemm_splitk.adapt_config(op, cfg)
+    g = swiglu_group(op)
+    return cfg if g is None else swiglu_config(cfg, g, op, target)
 
 
 # ----------------------------------------------------------------------------- cross-compile
@@ -334,6 +243,8 @@ def _arg_key(v) -> tuple:
 
 def compile_config(op: GemmOp, cfg: GemmConfig, target: Target = SM90) -> list[Launch]:
     """Launches of `op` compiled with exactly `cfg` (memoized per kernel specialisation)."""
+    if isinstance(cfg, SplitKConfig):
+        return gemm_splitk.compile_config(op, cfg, target)
     check_op(op)
     args = kernel_args(op, cfg)
     key = (tuple((n, _arg_key(v)) for n, v in args.items()), cfg, target)
@@ -349,8 +260,9 @@ def compile_config(op: GemmOp, cfg: GemmConfig, target: Target = SM90) -> list[L
 def compile(op: GemmOp, target: Target = SM90) -> list[Launch]:
     """Cubin + launch for `op` with the heuristic config; if the compiled kernel needs more
     shared memory than the target has, retry with fewer pipeline stages."""
-    check_op(op)
     cfg = config_for(op, target)
+    if not isinstance(cfg, SplitKConfig):  # split-K checks the op itself (it needs less)
+        check_op(op)
     while True:
         try:
             return compile_config(op, cfg, target)
@@ -358,6 +270,18 @@ def compile(op: GemmOp, target: Target = SM90) -> list[Launch]:
             if "shared memory" not in str(e) or cfg.num_stages <= 2:
                 raise
             cfg = cfg.with_(num_stages=cfg.num_stages - 1)
+
+
+def supports_config(op: GemmOp, cfg: GemmConfig | SplitKConfig) -> str | None:
+    """Why `cfg` (a tile or split-K config) cannot compile `op`, or None if it can."""
+    if isinstance(cfg, SplitKConfig):
+        return gemm_splitk.supports_config(op, cfg)
+    try:
+        check_op(op)
+        check_config(op, cfg)
+    except (ValueError, TypeError) as e:
+        return str(e)
+    return None
 
 
 # ----------------------------------------------------------------------------- run with torch
@@ -383,7 +307,10 @@ def runtime_args(args: dict, env) -> dict:
 def jit_runner(op: GemmOp, env, cfg: GemmConfig, sm_count: int):
     """A no-argument function that runs `op` through Triton's own launcher: GPU tensors in the
     benchmark, CPU tensors under the interpreter in tests. Same source and arguments as the
-    cross-compiled cubin; descriptors are built once, here."""
+    cross-compiled cubin; descriptors are built once, here. A split-K config runs
+    gemm_splitk's launches (its grid is fixed by the config: sm_count is not used)."""
+    if isinstance(cfg, SplitKConfig):
+        return gemm_splitk.jit_runner(op, env, cfg)
     check_op(op)
     args = runtime_args(kernel_args(op, cfg), env)
     # Triton's interpreter computes bf16 dots on the raw bits (triton-lang/triton#11584, "not

@@ -1,0 +1,332 @@
+"""Swap-AB split-K GEMM for decode-sized M: out[M, N] = epilogue(a[M, K] @ b[N_acc, K]^T).
+
+With M <= ~128 the GEMM is a stream over the weight b (read once, 2 * N_acc * K bytes), so what
+counts is keeping enough weight bytes in flight on every SM. Each CTA computes one tile of the
+TRANSPOSED product, acc[BN, BM] = b[n0:n0+BN, k-run] @ a[m0:m0+BM, k-run]^T:
+- the weight is wgmma's M side (64 rows per warpgroup), the few activation rows are its N side
+  (BM = 16..128, rows past M zero-filled), so no MMA work is spent on padding 16 rows to 64;
+- the K tiles are cut into SPLIT_K equal runs (grid z), so even a narrow N fills the GPU;
+- loads are pipelined over num_stages (TMA descriptors, or masked pointer loads via cp.async).
+SPLIT_K == 1 without SwiGLU finishes the tile in place (epilogue + store). Otherwise every CTA
+writes its f32 partial tile to a workspace [SPLIT_K, M, N_acc] and `splitk_reduce_kernel` sums
+the partials in a fixed order (deterministic), pairs SwiGLU gate/up columns by indexing (no
+register shuffles), applies the epilogue and stores with the output's strides.
+The workspace is a ScratchSlot shared by the op's two launches (the memory planner gives them
+one arena region). Epilogue device code is gemm_epilogue's, so both GEMM paths agree.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from aotpack.dtypes import DType
+from aotpack.kernels.spec import (
+    SM90, GemmOp, Launch, PtrSlot, ScratchSlot, Target, TensorArg, swiglu_group,
+)
+from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
+from aotpack.kernels.triton.compile import Const, Desc, I32, Ptr, cdiv
+from aotpack.kernels.triton.gemm_configs import SplitKConfig
+from aotpack.kernels.triton.gemm_epilogue import (
+    MAX_STEPS, _activation, _finish_subtile, check_epilogue, epilogue_steps, fused_ops,
+)
+
+WORKSPACE = "__splitk.partials"  # storage name of the partial sums in plans and torch envs
+SHARED_SCRATCH_KEY = "splitk.partials"  # ScratchSlot.shared of both launches of one op
+_INPUT_DTYPES = (DType.BF16, DType.F16)
+_OUTPUT_DTYPES = (DType.BF16, DType.F16, DType.F32)
+_BLOCKS_M = (16, 32, 64, 128, 256)
+_BLOCKS_N = (64, 128, 256)
+_BLOCKS_K = (16, 32, 64, 128)
+_REDUCE_ELEMS = 512  # outputs per reduce program: 4 per thread of 4 warps (16-byte vectors)
+_REDUCE_WARPS = 4
+_I32_LIMIT = 2**31
+
+
+# ----------------------------------------------------------------------------- device code
+@triton.jit
+def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, K,
+                  ws_ptr, out_ptr, stride_om, stride_on,
+                  e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
+                  e4, e4_m, e4_n,
+                  S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
+                  S4: tl.constexpr,
+                  BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
+                  USE_TMA: tl.constexpr, DIRECT: tl.constexpr, WIDE_INDEX: tl.constexpr):
+    off_m = tl.program_id(0) * BM
+    off_n = tl.program_id(1) * BN
+    pid_k = tl.program_id(2)
+    offs_m = off_m + tl.arange(0, BM)
+    offs_n = off_n + tl.arange(0, BN)
+    k_tiles = tl.cdiv(K, BK)
+    per_split = tl.cdiv(k_tiles, SPLIT_K)
+    k_lo = pid_k * per_split
+    k_hi = tl.minimum(k_lo + per_split, k_tiles)  # a trailing split may be empty: zeros
+    if not USE_TMA:  # row bases once, in 64 bits (the weight may pass 2^31 elements)
+        w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
+        a_rows = a_ptr + offs_m.to(tl.int64)[:, None] * stride_am
+    acc = tl.zeros((BN, BM), dtype=tl.float32)
+    for kt in tl.range(k_lo, k_hi):
+        if USE_TMA:  # TMA zero-fills rows past N_acc / M and columns past K
+            w = w_desc.load([off_n, kt * BK])
+            a = a_desc.load([off_m, kt * BK])
+        else:
+            offs_k = kt * BK + tl.arange(0, BK)
+            in_k = offs_k[None, :] < K
+            w = tl.load(w_rows + offs_k[None, :], mask=(offs_n[:, None] < N_acc) & in_k, other=0.0)
+            a = tl.load(a_rows + offs_k[None, :], mask=(offs_m[:, None] < M) & in_k, other=0.0)
+        acc = tl.dot(w, a.T, acc)
+    if DIRECT:  # the whole K in this CTA: finish [BM, BN] of the output here
+        _finish_subtile(tl.trans(acc), off_m, off_n, M, N_acc, None, out_ptr, stride_om,
+                        stride_on, S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
+                        S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n, BM, BN, WIDE_INDEX, False)
+    else:  # partial sums: workspace[pid_k, m, n], n contiguous (what the reduce reads)
+        ptrs = ws_ptr + pid_k * M * N_acc + offs_m[None, :] * N_acc + offs_n[:, None]
+        tl.store(ptrs, acc, mask=(offs_m[None, :] < M) & (offs_n[:, None] < N_acc))
+
+
+@triton.jit
+def _sum_partials(ws_ptr, offs_m, cols, mask, M, N_acc, SPLIT_K: tl.constexpr):
+    # fixed summation order (split 0, 1, ...): the same bits on every run
+    ptrs = ws_ptr + offs_m[:, None] * N_acc + cols[None, :]
+    acc = tl.load(ptrs, mask=mask, other=0.0)
+    for s in tl.static_range(1, SPLIT_K):
+        acc += tl.load(ptrs + s * M * N_acc, mask=mask, other=0.0)
+    return acc
+
+
+@triton.jit
+def splitk_reduce_kernel(ws_ptr, out_ptr, stride_om, stride_on, M, N, N_acc,
+                         e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
+                         e4, e4_m, e4_n,
+                         S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr,
+                         S3: tl.constexpr, S4: tl.constexpr,
+                         SPLIT_K: tl.constexpr, SWIGLU_G: tl.constexpr, BLOCK_M: tl.constexpr,
+                         BLOCK_N: tl.constexpr, WIDE_INDEX: tl.constexpr):
+    off_n = tl.program_id(0) * BLOCK_N
+    off_m = tl.program_id(1) * BLOCK_M
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SWIGLU_G > 0:  # output column j: gate at 2G*(j//G) + j%G, up G columns further
+        gate_cols = 2 * SWIGLU_G * (offs_n // SWIGLU_G) + offs_n % SWIGLU_G
+        gate = _sum_partials(ws_ptr, offs_m, gate_cols, mask, M, N_acc, SPLIT_K)
+        up = _sum_partials(ws_ptr, offs_m, gate_cols + SWIGLU_G, mask, M, N_acc, SPLIT_K)
+        acc = _activation(gate, "silu") * up
+    else:
+        acc = _sum_partials(ws_ptr, offs_m, offs_n, mask, M, N_acc, SPLIT_K)
+    _finish_subtile(acc, off_m, off_n, M, N, None, out_ptr, stride_om, stride_on,
+                    S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
+                    S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n, BLOCK_M, BLOCK_N, WIDE_INDEX, False)
+
+
+# ----------------------------------------------------------------------------- checks
+def _tma_problem(arg: TensorArg) -> str | None:
+    from aotpack.kernels.triton.gemm import tma_problem
+
+    return tma_problem(arg)
+
+
+def check(op: GemmOp, cfg: SplitKConfig) -> None:
+    """Raise ValueError naming why `cfg` cannot compile `op`."""
+    a, b, out = op.a, op.b, op.out
+    if len(a.shape) != 2 or len(b.shape) != 2 or len(out.shape) != 2:
+        raise ValueError("gemm split-K: a, b and out must be 2-D views")
+    (M, K), (n_acc, kb) = a.shape, b.shape
+    N = n_acc // 2 if swiglu_group(op) else n_acc
+    if kb != K or tuple(out.shape) != (M, N) or min(M, N, K) <= 0:
+        raise ValueError(f"gemm split-K: shapes do not match: a {a.shape}, b {b.shape}, "
+                         f"out {out.shape}")
+    if a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype or out.dtype not in _OUTPUT_DTYPES:
+        raise ValueError(f"gemm split-K: dtypes a {a.dtype.value}, b {b.dtype.value}, out "
+                         f"{out.dtype.value} not supported (bf16/f16 in, bf16/f16/f32 out)")
+    check_epilogue(op)
+    for name, arg in (("a", a), ("b", b)):
+        problem = _tma_problem(arg) if cfg.TMA else (
+            None if arg.strides[-1] == 1 else f"inner stride {arg.strides[-1]} is not 1")
+        if problem:
+            raise ValueError(f"gemm split-K: operand {name} cannot be loaded"
+                             f"{' by TMA' if cfg.TMA else ''}: {problem}")
+    _check_tiles(cfg, M, n_acc, K)
+
+
+def _check_tiles(cfg: SplitKConfig, M: int, n_acc: int, K: int) -> None:
+    if cfg.BM not in _BLOCKS_M or cfg.BN not in _BLOCKS_N or cfg.BK not in _BLOCKS_K:
+        raise ValueError(f"gemm split-K: tile BN={cfg.BN} BM={cfg.BM} BK={cfg.BK} not in "
+                         f"BN {_BLOCKS_N}, BM {_BLOCKS_M}, BK {_BLOCKS_K}")
+    if cfg.num_warps not in (4, 8) or cfg.num_stages < 1:
+        raise ValueError(f"gemm split-K: num_warps={cfg.num_warps} (4 or 8), "
+                         f"num_stages={cfg.num_stages} (>= 1)")
+    if not 1 <= cfg.SPLIT_K <= cdiv(K, cfg.BK):
+        raise ValueError(f"gemm split-K: SPLIT_K={cfg.SPLIT_K} must be 1..{cdiv(K, cfg.BK)} "
+                         f"(the number of K tiles of {cfg.BK})")
+    if cfg.SPLIT_K * M * n_acc >= _I32_LIMIT:
+        raise ValueError(f"gemm split-K: {cfg.SPLIT_K} x {M} x {n_acc} partial sums pass 2^31 "
+                         "elements; use fewer splits")
+
+
+def supports_config(op: GemmOp, cfg: SplitKConfig) -> str | None:
+    """Why `cfg` cannot compile `op`, or None."""
+    try:
+        check(op, cfg)
+    except (ValueError, TypeError) as e:
+        return str(e)
+    return None
+
+
+def adapt_config(op: GemmOp, cfg: SplitKConfig) -> SplitKConfig:
+    """The heuristic config made runnable for this op's views: pointer loads when an operand
+    cannot be a TMA tensor map, no more splits than K tiles."""
+    if cfg.TMA and (_tma_problem(op.a) or _tma_problem(op.b)):
+        cfg = cfg.with_(TMA=False)
+    return cfg.with_(SPLIT_K=max(1, min(cfg.SPLIT_K, cdiv(op.a.shape[1], cfg.BK))))
+
+
+# ----------------------------------------------------------------------------- plans
+def is_direct(op: GemmOp, cfg: SplitKConfig) -> bool:
+    """One launch that finishes the tiles itself (no partials, no reduce)."""
+    return cfg.SPLIT_K == 1 and swiglu_group(op) is None
+
+
+def workspace_bytes(op: GemmOp, cfg: SplitKConfig) -> int:
+    return 0 if is_direct(op, cfg) else cfg.SPLIT_K * op.a.shape[0] * op.b.shape[0] * 4
+
+
+def _workspace_arg(op: GemmOp, cfg: SplitKConfig) -> Ptr:
+    return Ptr(TensorArg(WORKSPACE, DType.F32, (workspace_bytes(op, cfg) // 4,), (1,)))
+
+
+def _stride_arg(v: int):
+    # 0 and 1 compile in (unit strides vectorise; 0 broadcasts); others are runtime slots
+    return Const(v) if v in (0, 1) else int_arg(v)
+
+
+def _max_offset(arg: TensorArg) -> int:
+    return arg.offset + sum((d - 1) * abs(s) for d, s in zip(arg.shape, arg.strides))
+
+
+def _epilogue_args(op: GemmOp) -> dict:
+    """Output pointer/strides and the S{i}/e{i} step arguments of gemm_epilogue's
+    _finish_subtile, plus WIDE_INDEX (some epilogue/output offset passes 2^31)."""
+    steps = epilogue_steps(op)
+    out = op.out
+    args = {"out_ptr": Ptr(out), "stride_om": _stride_arg(out.strides[0]),
+            "stride_on": _stride_arg(out.strides[1])}
+    for i in range(MAX_STEPS):
+        kind, t = steps[i] if i < len(steps) else ("", None)
+        if kind in ("bias", "scale_n"):
+            sm, sn = 0, t.strides[0]
+        elif kind in ("add", "mul"):
+            sm, sn = t.strides
+        else:  # activations, nothing, or a per-tensor scale (one element)
+            sm, sn = 0, 0
+        args.update({f"S{i}": Const(kind), f"e{i}": Ptr(t) if t is not None else Const(None),
+                     f"e{i}_m": _stride_arg(sm), f"e{i}_n": _stride_arg(sn)})
+    views = [out] + [t for _, t in steps if t is not None]
+    args["WIDE_INDEX"] = Const(any(_max_offset(v) >= _I32_LIMIT for v in views))
+    return args
+
+
+def _unused_epilogue_args() -> dict:
+    args = {"out_ptr": Const(None), "stride_om": Const(0), "stride_on": Const(0),
+            "WIDE_INDEX": Const(False)}
+    for i in range(MAX_STEPS):
+        args.update({f"S{i}": Const(""), f"e{i}": Const(None), f"e{i}_m": Const(0),
+                     f"e{i}_n": Const(0)})
+    return args
+
+
+def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
+    M, K = op.a.shape
+    n_acc = op.b.shape[0]
+    direct = is_direct(op, cfg)
+    args = {
+        "w_desc": Desc(op.b, (cfg.BN, cfg.BK)) if cfg.TMA else Const(None),
+        "a_desc": Desc(op.a, (cfg.BM, cfg.BK)) if cfg.TMA else Const(None),
+        "w_ptr": Const(None) if cfg.TMA else Ptr(op.b),
+        "a_ptr": Const(None) if cfg.TMA else Ptr(op.a),
+        "stride_wn": Const(0) if cfg.TMA else int_arg(op.b.strides[0]),
+        "stride_am": Const(0) if cfg.TMA else int_arg(op.a.strides[0]),
+        "M": I32(M), "N_acc": I32(n_acc), "K": I32(K),
+        "ws_ptr": Const(None) if direct else _workspace_arg(op, cfg),
+        **(_epilogue_args(op) if direct else _unused_epilogue_args()),
+        "BN": Const(cfg.BN), "BM": Const(cfg.BM), "BK": Const(cfg.BK),
+        "SPLIT_K": Const(cfg.SPLIT_K), "USE_TMA": Const(cfg.TMA), "DIRECT": Const(direct),
+    }
+    grid = (cdiv(M, cfg.BM), cdiv(n_acc, cfg.BN), cfg.SPLIT_K)
+    fused = fused_ops(op) + ("splitk",) if direct else ("gemm", "splitk_partials")
+    return KernelPlan(splitk_kernel, args, grid, cfg.num_warps, cfg.num_stages, fused,
+                      cfg.as_dict())
+
+
+def reduce_blocks(M: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of the reduce: up to 4 rows, _REDUCE_ELEMS outputs per program."""
+    block_m = 1
+    while block_m < min(M, 4):
+        block_m *= 2
+    return block_m, _REDUCE_ELEMS // block_m
+
+
+def _reduce_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
+    M, N = op.out.shape
+    block_m, block_n = reduce_blocks(M)
+    args = {"ws_ptr": _workspace_arg(op, cfg), **_epilogue_args(op),
+            "M": I32(M), "N": I32(N), "N_acc": I32(op.b.shape[0]),
+            "SPLIT_K": Const(cfg.SPLIT_K), "SWIGLU_G": Const(swiglu_group(op) or 0),
+            "BLOCK_M": Const(block_m), "BLOCK_N": Const(block_n)}
+    grid = (cdiv(N, block_n), cdiv(M, block_m), 1)
+    fused = ("splitk_reduce",) + fused_ops(op)[1:]
+    config = {"kind": "splitk_reduce", "SPLIT_K": cfg.SPLIT_K, "BLOCK_M": block_m,
+              "BLOCK_N": block_n}
+    return KernelPlan(splitk_reduce_kernel, args, grid, _REDUCE_WARPS, 1, fused, config)
+
+
+def plans(op: GemmOp, cfg: SplitKConfig) -> list[KernelPlan]:
+    """The op's launches under `cfg`, in order: partials (or the direct kernel), then reduce."""
+    check(op, cfg)
+    first = _partials_plan(op, cfg)
+    return [first] if is_direct(op, cfg) else [first, _reduce_plan(op, cfg)]
+
+
+# ----------------------------------------------------------------------------- compile
+def _workspace_to_scratch(launch: Launch, nbytes: int) -> Launch:
+    """The workspace pointer becomes a scratch slot that both launches of the op share."""
+    args = tuple(ScratchSlot(nbytes, 256, shared=SHARED_SCRATCH_KEY)
+                 if isinstance(s, PtrSlot) and s.storage == WORKSPACE else s for s in launch.args)
+    return Launch(launch.kernel, launch.grid, args)
+
+
+def compile_config(op: GemmOp, cfg: SplitKConfig, target: Target = SM90) -> list[Launch]:
+    """Cubins + launches of `op` with exactly `cfg` (kernels memoised per specialisation)."""
+    nbytes = workspace_bytes(op, cfg)
+    return [_workspace_to_scratch(compile_plan(p, target), nbytes) for p in plans(op, cfg)]
+
+
+# ----------------------------------------------------------------------------- run with torch
+def _env_with_workspace(op: GemmOp, env, cfg: SplitKConfig) -> dict:
+    import torch
+
+    env = dict(env)
+    n = workspace_bytes(op, cfg) // 4
+    if n:
+        device = env[op.a.storage].device
+        env[WORKSPACE] = torch.empty(n, dtype=torch.float32, device=device)
+    return env
+
+
+def jit_runner(op: GemmOp, env, cfg: SplitKConfig):
+    """A no-argument function running the op's launches through Triton's own launcher (GPU
+    tensors in benchmarks) or its interpreter (CPU tensors, in an interpreter process): the
+    same plans, arguments and workspace layout the cross-compiled bundle uses."""
+    from aotpack.kernels.triton import _interpret
+    from aotpack.kernels.triton._common import jit_launcher
+
+    op_plans = plans(op, cfg)
+    env = _env_with_workspace(op, env, cfg)
+    if _interpret.in_interpreter_process():
+        # Triton 3.6 interpreter fixes (scalar index, bf16 dot, bf16 rounding): see _interpret
+        _interpret._patch_scalar_index()
+        _interpret._patch_bf16_dot()
+        _interpret._patch_bf16_rounding()
+        return lambda: [_interpret.run_plan_here(p, env) for p in op_plans]
+    launchers = [jit_launcher(p, env) for p in op_plans]
+    return lambda: [run() for run in launchers]

@@ -1,0 +1,98 @@
+"""SwiGLU fusion: silu(h @ Wg^T) * (h @ Wu^T) (either operand order) becomes ONE linear over a
+new constant weight whose rows interleave Wg and Wu in blocks of GROUP, followed by a SWIGLU
+node (x[..., 2N] -> [..., N]) that the GEMM takes as its first epilogue step (EpSwiGLU).
+
+One GEMM with N_acc = 2N reads h once and writes N columns instead of 2 x N plus a pointwise
+kernel's 3 x N. The interleaving puts a gate block and its up block in the same output tile,
+so the kernel pairs them in registers.
+
+Fused only when it is exact and simple: both products read the same h, both weights are
+constants of one dtype and shape [N, K] with N a multiple of GROUP, neither has a bias (a bias
+would be added before the SwiGLU, which EpSwiGLU, the first step, cannot express), and the
+gate/silu/up values have no other user. Anything else keeps the old lowering (gate GEMM + silu,
+up GEMM * gate).
+
+The new weight's bytes are a pure function of Wg and Wu (stack + reshape, no arithmetic), so
+scripts/make-weights, which reruns the passes on another machine, reproduces them exactly.
+"""
+from __future__ import annotations
+
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
+from aotpack.ir.ops import Op
+from aotpack.passes.canonicalize import dead_code
+from aotpack.passes.fuse_horizontal import fused_name
+
+GROUP = 64  # gate/up block width: 2*GROUP accumulator columns fit every GEMM tile we use
+
+
+def fuse_swiglu(graph: Graph) -> Graph:
+    matches = _matches(graph)
+    if not matches:
+        return graph
+    b = GraphBuilder(graph)
+    for n in graph.nodes:
+        m = matches.get(n.output.name)
+        if m is None:
+            b.keep(n)
+            continue
+        h, wg, wu = m
+        fused = _interleave(graph.constants[wg.name].tensor, graph.constants[wu.name].tensor)
+        w = b.add_constant(fused_name([wg.name, wu.name]), fused, wg.dtype)
+        shape = tuple(h.shape[:-1]) + (fused.shape[0],)
+        acc = b.emit(Op.LINEAR, [h, w], O.NoAttrs(), h.dtype, shape,
+                     w.name.rsplit(".", 1)[0], n.loc)
+        b.nodes.append(Node(Op.SWIGLU, (acc,), O.SwiGLUAttrs(GROUP), n.outputs, n.loc))
+    return dead_code(b.finish()).verify()  # the old linears and the silu are unused now
+
+
+def _interleave(wg, wu):
+    """Rows [g_0..g_{G-1}, u_0..u_{G-1}, g_G.., u_G.., ...] of two [N, K] weights."""
+    import torch
+
+    n, k = wg.shape
+    pairs = torch.stack((wg.reshape(n // GROUP, GROUP, k), wu.reshape(n // GROUP, GROUP, k)), 1)
+    return pairs.reshape(2 * n, k).contiguous()
+
+
+def _matches(graph: Graph) -> dict[str, tuple[Value, Value, Value]]:
+    """mul output name -> (h, gate weight, up weight) for every fusible SwiGLU."""
+    producers, users = graph.producers(), graph.users()
+    outputs = graph.output_names()
+
+    def sole_use(v: Value, by: Node) -> bool:
+        return v.name not in outputs and users.get(v.name, []) == [by]
+
+    out = {}
+    for n in graph.nodes:
+        if n.op != Op.MUL or n.attrs.scalar is not None or len(n.inputs) != 2:
+            continue
+        for s, u in (n.inputs, n.inputs[::-1]):
+            silu = producers.get(s.name)
+            if silu is None or silu.op != Op.SILU or not sole_use(s, n) or not sole_use(u, n):
+                continue
+            gate, up = producers.get(silu.inputs[0].name), producers.get(u.name)
+            if gate is None or up is None or gate is up or not sole_use(gate.output, silu):
+                continue
+            m = _pair(graph, gate, up, n)
+            if m is not None:
+                out[n.output.name] = m
+                break
+    return out
+
+
+def _pair(graph: Graph, gate: Node, up: Node, mul: Node):
+    """(h, wg, wu) if gate and up are bias-free linears of one h with constant [N, K] weights
+    that fuse (see the module doc), else None."""
+    if gate.op != Op.LINEAR or up.op != Op.LINEAR or len(gate.inputs) != 2 \
+            or len(up.inputs) != 2:
+        return None
+    (h, wg), (h2, wu) = gate.inputs, up.inputs
+    if h != h2 or wg.name not in graph.constants or wu.name not in graph.constants:
+        return None
+    n = wg.shape[0]
+    same = wg.shape == wu.shape and wg.dtype == wu.dtype == h.dtype
+    types_kept = gate.output.type == up.output.type == mul.output.type  # no promotion
+    if not same or not types_kept or not isinstance(n, int) or n % GROUP:
+        return None
+    return h, wg, wu

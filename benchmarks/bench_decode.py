@@ -1,0 +1,215 @@
+"""Decode-sized GEMMs (M <= 128) on the H200: aotpack's split-K kernels next to cuBLAS.
+
+    python benchmarks/bench_decode.py                # from the repo root, on the GPU machine
+    OUT=/some/dir python benchmarks/bench_decode.py  # also writes $OUT/bench_decode.json
+    TRITON_INTERPRET=1 python benchmarks/bench_decode.py --smoke   # CPU check of this script
+
+A decode GEMM reads its weight once: the floor is N_acc * K * 2 bytes over the copy ceiling
+(4.26 TB/s measured on this H200), so the table reports GB/s of weight bytes and their share of
+that ceiling. For each shape: torch.matmul (cuBLAS), then the config choose_config picks, then a
+few other candidates of candidate_configs while the time budget lasts. Every run goes through
+Triton's JIT with the same kernels and arguments aotpack cross-compiles (gemm.jit_runner), is
+checked against an f32 product (output poisoned with NaN first: every element must be
+written), and timed with triton.testing.do_bench: CUDA events, warm-up, L2 flushed before every
+rep, median. A failing config is reported and the run goes on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+
+from aotpack.dtypes import DType  # noqa: E402
+from aotpack.kernels.spec import EpSwiGLU, GemmOp, contiguous  # noqa: E402
+from aotpack.kernels.triton import gemm  # noqa: E402
+from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
+    SplitKConfig, candidate_configs, splitk_label,
+)
+
+COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200
+MAX_REL_ERR = 1e-2
+BUDGET_S = 45.0  # alternatives stop after this; chosen configs always run
+ALTERNATIVES = 3  # per shape, after the chosen config
+SHAPES = [(M, N, K) for M in (16, 128)
+          for N, K in ((4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096))]
+SHAPES += [(16, 6144, 4096), (16, 28672, 4096)]  # Llama-3-8B decode: QKV, gate+up
+SWIGLU_SHAPES = [(16, 28672, 4096)]  # gate+up with the SwiGLU fused (output N = 14336)
+SMOKE = "--smoke" in sys.argv  # tiny shapes on the CPU under Triton's interpreter
+DEVICE = "cpu" if SMOKE else "cuda"
+if SMOKE:
+    SHAPES, SWIGLU_SHAPES, ALTERNATIVES = [(5, 96, 256)], [(5, 256, 256)], 2
+
+
+def label(cfg) -> str:
+    if isinstance(cfg, SplitKConfig):
+        return splitk_label(cfg)
+    return (f"tile {cfg.BM}x{cfg.BN}x{cfg.BK} w{cfg.num_warps} s{cfg.num_stages} "
+            f"split{cfg.EPI_SPLIT}")
+
+
+class Problem:
+    """Flat storages + a GemmOp over them, the f32 expected output and the cuBLAS call."""
+
+    def __init__(self, M: int, N_acc: int, K: int, swiglu: bool):
+        bf = DType.BF16
+        N = N_acc // 2 if swiglu else N_acc
+        g = torch.Generator(device=DEVICE).manual_seed(M * 7 + N_acc * 3 + K)
+        # weights of a real model are O(0.02); activations O(1)
+        self.env = {"a": torch.randn(M * K, device=DEVICE, dtype=torch.bfloat16, generator=g),
+                    "b": torch.randn(N_acc * K, device=DEVICE, dtype=torch.bfloat16,
+                                     generator=g) * 0.02,
+                    "out": torch.empty(M * N, device=DEVICE, dtype=torch.bfloat16)}
+        epilogue = (EpSwiGLU(64),) if swiglu else ()
+        self.op = GemmOp(contiguous("a", bf, (M, K)), contiguous("b", bf, (N_acc, K)),
+                         contiguous("out", bf, (M, N)), epilogue)
+        self.shape, self.swiglu, self.N = (M, N_acc, K), swiglu, N
+        a, w = self.env["a"].view(M, K), self.env["b"].view(N_acc, K)
+        self.torch_fn = (lambda: _torch_swiglu(a, w)) if swiglu else (lambda: torch.matmul(a, w.T))
+        acc = a.float() @ w.float().T
+        self.expected = _swiglu_f32(acc) if swiglu else acc
+
+    def weight_bytes(self) -> int:
+        M, N_acc, K = self.shape
+        return N_acc * K * 2
+
+    def check(self) -> tuple[float, int]:
+        """(relative error, number of output elements left unwritten/NaN)."""
+        got = self.env["out"].view(self.shape[0], self.N).float()
+        unwritten = int(torch.isnan(got).sum())
+        rel = ((got - self.expected).norm() / self.expected.norm()).item()
+        return rel, unwritten
+
+
+def _swiglu_f32(acc, group: int = 64):
+    m, n_acc = acc.shape
+    pairs = acc.reshape(m, n_acc // (2 * group), 2, group)
+    return (torch.nn.functional.silu(pairs[:, :, 0]) * pairs[:, :, 1]).reshape(m, n_acc // 2)
+
+
+def _torch_swiglu(a, w, group: int = 64):
+    # what eager PyTorch would run: one matmul, then silu(gate) * up on the bf16 result
+    return _swiglu_f32(torch.matmul(a, w.T), group)
+
+
+def bench_us(fn) -> float:
+    if SMOKE:  # no CUDA events on the CPU: one timed call
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+
+
+def run_config(p: Problem, cfg, sm_count: int, chosen: bool, cublas_us: float) -> dict:
+    row = {"shape": list(p.shape), "swiglu": p.swiglu, "config": cfg.as_dict(),
+           "label": label(cfg), "chosen": chosen, "cublas_us": cublas_us}
+    try:
+        t0 = time.time()
+        runner = gemm.jit_runner(p.op, p.env, cfg, sm_count)
+        p.env["out"].fill_(float("nan"))
+        runner()  # the first call compiles
+        if not SMOKE:
+            torch.cuda.synchronize()
+        row["compile_s"] = round(time.time() - t0, 2)
+        row["rel_err"], row["unwritten"] = p.check()
+        row["ok"] = row["rel_err"] <= MAX_REL_ERR and row["unwritten"] == 0
+        us = bench_us(runner)
+        row.update(us=us, gbps=p.weight_bytes() / us / 1e3,
+                   pct_ceiling=100 * p.weight_bytes() / (us * 1e-6) / COPY_CEILING,
+                   speedup_vs_cublas=cublas_us / us)
+    except Exception as e:  # one failing config must not end the run
+        row["ok"], row["error"] = False, f"{type(e).__name__}: {e}"[:500]
+        traceback.print_exc(limit=3)
+    return row
+
+
+def configs_for(p: Problem) -> list:
+    """choose_config's pick (as gemm.config_for adapts it), then the next candidates."""
+    M, N_acc, K = p.shape
+    chosen = gemm.config_for(p.op)
+    pool = candidate_configs(M, N_acc, K, DType.BF16)
+    others = [c for c in pool if c != chosen and gemm.supports_config(p.op, c) is None]
+    others.sort(key=lambda c: not isinstance(c, SplitKConfig))  # stable: split-K ones first
+    return [chosen] + others[:ALTERNATIVES]
+
+
+def print_row(r: dict) -> None:
+    M, N, K = r["shape"]
+    name = f"{M}x{N}x{K}{' swiglu' if r['swiglu'] else ''}"
+    mark = "*" if r["chosen"] else " "
+    if "us" not in r:
+        print(f"{name:22s} {mark}{r['label']:34s} FAILED {r.get('error', '')[:100]}")
+        return
+    status = "ok " if r["ok"] else "BAD"
+    print(f"{name:22s} {mark}{r['label']:34s} {r['us']:8.1f} {r['cublas_us']:8.1f} "
+          f"{r['speedup_vs_cublas']:5.2f}x {r['gbps']:7.0f} {r['pct_ceiling']:5.1f}% {status} "
+          f"{r['rel_err']:.1e}")
+
+
+HEADER = (f"{'problem':22s} {'config':35s} {'us':>8s} {'cuBLAS':>8s} {'speed':>6s} "
+          f"{'GB/s':>7s} {'%4.26':>6s} check")
+
+
+def main() -> None:
+    start = time.time()
+    device, sm_count = ("cpu (interpreter)", 4) if SMOKE else \
+        (torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).multi_processor_count)
+    print(f"{device}: {sm_count} SMs, torch {torch.__version__}, triton {triton.__version__}")
+    problems = [Problem(*s, swiglu=False) for s in SHAPES] + \
+        [Problem(*s, swiglu=True) for s in SWIGLU_SHAPES]
+    plans = [(p, configs_for(p), bench_us(p.torch_fn)) for p in problems]
+    rows = []
+    print(HEADER)
+    for p, configs, cublas in plans:  # first pass: every chosen config
+        rows.append(run_config(p, configs[0], sm_count, True, cublas))
+        print_row(rows[-1])
+    for p, configs, cublas in plans:  # second pass: alternatives while the budget lasts
+        for cfg in configs[1:]:
+            if time.time() - start > BUDGET_S:
+                break
+            rows.append(run_config(p, cfg, sm_count, False, cublas))
+            print_row(rows[-1])
+    summarize(rows, device, sm_count, time.time() - start)
+
+
+def summarize(rows: list[dict], device: str, sm_count: int, elapsed: float) -> None:
+    print(f"\n== summary ({elapsed:.0f} s; * = choose_config's pick; GB/s of weight bytes; "
+          f"% of the {COPY_CEILING / 1e12:.2f} TB/s copy ceiling) ==")
+    print(HEADER)
+    for r in sorted(rows, key=lambda r: (r["shape"], r["swiglu"], not r["chosen"])):
+        print_row(r)
+    print("\nbest per problem:")
+    best: dict = {}
+    for r in rows:
+        key = (tuple(r["shape"]), r["swiglu"])
+        if r.get("ok") and r["us"] < best.get(key, {}).get("us", float("inf")):
+            best[key] = r
+    for (shape, swiglu), r in best.items():
+        print(f"  {'x'.join(map(str, shape))}{' swiglu' if swiglu else ''}: {r['label']} "
+              f"{r['us']:.1f} us ({r['pct_ceiling']:.0f}% of ceiling, cuBLAS {r['cublas_us']:.1f} "
+              f"us, {r['speedup_vs_cublas']:.2f}x)")
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        path = Path(out_dir) / "bench_decode.json"
+        path.write_text(json.dumps({"device": device, "sm_count": sm_count,
+                                    "torch": torch.__version__, "triton": triton.__version__,
+                                    "copy_ceiling_bytes_per_s": COPY_CEILING,
+                                    "elapsed_s": elapsed, "results": rows}, indent=1))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    if SMOKE and os.environ.get("TRITON_INTERPRET") != "1":
+        sys.exit("--smoke needs TRITON_INTERPRET=1 in the environment")
+    if not SMOKE and not torch.cuda.is_available():
+        sys.exit("bench_decode.py needs a CUDA GPU")
+    main()

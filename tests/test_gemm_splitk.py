@@ -1,0 +1,321 @@
+"""The swap-AB split-K GEMM (gemm_splitk.py) for decode-sized M, without a GPU:
+- numerics: Triton's interpreter (one child process for all cases) against the torch reference,
+  for every epilogue step kind (EpScale per tensor and per channel, EpSwiGLU included),
+  M in {1, 5, 16, 64}, N and K not multiples of the tile, SPLIT_K 1 and > 1, TMA and pointer
+  loads; the output is poisoned first and must be written exactly inside its view;
+- cross-compilation to sm_90a: launches, grids, the shared workspace scratch, TMA boxes, SASS;
+- configs: dict round trip, candidate spaces, choose_config's split-K picks; the benchmark.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from aotpack.dtypes import DType
+from aotpack.kernels.reference.gemm import reference
+from aotpack.kernels.spec import (
+    SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PtrSlot, ScratchSlot,
+    TensorArg, TensorMapSlot, contiguous, epilogue_operands,
+)
+
+gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
+from aotpack.kernels.triton import gemm_splitk  # noqa: E402
+from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
+    MAX_CANDIDATES, GemmConfig, SplitKConfig, candidate_configs, cdiv, choose_config,
+    config_from_dict,
+)
+
+BF, F16, F32 = DType.BF16, DType.F16, DType.F32
+# small tiles: the interpreter walks several weight tiles and K splits with ragged edges
+SK = SplitKConfig(BN=64, BM=16, BK=16, SPLIT_K=3, num_warps=4, num_stages=2)
+N, K = 72, 88  # not multiples of BN=64 or BK=16 (88 * 2 B keeps TMA rows 16-byte aligned)
+
+
+# ----------------------------------------------------------------------------- op builders
+def _op(M, n=N, k=K, epilogue=(), dtype=BF, out_dtype=None, out=None, n_acc=None):
+    out = out or contiguous("out", out_dtype or dtype, (M, n))
+    return GemmOp(contiguous("a", dtype, (M, k)), contiguous("b", dtype, (n_acc or n, k)), out,
+                  tuple(epilogue))
+
+
+def _bias(n=N, dtype=BF):
+    return EpBias(contiguous("bias", dtype, (n,)))
+
+
+def _scale(n=N):  # n = 1: per tensor
+    return EpScale(contiguous("scale", F32, (n,)))
+
+
+def _add(M, n=N):
+    return EpAdd(contiguous("res", BF, (M, n)))
+
+
+def _mul(M, n=N):
+    return EpMul(contiguous("up", BF, (M, n)))
+
+
+def _swiglu_op(M, n, k, group, epilogue=(), cfg_dtype=BF):
+    return _op(M, n, k, (EpSwiGLU(group), *epilogue), n_acc=2 * n, dtype=cfg_dtype)
+
+
+def _env(op: GemmOp, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    sizes: dict[str, tuple[int, DType]] = {}
+    for t in [op.a, op.b, op.out, *epilogue_operands(op.epilogue)]:
+        end = t.offset + sum((d - 1) * s for d, s in zip(t.shape, t.strides)) + 1
+        sizes[t.storage] = (max(end, sizes.get(t.storage, (0, t.dtype))[0]), t.dtype)
+    env = {name: torch.randn(n, generator=g).to(dt.to_torch()) for name, (n, dt) in sizes.items()}
+    if "scale" in env:  # keep scales away from zero, as dequantization scales are
+        env["scale"] = env["scale"].abs() + 0.5
+    env[op.out.storage] = torch.full_like(env[op.out.storage], float("nan"))  # poison
+    return env
+
+
+# name -> (op, config or None for the heuristic)
+CASES = {
+    "none_s3": (_op(5), SK),
+    "none_s1": (_op(5), SK.with_(SPLIT_K=1)),
+    "m1": (_op(1, epilogue=[_bias()]), SK.with_(SPLIT_K=2)),
+    "m16_bias_gelu_tanh": (_op(16, epilogue=[_bias(), EpAct(Act.GELU_TANH)]), SK),
+    "m16_direct_gelu_erf": (_op(16, epilogue=[EpAct(Act.GELU_ERF)]), SK.with_(SPLIT_K=1)),
+    "m5_silu_mul_add": (_op(5, epilogue=[EpAct(Act.SILU), _mul(5), _add(5)]), SK),
+    "m5_direct_relu_add": (_op(5, epilogue=[EpAct(Act.RELU), _add(5)]), SK.with_(SPLIT_K=1)),
+    "m64_bias_relu": (_op(64, epilogue=[_bias(), EpAct(Act.RELU)]),
+                      SK.with_(BM=64, SPLIT_K=2)),
+    # several M tiles (grid x): BM = 16 over 64 rows, direct and split
+    "m64_bm16_direct_add": (_op(64, epilogue=[_add(64)]), SK.with_(SPLIT_K=1)),
+    "m64_bm32_s2_mul": (_op(64, epilogue=[_mul(64)]), SK.with_(BM=32, SPLIT_K=2)),
+    "scale_tensor_s1": (_op(5, epilogue=[_scale(1)]), SK.with_(SPLIT_K=1)),
+    "scale_tensor_s4": (_op(5, epilogue=[_bias(), _scale(1)]), SK.with_(SPLIT_K=4)),
+    "scale_channel_s1": (_op(16, epilogue=[_scale()]), SK.with_(SPLIT_K=1)),
+    "scale_channel_s2": (_op(16, epilogue=[_scale(), EpAct(Act.SILU)]), SK.with_(SPLIT_K=2)),
+    # 6 K tiles in 4 splits of 2: the last split is empty and must contribute zeros
+    "empty_split": (_op(5), SK.with_(SPLIT_K=4)),
+    # SwiGLU: 2N = 144 interleaved rows in groups of 8 (a BN=64 tile splits pairs: fine, the
+    # pairing happens in the reduce kernel); SPLIT_K = 1 is routed through the reduce too
+    "swiglu_s1": (_swiglu_op(5, N, K, 8), SK.with_(SPLIT_K=1)),
+    "swiglu_s3_scale_add": (_swiglu_op(16, N, K, 8, [_scale(), _add(16)]), SK),
+    "swiglu_g64_m1": (_swiglu_op(1, 128, K, 64, [_scale(1)]), SK.with_(SPLIT_K=2, BN=128)),
+    # pointer loads: K = 90 (180 B rows) cannot be a TMA tensor map
+    "ptr_unaligned_k": (_op(5, k=90, epilogue=[_bias()]), SK.with_(TMA=False)),
+    "ptr_direct": (_op(16, epilogue=[_add(16)]), SK.with_(TMA=False, SPLIT_K=1)),
+    # output = a column slice of a wider buffer (pointer stores into any strided view)
+    "strided_out": (_op(5, epilogue=[_bias()], out=TensorArg("out", BF, (5, N), (N + 19, 1), 3)),
+                    SK),
+    "f16_in_f32_out": (_op(5, epilogue=[_bias(dtype=F16), _mul(5)], dtype=F16, out_dtype=F32),
+                       SK),
+    # the heuristic (gemm.config_for): split-K for decode M, adapted to the op (pointer loads)
+    "heuristic": (_op(5, 136, 256, [_bias(136)]), None),
+    "heuristic_unaligned_k": (_op(3, 72, 90), None),
+}
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    runs, results = [], {}
+    for i, (name, (op, cfg)) in enumerate(CASES.items()):
+        env = _env(op, seed=100 + i)
+        env["ref_out"] = env[op.out.storage].clone()
+        env["orig_out"] = env[op.out.storage].clone()
+        runs.append((op, env, cfg, 3))
+        results[name] = (op, env)
+    gemm.run_interpreted_many(runs)
+    return results
+
+
+def _view(env, storage, arg):
+    return torch.as_strided(env[storage], arg.shape, arg.strides, arg.offset)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_interpreter_matches_reference(interpreted, name):
+    op, env = interpreted[name]
+    ref_op = GemmOp(op.a, op.b, TensorArg("ref_out", op.out.dtype, op.out.shape, op.out.strides,
+                                          op.out.offset), op.epilogue)
+    reference(ref_op, env)
+    got, want = _view(env, op.out.storage, op.out).float(), _view(env, "ref_out", op.out).float()
+    assert not torch.isnan(got).any(), f"{name}: output elements left unwritten"
+    rel = ((got - want).norm() / want.norm()).item()
+    assert rel <= 1e-2, f"{name}: relative error {rel:.3g}"
+    inside = torch.zeros(env["orig_out"].numel(), dtype=torch.bool)
+    torch.as_strided(inside, op.out.shape, op.out.strides, op.out.offset).fill_(True)
+    assert torch.equal(env[op.out.storage][~inside].isnan(), env["orig_out"][~inside].isnan())
+
+
+# ----------------------------------------------------------------------------- cross-compile
+def _sass_or_skip(cubin):
+    sass = pytest.importorskip("aotpack.kernels.sass")
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found (neither in the triton wheel nor the CUDA toolkit)")
+    return sass.sass(cubin)
+
+
+def _count(listing, name):
+    from aotpack.kernels.sass import count_instructions
+
+    return count_instructions(listing, name)
+
+
+LLAMA_M16 = [(4096, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336)]
+
+
+@pytest.mark.parametrize("n,k", LLAMA_M16)
+def test_compile_llama_decode_shapes(n, k):
+    M = 16
+    op = _op(M, n, k, [_bias(n)])
+    cfg = gemm.config_for(op)
+    assert isinstance(cfg, SplitKConfig) and cfg.TMA
+    launches = gemm.compile(op, SM90)
+    first = launches[0]
+    assert first.grid == (cdiv(M, cfg.BM), cdiv(n, cfg.BN), cfg.SPLIT_K)
+    assert first.kernel.block == (32 * cfg.num_warps, 1, 1) and first.kernel.smem <= SM90.smem_limit
+    assert first.kernel.config["kind"] == "splitk"
+    maps = [s for s in first.args if isinstance(s, TensorMapSlot)]
+    assert [(m.storage, m.box) for m in maps] == [("b", (cfg.BN, cfg.BK)), ("a", (cfg.BM, cfg.BK))]
+    assert maps[0].dims == (n, k) and maps[0].swizzle == "128B"
+    listing = _sass_or_skip(first.kernel.cubin)
+    assert _count(listing, "HGMMA") > 0 and _count(listing, "UTMALDG") > 0
+    assert _count(listing, "STL") == 0, "register spills"
+    if cfg.SPLIT_K == 1:  # direct: the bias is applied by the GEMM kernel itself
+        assert len(launches) == 1 and not any(isinstance(s, ScratchSlot) for s in first.args)
+        assert [s.storage for s in first.args if isinstance(s, PtrSlot)] == ["out", "bias"]
+        return
+    _check_partials_and_reduce(op, cfg, launches)
+
+
+def _check_partials_and_reduce(op, cfg, launches):
+    first, second = launches
+    M, n_out = op.out.shape
+    n_acc = op.b.shape[0]
+    nbytes = cfg.SPLIT_K * M * n_acc * 4
+    scratch = [[s for s in la.args if isinstance(s, ScratchSlot)] for la in launches]
+    assert scratch[0] == scratch[1] == [ScratchSlot(nbytes, 256, shared="splitk.partials")]
+    assert not any(isinstance(s, PtrSlot) and s.storage == op.out.storage for s in first.args)
+    block_m, block_n = gemm_splitk.reduce_blocks(M)
+    assert second.grid == (cdiv(n_out, block_n), cdiv(M, block_m), 1)
+    assert second.kernel.fused_ops[0] == "splitk_reduce"
+    assert [s.storage for s in second.args if isinstance(s, PtrSlot)][0] == op.out.storage
+
+
+def test_compile_swiglu_decode_goes_through_the_reduce():
+    op = _swiglu_op(16, 14336, 4096, 64, [_scale(14336), _add(16, 14336)])
+    cfg = gemm.config_for(op)
+    launches = gemm.compile(op, SM90)
+    assert len(launches) == 2 and launches[0].grid[1] == cdiv(2 * 14336, cfg.BN)
+    _check_partials_and_reduce(op, cfg, launches)
+    assert launches[1].kernel.fused_ops == ("splitk_reduce", "swiglu", "scale_n", "add")
+
+
+def test_compile_pointer_loads_and_plan_memory_shares_the_workspace():
+    from aotpack.passes.plan_memory import plan_memory
+    from aotpack.program import Program, Storage
+
+    op = _op(16, 4096, 4100, [_bias(4096)])  # K*2 B = 8200: not a TMA row pitch
+    cfg = gemm.config_for(op)
+    assert not cfg.TMA and cfg.SPLIT_K > 1
+    launches = gemm.compile(op, SM90)
+    assert not any(isinstance(s, TensorMapSlot) for s in launches[0].args)
+    listing = _sass_or_skip(launches[0].kernel.cubin)
+    # rows of unknown alignment: plain loads (Triton pipelines only >= 4-byte-aligned cp.async)
+    assert _count(listing, "HGMMA") > 0 and _count(listing, "LDG") > 0
+    aligned = gemm.compile_config(_op(16, 4096, 4096), cfg.with_(TMA=False), SM90)[0]
+    assert _count(_sass_or_skip(aligned.kernel.cubin), "LDGSTS") > 0  # a cp.async pipeline
+    storages = {"a": Storage("a", "input", BF, (16, 4100)), "b": Storage("b", "weight", BF,
+                (4096, 4100)), "bias": Storage("bias", "weight", BF, (4096,)),
+                "out": Storage("out", "output", BF, (16, 4096))}
+    plan = plan_memory(Program(["a"], ["out"], storages, [op]), [launches])
+    ws = [[s for s in la.args if isinstance(s, PtrSlot) and s.storage.startswith("__scratch")]
+          for la in plan.launches]
+    assert ws[0] == ws[1] and len(ws[0]) == 1
+    assert plan.nbytes[ws[0][0].storage] == cfg.SPLIT_K * 16 * 4096 * 4
+
+
+def test_compile_wide_epilogue_index():
+    """An epilogue operand whose offsets pass 2^31 elements: 64-bit indexing, both paths."""
+    res = EpAdd(TensorArg("big", BF, (16, 4096), (2**28, 1), 0))  # row 15 starts past 2^31
+    for split in (1, 4):
+        op = _op(16, 4096, 4096, [_bias(4096), res])
+        cfg = SplitKConfig(SPLIT_K=split)
+        launches = gemm.compile_config(op, cfg, SM90)
+        assert len(launches) == (1 if split == 1 else 2)
+        plan = gemm_splitk.plans(op, cfg)[-1]
+        assert plan.args["WIDE_INDEX"].value is True
+
+
+# ----------------------------------------------------------------------------- configs
+SHAPES = [(1, 4096, 4096), (16, 4096, 4096), (16, 28672, 4096), (64, 1024, 4096),
+          (100, 4096, 14336), (128, 14336, 4096), (512, 4096, 4096)]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_candidates_round_trip_and_heuristic_first(shape):
+    M, n, k = shape
+    cands = candidate_configs(M, n, k, BF, SM90)
+    assert cands == candidate_configs(M, n, k, BF, SM90)  # deterministic
+    assert cands[0] == choose_config(M, n, k, BF, SM90)
+    assert len(cands) == len(set(cands)) and len(cands) <= MAX_CANDIDATES
+    kinds = {type(c) for c in cands}
+    assert kinds == ({GemmConfig, SplitKConfig} if M <= 128 else {GemmConfig})
+    for c in cands:
+        d = json.loads(json.dumps(c.as_dict()))
+        assert d["kind"] == ("splitk" if isinstance(c, SplitKConfig) else "tile")
+        assert config_from_dict(d) == c
+
+
+def test_config_from_dict_errors_and_legacy_tile_dicts():
+    tile = GemmConfig(BM=64, BN=64, BK=64)
+    legacy = {k: v for k, v in tile.as_dict().items() if k != "kind"}
+    assert config_from_dict(legacy) == tile
+    with pytest.raises(ValueError, match="kind"):
+        config_from_dict({"kind": "streamk"})
+    with pytest.raises(ValueError, match="splitk"):
+        config_from_dict({"kind": "splitk", "EPI_SPLIT": 2})
+
+
+@pytest.mark.parametrize("n,k", LLAMA_M16)
+def test_choose_config_picks_splitk_for_m16_llama(n, k):
+    cfg = choose_config(16, n, k, BF, SM90)
+    assert isinstance(cfg, SplitKConfig) and cfg.BM == 16
+    ctas = cdiv(n, cfg.BN) * cfg.SPLIT_K
+    # every SM busy, all CTAs resident in one wave (3 per SM at these stage counts)
+    assert 0.9 * SM90.sm_count <= ctas <= 3 * SM90.sm_count
+    assert cdiv(k, cfg.BK) // cfg.SPLIT_K >= 4  # K runs long enough to fill the pipeline
+
+
+def test_choose_config_keeps_the_tile_kernel_above_m64():
+    assert isinstance(choose_config(64, 4096, 4096, BF, SM90), SplitKConfig)
+    assert isinstance(choose_config(65, 4096, 4096, BF, SM90), GemmConfig)
+
+
+def test_supports_config_says_why():
+    op = _op(16, 4096, 4096)
+    ok = SplitKConfig(SPLIT_K=8)
+    assert gemm.supports_config(op, ok) is None
+    assert "SPLIT_K" in gemm.supports_config(op, ok.with_(SPLIT_K=65))
+    assert "tile" in gemm.supports_config(op, ok.with_(BN=96))
+    odd_k = _op(16, 4096, 4100)
+    assert "TMA" in gemm.supports_config(odd_k, ok)
+    assert gemm.supports_config(odd_k, ok.with_(TMA=False)) is None
+    assert gemm.supports_config(odd_k, GemmConfig(BM=64, BN=64, BK=64)) is not None
+    assert gemm.supports_config(op, GemmConfig(BM=64, BN=64, BK=64)) is None
+
+
+# ----------------------------------------------------------------------------- benchmark
+def test_bench_decode_smoke(tmp_path):
+    """benchmarks/bench_decode.py end to end on tiny shapes under the interpreter (the lead
+    runs it on the H200)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TRITON_INTERPRET="1", OUT=str(tmp_path))
+    proc = subprocess.run([sys.executable, "benchmarks/bench_decode.py", "--smoke"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((tmp_path / "bench_decode.json").read_text())["results"]
+    assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    assert sum(r["chosen"] for r in rows) == 2 and any(r["swiglu"] for r in rows)
