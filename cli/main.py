@@ -83,8 +83,8 @@ def build(
                                           help="write weights to weights.safetensors beside the "
                                                "bundle instead of inside it"),
     force: bool = typer.Option(False, "--force", help="replace the output folder if it exists"),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
-                                            help="show a progress bar (default: on unless "
+    no_progress: bool = typer.Option(False, "--no-progress",
+                                            help="hide the progress bar (default: shown unless "
                                                  "AOTPACK_NO_PROGRESS=1)"),
     gemm_backend: str = typer.Option("triton", "--gemm-backend",
                                      help="GEMM kernels: triton (default), cutedsl (Hopper "
@@ -108,7 +108,8 @@ def build(
         err.print(f"[bold red]error:[/] --tune must be none, fast or full, not {escape(tune)}")
         raise typer.Exit(2)
     result = run_build(spec, output, arch=arch, external_weights=external_weights, force=force,
-                       progress=progress, command_line=command_line_from_argv(),
+                       progress=False if no_progress else None,
+                       command_line=command_line_from_argv(),
                        gemm_backend=gemm_backend, tuning_db=tuning_db, tune=tune,
                        tune_budget_s=tune_budget)
     for w in result.warnings:
@@ -139,7 +140,7 @@ def tune(
                                                  "`aotpack-run --tune` (or another database) to "
                                                  "merge into --db; repeatable"),
     db: Optional[Path] = typer.Option(None, "--db", help="tuning database to create or update"),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="hide the progress bar"),
 ):
     """Offline autotuning (docs/tuning.md). On the build host (no GPU needed):
     `aotpack tune MODEL -o job.aotune` compiles every candidate config of every tunable kernel
@@ -158,7 +159,7 @@ def tune(
         err.print("[bold red]error:[/] give MODEL and -o JOB_FOLDER (or --import RESULTS --db DB)")
         raise typer.Exit(2)
     write_job(out, spec, output, arch=arch, level=level, gemm_backend=gemm_backend, jobs=jobs,
-              force=force, progress=progress)
+              force=force, progress=False if no_progress else None)
 
 
 @app.command()
