@@ -1,0 +1,215 @@
+"""AOTInductor tasks of the suite's worker: compile a package, load and run it in a fresh
+process, and a C++ toolchain probe. The order of attempts and what they mean is in
+suite_aoti_plan.py (the suite's side).
+
+Why these tasks look as they do: on the H200 image, AOTInductor packages compiled but the load
+(`_load_aoti` → torch._C._aoti.AOTIModelPackageLoader) died with SIGSEGV. The same image's g++
+links libstdc++ statically into shared objects (ldd of our libaotpack.so showed no libstdc++,
+and a libaotpack loaded into Python after torch crashed inside std::ostream's number
+formatting: two libstdc++ copies, one exported by the .so, mixed at run time). The tasks below
+record what is needed to confirm or refute that for AOTInductor's .so: which compiler Inductor
+used, whether the .so needs libstdc++.so.6 or exports its own std:: symbols, and, stage by
+stage, where a load dies.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from suite_proc import since_process_start, stage
+
+
+# ------------------------------------------------------------------------------ diagnostics
+
+def _run(cmd: list[str], timeout: float = 30) -> str:
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return (p.stdout + p.stderr).strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+STD_SYMBOL = re.compile(r"\s(_ZNSt|_ZNKSt|_ZSt)\S*$")
+
+
+def so_facts(so: Path) -> dict:
+    """NEEDED libraries of a shared object and how many std:: symbols it defines and exports
+    (thousands: a static libstdc++ whose symbols interpose with the process's copy)."""
+    dyn = _run(["readelf", "-d", str(so)])
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dyn)
+    syms = _run(["nm", "-D", "--defined-only", str(so)]).splitlines()
+    return {"needed": needed, "needs_libstdcxx_so": any("libstdc++" in n for n in needed),
+            "exported_std_symbols": sum(1 for s in syms if STD_SYMBOL.search(s)),
+            "bytes": so.stat().st_size}
+
+
+def package_facts(pkg: Path) -> dict:
+    """Files of a .pt2 package (sizes) and, for its .so, so_facts."""
+    with zipfile.ZipFile(pkg) as z:
+        infos = z.infolist()
+        files = {i.filename: i.file_size for i in infos}
+        largest = sorted(files.items(), key=lambda kv: -kv[1])[:6]
+        facts: dict = {"files": len(files), "largest": largest,
+                       "has_so": any(n.endswith(".so") for n in files),
+                       "has_cpp": any(n.endswith(".cpp") for n in files),
+                       "has_cmake": any(n.endswith("CMakeLists.txt") for n in files)}
+        sos = [i for i in infos if i.filename.endswith(".so")]
+        if sos:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(z.extract(sos[0], tmp))
+                facts["so"] = so_facts(path)
+        flags = [n for n in files if n.endswith("_compile_flags.json")]
+        if flags:
+            facts["compile_flags_compiler"] = json.loads(z.read(flags[0])).get("compiler")
+    return facts
+
+
+# ---------------------------------------------------------------------------------- compile
+
+def task_aoti_compile(t: dict) -> dict:
+    """torch.export + aoti_compile_and_package with the recipe's Inductor configs (the recipe's
+    environment, e.g. CXX, was set by the suite before this process started)."""
+    import torch
+
+    import suite_measure as M
+
+    stage("build model")
+    model, inputs = M.load_on(t["spec"], t.get("device", "cuda"))  # cpu: the plumbing's tests
+    from torch._inductor import cpp_builder
+
+    compiler = cpp_builder.get_cpp_compiler()
+    res = {"compiler": compiler, "compiler_version": _run([compiler, "--version"]).splitlines()[0],
+           "cxx_env": os.environ.get("CXX")}
+    stage("export")
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        ep = torch.export.export(model, tuple(inputs))
+        export_s = time.perf_counter() - t0
+        stage("aoti_compile_and_package")
+        t1 = time.perf_counter()
+        path = torch._inductor.aoti_compile_and_package(
+            ep, package_path=t["package"], inductor_configs=t.get("configs") or {})
+    res.update(export_s=round(export_s, 2), compile_s=round(time.perf_counter() - t1, 2),
+               package=str(path), artifact_bytes=Path(path).stat().st_size)
+    res["build_s"] = round(res["export_s"] + res["compile_s"], 2)
+    stage("package facts")
+    res["package_facts"] = package_facts(Path(path))
+    return res
+
+
+# -------------------------------------------------------------------------------------- run
+
+def _inputs(t: dict, device: str):
+    """Eager's saved inputs (same seed as the compile), else the model's example, random."""
+    import torch
+
+    import suite_measure as M
+
+    ref_path = t.get("ref_path")
+    if ref_path and Path(ref_path).is_file():
+        ref = torch.load(ref_path)
+        return [x.to(device) for x in ref["inputs"]], ref["outputs"]
+    _, inputs = M.load_on(t["spec"], "cpu")
+    return [x.to(device) for x in inputs], None
+
+
+def _load_package(t: dict):
+    """A callable over a list of tensors, through the path the attempt names."""
+    import torch
+
+    pkg = t["package"]
+    if t["method"] == "loader":  # the C++ loader's binding directly, no Python wrapper
+        stage("AOTIModelPackageLoader.load_metadata_from_package")
+        torch._C._aoti.AOTIModelPackageLoader.load_metadata_from_package(pkg, "model")
+        stage("AOTIModelPackageLoader(...)")
+        device_index = 0 if t.get("device", "cuda") == "cuda" else -1
+        loader = torch._C._aoti.AOTIModelPackageLoader(pkg, "model", False, 1, device_index)
+        return lambda xs: loader.run(list(xs))
+    stage("torch._inductor.aoti_load_package")
+    runner = torch._inductor.aoti_load_package(pkg)
+    return lambda xs: runner(*xs)
+
+
+def task_aoti_run(t: dict) -> dict:
+    """Fresh process: load the package, first run (cold start), then the row's measurements."""
+    import torch
+
+    import suite_measure as M
+
+    device = t.get("device", "cuda")
+    if device == "cuda":
+        torch.cuda.init()
+    mem = M.DeviceMemory(device)
+    inputs, ref = _inputs(t, device)
+    t0 = time.perf_counter()
+    call = _load_package(t)
+    load_s = time.perf_counter() - t0
+    stage("first run")
+    with torch.no_grad():
+        first = M.to_host(call(inputs))
+        res = {"cold_start_s": since_process_start(), "load_s": round(load_s, 3)}
+        mem.sample()
+        if ref is not None:
+            res["rel_err_vs_eager"] = M.max_rel_err(first, ref)
+        fn = lambda: call(inputs)  # noqa: E731
+        stage("timing")
+        res.update(M.time_forward(fn, device, reps=t.get("reps", 100)))
+        stage("launches")
+        res.update(M.count_launches(fn, device))
+        res.update(M.allocator_peak(fn, device))
+        mem.sample()
+    res.update(mem.fields())
+    return res
+
+
+# ---------------------------------------------------------------------------- toolchain probe
+
+PROBE_EXPECTED = "n=123456789 x=2.5"
+PROBE_SOURCE = r"""
+#include <cstring>
+#include <sstream>
+#include <string>
+// Formats numbers through std::ostream: the path that crashed in libaotpack when two
+// libstdc++ copies were mixed in one process.
+extern "C" int probe(char* buf, int n) {
+  std::ostringstream s;
+  s << "n=" << 123456789ul << " x=" << 2.5;
+  std::string r = s.str();
+  std::strncpy(buf, r.c_str(), n - 1);
+  buf[n - 1] = 0;
+  return int(r.size());
+}
+"""
+
+
+def task_cxx_probe(t: dict) -> dict:
+    """Loads a probe .so (built by the suite with the image's g++) with ctypes, after torch and
+    a CUDA context exist (as AOTInductor's .so is) or in a bare Python, and calls it."""
+    import ctypes
+
+    if t.get("import_torch"):
+        stage("import torch + CUDA context")
+        import torch
+
+        torch.zeros(1, device="cuda" if torch.cuda.is_available() else "cpu")
+    stage("dlopen probe")
+    lib = ctypes.CDLL(t["so"])
+    stage("call probe (std::ostringstream)")
+    buf = ctypes.create_string_buffer(64)
+    n = lib.probe(buf, 64)
+    text = buf.value.decode()
+    if text != PROBE_EXPECTED:  # seen on a CPU host with -static-libstdc++: "n=", no crash
+        raise RuntimeError(f"probe printed {text!r}, expected {PROBE_EXPECTED!r}: std::ostream "
+                           f"number formatting is broken in this process")
+    return {"text": text, "n": n, "torch_loaded": "torch" in sys.modules}
+
+
+TASKS = {"aoti-compile": task_aoti_compile, "aoti-run": task_aoti_run,
+         "cxx-probe": task_cxx_probe}

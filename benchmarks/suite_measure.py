@@ -1,0 +1,172 @@
+"""Measurement helpers shared by the suite's workers (each worker is one fresh process).
+
+Timing follows the method of `aotpack-run --bench` so that every row is measured the same way:
+warm-up, then N forwards issued back to back with a CUDA event between consecutive ones; the
+median of the N intervals is `median_ms`. A forward whose host side is slower than its GPU side
+shows that cost too (the GPU waits between events). `sync_ms` is the median of forwards each
+waited for (what a caller that needs the result at once sees). On a CPU (--smoke) the host
+clock is used for both.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+
+def load_on(spec: str, device: str):
+    """(model, fresh random inputs) of a `file.py:fn` spec, on `device`, in eval mode."""
+    from aotpack.frontend import load_model
+
+    model, example = load_model(spec)
+    return model.to(device).eval(), random_inputs(example, device)
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def random_inputs(example, device: str, seed: int = 1234) -> list:
+    """Fresh random inputs shaped like the example: normal floats, integers in the example's
+    range (token ids stay valid). Never zeros (METHOD.md: zeros hide bugs and time faster)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for t in example:
+        if t.dtype.is_floating_point:
+            x = torch.randn(t.shape, generator=g, dtype=torch.float32).to(t.dtype)
+        else:
+            x = torch.randint(0, int(t.max()) + 1, t.shape, generator=g, dtype=t.dtype)
+        out.append(x.to(device))
+    return out
+
+
+def as_list(out) -> list:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in as_list(o)]
+    return []
+
+
+def to_host(out) -> list:
+    """Outputs copied to the host: the moment a caller has its first output."""
+    return [t.detach().to("cpu", copy=True) for t in as_list(out)]
+
+
+def rel_err(out, ref) -> float:
+    """‖out − ref‖ / ‖ref‖ in float64; inf when out has a non-finite element."""
+    out, ref = out.detach().cpu().double(), ref.detach().cpu().double()
+    if out.shape != ref.shape:
+        return float("nan")
+    if not bool(out.isfinite().all()):
+        return float("inf")
+    den = float(ref.norm())
+    return float((out - ref).norm() / den) if den else float((out - ref).norm())
+
+
+def max_rel_err(outs, refs) -> float | None:
+    errs = [rel_err(o, r) for o, r in zip(outs, refs)]
+    return max(errs) if errs else None
+
+
+def time_forward(fn, device: str, warmup: int = 10, reps: int = 100) -> dict:
+    """median/p10/p90 (back to back, CUDA events) and sync_ms (each forward waited for)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    piped = _back_to_back(fn, reps) if device == "cuda" else _host_times(fn, reps, device)
+    synced = _host_times(fn, max(10, reps // 4), device)
+    q = statistics.quantiles(piped, n=10) if len(piped) >= 10 else [min(piped)] * 9
+    return {"median_ms": round(statistics.median(piped), 5), "p10_ms": round(q[0], 5),
+            "p90_ms": round(q[-1], 5), "sync_ms": round(statistics.median(synced), 5),
+            "reps": reps, "warmup": warmup}
+
+
+def _back_to_back(fn, reps: int) -> list[float]:
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
+    events[0].record()
+    for i in range(reps):
+        fn()
+        events[i + 1].record()
+    events[-1].synchronize()
+    return [events[i].elapsed_time(events[i + 1]) for i in range(reps)]
+
+
+def _host_times(fn, reps: int, device: str) -> list[float]:
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync(device)
+        times.append((time.perf_counter() - t) * 1e3)
+    return times
+
+
+def count_launches(fn, device: str) -> dict:
+    """Kernels one forward launches, from torch.profiler's CUDA activity (CUPTI): kernel events,
+    copies and memsets left out. Kernels replayed inside a CUDA graph are counted one by one."""
+    if device != "cuda":
+        return {"launches": None, "launches_method": "not measured on CPU"}
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        sync(device)
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = [n for n in names if not n.startswith(("Memcpy", "Memset"))]
+    graph_launches = sum(1 for e in prof.events() if e.name == "cudaGraphLaunch")
+    return {"launches": len(kernels), "graph_launches": graph_launches,
+            "launches_method": "torch.profiler CUDA kernel events of one forward"}
+
+
+class DeviceMemory:
+    """Device-wide used memory since this object was made (after the CUDA context exists):
+    the same measure the aotpack rows get from cuMemGetInfo in their own fresh process."""
+
+    def __init__(self, device: str):
+        self.device = device
+        self.free0 = torch.cuda.mem_get_info()[0] if device == "cuda" else None
+        self.peak_delta = 0
+
+    def sample(self) -> None:
+        if self.device == "cuda":
+            self.peak_delta = max(self.peak_delta, self.free0 - torch.cuda.mem_get_info()[0])
+
+    def fields(self) -> dict:
+        return {"device_mem_bytes": self.peak_delta if self.device == "cuda" else None}
+
+
+def allocator_peak(fn, device: str) -> dict:
+    """Peak of torch's caching allocator over one steady-state forward (weights, inputs,
+    activations and outputs are all in it)."""
+    if device != "cuda":
+        return {"peak_mem_bytes": None, "peak_mem_method": "not measured on CPU"}
+    sync(device)
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    sync(device)
+    return {"peak_mem_bytes": int(torch.cuda.max_memory_allocated()),
+            "peak_mem_method": "torch.cuda.max_memory_allocated over one steady-state forward "
+                               "(context, library workspaces outside the allocator not included)"}
+
+
+def model_costs(model, inputs, outputs) -> dict:
+    """FLOPs of one forward (torch.utils.flop_counter, on the forward just run) and the fewest
+    bytes it must move (every parameter and buffer read once, inputs read, outputs written)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(*inputs)
+    weights = sum(t.numel() * t.element_size()
+                  for t in list(model.parameters()) + list(model.buffers()))
+    io = sum(t.numel() * t.element_size() for t in list(inputs) + as_list(outputs))
+    return {"flops": int(counter.get_total_flops()), "bytes": int(weights + io),
+            "weight_bytes": int(weights),
+            "flops_method": "torch.utils.flop_counter.FlopCounterMode on one eager forward "
+                            "(matmuls and attention; causal attention counted in full)",
+            "bytes_method": "parameters + buffers + inputs + outputs, each moved once"}

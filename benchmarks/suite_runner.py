@@ -1,0 +1,181 @@
+"""Running the suite's measurements as child processes, under a time budget.
+
+Each variant runs in a fresh process (its own session, so a timeout kills it and anything it
+started, e.g. Inductor's compile workers). Its output goes to a log file, not a pipe: a
+grandchild that outlives the worker must not keep the suite waiting for end-of-file. The worker
+writes its result as JSON to a file named in its task; a process that dies on a signal or runs
+past its limit becomes a failed result with the reason, never a silent gap.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "suite_worker.py"
+
+
+@dataclass
+class TaskResult:
+    status: str  # ok | error | crash | timeout
+    rc: int | None
+    wall_s: float
+    result: dict = field(default_factory=dict)
+    error: str | None = None
+    log_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class Budget:
+    """Seconds left of the run. A task is admitted when its estimate fits; its limit is then
+    its own cap or what is left, whichever is smaller (minus a reserve for writing results)."""
+
+    def __init__(self, total_s: float, reserve_s: float = 8.0):
+        self.total_s, self.reserve_s = total_s, reserve_s
+        self.t0 = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def left(self) -> float:
+        return self.total_s - self.elapsed()
+
+    def refuse(self, estimate_s: float) -> str | None:
+        """None when the task fits, else the reason to skip it."""
+        left = self.left() - self.reserve_s
+        if estimate_s > left:
+            return (f"budget: needs ~{estimate_s:.0f} s, {max(left, 0):.0f} s left of "
+                    f"{self.total_s:.0f} s")
+        return None
+
+    def limit(self, cap_s: float) -> float:
+        return max(1.0, min(cap_s, self.left() - self.reserve_s))
+
+
+def signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"signal {-rc}"
+
+
+def _tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)  # the worker's own session: it and what it started
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def classify(rc: int | None, timed_out: bool, result: dict, log_tail: str,
+             limit_s: float) -> tuple[str, str | None]:
+    """(status, error) of a finished child."""
+    if timed_out:
+        return "timeout", f"timeout: killed after {limit_s:.0f} s"
+    if rc is not None and rc < 0:
+        return "crash", f"crash: {signal_name(rc)} (rc {rc}); see the log for the last stage"
+    if result.get("error"):
+        return "error", str(result["error"])
+    if rc != 0:
+        last = log_tail.strip().splitlines()[-1:] or ["no output"]
+        return "error", f"exit code {rc}: {last[0][:300]}"
+    return "ok", None
+
+
+def run_command(cmd: list[str], *, env: dict, limit_s: float, log_path: Path,
+                result_path: Path | None = None) -> TaskResult:
+    """Runs cmd with SUITE_T0 (the spawn time, for cold-start figures) in its env."""
+    env = dict(env, SUITE_T0=repr(time.time()))
+    start = time.monotonic()
+    timed_out = False
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(map(str, cmd))}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            rc = proc.wait()
+        except BaseException:  # the suite is being stopped: take the child down with it
+            _kill_group(proc.pid)
+            raise
+        _kill_group(proc.pid)  # strays (compile workers) of a worker that has exited
+    wall = round(time.monotonic() - start, 2)
+    result = {}
+    if result_path is not None and result_path.is_file():
+        try:
+            result = json.loads(result_path.read_text())
+        except json.JSONDecodeError as e:
+            result = {"error": f"unreadable result file: {e}"}
+    tail = _tail(log_path)
+    status, error = classify(rc, timed_out, result, tail, limit_s)
+    return TaskResult(status, rc, wall, result, error, tail)
+
+
+def run_worker(task: dict, *, work: Path, env: dict, limit_s: float, log_path: Path) -> TaskResult:
+    """Runs one suite_worker task (a dict with "task" and its arguments) in a fresh process."""
+    tag = task["id"]
+    task_path = work / f"task-{tag}.json"
+    result_path = work / f"result-{tag}.json"
+    result_path.unlink(missing_ok=True)
+    task_path.write_text(json.dumps(dict(task, result_path=str(result_path))))
+    cmd = [sys.executable, "-X", "faulthandler", str(WORKER), str(task_path)]
+    return run_command(cmd, env=env, limit_s=limit_s, log_path=log_path, result_path=result_path)
+
+
+class Background:
+    """CPU-only jobs started early (weights generation, aotpack frontend probes) that later
+    measurements wait for; each under its own limit."""
+
+    def __init__(self):
+        self.jobs: dict[str, tuple[subprocess.Popen, float, float, Path]] = {}
+
+    def start(self, name: str, cmd: list[str], env: dict, limit_s: float, log_path: Path) -> None:
+        log = open(log_path, "ab")
+        log.write(f"$ {' '.join(map(str, cmd))}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        log.close()
+        self.jobs[name] = (proc, time.monotonic(), limit_s, log_path)
+
+    def wait(self, name: str) -> TaskResult:
+        proc, start, limit_s, log_path = self.jobs[name]
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=max(0.1, limit_s - (time.monotonic() - start)))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc.pid)
+            rc = proc.wait()
+        tail = _tail(log_path)
+        status, error = classify(rc, timed_out, {}, tail, limit_s)
+        return TaskResult(status, rc, round(time.monotonic() - start, 2), {}, error, tail)
+
+    def wait_all(self) -> None:
+        for name in list(self.jobs):
+            self.wait(name)
+
+    def kill_all(self) -> None:
+        for proc, *_ in self.jobs.values():
+            if proc.poll() is None:
+                _kill_group(proc.pid)
