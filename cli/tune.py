@@ -26,19 +26,24 @@ def write_job(out: Console, spec: str, output: Path, **kw) -> None:
 
 
 def import_into_db(out: Console, err: Console, files: list[Path], db_path: Path) -> None:
-    from aotpack.tuning.db import FORMAT, TuningDB, TuningDBError, load_results
+    from aotpack.tuning.db import FORMAT, TuningDB, combine_results, load_results
 
     db = TuningDB.load(db_path)
+    runs = []
     for f in files:
         doc = load_results(f)
         if isinstance(doc, dict) and doc.get("format") == FORMAT:
             n = db.merge(TuningDB.load(f))
             out.print(f"merged {n} records from database {escape(str(f))}")
-            continue
-        added, notes = db.import_results(doc, str(f))
+        else:
+            runs.append(doc)
+    where = ", ".join(str(f) for f in files)
+    for doc in combine_results(runs):  # partial re-runs of one machine add up
+        added, notes = db.import_results(doc, where)
         for n in notes:
             err.print(f"[yellow]note:[/] {escape(n)}")
-        out.print(f"imported {added} winners from {escape(str(f))}")
+        out.print(f"imported {added} winners measured on "
+                  f"{escape(str((doc.get('device') or {}).get('name')))}")
     db.save(db_path)
     out.print(f"[bold green]saved[/] {escape(str(db_path))}: {len(db.records)} records")
 

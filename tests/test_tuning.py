@@ -245,3 +245,29 @@ def test_fast_level_keeps_the_heuristic_and_trims_the_rest():
     assert fast[0] == full[0] and len(fast) < len(full) and set(map(str, fast)) <= set(map(str, full))
     with pytest.raises(ValueError, match="unknown tuning level"):
         space.candidates(op, SM90, level="medium")
+
+
+def test_partial_rerun_adds_to_the_full_run(job):
+    """A re-run of only the candidates that failed (same machine) combines with the full run:
+    the re-measured candidate can win, and a `skipped` one never erases a measurement."""
+    from aotpack.tuning.db import combine_results
+
+    _, doc = job
+    full = fake_results(doc, {0: 1, 1: 1})
+    victim = full["problems"][0]["candidates"][3]
+    victim.update(status="error", median_us=None, message="entry not in cubin")
+    rerun = fake_results(doc, {0: 3, 1: 1})
+    for p in rerun["problems"]:
+        for i, c in enumerate(p["candidates"]):
+            if i not in (0, 3):
+                c.update(status="skipped", median_us=None)
+    rerun["problems"][0]["candidates"][3]["median_us"] = 5.0
+    merged = combine_results([full, rerun])
+    assert len(merged) == 1
+    db = TuningDB()
+    db.import_results(merged[0])
+    assert db.lookup(doc["problems"][0]["key"])["winner"]["median_us"] == 5.0
+    assert db.lookup(doc["problems"][1]["key"])["winner"]["name"] == \
+        doc["problems"][1]["candidates"][1]["name"]  # from the full run, not erased
+    other = fake_results(doc, {0: 2, 1: 2}, name="NVIDIA H100")
+    assert len(combine_results([full, other])) == 2

@@ -123,6 +123,34 @@ def _record(prob: dict, device: dict, results: dict) -> dict | None:
     }
 
 
+def combine_results(docs: list[dict]) -> list[dict]:
+    """Results of several runs of one machine (same device name and driver) combined per
+    problem: candidates by name, a later measurement replacing an earlier one unless it was
+    `skipped`. So a partial re-run (e.g. of the candidates that failed) adds to a full run
+    instead of replacing its record. Runs of other machines stay separate documents."""
+    groups: dict[tuple, dict] = {}
+    for doc in docs:
+        dev = doc.get("device") or {}
+        ident = (dev.get("name"), dev.get("driver"))
+        merged = groups.setdefault(ident, dict(doc, problems=[]))
+        by_key = {p["key"]: p for p in merged["problems"]}
+        for prob in doc.get("problems", []):
+            have = by_key.get(prob["key"])
+            if have is None:
+                have = dict(prob, candidates=[])
+                merged["problems"].append(have)
+                by_key[prob["key"]] = have
+            names = {c["name"]: i for i, c in enumerate(have["candidates"])}
+            for c in prob.get("candidates", []):
+                i = names.get(c["name"])
+                if i is None:
+                    names[c["name"]] = len(have["candidates"])
+                    have["candidates"].append(c)
+                elif c.get("status") != "skipped":
+                    have["candidates"][i] = c
+    return list(groups.values())
+
+
 def load_results(path) -> dict:
     try:
         return json.loads(Path(path).read_text())

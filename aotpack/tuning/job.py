@@ -106,15 +106,29 @@ def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
         except Exception:  # a torn or foreign cache file: compile again
             pass
     os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
+    _own_cute_dump_dir()
     try:
         launches = space.compile_candidate(op, target, config)
     except Exception as e:  # noqa: BLE001 — a candidate that cannot compile is data, not a crash
         return None, f"{type(e).__name__}: {e}".splitlines()[0][:400]
+    for la in launches:
+        if la.kernel.entry.encode() not in la.kernel.cubin:
+            return None, f"entry {la.kernel.entry[:60]}... is not in its cubin"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_bytes(pickle.dumps(launches))
     os.replace(tmp, path)
     return launches, None
+
+
+def _own_cute_dump_dir() -> None:
+    """CuTeDSL writes its cubins to CUTE_DSL_DUMP_DIR under names cut from the kernel's name,
+    which can be equal for two configs: worker processes that inherited the parent's folder
+    read each other's cubins (seen on the H200: "entry symbol ... is not in the cubin").
+    Every process gets its own folder."""
+    mine = f"aotpack_cute_{os.getpid()}_"
+    if mine not in os.path.basename(os.environ.get("CUTE_DSL_DUMP_DIR", "")):
+        os.environ["CUTE_DSL_DUMP_DIR"] = tempfile.mkdtemp(prefix=mine)
 
 
 def compile_all(problems: list[Problem], target: Target, *, jobs: int, progress: bool) -> None:
