@@ -65,6 +65,7 @@ class TuningDB:
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+            os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared database from others
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
