@@ -159,7 +159,7 @@ class Suite:
         row = self.results.row(model, variant, label)
         fields["details"] = {**(row.get("details") or {}), **details}
         self._set(model, variant, label, status="ok", error=None, wall_s=res.wall_s,
-                  **fields, **extra)
+                  **{**fields, **extra})  # the caller's facts win over the worker's
 
     def cache_env(self, name: str) -> dict:
         d = self.work / "cache" / name  # per variant: each compile starts from a cold cache
