@@ -92,7 +92,7 @@ def model_title(doc: dict, name: str) -> str:
 # -------------------------------------------------------------------------------- tables
 
 def latency_table(doc: dict) -> str:
-    head = ["model", *(TITLES[c] for c in COLUMNS), "aotpack vs best peer", "aotpack % of ceiling"]
+    head = ["model", *(TITLES[c] for c in COLUMNS), "aotpack-run ÷ best peer (latency; < 1 is faster)", "aotpack-run % of ceiling"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in model_names(doc):
         cells = {c: best_row(doc, name, c) for c in COLUMNS}
