@@ -39,6 +39,7 @@ class BuildResult:
     arena_bytes: int
     compiled_ops: int  # distinct compiles (after the identical-op cache)
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts worth a line (tuning used, ...)
 
 
 def parse_arch(arch: str) -> Target:
@@ -256,7 +257,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     plan = plan_memory(program, launches_per_op)
     result = _write_folder(out, program, plan, target, spec, command_line, external_weights,
                            distinct, tuning=tuned.provenance() if tuned else None)
-    result.warnings[:0] = notes + (tuned.notes() if tuned else [])
+    result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
 

@@ -112,6 +112,9 @@ def build(
                        command_line=command_line_from_argv(),
                        gemm_backend=gemm_backend, tuning_db=tuning_db, tune=tune,
                        tune_budget_s=tune_budget)
+    for n in result.notes:
+        kind = "[yellow]warning:[/]" if "stale" in n else "note:"
+        err.print(f"{kind} {escape(n)}")
     for w in result.warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")
     out.print(f"[bold green]built[/] {escape(str(result.out_dir))}: {result.steps} steps, "
@@ -175,7 +178,8 @@ def inspect(
     config, shared memory, cluster), the memory plan and provenance. Reads the bundle alone."""
     from aotpack.bundle import read_bundle
 
-    b = read_bundle(bundle, weights_path=weights, checksums=check)
+    # without --check, a bundle whose external weights live elsewhere can still be inspected
+    b = read_bundle(bundle, weights_path=weights, checksums=check, require_weights=check)
     doc = report.inspect_document(b)
     if as_json:
         typer.echo(json.dumps(doc, indent=2, sort_keys=True))

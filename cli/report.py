@@ -37,7 +37,8 @@ def inspect_document(b) -> dict:
         "inputs": m["inputs"], "outputs": m["outputs"],
         "graph": {"summary": summary.get("graph", {}), "kernel_ops": summary.get("ops")},
         "weights": {"count": len(m["weights"]), "bytes": sum(w["nbytes"] for w in m["weights"]),
-                    "external": (m.get("external_weights") or {}).get("file")},
+                    "external": (m.get("external_weights") or {}).get("file"),
+                    "external_found": b.weights_path is not None},
         "kernels": kernels, "steps": len(m["steps"]),
         "cubins": {"count": len(cubins), "bytes": sum(cubins.values())},
         "memory": {"arena_bytes": m["arena_bytes"], "intermediate_bytes": intermediates,
@@ -75,7 +76,9 @@ def print_inspect(out: Console, d: dict) -> None:
               f"({escape(_counts(summary.get('ops')))}) → {g['kernel_ops']} kernel ops"
               f"{escape(kinds_part)} → {len(d['kernels'])} kernels, {d['steps']} steps")
     w = d["weights"]
-    where = f"external: {w['external']}" if w["external"] else "embedded"
+    where = (f"external: {w['external']}" + ("" if w.get("external_found", True)
+                                             else ", not found: not checked")
+             if w["external"] else "embedded")
     out.print(f"weights: {w['count']} tensors, {human_bytes(w['bytes'])} ({escape(where)}); "
               f"cubins: {d['cubins']['count']}, {human_bytes(d['cubins']['bytes'])}")
     out.print(_kernel_table(d["kernels"]))

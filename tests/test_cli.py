@@ -56,7 +56,8 @@ def test_inspect_json(tmp_path):
     assert doc["cubins"] == {"count": 1, "bytes": len(CUBIN)}
     assert doc["memory"] == {"arena_bytes": 17408, "intermediate_bytes": 16384,
                              "naive_bytes": 17408, "regions": 2}
-    assert doc["weights"] == {"count": 3, "bytes": 64 * 64 * 2 + 64 * 4 + 3 * 4, "external": None}
+    assert doc["weights"] == {"count": 3, "bytes": 64 * 64 * 2 + 64 * 4 + 3 * 4, "external": None,
+                              "external_found": False}
     assert doc["graph"]["summary"] == {"nodes": 4, "ops": {"linear": 1, "relu": 1}}
     assert doc["provenance"]["created_by"] == "tests"
 
@@ -69,6 +70,19 @@ def test_inspect_tables(tmp_path):
     for expected in ("sm_90a", "x: bf16[64, 64]", "relu_kernel_1", "triton", "arena 17.0 KiB",
                      "external: weights.safetensors", "created_by=tests"):
         assert expected in text, expected
+
+
+def test_inspect_without_the_external_weights_file(tmp_path):
+    """A bundle whose weights live elsewhere (e.g. copied alone to another machine) can still be
+    inspected; --check needs the weights and says where it looked."""
+    path = write_handmade(tmp_path / "model.aotpack", external_weights="weights.safetensors")
+    (tmp_path / "weights.safetensors").unlink()
+    result = _run("inspect", path)
+    assert result.exit_code == 0, result.output
+    assert "not found: not checked" in " ".join(result.output.split())
+    result = _run("inspect", path, "--check")
+    assert result.exit_code == 1 and "next to the bundle or pass its path" in \
+        " ".join(result.output.split())
 
 
 def test_inspect_needs_no_torch(tmp_path):

@@ -53,11 +53,13 @@ class Bundle:
                                   f"the file is corrupt or from another build")
 
 
-def read_bundle(path, *, weights_path=None, checksums: bool = False) -> Bundle:
+def read_bundle(path, *, weights_path=None, checksums: bool = False,
+                require_weights: bool = True) -> Bundle:
     """Parse `path`, check the container and the manifest, and check that every cubin and
     weight is present with the right dtype/shape/size (in the external weights file when the
     bundle has one: `weights_path` or the manifest's file next to the bundle). With
-    `checksums`, also hash all cubins and weights."""
+    `checksums`, also hash all cubins and weights. `require_weights=False` (inspect): an
+    external weights file that is not there is not an error; `weights_path` stays None."""
     path = Path(path)
     if not path.is_file():
         raise BundleError(f"{path}: no such bundle file (build one with `aotpack build`)")
@@ -72,7 +74,7 @@ def read_bundle(path, *, weights_path=None, checksums: bool = False) -> Bundle:
     mf.check(manifest, str(path))
     bundle = Bundle(path, manifest, metadata, tensors)
     _check_cubins(bundle)
-    _attach_weights(bundle, weights_path)
+    _attach_weights(bundle, weights_path, require_weights)
     if checksums:
         bundle.verify_checksums()
     return bundle
@@ -86,10 +88,12 @@ def _check_cubins(b: Bundle) -> None:
                               f"a 1-D U8 tensor")
 
 
-def _attach_weights(b: Bundle, weights_path) -> None:
+def _attach_weights(b: Bundle, weights_path, required: bool = True) -> None:
     ext = b.manifest.get("external_weights")
     if ext:
         wp = Path(weights_path) if weights_path else b.path.parent / ext["file"]
+        if not wp.is_file() and not required:
+            return
         if not wp.is_file():
             raise BundleError(f"{b.path}: weights are external and {wp} does not exist: put "
                               f"{ext['file']!r} next to the bundle or pass its path")

@@ -46,6 +46,7 @@ class TunedCompiler:
         return {"records": list(self.used.values())}
 
     def notes(self) -> list[str]:
+        """What the build should tell the user (the stale line is a warning in substance)."""
         out = [f"tuning database: {len(self.used)} of {len(self.tunable)} tunable kernel ops "
                f"compiled with measured winners"]
         if self.stale:
