@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "aotpack/aotpack.h"
+#include "c_api_util.hpp"
 #include "bundle.hpp"
 #include "cuda_driver.hpp"
 #include "dtype.hpp"
@@ -28,6 +29,8 @@ namespace {
 namespace cu = aotpack::cu;
 using aotpack::cat;
 using aotpack::fail;
+using aotpack_run::check_status;
+using aotpack_run::ModelHandle;
 
 const char* kUsage =
     "usage: aotpack-run BUNDLE [options]\n"
@@ -183,13 +186,6 @@ void print_info(const Args& a) {
                 m.steps[i].grid[1], m.steps[i].grid[2], m.steps[i].args.size());
 }
 
-void check_status(aotpack_status* s) {
-  if (!s) return;
-  aotpack::Error e(aotpack_status_code(s), aotpack_status_message(s));
-  aotpack_status_free(s);
-  throw e;
-}
-
 // Device buffers of one tensor each, freed at scope exit.
 struct DeviceBuffers {
   std::vector<cu::CUdeviceptr> ptrs;
@@ -297,15 +293,6 @@ void write_outputs(const std::string& path, const std::vector<aotpack_tensor_inf
   aotpack::write_safetensors(path, ts, {{"producer", "aotpack-run"}}, 64);
   std::printf("wrote %s\n", path.c_str());
 }
-
-struct ModelHandle {
-  aotpack_model* m = nullptr;
-  aotpack_session* s = nullptr;
-  ~ModelHandle() {
-    aotpack_session_free(s);
-    aotpack_model_free(m);
-  }
-};
 
 void run(const Args& a) {
   ModelHandle h;

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "aotpack/aotpack.h"
+#include "c_api_util.hpp"
 #include "cuda_driver.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
@@ -43,22 +44,6 @@ void report(int fd, const std::string& text) {
     done += size_t(n);
   }
 }
-
-void check_status(aotpack_status* s) {
-  if (!s) return;
-  aotpack::Error e(aotpack_status_code(s), aotpack_status_message(s));
-  aotpack_status_free(s);
-  throw e;
-}
-
-struct ModelHandle {
-  aotpack_model* m = nullptr;
-  aotpack_session* s = nullptr;
-  ~ModelHandle() {
-    aotpack_session_free(s);
-    aotpack_model_free(m);
-  }
-};
 
 struct Signature {
   std::vector<aotpack_tensor_info> ins, outs;
