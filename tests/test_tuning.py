@@ -271,3 +271,33 @@ def test_partial_rerun_adds_to_the_full_run(job):
         doc["problems"][1]["candidates"][1]["name"]  # from the full run, not erased
     other = fake_results(doc, {0: 2, 1: 2}, name="NVIDIA H100")
     assert len(combine_results([full, other])) == 2
+
+
+def test_build_tune_runs_job_measure_import_build(workdir, monkeypatch, tmp_path):
+    """`build --tune fast` on a machine with a GPU: job → launcher → database → build. The
+    launcher is replaced by a stand-in that answers like `aotpack-run --tune` (last candidate
+    fastest); the build must compile those winners and keep the database beside the output."""
+    from aotpack.tuning import measure
+
+    calls = []
+
+    def fake_run_job(job, results, *, budget_s=None, device=0, extra=None):
+        calls.append(budget_s)
+        doc = json.loads((Path(job) / "job.json").read_text())
+        last = {i: len(p["candidates"]) - 1 for i, p in enumerate(doc["problems"])}
+        Path(results).write_text(json.dumps(fake_results(doc, last)))
+        return Path(results)
+
+    monkeypatch.setattr(measure, "gpu_count", lambda: 1)
+    monkeypatch.setattr(measure, "run_job", fake_run_job)
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(workdir / "cache"))
+    out = tmp_path / "tuned"
+    res = build(f"{workdir / 'small.py'}:make", out, tune="fast", tune_budget_s=60,
+                progress=False, command_line="t", gemm_backend="triton")
+    assert calls == [60]
+    db_path = tmp_path / "tuned.tuning.json"
+    assert db_path.is_file() and len(TuningDB.load(db_path).records) == 2
+    assert any("tuned 2 kernel problems" in n for n in res.notes)
+    recs = read_bundle(res.bundle).manifest["provenance"]["tuning"]["records"]
+    assert len(recs) == 2 and all(r["median_us"] == 10.0 for r in recs)
+    assert not any(p.name.startswith(".aotpack-tune.") for p in tmp_path.iterdir())
