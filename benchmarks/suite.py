@@ -38,10 +38,14 @@ import suite_models as sm  # noqa: E402
 from suite_results import ROW_FIELDS, Results  # noqa: E402
 from suite_runner import Background, Budget, TaskResult, run_command, run_worker  # noqa: E402
 
-# Rough seconds per task on the H200 (for admission; limits are generous multiples).
-ESTIMATE = {"ceilings": 20, "eager": 25, "compile": 60, "compile-max-autotune": 90,
-            "warm": 35, "aoti-compile": 90, "aoti-run": 30, "aotpack-run": 15,
-            "aotpack-py": 25, "aotpack-cold": 12, "probe": 12}
+# Seconds per task on the H200 (for admission; limits are generous multiples), from the
+# 2026-11-30 run (benchmarks/results/2026-11-30-8c98e0a.json) plus ~25 %: eager 10-14 s,
+# compile 22-24 s, max-autotune 34-45 s, its warm start 25-30 s, AOTI compile 87 s, aotpack-run
+# 5-9 s, aotpack-py 6-8 s, aotpack cold 1-2.5 s. The first guesses (compile 60, max-autotune 90)
+# refused max-autotune for the MLPs with time left that would have covered it.
+ESTIMATE = {"ceilings": 10, "eager": 16, "compile": 30, "compile-max-autotune": 55,
+            "warm": 38, "aoti-compile": 100, "aoti-run": 30, "aotpack-run": 11,
+            "aotpack-py": 10, "aotpack-cold": 4, "probe": 8}
 
 
 class Stopped(Exception):
