@@ -283,7 +283,7 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
                notes: list[str]) -> Path:
     """`build --tune`: job → measured on this machine's GPU → merged into the database."""
     from aotpack.tuning import measure
-    from aotpack.tuning.db import TuningDB, load_results
+    from aotpack.tuning.db import TuningDB, TuningDBError, load_results
     from aotpack.tuning.job import make_job
 
     if measure.gpu_count() == 0:
@@ -291,6 +291,10 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
                          "`aotpack tune` here, `aotpack-run --tune` on the target, then build "
                          "with --tuning-db (docs/tuning.md)")
     db_path = Path(tuning_db) if tuning_db else out.parent / f"{out.name}.tuning.json"
+    try:  # before measuring: an unusable database must not cost the GPU time nor its results
+        TuningDB.load(db_path)
+    except TuningDBError as e:
+        raise BuildError(str(e)) from None
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aotpack-tune.", dir=out.parent) as tmp:
         job = make_job(spec, Path(tmp) / "job.aotune", arch=arch, level=level,
@@ -300,8 +304,11 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
             results = measure.run_job(job.path, Path(tmp) / "results.json", budget_s=budget_s)
         except measure.MeasureError as e:
             raise BuildError(str(e)) from None
-        db = TuningDB.load(db_path)
-        added, _ = db.import_results(load_results(results), str(results))
+        try:  # read again: records another process saved while we measured are kept
+            db = TuningDB.load(db_path)
+            added, _ = db.import_results(load_results(results), str(results))
+        except TuningDBError as e:
+            raise BuildError(str(e)) from None
         db.save(db_path)
     notes.append(f"tuned {job.problems} kernel problems ({job.candidates} candidates); "
                  f"{added} winners saved in {db_path}")

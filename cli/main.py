@@ -43,8 +43,11 @@ def _user_error_types() -> tuple[type, ...]:
     from aotpack.build import BuildError
     from aotpack.bundle import BundleError
 
-    types: list[type] = [BuildError, BundleError, FileNotFoundError, IsADirectoryError]
+    # path mistakes (an unwritable folder, a file where a folder should be) are the user's too
+    types: list[type] = [BuildError, BundleError, FileNotFoundError, IsADirectoryError,
+                         NotADirectoryError, FileExistsError, PermissionError]
     for module, name in (("aotpack.verify", "VerifyError"), ("aotpack.frontend", "UnsupportedOpError"),
+                         ("aotpack.tuning.db", "TuningDBError"),
                          ("aotpack.frontend", "ModelLoadError"), ("aotpack.runtime", "AotpackError")):
         try:
             types.append(getattr(__import__(module, fromlist=[name]), name))
@@ -64,7 +67,7 @@ def friendly(command):
         except Exception as e:
             if not isinstance(e, _user_error_types()):
                 raise
-            kind = "" if type(e).__name__ in ("BuildError", "BundleError") else \
+            kind = "" if type(e).__name__ in ("BuildError", "BundleError", "TuningDBError") else \
                 f"{type(e).__name__}: "
             err.print(f"[bold red]error:[/] {escape(kind + str(e))}")
             raise typer.Exit(1) from None
@@ -95,7 +98,8 @@ def build(
                                              "compiled with their measured winners"),
     tune: str = typer.Option("none", "--tune", help="none | fast | full: tune on this machine's "
                              "GPU first (needs one), saving winners to --tuning-db or to "
-                             "<output>.tuning.json"),
+                             # not <output>: markdown help drops it as an HTML tag
+                             "OUTPUT.tuning.json beside the output folder"),
     tune_budget: Optional[float] = typer.Option(None, "--tune-budget", min=1,
                                                 help="seconds of GPU measuring at most"),
 ):

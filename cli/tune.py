@@ -26,7 +26,8 @@ def write_job(out: Console, spec: str, output: Path, **kw) -> None:
 
 
 def import_into_db(out: Console, err: Console, files: list[Path], db_path: Path) -> None:
-    from aotpack.tuning.db import FORMAT, TuningDB, combine_results, load_results
+    from aotpack.tuning.db import (FORMAT, TuningDB, check_results, combine_results,
+                                   load_results)
 
     db = TuningDB.load(db_path)
     runs = []
@@ -36,6 +37,7 @@ def import_into_db(out: Console, err: Console, files: list[Path], db_path: Path)
             n = db.merge(TuningDB.load(f))
             out.print(f"merged {n} records from database {escape(str(f))}")
         else:
+            check_results(doc, str(f))  # before combining, which would trip over its fields
             runs.append(doc)
     where = ", ".join(str(f) for f in files)
     for doc in combine_results(runs):  # partial re-runs of one machine add up

@@ -18,7 +18,9 @@ def _run(*args):
 
 
 @pytest.mark.parametrize("command, words", [
-    ("build", ["--arch", "--external-weights", "--force", "-o", "file.py:factory"]),
+    ("build", ["--arch", "--external-weights", "--force", "-o", "file.py:factory",
+               "--tuning-db", "OUTPUT.tuning.json"]),
+    ("tune", ["aotpack-run --tune job.aotune -o results.json", "--import", "--db", "--level"]),
     ("inspect", ["--json", "memory plan", "provenance"]),
     ("verify", ["--model", "--reference", "eager PyTorch"]),
     ("bench", ["-n", "median latency"]),

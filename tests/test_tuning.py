@@ -301,3 +301,68 @@ def test_build_tune_runs_job_measure_import_build(workdir, monkeypatch, tmp_path
     recs = read_bundle(res.bundle).manifest["provenance"]["tuning"]["records"]
     assert len(recs) == 2 and all(r["median_us"] == 10.0 for r in recs)
     assert not any(p.name.startswith(".aotpack-tune.") for p in tmp_path.iterdir())
+
+
+def test_cli_import_of_bad_files_is_a_one_line_error(tmp_path, job):
+    """Unreadable, foreign or malformed results/databases and unusable --db paths: exit 1
+    with `error: <file>: why`, never a traceback (TuningDBError was not a user error)."""
+    from cli.main import app
+
+    _, doc = job
+    good = tmp_path / "results.json"
+    good.write_text(json.dumps(fake_results(doc, {0: 1, 1: 1})))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "nokey.json").write_text(json.dumps(
+        {"format": "aotpack-tuning-results", "version": 1, "problems": [{"desc": "x"}]}))
+    (tmp_path / "baddb.json").write_text(json.dumps(
+        {"format": "aotpack-tuning-db", "version": 1, "records": [{}]}))
+    db = str(tmp_path / "db.json")
+    cases = [([str(tmp_path / "missing.json"), db], "cannot read results"),
+             ([str(tmp_path / "list.json"), db], "not an aotpack-run --tune results file"),
+             ([str(tmp_path / "nokey.json"), db], "malformed results"),
+             ([str(good), str(tmp_path / "baddb.json")], "records[0] lacks a key"),
+             ([str(good), str(good / "db.json")], "File exists")]  # a file as --db's folder
+    for (res, dbp), words in cases:
+        r = CliRunner().invoke(app, ["tune", "--import", res, "--db", dbp])
+        assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (res, r.exception)
+        assert "error:" in r.output and words in " ".join(r.output.split()), r.output
+
+
+def test_build_tune_refuses_a_bad_database_before_measuring(tmp_path, monkeypatch):
+    """A --tuning-db that is not a database is refused before the GPU time is spent (it used
+    to be read after measuring, the results lost with the temporary job, and a traceback)."""
+    from aotpack.tuning import measure
+
+    calls = []
+    monkeypatch.setattr(measure, "gpu_count", lambda: 1)
+    monkeypatch.setattr(measure, "run_job", lambda *a, **k: calls.append(a))
+    bad = tmp_path / "results-not-db.json"
+    bad.write_text('{"format": "aotpack-tuning-results", "version": 1}')
+    with pytest.raises(BuildError, match="not an aotpack tuning database"):
+        build("examples/mlp.py:make", tmp_path / "o", tune="fast", tuning_db=bad,
+              progress=False)
+    assert calls == []
+
+
+def test_tune_refuses_an_unknown_gemm_backend(tmp_path):
+    """An unknown --gemm-backend gave no GEMM any candidate: an empty job, 'written'."""
+    from aotpack.tuning.job import make_job
+
+    with pytest.raises(BuildError, match="--gemm-backend 'cublas'"):
+        make_job("examples/mlp.py:make", tmp_path / "j.aotune", gemm_backend="cublas",
+                 progress=False)
+    assert not (tmp_path / "j.aotune").exists()
+
+
+def test_compile_processes_remove_their_cute_dump_folder():
+    """Every compile process makes its own CuTeDSL dump folder; it must go when the process
+    ends (they piled up in /tmp, one per worker per `aotpack tune`)."""
+    import subprocess
+    import sys
+
+    code = ("import os; from aotpack.tuning import job; job._own_cute_dump_dir(); "
+            "d = os.environ['CUTE_DSL_DUMP_DIR']; open(os.path.join(d, 'x.cubin'), 'w'); print(d)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1], check=True)
+    folder = Path(p.stdout.strip().splitlines()[-1])
+    assert folder.name.startswith("aotpack_cute_") and not folder.exists()

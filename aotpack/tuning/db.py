@@ -52,8 +52,11 @@ class TuningDB:
             raise TuningDBError(f"{path}: database version {doc.get('version')} but this "
                                 f"aotpack reads version {VERSION}")
         db = cls()
-        for rec in doc.get("records", []):
-            db.records[_identity(rec)] = rec
+        for i, rec in enumerate(doc.get("records", [])):
+            try:
+                db.records[_identity(rec)] = rec
+            except (KeyError, TypeError, ValueError, AttributeError):  # hand-edited, torn
+                raise TuningDBError(f"{path}: records[{i}] lacks a key or a device") from None
         return db
 
     def save(self, path) -> None:
@@ -79,10 +82,7 @@ class TuningDB:
     def import_results(self, results: dict, where: str = "results") -> tuple[int, list[str]]:
         """Add one record per problem that has a measured winner. Returns (records added,
         notes on problems without one)."""
-        if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
-            raise TuningDBError(f"{where}: not an aotpack-run --tune results file")
-        if results.get("version") != 1:
-            raise TuningDBError(f"{where}: results version {results.get('version')} unknown")
+        check_results(results, where)
         device = results.get("device") or {}
         added, notes = 0, []
         for prob in results.get("problems", []):
@@ -122,6 +122,28 @@ def _record(prob: dict, device: dict, results: dict) -> dict | None:
         "baseline": {"name": base.get("name"), "median_us": base.get("median_us")},
         "measured": len(ok), "job_id": results.get("job_id"), "runtime": results.get("runtime"),
     }
+
+
+def check_results(results, where: str = "results") -> None:
+    """Raise TuningDBError unless `results` has the shape of an `aotpack-run --tune` results
+    file (docs/tuning.md): checked before combining, which indexes problems and candidates."""
+    if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
+        raise TuningDBError(f"{where}: not an aotpack-run --tune results file")
+    if results.get("version") != 1:
+        raise TuningDBError(f"{where}: results version {results.get('version')} unknown")
+    probs = results.get("problems")
+    ok = isinstance(probs, list) and isinstance(results.get("device") or {}, dict)
+    for p in probs if ok else []:
+        ok = (isinstance(p, dict) and isinstance(p.get("key"), str)
+              and isinstance(p.get("candidates"), list)
+              and all(isinstance(c, dict) and isinstance(c.get("name"), str)
+                      and (c.get("status") != "ok" or isinstance(c.get("config"), dict))
+                      for c in p["candidates"]))
+        if not ok:
+            break
+    if not ok:
+        raise TuningDBError(f"{where}: malformed results (every problem needs a key and a list "
+                            f"of named candidates, every ok candidate a config)")
 
 
 def combine_results(docs: list[dict]) -> list[dict]:

@@ -7,6 +7,7 @@ cached on disk by (problem key, config): a second `aotpack tune` of the same mod
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import pickle
@@ -129,6 +130,9 @@ def _own_cute_dump_dir() -> None:
     mine = f"aotpack_cute_{os.getpid()}_"
     if mine not in os.path.basename(os.environ.get("CUTE_DSL_DUMP_DIR", "")):
         os.environ["CUTE_DSL_DUMP_DIR"] = tempfile.mkdtemp(prefix=mine)
+        # the cubins were read into the launches: without this every worker of every
+        # `aotpack tune` left a folder of them in /tmp (spawned workers run atexit on exit)
+        atexit.register(shutil.rmtree, os.environ["CUTE_DSL_DUMP_DIR"], ignore_errors=True)
 
 
 def compile_all(problems: list[Problem], target: Target, *, jobs: int, progress: bool) -> None:
@@ -245,12 +249,17 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     _check_destination(out, force)
     if level not in space.LEVELS:
         raise BuildError(f"--level {level!r}: use {' or '.join(space.LEVELS)}")
+    from aotpack.kernels import GEMM_BACKENDS
+
+    if gemm_backend not in GEMM_BACKENDS:  # else no GEMM has candidates: a silently empty job
+        raise BuildError(f"--gemm-backend {gemm_backend!r}: use {', '.join(GEMM_BACKENDS)}")
     progress = knobs.show_progress() if progress is None else progress
     from aotpack.frontend import load_model, to_graph
     from aotpack.passes import compile_graph
 
     model, example_inputs = load_model(spec)
     program = compile_graph(to_graph(model, example_inputs))
+    _own_cute_dump_dir()  # listing CuTeDSL candidates would otherwise make a folder never removed
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)
     compile_all(problems, target, jobs=jobs, progress=progress)

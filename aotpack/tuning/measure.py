@@ -1,4 +1,4 @@
-"""Measuring a job on this machine's GPU: `aotpack build --tune` and `aotpack tune --run`.
+"""Measuring a job on this machine's GPU for `aotpack build --tune`.
 
 The measuring is done by the shipped launcher (`aotpack-run --tune`), the very code that
 measures on a GPU-less build host's target: one implementation of warm-up, L2 flush, timing
