@@ -366,3 +366,24 @@ def test_compile_processes_remove_their_cute_dump_folder():
                        cwd=Path(__file__).resolve().parents[1], check=True)
     folder = Path(p.stdout.strip().splitlines()[-1])
     assert folder.name.startswith("aotpack_cute_") and not folder.exists()
+
+
+def test_separate_import_of_a_partial_rerun_keeps_the_better_winner(job):
+    """Imported on its own (not combined in one --import), a re-run that skipped the old
+    winner keeps it when it is faster; a re-run that measured it again replaces it."""
+    _, doc = job
+    db = TuningDB()
+    db.import_results(fake_results(doc, {0: 1, 1: 1}))  # candidate 1 wins at 10 us
+    key = doc["problems"][0]["key"]
+    old_winner = db.lookup(key)["winner"]["name"]
+    rerun = fake_results(doc, {0: 3, 1: 3})
+    for p in rerun["problems"]:
+        for i, c in enumerate(p["candidates"]):
+            if i not in (0, 3):
+                c.update(status="skipped", median_us=None)
+        p["candidates"][3]["median_us"] = 15.0  # slower than the old winner
+    db.import_results(rerun)
+    assert db.lookup(key)["winner"]["name"] == old_winner
+    again = fake_results(doc, {0: 2, 1: 2})  # a full run: measured the old winner again
+    db.import_results(again)
+    assert db.lookup(key)["winner"]["name"] == doc["problems"][0]["candidates"][2]["name"]

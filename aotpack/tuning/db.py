@@ -90,7 +90,8 @@ class TuningDB:
             if rec is None:
                 notes.append(f"{prob.get('desc', prob.get('key'))}: no candidate passed")
                 continue
-            self.records[_identity(rec)] = rec
+            self.records[_identity(rec)] = _keep_unmeasured_winner(
+                self.records.get(_identity(rec)), rec, prob)
             added += 1
         return added, notes
 
@@ -102,6 +103,18 @@ class TuningDB:
 
     def shape_keys(self) -> set[str]:
         return {r.get("shape_key") for r in self.records.values() if r.get("shape_key")}
+
+
+def _keep_unmeasured_winner(old: dict | None, new: dict, prob: dict) -> dict:
+    """Re-measuring on the same machine replaces its record, except when this run did not
+    measure the old winner at all (a partial re-run, e.g. of what failed before): then the
+    faster of the two winners stays, so a separate import of a re-run never loses a result."""
+    if old is None:
+        return new
+    measured = {c["name"] for c in prob.get("candidates", []) if c.get("status") != "skipped"}
+    if old["winner"]["name"] in measured or old["winner"]["median_us"] > new["winner"]["median_us"]:
+        return new
+    return dict(new, winner=old["winner"], job_id=old.get("job_id"))
 
 
 def _record(prob: dict, device: dict, results: dict) -> dict | None:
