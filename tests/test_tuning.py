@@ -387,3 +387,39 @@ def test_separate_import_of_a_partial_rerun_keeps_the_better_winner(job):
     again = fake_results(doc, {0: 2, 1: 2})  # a full run: measured the old winner again
     db.import_results(again)
     assert db.lookup(key)["winner"]["name"] == doc["problems"][0]["candidates"][2]["name"]
+
+
+def test_small_kernel_candidates_compute_the_same_as_the_reference():
+    """Every tuning candidate of RMSNorm, RoPE, LayerNorm, softmax and a reduction (other rows
+    per program, other warps) is a correct kernel: run in Triton's interpreter against the
+    torch reference, ragged shapes, output poisoned first."""
+    import torch
+
+    from aotpack.kernels.spec import SM90
+    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from aotpack.tuning import space
+    from test_kernels_misc import expected, make_env, rmsnorm_case, rope_case, run_reference_view
+    from test_reductions import layernorm_case, reduce_case, softmax_case
+
+    ops = [rmsnorm_case(37, 96), rmsnorm_case(5, 1000), rope_case(2, 3, 37, 64),
+           layernorm_case(7, 300), softmax_case(9, 130), reduce_case("sum", 6, 200)]
+    jobs, refs, names = [], [], []
+    for i, op in enumerate(ops):
+        cands = space.candidates(op, SM90)
+        assert space.family(op) is not None and len(cands) >= 3
+        for c in cands[1:]:
+            env = make_env(op, seed=i)
+            refs.append(expected(op, env))
+            jobs.append((op, env, {k: v for k, v in c.items() if k != "template"}))
+            names.append(space.candidate_name(c))
+    run_interpreted_batch(jobs)
+    for name, (op, env, _), ref in zip(names, jobs, refs):
+        got = run_reference_view(op, env)
+        assert not torch.isnan(got).any(), name
+        assert ((got - ref).norm() / ref.norm()).item() <= 2e-2, name
+    # the first candidate is the template's default: same cubin as a build without tuning
+    op = ops[0]
+    from aotpack.kernels import compile as default_compile
+
+    first = space.compile_candidate(op, SM90, space.candidates(op, SM90)[0])
+    assert first[0].kernel.cubin == default_compile(op, SM90)[0].kernel.cubin

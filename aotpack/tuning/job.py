@@ -52,7 +52,9 @@ def describe(op: KernelOp) -> str:
         b, hq, sq, d = op.q.shape
         return (f"attention B={b} Hq={hq} Hkv={op.k.shape[1]} Sq={sq} Skv={op.k.shape[2]} "
                 f"D={d}{' causal' if op.causal else ''}")
-    return type(op).__name__
+    shape = "x".join(str(n) for n in getattr(getattr(op, "x", None), "shape", ()))
+    name = type(op).__name__.removesuffix("Op").lower()
+    return f"{name} {shape} {op.out.dtype.value}" if shape else name
 
 
 def _one_op_storages(program: Program, canon: KernelOp, back: dict[str, str]):

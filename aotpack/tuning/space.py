@@ -5,18 +5,23 @@ database stores for a winner, so a build can compile exactly what was measured. 
 candidate of every op is the one a build without tuning data compiles (the heuristic), which
 makes it the natural reference for correctness and the baseline of the speed-up.
 
-Tunable today: GEMMs (Triton tile and split-K configs, CuTeDSL tiles/clusters) and attention
-(Triton tile/stage configs). Norms, RoPE and generated pointwise kernels have one config each.
+Tunable today: GEMMs (Triton tile and split-K configs, CuTeDSL tiles/clusters), attention
+(Triton tile/stage configs), RMSNorm and RoPE (rows or positions per program, warps) and
+LayerNorm / softmax / last-dim reductions (warps). Generated pointwise kernels have one config
+(a fixed block; nothing to choose).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aotpack.kernels.spec import AttentionOp, GemmOp, KernelOp, Target
+from aotpack.kernels.spec import (
+    AttentionOp, GemmOp, KernelOp, LayerNormOp, ReduceOp, RMSNormOp, RopeOp, SoftmaxOp, Target,
+)
 
 LEVELS = ("fast", "full")
 # per backend, how many configs `fast` measures (the heuristic's is always among them)
-_FAST = {"gemm.triton": 6, "gemm.cutedsl": 3, "attention.triton": 4}
+_FAST = {"gemm.triton": 6, "gemm.cutedsl": 3, "attention.triton": 4, "rmsnorm.triton": 3,
+         "rope.triton": 3}
 
 # Source files whose change invalidates measurements of each op family (relative to kernels/).
 _GEMM_SOURCES = ("spec.py", "triton/gemm.py", "triton/gemm_configs.py", "triton/gemm_splitk.py",
@@ -24,6 +29,14 @@ _GEMM_SOURCES = ("spec.py", "triton/gemm.py", "triton/gemm_configs.py", "triton/
                  "cutedsl/gemm.py", "cutedsl/epilogue.py", "cutedsl/fragments.py",
                  "cutedsl/compile.py", "cutedsl/build.py", "cutedsl/slots.py")
 _ATTENTION_SOURCES = ("spec.py", "triton/attention.py", "triton/compile.py", "triton/_common.py")
+_TRITON_COMMON = ("spec.py", "triton/compile.py", "triton/_common.py")
+_ROWWISE = ("triton/_rowwise.py", "triton/_rowwise_jit.py")
+# Row-wise and RoPE templates: module under aotpack.kernels.triton, its sources.
+_SMALL = {RMSNormOp: ("rmsnorm", _TRITON_COMMON + ("triton/rmsnorm.py",) + _ROWWISE),
+          LayerNormOp: ("layernorm", _TRITON_COMMON + ("triton/layernorm.py",) + _ROWWISE),
+          SoftmaxOp: ("softmax", _TRITON_COMMON + ("triton/softmax.py",) + _ROWWISE),
+          ReduceOp: ("reduce", _TRITON_COMMON + ("triton/reduce.py",) + _ROWWISE),
+          RopeOp: ("rope", _TRITON_COMMON + ("triton/rope.py",))}
 
 
 @dataclass(frozen=True)
@@ -38,6 +51,9 @@ def family(op: KernelOp) -> Family | None:
         return Family("gemm", _GEMM_SOURCES)
     if isinstance(op, AttentionOp):
         return Family("attention", _ATTENTION_SOURCES)
+    if type(op) in _SMALL:
+        name, sources = _SMALL[type(op)]
+        return Family(name, sources)
     return None
 
 
@@ -108,6 +124,39 @@ def _auto_picks_cutedsl(op: GemmOp) -> bool:
     return op.out.shape[0] >= AUTO_CUTEDSL_MIN_M
 
 
+# ----------------------------------------------------------------------------- small kernels
+def _small_configs(op: KernelOp) -> list[dict]:
+    """Memory-bound row-wise kernels and RoPE: rows (or positions) per program and warps
+    around the default; the first is the default (what `plan` uses without a config)."""
+    name = _SMALL[type(op)][0]
+    if isinstance(op, RopeOp):
+        from aotpack.kernels.triton import rope
+
+        base = rope.default_config(op.x.shape[3])
+        variants = [{"num_warps": 8}, {"BLOCK_S": base["BLOCK_S"] * 2},
+                    {"BLOCK_S": max(1, base["BLOCK_S"] // 2)},
+                    {"BLOCK_S": base["BLOCK_S"] * 2, "num_warps": 8}]
+    elif isinstance(op, RMSNormOp):
+        from aotpack.kernels.triton import rmsnorm
+
+        base = rmsnorm.default_config(op.x.shape[1])
+        rows, block = base["ROWS"], base["BLOCK_C"]
+        variants = [{"num_warps": w} for w in (4, 8, 16)]
+        if block * rows * 2 <= 8192:
+            variants += [{"ROWS": rows * 2}, {"ROWS": rows * 2, "num_warps": 8}]
+        if rows > 1:
+            variants.append({"ROWS": rows // 2})
+    else:  # layernorm / softmax / reduce: their block shapes depend on the row length
+        base = {}
+        variants = [{"num_warps": w} for w in (2, 4, 8, 16)]
+    configs = [{"template": f"{name}.triton", **base}]
+    for v in variants:
+        c = {"template": f"{name}.triton", **base, **v}
+        if c not in configs:
+            configs.append(c)
+    return configs
+
+
 # ----------------------------------------------------------------------------- public
 def candidates(op: KernelOp, target: Target, *, level: str = "full",
                gemm_backend: str = "auto") -> list[dict]:
@@ -121,6 +170,8 @@ def candidates(op: KernelOp, target: Target, *, level: str = "full",
 
         configs = [{"template": "attention.triton", **c}
                    for c in attention.candidate_configs(op)]
+    elif type(op) in _SMALL:
+        configs = _small_configs(op)
     else:
         return []
     if level == "fast":
@@ -162,4 +213,10 @@ def compile_candidate(op: KernelOp, target: Target, config: dict):
         from aotpack.kernels.triton import attention
 
         return attention.compile(op, target, fields)
+    small = {f"{name}.triton": name for name, _ in _SMALL.values()}
+    if template in small:
+        import importlib
+
+        module = importlib.import_module(f"aotpack.kernels.triton.{small[template]}")
+        return module.compile(op, target, fields)
     raise ValueError(f"unknown tuning template {template!r} (a database from a newer aotpack?)")
