@@ -97,7 +97,8 @@ def build(
                                              "(aotpack tune --import): ops measured there are "
                                              "compiled with their measured winners"),
     tune: str = typer.Option("none", "--tune", help="none | fast | full: tune on this machine's "
-                             "GPU first (needs one), saving winners to --tuning-db or to "
+                             "GPU first (needs one; GEMM candidates of every installed backend, "
+                             "whatever --gemm-backend says), saving winners to --tuning-db or to "
                              # not <output>: markdown help drops it as an HTML tag
                              "OUTPUT.tuning.json beside the output folder"),
     tune_budget: Optional[float] = typer.Option(None, "--tune-budget", min=1,
