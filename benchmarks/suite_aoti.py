@@ -158,12 +158,7 @@ def task_aoti_run(t: dict) -> dict:
         mem.sample()
         if ref is not None:
             res["rel_err_vs_eager"] = M.max_rel_err(first, ref)
-        fn = lambda: call(inputs)  # noqa: E731
-        stage("timing")
-        res.update(M.time_forward(fn, device, reps=t.get("reps", 100)))
-        stage("launches")
-        res.update(M.count_launches(fn, device))
-        res.update(M.allocator_peak(fn, device))
+        res.update(M.steady_state(lambda: call(inputs), device, t.get("reps", 100), stage))
         mem.sample()
     res.update(mem.fields())
     return res

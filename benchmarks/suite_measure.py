@@ -154,6 +154,17 @@ def allocator_peak(fn, device: str) -> dict:
                                "(context, library workspaces outside the allocator not included)"}
 
 
+def steady_state(fn, device: str, reps: int, stage=lambda name: None) -> dict:
+    """Median latency, kernel launches and allocator peak of `fn` (one forward); `stage` names
+    each step in the crash log."""
+    stage("timing")
+    res = time_forward(fn, device, reps=reps)
+    stage("launches")
+    res.update(count_launches(fn, device))
+    res.update(allocator_peak(fn, device))
+    return res
+
+
 def model_costs(model, inputs, outputs) -> dict:
     """FLOPs of one forward (torch.utils.flop_counter, on the forward just run) and the fewest
     bytes it must move (every parameter and buffer read once, inputs read, outputs written)."""

@@ -101,12 +101,7 @@ def task_torch(t: dict) -> dict:
         if variant != "eager":
             res["build_s"] = round(first_s, 2)
         res.update(_reference(t, model, inputs, first, variant))
-        fn = lambda: fn_model(*inputs)  # noqa: E731
-        stage("timing")
-        res.update(M.time_forward(fn, device, reps=t.get("reps", 100)))
-        stage("launches")
-        res.update(M.count_launches(fn, device))
-        res.update(M.allocator_peak(fn, device))
+        res.update(M.steady_state(lambda: fn_model(*inputs), device, t.get("reps", 100), stage))
         mem.sample()
     res.update(mem.fields())
     return res

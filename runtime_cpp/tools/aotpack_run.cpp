@@ -376,7 +376,7 @@ int main(int argc, char** argv) {
     t.device = a.device;
     return aotpack_run::run_tune(t);
   }
-  try {
+  return aotpack_run::exit_code_of([&]() -> int {
     if (a.check) {
       aotpack_model_options mo{};
       mo.struct_size = sizeof(mo);
@@ -391,11 +391,5 @@ int main(int argc, char** argv) {
     }
     run(a);
     return 0;
-  } catch (const aotpack::Error& e) {
-    std::fprintf(stderr, "aotpack-run: error: %s: %s\n", aotpack_status_code_name(e.code()),
-                 e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "aotpack-run: error: %s\n", e.what());
-  }
-  return 1;
+  });
 }

@@ -2,6 +2,9 @@
 // tuning child): a status becomes an aotpack::Error, model and session are freed at scope exit.
 #pragma once
 
+#include <cstdio>
+#include <exception>
+
 #include "aotpack/aotpack.h"
 #include "error.hpp"
 
@@ -26,5 +29,20 @@ struct ModelHandle {
     aotpack_model_free(m);
   }
 };
+
+// Runs `body` (returns an exit code); an error escaping it becomes the launcher's one-line
+// message ("aotpack-run: error: CODE: what") and exit code 1.
+template <typename F>
+int exit_code_of(F&& body) {
+  try {
+    return body();
+  } catch (const aotpack::Error& e) {
+    std::fprintf(stderr, "aotpack-run: error: %s: %s\n", aotpack_status_code_name(e.code()),
+                 e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "aotpack-run: error: %s\n", e.what());
+  }
+  return 1;
+}
 
 }  // namespace aotpack_run

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <functional>
 
+#include "c_api_util.hpp"
 #include "error.hpp"
 #include "json.hpp"
 #include "tune_child.hpp"
@@ -351,7 +352,7 @@ void print_summary(const Tuner& t) {
 
 int run_tune(const TuneOptions& opt) {
   Tuner t{opt, {}, {}, {}, INFINITY, {}};
-  try {
+  return exit_code_of([&]() -> int {
     t.job = load_tune_job(opt.job_dir);
     t.settings = effective_settings(opt, t.job.settings);
     if (!t.probe_device()) return 1;
@@ -372,13 +373,7 @@ int run_tune(const TuneOptions& opt) {
     }
     print_summary(t);
     return 0;
-  } catch (const aotpack::Error& e) {
-    std::fprintf(stderr, "aotpack-run: error: %s: %s\n", aotpack_status_code_name(e.code()),
-                 e.what());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "aotpack-run: error: %s\n", e.what());
-  }
-  return 1;
+  });
 }
 
 }  // namespace aotpack_run
