@@ -423,3 +423,22 @@ def test_small_kernel_candidates_compute_the_same_as_the_reference():
 
     first = space.compile_candidate(op, SM90, space.candidates(op, SM90)[0])
     assert first[0].kernel.cubin == default_compile(op, SM90)[0].kernel.cubin
+
+
+def test_cutedsl_candidates_vary_tile_cluster_and_raster():
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():
+        pytest.skip("nvidia-cutlass-dsl is not installed")
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import SM90, GemmOp, contiguous
+    from aotpack.tuning import space
+
+    op = GemmOp(contiguous("a", DType.BF16, (2048, 4096)), contiguous("b", DType.BF16, (4096, 4096)),
+                contiguous("c", DType.BF16, (2048, 4096)))
+    cands = space.candidates(op, SM90, gemm_backend="cutedsl")
+    assert all(c["template"] == "gemm.cutedsl" for c in cands)
+    seen = {(c["tile_m"], c["tile_n"], c["cluster_m"], c["cluster_n"], c["raster_along_m"])
+            for c in cands}
+    assert len(seen) == len(cands)
+    assert (128, 256, 1, 1, False) in seen and (128, 128, 2, 1, True) in seen

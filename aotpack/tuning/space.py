@@ -106,6 +106,12 @@ def _cutedsl_gemm_configs(op: GemmOp) -> list[dict]:
              "raster_along_m": cfg.raster_along_m, "swizzle": cfg.swizzle}
         if d not in out:
             out.append(d)
+    # the persistent scheduler's other raster order for the two big tiles (L2 reuse of A
+    # instead of B); the GPU check ran it (128x128, cluster 1x2) correctly on 2026-11-30
+    for d in [c for c in out if c["tile_m"] == 128 and c["cluster_m"] * c["cluster_n"] == 1]:
+        flipped = dict(d, raster_along_m=not d["raster_along_m"])
+        if flipped not in out:
+            out.append(flipped)
     return out
 
 
