@@ -88,8 +88,25 @@ def print_inspect(out: Console, d: dict) -> None:
     regions = f"{mem['regions']} region" + ("" if mem["regions"] == 1 else "s")
     out.print(f"memory plan: arena {human_bytes(mem['arena_bytes'])} in {regions}{saving}; "
               f"intermediates total {human_bytes(mem['intermediate_bytes'] or 0)}")
-    out.print("provenance: " + escape(", ".join(f"{k}={v}" for k, v in sorted(d["provenance"].items())
+    prov = {k: v for k, v in d["provenance"].items() if k != "tuning"}
+    out.print("provenance: " + escape(", ".join(f"{k}={v}" for k, v in sorted(prov.items())
                                                if v is not None)))
+    records = (d["provenance"].get("tuning") or {}).get("records") or []
+    if records:
+        out.print(_tuning_table(records))
+
+
+def _tuning_table(records: list[dict]) -> Table:
+    """The measured winners a --tuning-db build compiled (provenance.tuning.records)."""
+    table = Table(title="tuned kernels (measured winners)", show_lines=False)
+    for col in ("kernel op", "winner", "µs", "default µs", "measured on"):
+        table.add_column(col)
+    for r in records:
+        base = r.get("baseline_us")
+        table.add_row(escape(r.get("desc", "")), escape(r.get("winner", "")),
+                      f"{r.get('median_us', 0):.1f}", f"{base:.1f}" if base else "—",
+                      escape(f"{r.get('device')} (driver {r.get('driver')})"))
+    return table
 
 
 def _dims(d: list[int]) -> str:

@@ -144,6 +144,11 @@ def test_import_build_uses_the_winner_and_records_it(job, workdir):
                                           doc["problems"][1]["candidates"][1]["name"]]
     assert recs[0]["median_us"] == 10.0 and recs[0]["device"] == "NVIDIA H200"
     assert "tuning" not in kp["provenance"]
+    from cli.main import app
+
+    shown = CliRunner().invoke(app, ["inspect", str(tuned.bundle)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "tuned kernels (measured winners)" in shown.output and recs[0]["winner"] in shown.output
 
 
 def test_tuned_build_is_byte_reproducible(job, workdir):
