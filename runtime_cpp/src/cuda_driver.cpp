@@ -110,5 +110,23 @@ void check(CUresult r, const char* call, const std::string& context) {
   fail(code, context, context.empty() ? "" : ": ", call, " failed: ", describe(r));
 }
 
+CUdevice device(int ordinal) {
+  const Driver& d = driver();
+  int count = 0;
+  check(d.cuDeviceGetCount(&count), "cuDeviceGetCount", "");
+  if (ordinal < 0 || ordinal >= count)
+    fail(AOTPACK_INVALID_ARGUMENT, "device ", ordinal, " does not exist (", count,
+         " CUDA device(s) visible; check CUDA_VISIBLE_DEVICES)");
+  CUdevice dev = 0;
+  check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet", "");
+  return dev;
+}
+
+int attribute(CUdevice dev, CUdevice_attribute a, const std::string& context) {
+  int v = 0;
+  check(driver().cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute", context);
+  return v;
+}
+
 }  // namespace cu
 }  // namespace aotpack

@@ -184,5 +184,12 @@ std::string describe(CUresult r);
 // "<context>: <call> failed: <NAME> (<description>)".
 void check(CUresult r, const char* call, const std::string& context);
 
+// The device of `ordinal`. Throws Error(INVALID_ARGUMENT) naming the number of visible
+// devices when there is no such device, Error(CUDA_ERROR) when the driver fails.
+CUdevice device(int ordinal);
+
+// cuDeviceGetAttribute, checked (`context` as in check()).
+int attribute(CUdevice dev, CUdevice_attribute a, const std::string& context);
+
 }  // namespace cu
 }  // namespace aotpack

@@ -10,12 +10,6 @@ namespace {
 constexpr uint64_t kWeightAlign = 256;
 // Above this much dynamic shared memory a kernel must opt in (cuFuncSetAttribute).
 constexpr uint32_t kDefaultSmemLimit = 48 * 1024;
-
-int attribute(cu::CUdevice dev, cu::CUdevice_attribute a, const char* what) {
-  int v = 0;
-  cu::check(cu::driver().cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute", what);
-  return v;
-}
 }  // namespace
 
 std::shared_ptr<const Model> Model::load(const std::string& path,
@@ -41,23 +35,18 @@ void Model::check_device() {
     fail(AOTPACK_DRIVER_TOO_OLD, "the NVIDIA driver supports CUDA ", version / 1000, ".",
          version % 1000 / 10, " (", version, ") but the bundle needs ", m.min_driver / 1000, ".",
          m.min_driver % 1000 / 10, " (", m.min_driver, ") or newer: upgrade the NVIDIA driver");
-  int count = 0;
-  cu::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount", "");
-  if (ordinal_ < 0 || ordinal_ >= count)
-    fail(AOTPACK_INVALID_ARGUMENT, "device ", ordinal_, " does not exist (", count,
-         " CUDA device(s) visible; check CUDA_VISIBLE_DEVICES)");
-  cu::check(d.cuDeviceGet(&dev_, ordinal_), "cuDeviceGet", "");
+  dev_ = cu::device(ordinal_);
   char name[256] = {0};
   d.cuDeviceGetName(name, sizeof(name) - 1, dev_);
-  int major = attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "device check");
-  int minor = attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "device check");
+  int major = cu::attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "device check");
+  int minor = cu::attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "device check");
   if (major != m.cc_major || minor != m.cc_minor)
     fail(AOTPACK_DEVICE_MISMATCH, "the bundle was compiled for ", m.arch,
          " (compute capability ", m.cc_major, ".", m.cc_minor, ") but device ", ordinal_, " (",
          name, ") has compute capability ", major, ".", minor,
          ": rebuild the bundle for this GPU (e.g. aotpack build --arch sm", major, minor, ")");
-  int optin = attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
-                        "device check");
+  int optin = cu::attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                            "device check");
   for (const KernelSpec& k : m.kernels)
     if (int64_t(k.smem) > optin)
       fail(AOTPACK_DEVICE_MISMATCH, "kernel '", k.name, "' needs ", k.smem,

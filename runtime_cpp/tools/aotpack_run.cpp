@@ -31,6 +31,8 @@ using aotpack::cat;
 using aotpack::fail;
 using aotpack_run::check_status;
 using aotpack_run::ModelHandle;
+using aotpack_run::outputs_to_host;
+using aotpack_run::tensor_infos;
 
 const char* kUsage =
     "usage: aotpack-run BUNDLE [options]\n"
@@ -201,15 +203,6 @@ struct DeviceBuffers {
   }
 };
 
-std::vector<aotpack_tensor_info> infos(aotpack_model* m, bool input) {
-  size_t n = input ? aotpack_model_num_inputs(m) : aotpack_model_num_outputs(m);
-  std::vector<aotpack_tensor_info> out(n);
-  for (size_t i = 0; i < n; ++i)
-    check_status(input ? aotpack_model_input_info(m, i, &out[i])
-                       : aotpack_model_output_info(m, i, &out[i]));
-  return out;
-}
-
 // Host bytes of every input: from --inputs (checked) or random.
 std::vector<std::vector<uint8_t>> host_inputs(const Args& a,
                                               const std::vector<aotpack_tensor_info>& ins) {
@@ -307,7 +300,7 @@ void run(const Args& a) {
   check_status(aotpack_session_create(h.m, &so, &h.s));
   const cu::Driver& d = cu::driver();  // already loaded by the model; same context is current
 
-  auto ins = infos(h.m, true), outs = infos(h.m, false);
+  auto ins = tensor_infos(h.m, true), outs = tensor_infos(h.m, false);
   auto host_in = host_inputs(a, ins);
   DeviceBuffers bufs;
   std::vector<uint64_t> in_ptrs, out_ptrs;
@@ -329,13 +322,7 @@ void run(const Args& a) {
 
   run_once();
   cu::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "first run");
-  std::vector<std::vector<uint8_t>> host_out;
-  for (size_t i = 0; i < outs.size(); ++i) {
-    host_out.emplace_back(size_t(outs[i].nbytes));
-    if (outs[i].nbytes)
-      cu::check(d.cuMemcpyDtoH(host_out.back().data(), out_ptrs[i], host_out.back().size()),
-                "cuMemcpyDtoH", cat("output '", outs[i].name, "'"));
-  }
+  std::vector<std::vector<uint8_t>> host_out = outputs_to_host(outs, out_ptrs.data());
   summarize_outputs(outs, host_out);
   if (!a.outputs.empty()) write_outputs(a.outputs, outs, host_out);
   if (a.bench <= 0) return;

@@ -1,11 +1,15 @@
 // c_api_util.hpp — aotpack-run's glue to the public C API (shared by the launcher and the
-// tuning child): a status becomes an aotpack::Error, model and session are freed at scope exit.
+// tuning child): a status becomes an aotpack::Error, model and session are freed at scope exit,
+// a model's signature as tensor infos, outputs copied back to the host.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "aotpack/aotpack.h"
+#include "cuda_driver.hpp"
 #include "error.hpp"
 
 namespace aotpack_run {
@@ -29,6 +33,30 @@ struct ModelHandle {
     aotpack_model_free(m);
   }
 };
+
+// The model's inputs (input = true) or outputs, in signature order.
+inline std::vector<aotpack_tensor_info> tensor_infos(aotpack_model* m, bool input) {
+  size_t n = input ? aotpack_model_num_inputs(m) : aotpack_model_num_outputs(m);
+  std::vector<aotpack_tensor_info> out(n);
+  for (size_t i = 0; i < n; ++i)
+    check_status(input ? aotpack_model_input_info(m, i, &out[i])
+                       : aotpack_model_output_info(m, i, &out[i]));
+  return out;
+}
+
+// Copies each output (device pointer ptrs[i]) to a host buffer of its size (synchronous).
+inline std::vector<std::vector<uint8_t>> outputs_to_host(
+    const std::vector<aotpack_tensor_info>& outs, const uint64_t* ptrs) {
+  const aotpack::cu::Driver& d = aotpack::cu::driver();
+  std::vector<std::vector<uint8_t>> host;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    host.emplace_back(size_t(outs[i].nbytes));
+    if (outs[i].nbytes)
+      aotpack::cu::check(d.cuMemcpyDtoH(host.back().data(), ptrs[i], host.back().size()),
+                         "cuMemcpyDtoH", aotpack::cat("output '", outs[i].name, "'"));
+  }
+  return host;
+}
 
 // Runs `body` (returns an exit code); an error escaping it becomes the launcher's one-line
 // message ("aotpack-run: error: CODE: what") and exit code 1.

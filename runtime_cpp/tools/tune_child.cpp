@@ -57,18 +57,14 @@ Signature signature(aotpack_model* m) {
     for (int32_t i = 0; i < t.rank; ++i) s += cat(i ? ", " : "", t.dims[i]);
     return s + "]";
   };
+  sig.ins = tensor_infos(m, true);
+  sig.outs = tensor_infos(m, false);
   sig.text = "inputs:";
-  for (size_t i = 0; i < aotpack_model_num_inputs(m); ++i) {
-    sig.ins.emplace_back();
-    check_status(aotpack_model_input_info(m, i, &sig.ins.back()));
-    sig.text += cat(i ? ", " : " ", describe(sig.ins.back()));
-  }
+  for (size_t i = 0; i < sig.ins.size(); ++i)
+    sig.text += cat(i ? ", " : " ", describe(sig.ins[i]));
   sig.text += "; outputs:";
-  for (size_t i = 0; i < aotpack_model_num_outputs(m); ++i) {
-    sig.outs.emplace_back();
-    check_status(aotpack_model_output_info(m, i, &sig.outs.back()));
-    sig.text += cat(i ? ", " : " ", describe(sig.outs.back()));
-  }
+  for (size_t i = 0; i < sig.outs.size(); ++i)
+    sig.text += cat(i ? ", " : " ", describe(sig.outs[i]));
   return sig;
 }
 
@@ -80,8 +76,6 @@ uint64_t alloc_bytes(uint64_t nbytes) { return std::max<uint64_t>(256, (nbytes +
 struct ChildState {
   const ChildPlan& plan;
   const TuneProblem& problem;
-  cu::CUdevice dev = 0;
-  bool have_context = false;
   cu::CUstream stream = nullptr;
   cu::CUdeviceptr scratch = 0;  // L2 flush target
   std::vector<cu::CUevent> events;
@@ -93,14 +87,14 @@ struct ChildState {
   explicit ChildState(const ChildPlan& p) : plan(p), problem(p.job->problems[p.problem]) {}
 };
 
-void ensure_context(ChildState& st) {
-  if (st.have_context) return;
+// Called once, before the first candidate; the context is kept until the process exits.
+void open_context(ChildState& st) {
   const cu::Driver& d = cu::driver();
-  cu::check(d.cuDeviceGet(&st.dev, st.plan.device), "cuDeviceGet", "tuning");
+  cu::CUdevice dev = 0;
+  cu::check(d.cuDeviceGet(&dev, st.plan.device), "cuDeviceGet", "tuning");
   cu::CUcontext ctx = nullptr;
-  cu::check(d.cuDevicePrimaryCtxRetain(&ctx, st.dev), "cuDevicePrimaryCtxRetain", "tuning");
+  cu::check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain", "tuning");
   cu::check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent", "tuning");
-  st.have_context = true;  // kept until the process exits
   cu::check(d.cuStreamCreate(&st.stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate", "tuning");
   uint64_t flush = st.plan.settings.l2_flush_bytes / 4 * 4;
   if (flush) cu::check(d.cuMemAlloc(&st.scratch, size_t(flush)), "cuMemAlloc", "L2 flush buffer");
@@ -177,14 +171,7 @@ std::vector<std::vector<uint8_t>> run_for_outputs(ChildState& st, const Signatur
               "cuMemsetD32Async", cat("output '", sig.outs[i].name, "'"));
   check_status(aotpack_session_run(session, st.d_in.data(), st.d_out.data(), st.stream));
   cu::check(d.cuStreamSynchronize(st.stream), "cuStreamSynchronize", "first run");
-  std::vector<std::vector<uint8_t>> out;
-  for (size_t i = 0; i < sig.outs.size(); ++i) {
-    out.emplace_back(size_t(sig.outs[i].nbytes));
-    if (sig.outs[i].nbytes)
-      cu::check(d.cuMemcpyDtoH(out.back().data(), st.d_out[i], out.back().size()), "cuMemcpyDtoH",
-                cat("output '", sig.outs[i].name, "'"));
-  }
-  return out;
+  return outputs_to_host(sig.outs, st.d_out.data());
 }
 
 // rel_err = ||out - ref||_2 / ||ref||_2 over the elements where the reference is finite
@@ -255,7 +242,6 @@ void time_candidate(ChildState& st, aotpack_session* session, CandidateResult* r
 
 CandidateResult measure(ChildState& st, size_t c) {
   CandidateResult r;
-  ensure_context(st);
   ModelHandle h;
   aotpack_model_options mo{};
   mo.struct_size = sizeof(mo);
@@ -268,8 +254,8 @@ CandidateResult measure(ChildState& st, size_t c) {
   check_status(aotpack_session_create(h.m, &so, &h.s));
   Signature sig = signature(h.m);
   bool is_ref = c == st.problem.reference;
-  std::string ref_sig = is_ref || !st.ref_sig.empty() ? st.ref_sig : load_reference(st, sig);
-  if (is_ref) ref_sig = st.ref_sig = sig.text;  // if the reference fails, the child stops
+  if (is_ref) st.ref_sig = sig.text;  // if the reference fails, the child stops
+  std::string ref_sig = st.ref_sig.empty() ? load_reference(st, sig) : st.ref_sig;
   if (sig.text != ref_sig) {
     r.status = Status::error;
     r.message = cat("signature differs from the reference candidate's: ", sig.text,
@@ -297,7 +283,7 @@ void child_measure(const ChildPlan& plan) {
     ChildState st(plan);
     // The context first, outside any candidate's timeout: after a killed hang the driver
     // may take a while to hand the GPU to a new process, which is no candidate's fault.
-    ensure_context(st);
+    open_context(st);
     report(plan.fd, "ready");
     for (size_t k = plan.pos; k < plan.order.size(); ++k) {
       size_t c = plan.order[k];
@@ -337,25 +323,14 @@ void child_measure(const ChildPlan& plan) {
 void child_probe(int device, int fd) {
   try {
     const cu::Driver& d = cu::driver();
-    int count = 0;
-    cu::check(d.cuDeviceGetCount(&count), "cuDeviceGetCount", "");
-    if (device < 0 || device >= count)
-      fail(AOTPACK_INVALID_ARGUMENT, "device ", device, " does not exist (", count,
-           " CUDA device(s) visible; check CUDA_VISIBLE_DEVICES)");
-    cu::CUdevice dev = 0;
-    cu::check(d.cuDeviceGet(&dev, device), "cuDeviceGet", "");
+    cu::CUdevice dev = cu::device(device);
     DeviceInfo info;
     char name[256] = {0};
     cu::check(d.cuDeviceGetName(name, sizeof(name) - 1, dev), "cuDeviceGetName", "");
     info.name = name;
-    auto attr = [&](cu::CUdevice_attribute a) {
-      int v = 0;
-      cu::check(d.cuDeviceGetAttribute(&v, a, dev), "cuDeviceGetAttribute", "");
-      return v;
-    };
-    info.cc_major = attr(cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR);
-    info.cc_minor = attr(cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR);
-    info.sm_count = attr(cu::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    info.cc_major = cu::attribute(dev, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "");
+    info.cc_minor = cu::attribute(dev, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "");
+    info.sm_count = cu::attribute(dev, cu::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "");
     cu::check(d.cuDriverGetVersion(&info.driver), "cuDriverGetVersion", "");
     report(fd, "device " + device_to_json(info));
   } catch (const aotpack::Error& e) {
