@@ -26,7 +26,6 @@ class Driver:
         self._check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.ctx), dev),
                     "cuDevicePrimaryCtxRetain")
         self._check(self.lib.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
-        self.ptrs: list[int] = []
 
     def _check(self, rc: int, what: str) -> None:
         if rc != 0:
@@ -44,7 +43,6 @@ class Driver:
         p = ctypes.c_uint64()
         self._check(self.lib.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(max(nbytes, 1))),
                     "cuMemAlloc")
-        self.ptrs.append(p.value)
         return p.value
 
     def upload(self, ptr: int, data: bytes) -> None:

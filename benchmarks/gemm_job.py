@@ -54,15 +54,13 @@ def gemm_ops():
 
 
 def write(folder: Path, level: str) -> None:
-    from aotpack.build import provenance
+    from aotpack.build import _rename_storages, provenance
     from aotpack.kernels.spec import SM90, op_inputs
     from aotpack.program import Program, Storage
     from aotpack.tuning.job import compile_all, find_problems, write_job
 
     ops, storages = [], {}
     for i, (_, op, _) in enumerate(gemm_ops()):
-        from aotpack.build import _rename_storages
-
         op = _rename_storages(op, lambda s, i=i: f"{s}{i}")
         for t in [*op_inputs(op), op.out]:
             storages[t.storage] = Storage(t.storage, "input", t.dtype, t.shape)

@@ -33,6 +33,11 @@ def model_names(doc: dict) -> list[str]:
     return names + [r["model"] for r in doc["rows"] if r["model"] not in names]
 
 
+def _ok(row: dict | None) -> bool:
+    """A row that was measured (has a latency)."""
+    return bool(row) and row["status"] == "ok" and bool(row.get("median_ms"))
+
+
 def rows_of(doc: dict, model: str, variant: str) -> list[dict]:
     return [r for r in doc["rows"] if r["model"] == model and r["variant"] == variant]
 
@@ -41,13 +46,12 @@ def best_row(doc: dict, model: str, variant: str) -> dict | None:
     """The fastest measured row of a variant (several bundles: the best one); when none was
     measured, the first row (it carries the status and error)."""
     rows = rows_of(doc, model, variant)
-    ok = [r for r in rows if r["status"] == "ok" and r.get("median_ms")]
+    ok = [r for r in rows if _ok(r)]
     return min(ok, key=lambda r: r["median_ms"]) if ok else (rows[0] if rows else None)
 
 
 def best_peer(doc: dict, model: str) -> dict | None:
-    peers = [best_row(doc, model, v) for v in PEERS]
-    ok = [r for r in peers if r and r["status"] == "ok" and r.get("median_ms")]
+    ok = [r for r in (best_row(doc, model, v) for v in PEERS) if _ok(r)]
     return min(ok, key=lambda r: r["median_ms"]) if ok else None
 
 
@@ -69,14 +73,12 @@ def fmt_num(x, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
 def status_text(row: dict | None) -> str:
     if row is None:
         return "—"
-    if row["status"] == "ok":
-        return "ok"
     return {"unsupported": "unsupported", "missing": "no bundle", "skipped": "skipped",
             "pending": "not run"}.get(row["status"], row["status"])
 
 
 def latency_cell(row: dict | None, best_ms: float | None) -> str:
-    if row is None or row["status"] != "ok" or not row.get("median_ms"):
+    if not _ok(row):
         return status_text(row)
     text = fmt_ms(row["median_ms"])
     if row.get("label"):
@@ -92,12 +94,12 @@ def model_title(doc: dict, name: str) -> str:
 # -------------------------------------------------------------------------------- tables
 
 def latency_table(doc: dict) -> str:
-    head = ["model", *(TITLES[c] for c in COLUMNS), "aotpack-run ÷ best peer (latency; < 1 is faster)", "aotpack-run % of ceiling"]
+    head = ["model", *(TITLES[c] for c in COLUMNS),
+            "aotpack-run ÷ best peer (latency; < 1 is faster)", "aotpack-run % of ceiling"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name in model_names(doc):
         cells = {c: best_row(doc, name, c) for c in COLUMNS}
-        timed = [r["median_ms"] for r in cells.values() if r and r["status"] == "ok"
-                 and r.get("median_ms")]
+        timed = [r["median_ms"] for r in cells.values() if _ok(r)]
         best_ms = min(timed) if timed else None
         peer = best_peer(doc, name)
         ours = cells["aotpack-run"] if _ok(cells["aotpack-run"]) else cells["aotpack-py"]
@@ -109,10 +111,6 @@ def latency_table(doc: dict) -> str:
                ratio, frac]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
-
-
-def _ok(row: dict | None) -> bool:
-    return bool(row) and row["status"] == "ok" and bool(row.get("median_ms"))
 
 
 def cold_table(doc: dict) -> str:
@@ -151,7 +149,7 @@ def details_table(doc: dict) -> str:
 
 
 def failures(doc: dict) -> str:
-    bad = [r for r in doc["rows"] if r["status"] not in ("ok",)]
+    bad = [r for r in doc["rows"] if r["status"] != "ok"]
     if not bad:
         return "Every variant ran."
     out = []

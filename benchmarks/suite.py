@@ -36,7 +36,9 @@ sys.path.insert(0, str(HERE))
 import suite_aoti_plan as aoti_plan  # noqa: E402
 import suite_models as sm  # noqa: E402
 from suite_results import ROW_FIELDS, Results  # noqa: E402
-from suite_runner import Background, Budget, TaskResult, run_command, run_worker  # noqa: E402
+from suite_runner import (  # noqa: E402
+    WORKER, Background, Budget, TaskResult, result_path, run_command, run_worker, write_task,
+)
 
 # Seconds per task on the H200 (for admission; limits are generous multiples), from the
 # 2026-11-30 run (benchmarks/results/2026-11-30-8c98e0a.json) plus ~25 %: eager 10-14 s,
@@ -232,10 +234,10 @@ class Suite:
         costs = res.result.pop("costs", None) if res.ok else None
         if costs:
             self.results.doc["models"][m.name].update(costs)
-        notes = {"eager": "cold start: python + import torch + model built from its seed + "
-                          "first forward + outputs to host",
-                 }.get(variant, "build_s: compile + first forward, cold Inductor cache")
-        extra = {"cold_start_note": notes} if variant == "eager" else {"build_note": notes}
+        extra = ({"cold_start_note": "cold start: python + import torch + model built from its "
+                                     "seed + first forward + outputs to host"}
+                 if variant == "eager" else
+                 {"build_note": "build_s: compile + first forward, cold Inductor cache"})
         if variant != "eager" and res.ok:
             res.result["cold_start_cold_cache_s"] = res.result.pop("cold_start_s", None)
             self.compiled_here.add((m.name, variant))
@@ -360,12 +362,10 @@ class Suite:
                                str(b.dir)], self.env, 240, self.logs / f"weights-{b.label}.log")
         for m in self.models:
             if m.tier == "extra" and not self.args.smoke:
-                task = {"task": "frontend-probe", "spec": m.spec, "id": f"{m.name}-probe"}
-                path = self.work / f"task-{m.name}-probe.json"
-                path.write_text(json.dumps(dict(task, result_path=str(
-                    self.work / f"result-{m.name}-probe.json"))))
-                self.bg.start(f"probe-{m.name}", [sys.executable, str(HERE / "suite_worker.py"),
-                                                  str(path)], self.env, 240,
+                path, _ = write_task({"task": "frontend-probe", "spec": m.spec,
+                                      "id": f"{m.name}-probe"}, self.work)
+                self.bg.start(f"probe-{m.name}", [sys.executable, str(WORKER), str(path)],
+                              self.env, 240,
                               self.logs / f"{m.name}-probe.log")
 
     def extra_model(self, m, aoti, recipe) -> None:
@@ -373,7 +373,7 @@ class Suite:
         variants while time is left."""
         if f"probe-{m.name}" in self.bg.jobs:
             res = self.bg.wait(f"probe-{m.name}")
-            path = self.work / f"result-{m.name}-probe.json"
+            path = result_path(self.work, f"{m.name}-probe")
             probe = json.loads(path.read_text()) if path.is_file() else {}
             reason = probe.get("unsupported") or probe.get("error") or res.error
             text = (f"unsupported: {reason}" if reason else

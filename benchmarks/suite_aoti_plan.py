@@ -21,7 +21,6 @@ recipe is tried even after one worked.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -30,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import suite_aoti
-from suite_runner import run_command
+from suite_runner import WORKER, run_command, write_task
 
 
 @dataclass(frozen=True)
@@ -322,14 +321,10 @@ class AotiRunner:
         refused = self.s.budget.refuse(150)
         if not gdb or refused:
             return self.skip("backtrace", m.name, refused or "no cuda-gdb on PATH")
-        task_path = self.s.work / "task-aoti-backtrace.json"
-        task_path.write_text(json.dumps({"task": "aoti-run", "id": "aoti-backtrace",
-                                         "spec": m.spec, "package": pkg,
-                                         "method": "aoti_load_package",
-                                         "result_path": str(self.s.work / "result-bt.json")}))
+        task_path, _ = write_task({"task": "aoti-run", "id": "aoti-backtrace", "spec": m.spec,
+                                   "package": pkg, "method": "aoti_load_package"}, self.s.work)
         cmd = [gdb, "-q", "-batch", "-ex", "set pagination off", "-ex", "run", "-ex", "bt 40",
-               "--args", sys.executable, str(Path(__file__).parent / "suite_worker.py"),
-               str(task_path)]
+               "--args", sys.executable, str(WORKER), str(task_path)]
         log = self.s.logs / "aoti-backtrace.log"
         res = run_command(cmd, env=self.s.env, limit_s=self.s.budget.limit(200), log_path=log)
         text = log.read_text(errors="replace")

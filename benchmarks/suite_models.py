@@ -88,6 +88,10 @@ def _read_text(path: Path) -> str | None:
     return path.read_text().strip() if path.is_file() else None
 
 
+def _build_facts(d: Path) -> dict:
+    return json.loads(_read_text(d / "build.json") or "{}")
+
+
 def discover_bundles(dirs: list[Path], models: list[ModelDef]) -> tuple[list[BundleDef], list[str]]:
     """Bundles under each folder of `dirs` that holds model.aotpack + spec.txt; the model is the
     one whose spec equals spec.txt. The label is label.txt, else the folder's name. Returns the
@@ -103,7 +107,7 @@ def discover_bundles(dirs: list[Path], models: list[ModelDef]) -> tuple[list[Bun
         if model is None:
             warnings.append(f"{d}: spec {spec!r} is not one of the planned models")
             continue
-        build = json.loads(_read_text(d / "build.json") or "{}")
+        build = _build_facts(d)
         label = _read_text(d / "label.txt") or d.name
         if any((b.model, b.label) == (model.name, label) for b in found):
             warnings.append(f"{d}: label {label!r} is taken for {model.name}; using {d.name!r}")
@@ -125,8 +129,8 @@ def bundles_from_manifest(path: Path, models: list[ModelDef]) -> tuple[list[Bund
         elif not (d / "model.aotpack").is_file():
             warnings.append(f"{path}: {d}/model.aotpack does not exist")
         else:
-            build = json.loads(_read_text(d / "build.json") or "{}")
-            found.append(BundleDef(model.name, item.get("label") or d.name, d, model.spec, build))
+            found.append(BundleDef(model.name, item.get("label") or d.name, d, model.spec,
+                                   _build_facts(d)))
     return found, warnings
 
 

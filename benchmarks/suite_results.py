@@ -19,7 +19,6 @@ from pathlib import Path
 
 SCHEMA = "aotpack-bench-suite/1"
 STATUSES = ("ok", "error", "crash", "timeout", "skipped", "unsupported", "missing", "pending")
-FAILED = ("error", "crash", "timeout")
 
 # Measured fields of a row; None until measured (the report prints "—").
 ROW_FIELDS = (

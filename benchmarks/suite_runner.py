@@ -131,15 +131,25 @@ def run_command(cmd: list[str], *, env: dict, limit_s: float, log_path: Path,
     return TaskResult(status, rc, wall, result, error, tail)
 
 
+def result_path(work: Path, tag: str) -> Path:
+    """Where the worker of task `tag` writes its result."""
+    return work / f"result-{tag}.json"
+
+
+def write_task(task: dict, work: Path) -> tuple[Path, Path]:
+    """task-<id>.json for suite_worker.py (a dict with "task", "id" and the task's arguments;
+    result_path added, and cleared of an earlier run's result): (task file, result file)."""
+    task_path, result = work / f"task-{task['id']}.json", result_path(work, task["id"])
+    result.unlink(missing_ok=True)
+    task_path.write_text(json.dumps(dict(task, result_path=str(result))))
+    return task_path, result
+
+
 def run_worker(task: dict, *, work: Path, env: dict, limit_s: float, log_path: Path) -> TaskResult:
     """Runs one suite_worker task (a dict with "task" and its arguments) in a fresh process."""
-    tag = task["id"]
-    task_path = work / f"task-{tag}.json"
-    result_path = work / f"result-{tag}.json"
-    result_path.unlink(missing_ok=True)
-    task_path.write_text(json.dumps(dict(task, result_path=str(result_path))))
+    task_path, result = write_task(task, work)
     cmd = [sys.executable, "-X", "faulthandler", str(WORKER), str(task_path)]
-    return run_command(cmd, env=env, limit_s=limit_s, log_path=log_path, result_path=result_path)
+    return run_command(cmd, env=env, limit_s=limit_s, log_path=log_path, result_path=result)
 
 
 class Background:

@@ -96,7 +96,7 @@ def task_torch(t: dict) -> dict:
         if t.get("warm_start_only"):
             return dict(res, first_forward_s=round(first_s, 3))
         if t.get("ref_only"):
-            torch.save({"inputs": [x.cpu() for x in inputs], "outputs": first}, t["ref_path"])
+            _save_reference(t["ref_path"], inputs, first)
             return res
         if variant != "eager":
             res["build_s"] = round(first_s, 2)
@@ -110,17 +110,22 @@ def task_torch(t: dict) -> dict:
 def _reference(t: dict, model, inputs, first: list, variant: str) -> dict:
     """Eager saves its inputs and outputs (the reference every other row is compared with) and
     the model's FLOPs/bytes; other variants compare their first outputs with eager's."""
-    import torch
-
     import suite_measure as M
 
     if variant == "eager":
         out = {"costs": M.model_costs(model, inputs, first)}
         if t.get("ref_path"):
-            torch.save({"inputs": [x.cpu() for x in inputs], "outputs": first}, t["ref_path"])
+            _save_reference(t["ref_path"], inputs, first)
         return out
     ref = M.to_host(model(*inputs))
     return {"rel_err_vs_eager": M.max_rel_err(first, ref)}
+
+
+def _save_reference(path: str, inputs: list, outputs: list) -> None:
+    """Eager's inputs and host outputs, which _ref_inputs and suite_aoti._inputs read back."""
+    import torch
+
+    torch.save({"inputs": [x.cpu() for x in inputs], "outputs": outputs}, path)
 
 
 # ---------------------------------------------------------------------------------- aotpack
@@ -238,9 +243,14 @@ def task_frontend_probe(t: dict) -> dict:
         stage("passes")
         compile_graph(graph)
     except Exception as e:  # the reason is the result, not a failure of this task
-        first = (str(e).strip().splitlines() or [""])[0]
-        return {"unsupported": f"{type(e).__name__}: {first}"[:400]}
+        return {"unsupported": _one_line(e)[:400]}
     return {"unsupported": None}
+
+
+def _one_line(e: Exception) -> str:
+    """The exception as "Type: first line of its message"."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"
 
 
 def main() -> int:
@@ -257,8 +267,7 @@ def main() -> int:
     except Exception as e:
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
-        first = (str(e).strip().splitlines() or [""])[0]
-        out.write_text(json.dumps({"error": f"{type(e).__name__}: {first}"[:500],
+        out.write_text(json.dumps({"error": _one_line(e)[:500],
                                    "traceback": tb[-3000:]}))
         return 1
     out.write_text(json.dumps(result, default=str))

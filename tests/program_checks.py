@@ -1,5 +1,12 @@
 """Helpers shared by the compiler tests: relative error, "the compiled program run with the
-kernel references equals eager PyTorch", the kernel-op kinds of a program, and SASS listings."""
+kernel references equals eager PyTorch", the kernel-op kinds of a program, SASS listings, and
+the kernel benchmark scripts' --smoke runs."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -40,3 +47,14 @@ def sass_or_skip(cubin: bytes) -> str:
     if find_cuobjdump() is None:
         pytest.skip("cuobjdump not found (it ships in the triton wheel)")
     return sass(cubin)
+
+
+def bench_smoke_rows(script: str, json_name: str, out_dir: Path) -> list[dict]:
+    """Runs benchmarks/<script> --smoke under Triton's interpreter (tiny shapes, CPU) with
+    OUT=out_dir; asserts it exits 0 and returns the "results" rows of its $OUT/<json_name>."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, TRITON_INTERPRET="1", OUT=str(out_dir))
+    proc = subprocess.run([sys.executable, f"benchmarks/{script}", "--smoke"], cwd=root,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((out_dir / json_name).read_text())["results"]

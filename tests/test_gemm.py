@@ -15,11 +15,13 @@ from aotpack.kernels.spec import (
     SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, IntSlot, NullSlot, PtrSlot,
     TensorArg, TensorMapSlot, contiguous, epilogue_operands,
 )
+from aotpack.kernels.sass import count_instructions
+from program_checks import bench_smoke_rows, sass_or_skip
 
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
-    LARGE, LARGE_LONG_K, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, GemmConfig, choose_config,
-    choose_tile_config,
+    LARGE, LARGE_LONG_K, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, GemmConfig,
+    choose_config, choose_tile_config,
 )
 
 BF, F16, F32 = DType.BF16, DType.F16, DType.F32
@@ -207,13 +209,10 @@ def test_compile_is_memoized_and_sass_has_hgmma():
     (second,) = gemm.compile(_op(4096, 4096, 4096, a=contiguous("x", BF, (4096, 4096))), SM90)
     assert second.kernel is first.kernel  # same specialisation, other storage: one cubin
     _check_launch(first, op, LARGE)
-    sass = pytest.importorskip("aotpack.kernels.sass")
-    if sass.find_cuobjdump() is None:
-        pytest.skip("cuobjdump not found (neither in the triton wheel nor the CUDA toolkit)")
-    listing = sass.sass(first.kernel.cubin)
-    assert sass.count_instructions(listing, "HGMMA") > 0, "no wgmma in the SASS"
-    assert sass.count_instructions(listing, "UTMALDG") > 0, "operands not loaded by TMA"
-    assert sass.count_instructions(listing, "STL") == 0, "register spills"
+    listing = sass_or_skip(first.kernel.cubin)
+    assert count_instructions(listing, "HGMMA") > 0, "no wgmma in the SASS"
+    assert count_instructions(listing, "UTMALDG") > 0, "operands not loaded by TMA"
+    assert count_instructions(listing, "STL") == 0, "register spills"
 
 
 @pytest.mark.parametrize("out", ["f32_pointer_store", "strided", "wide_index", "f16", "decode"])
@@ -256,21 +255,8 @@ def test_compile_swiglu_gemm(M_, N_, K_):
     assert maps[2].dims == (M_, N_) and maps[2].box == (cfg.BM, cfg.BN // 2 // cfg.EPI_SPLIT)
     assert launch.kernel.fused_ops == ("gemm", "swiglu", "scale_n", "add")
     assert [s.storage for s in launch.args if isinstance(s, PtrSlot)] == ["scale", "res"]
-    listing = _sass_or_skip(launch.kernel.cubin)
-    assert sass_count(listing, "HGMMA") > 0 and sass_count(listing, "STL") == 0
-
-
-def _sass_or_skip(cubin):
-    sass = pytest.importorskip("aotpack.kernels.sass")
-    if sass.find_cuobjdump() is None:
-        pytest.skip("cuobjdump not found (neither in the triton wheel nor the CUDA toolkit)")
-    return sass.sass(cubin)
-
-
-def sass_count(listing, name):
-    from aotpack.kernels.sass import count_instructions
-
-    return count_instructions(listing, name)
+    listing = sass_or_skip(launch.kernel.cubin)
+    assert count_instructions(listing, "HGMMA") > 0 and count_instructions(listing, "STL") == 0
 
 
 def test_swiglu_config_widens_narrow_tiles():
@@ -351,17 +337,6 @@ def test_refuses_bad_shapes_and_dtypes():
 def test_bench_script_smoke(tmp_path):
     """benchmarks/bench_gemm.py end to end on tiny shapes under the interpreter (the lead runs
     it on the H200; this keeps its plumbing and every config's numerics checked here)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, TRITON_INTERPRET="1", OUT=str(tmp_path))
-    proc = subprocess.run([sys.executable, "benchmarks/bench_gemm.py", "--smoke"], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads((tmp_path / "gemm_bench.json").read_text())["results"]
+    rows = bench_smoke_rows("bench_gemm.py", "gemm_bench.json", tmp_path)
     assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
     assert sum(r["chosen"] for r in rows) == 3

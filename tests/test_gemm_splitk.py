@@ -19,6 +19,8 @@ from aotpack.kernels.spec import (
     SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PtrSlot, ScratchSlot,
     TensorArg, TensorMapSlot, contiguous, epilogue_operands,
 )
+from aotpack.kernels.sass import count_instructions
+from program_checks import bench_smoke_rows, sass_or_skip
 
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton import gemm_splitk  # noqa: E402
@@ -145,19 +147,6 @@ def test_interpreter_matches_reference(interpreted, name):
 
 
 # ----------------------------------------------------------------------------- cross-compile
-def _sass_or_skip(cubin):
-    sass = pytest.importorskip("aotpack.kernels.sass")
-    if sass.find_cuobjdump() is None:
-        pytest.skip("cuobjdump not found (neither in the triton wheel nor the CUDA toolkit)")
-    return sass.sass(cubin)
-
-
-def _count(listing, name):
-    from aotpack.kernels.sass import count_instructions
-
-    return count_instructions(listing, name)
-
-
 LLAMA_M16 = [(4096, 4096), (6144, 4096), (14336, 4096), (28672, 4096), (4096, 14336)]
 
 
@@ -175,9 +164,9 @@ def test_compile_llama_decode_shapes(n, k):
     maps = [s for s in first.args if isinstance(s, TensorMapSlot)]
     assert [(m.storage, m.box) for m in maps] == [("b", (cfg.BN, cfg.BK)), ("a", (cfg.BM, cfg.BK))]
     assert maps[0].dims == (n, k) and maps[0].swizzle == "128B"
-    listing = _sass_or_skip(first.kernel.cubin)
-    assert _count(listing, "HGMMA") > 0 and _count(listing, "UTMALDG") > 0
-    assert _count(listing, "STL") == 0, "register spills"
+    listing = sass_or_skip(first.kernel.cubin)
+    assert count_instructions(listing, "HGMMA") > 0 and count_instructions(listing, "UTMALDG") > 0
+    assert count_instructions(listing, "STL") == 0, "register spills"
     if cfg.SPLIT_K == 1:  # direct: the bias is applied by the GEMM kernel itself
         assert len(launches) == 1 and not any(isinstance(s, ScratchSlot) for s in first.args)
         assert [s.storage for s in first.args if isinstance(s, PtrSlot)] == ["out", "bias"]
@@ -217,11 +206,12 @@ def test_compile_pointer_loads_and_plan_memory_shares_the_workspace():
     assert not cfg.TMA and cfg.SPLIT_K > 1
     launches = gemm.compile(op, SM90)
     assert not any(isinstance(s, TensorMapSlot) for s in launches[0].args)
-    listing = _sass_or_skip(launches[0].kernel.cubin)
+    listing = sass_or_skip(launches[0].kernel.cubin)
     # rows of unknown alignment: plain loads (Triton pipelines only >= 4-byte-aligned cp.async)
-    assert _count(listing, "HGMMA") > 0 and _count(listing, "LDG") > 0
+    assert count_instructions(listing, "HGMMA") > 0 and count_instructions(listing, "LDG") > 0
     aligned = gemm.compile_config(_op(16, 4096, 4096), cfg.with_(TMA=False), SM90)[0]
-    assert _count(_sass_or_skip(aligned.kernel.cubin), "LDGSTS") > 0  # a cp.async pipeline
+    # a cp.async pipeline
+    assert count_instructions(sass_or_skip(aligned.kernel.cubin), "LDGSTS") > 0
     storages = {"a": Storage("a", "input", BF, (16, 4100)), "b": Storage("b", "weight", BF,
                 (4096, 4100)), "bias": Storage("bias", "weight", BF, (4096,)),
                 "out": Storage("out", "output", BF, (16, 4096))}
@@ -306,16 +296,6 @@ def test_supports_config_says_why():
 def test_bench_decode_smoke(tmp_path):
     """benchmarks/bench_decode.py end to end on tiny shapes under the interpreter (the lead
     runs it on the H200)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, TRITON_INTERPRET="1", OUT=str(tmp_path))
-    proc = subprocess.run([sys.executable, "benchmarks/bench_decode.py", "--smoke"], cwd=root,
-                          env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads((tmp_path / "bench_decode.json").read_text())["results"]
+    rows = bench_smoke_rows("bench_decode.py", "bench_decode.json", tmp_path)
     assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
     assert sum(r["chosen"] for r in rows) == 2 and any(r["swiglu"] for r in rows)
