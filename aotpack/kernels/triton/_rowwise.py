@@ -13,10 +13,8 @@ constexpr), so the contiguous case vectorises, and any strided view still works.
 from __future__ import annotations
 
 from aotpack.kernels.spec import TensorArg
-from aotpack.kernels.triton._common import int_arg
+from aotpack.kernels.triton._common import _I32_MAX, int_arg
 from aotpack.kernels.triton.compile import I64, ArgValue
-
-_I32_MAX = 2**31 - 1
 
 MAX_COLS = 16384  # whole row in registers up to here (16 warps x 32 elements per thread)
 LOOP_BLOCK = 4096  # chunk of the looped form (8 warps x 16 elements per thread)
@@ -60,9 +58,7 @@ def check_vector(what: str, arg: TensorArg, n: int) -> None:
 
 
 def view_args(prefix: str, arg: TensorArg) -> dict[str, ArgValue]:
-    """{prefix_stride_r, prefix_stride_c} for a 2-D view ({prefix_stride} for a 1-D one)."""
-    if len(arg.shape) == 1:
-        return {f"{prefix}_stride": int_arg(arg.strides[0])}
+    """{prefix_stride_r, prefix_stride_c} for a 2-D view."""
     return {f"{prefix}_stride_r": int_arg(arg.strides[0]),
             f"{prefix}_stride_c": _col_stride(arg.shape[1], arg.strides[1])}
 
