@@ -92,9 +92,9 @@ def _attach_weights(b: Bundle, weights_path, required: bool = True) -> None:
     ext = b.manifest.get("external_weights")
     if ext:
         wp = Path(weights_path) if weights_path else b.path.parent / ext["file"]
-        if not wp.is_file() and not required:
-            return
         if not wp.is_file():
+            if not required:
+                return
             raise BundleError(f"{b.path}: weights are external and {wp} does not exist: put "
                               f"{ext['file']!r} next to the bundle or pass its path")
         b.weights_path = wp

@@ -87,12 +87,16 @@ def _identity(cx, x, *rest, **kw):
     return x
 
 
+def _reduce_dims(dims, rank: int) -> tuple[int, ...]:
+    """aten's reduction `dim` argument as sorted non-negative dims (none or [] means all)."""
+    return tuple(range(rank)) if not dims else tuple(sorted(_dim(d, rank) for d in dims))
+
+
 def _reduce(op: Op):
     def rule(cx, x, dims=None, keepdim=False, dtype=None):
         if dtype is not None:
             x = _to_copy(cx, x, dtype) if dtype != x.dtype.to_torch() else x
-        rank = len(x.shape)
-        dims = tuple(range(rank)) if not dims else tuple(sorted(_dim(d, rank) for d in dims))
+        dims = _reduce_dims(dims, len(x.shape))
         return cx.emit(op, [x], O.ReduceAttrs(dims, bool(keepdim)), final=True)
     return rule
 
@@ -101,8 +105,7 @@ def _var(sqrt: bool):
     """var / std as mean, centre, square, reduce: the reduction kernels run it (and a written-out
     LayerNorm over var(unbiased=False) is still recognised by fuse_patterns)."""
     def rule(cx, x, dims=None, *, correction=None, keepdim=False):
-        rank = len(x.shape)
-        dims = tuple(range(rank)) if not dims else tuple(sorted(_dim(d, rank) for d in dims))
+        dims = _reduce_dims(dims, len(x.shape))
         n = 1
         for d in dims:
             if not isinstance(x.shape[d], int):

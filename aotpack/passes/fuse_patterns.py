@@ -14,6 +14,7 @@ from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
 from aotpack.passes.canonicalize import dead_code
+from aotpack.passes.gemm_chain import scalar_factor
 from aotpack.passes.views import View, compose, layout_view
 
 
@@ -54,31 +55,39 @@ def _tensor_binary(n: Node | None) -> bool:
     return n is not None and n.op in O.BINARY and n.attrs.scalar is None and len(n.inputs) == 2
 
 
+def _last_dim_mean(v: Value, producers) -> Node | None:
+    mean = _prod(v, producers, Op.MEAN)
+    x = mean and mean.inputs[0]
+    ok = mean and mean.attrs.keepdim and mean.attrs.dims == (len(x.shape) - 1,)
+    return mean if ok else None
+
+
+def _norm_denominator(r: Value, root_op: Op, producers) -> tuple[float, Value] | None:
+    """(eps, d) if r = root_op(mean(d*d | d**2, -1, keepdim) + eps), root_op SQRT or RSQRT."""
+    root = _prod(r, producers, root_op)
+    add = root and _prod(root.inputs[0], producers, Op.ADD)
+    if not add or add.attrs.scalar is None:
+        return None
+    mean = _last_dim_mean(add.inputs[0], producers)
+    sq = mean and producers.get(mean.inputs[0].name)
+    if sq is None:
+        return None
+    if ((sq.op == Op.POW and sq.attrs.scalar == 2.0)
+            or (sq.op == Op.MUL and _tensor_binary(sq) and sq.inputs[0] == sq.inputs[1])):
+        return float(add.attrs.scalar), sq.inputs[0]
+    return None
+
+
 # ----------------------------------------------------------------------------- RMSNorm
 def _match_rms_norm(n: Node, producers):
     """n = x * rsqrt(mean(x*x | x**2, -1, keepdim) + eps) (either operand order)."""
     if n.op != Op.MUL or not _tensor_binary(n):
         return None
     for x, r in (n.inputs, n.inputs[::-1]):
-        eps = _rms_denominator(r, x, producers)
-        if eps is not None and n.output.type == x.type:
-            return Op.RMS_NORM, [x], O.NormAttrs(eps, 1)
+        m = _norm_denominator(r, Op.RSQRT, producers)
+        if m is not None and m[1] == x and n.output.type == x.type:
+            return Op.RMS_NORM, [x], O.NormAttrs(m[0], 1)
     return None
-
-
-def _rms_denominator(r: Value, x: Value, producers) -> float | None:
-    rsqrt = _prod(r, producers, Op.RSQRT)
-    add = rsqrt and _prod(rsqrt.inputs[0], producers, Op.ADD)
-    if not add or add.attrs.scalar is None:
-        return None
-    mean = _prod(add.inputs[0], producers, Op.MEAN)
-    if not mean or not mean.attrs.keepdim or mean.attrs.dims != (len(x.shape) - 1,):
-        return None
-    sq = producers.get(mean.inputs[0].name)
-    is_square = sq is not None and (
-        (sq.op == Op.POW and sq.attrs.scalar == 2.0 and sq.inputs[0] == x)
-        or (sq.op == Op.MUL and sq.attrs.scalar is None and list(sq.inputs) == [x, x]))
-    return float(add.attrs.scalar) if is_square else None
 
 
 def _match_rms_weight(n: Node, producers):
@@ -104,13 +113,6 @@ def _match_rms_weight(n: Node, producers):
 
 
 # ----------------------------------------------------------------------------- LayerNorm
-def _last_dim_mean(v: Value, producers) -> Node | None:
-    mean = _prod(v, producers, Op.MEAN)
-    x = mean and mean.inputs[0]
-    ok = mean and mean.attrs.keepdim and mean.attrs.dims == (len(x.shape) - 1,)
-    return mean if ok else None
-
-
 def _centred(v: Value, producers) -> Value | None:
     """x if v = x - mean(x, -1, keepdim)."""
     sub = _prod(v, producers, Op.SUB)
@@ -119,25 +121,6 @@ def _centred(v: Value, producers) -> Value | None:
     x, m = sub.inputs
     mean = _last_dim_mean(m, producers)
     return x if mean is not None and mean.inputs[0] == x and sub.output.type == x.type else None
-
-
-def _ln_denominator(r: Value, x: Value, sqrt_op: Op, producers) -> float | None:
-    """eps if r = sqrt|rsqrt(mean((x - mean(x))², -1, keepdim) + eps)."""
-    root = _prod(r, producers, sqrt_op)
-    add = root and _prod(root.inputs[0], producers, Op.ADD)
-    if not add or add.attrs.scalar is None:
-        return None
-    var = _last_dim_mean(add.inputs[0], producers)
-    sq = var and producers.get(var.inputs[0].name)
-    if sq is None:
-        return None
-    if sq.op == Op.POW and sq.attrs.scalar == 2.0:
-        d = sq.inputs[0]
-    elif sq.op == Op.MUL and _tensor_binary(sq) and sq.inputs[0] == sq.inputs[1]:
-        d = sq.inputs[0]
-    else:
-        return None
-    return float(add.attrs.scalar) if _centred(d, producers) == x else None
 
 
 def _match_layer_norm(n: Node, producers):
@@ -149,9 +132,9 @@ def _match_layer_norm(n: Node, producers):
         x = _centred(d, producers)
         if x is None or n.output.type != x.type:
             continue
-        eps = _ln_denominator(r, x, Op.SQRT if n.op == Op.DIV else Op.RSQRT, producers)
-        if eps is not None:
-            return Op.LAYER_NORM, [x], O.NormAttrs(eps, 1)
+        m = _norm_denominator(r, Op.SQRT if n.op == Op.DIV else Op.RSQRT, producers)
+        if m is not None and _centred(m[1], producers) == x:
+            return Op.LAYER_NORM, [x], O.NormAttrs(m[0], 1)
     return None
 
 
@@ -178,13 +161,9 @@ def _match_softmax_scale(n: Node, producers):
     if n.op not in (Op.SOFTMAX, Op.LOG_SOFTMAX):
         return None
     src = producers.get(n.inputs[0].name)
-    if (src is None or src.op not in (Op.MUL, Op.DIV) or src.attrs.scalar is None
-            or src.attrs.scalar_first or src.inputs[0].type != n.inputs[0].type):
+    scale = None if src is None else scalar_factor(src)
+    if scale is None or src.inputs[0].type != n.inputs[0].type:
         return None
-    c = float(src.attrs.scalar)
-    if src.op == Op.DIV and c == 0.0:
-        return None
-    scale = c if src.op == Op.MUL else 1.0 / c
     return n.op, [src.inputs[0]], O.SoftmaxAttrs(n.attrs.dim, n.attrs.scale * scale)
 
 

@@ -90,12 +90,8 @@ def _follow(root, index, users, outputs, ctx: _Context) -> Chain:
 def _scale_step(n: Node, value: Value, ctx: _Context) -> Step | None:
     """x * c, x / c (c a number), or x * s with s a constant / f32 graph input of shape [],
     [1] or [N] (see the module doc)."""
-    if n.op in (Op.MUL, Op.DIV) and n.attrs.scalar is not None and not n.attrs.scalar_first:
-        c = float(n.attrs.scalar)
-        if n.op == Op.DIV:
-            if c == 0.0:
-                return None
-            c = 1.0 / c
+    c = scalar_factor(n)
+    if c is not None:
         return Step("scale", n, scale=c)
     if n.op != Op.MUL or n.attrs.scalar is not None or len(n.inputs) != 2 \
             or n.inputs[0] == n.inputs[1] or n.output.shape != value.shape:
@@ -105,12 +101,20 @@ def _scale_step(n: Node, value: Value, ctx: _Context) -> Step | None:
         return None  # computed at run time: an EpMul (same shape) or nothing
     if other.name not in ctx.constants and other.dtype != DType.F32:
         return None  # a graph input would need a conversion kernel to become f32
-    dims = list(other.shape)
-    while dims and dims[0] == 1:
-        dims.pop(0)
+    dims = _without_leading_ones(other.shape)
     if not other.dtype.is_float or dims not in ([], [value.shape[-1]]):
         return None
     return Step("scale", n, other)
+
+
+def scalar_factor(n: Node) -> float | None:
+    """c for x * c, 1/c for x / c (c a Python number, nonzero for a division), else None."""
+    if n.op not in (Op.MUL, Op.DIV) or n.attrs.scalar is None or n.attrs.scalar_first:
+        return None
+    c = float(n.attrs.scalar)
+    if n.op == Op.MUL:
+        return c
+    return None if c == 0.0 else 1.0 / c
 
 
 def _step(n: Node, value: Value, index, ctx: _Context) -> Step | None:
@@ -141,7 +145,11 @@ def _step(n: Node, value: Value, index, ctx: _Context) -> Step | None:
 
 
 def _is_row_vector(other: Value, value: Value) -> bool:
-    dims = list(other.shape)
+    return _without_leading_ones(other.shape) == [value.shape[-1]]
+
+
+def _without_leading_ones(shape) -> list:
+    dims = list(shape)
     while dims and dims[0] == 1:
         dims.pop(0)
-    return dims == [value.shape[-1]]
+    return dims

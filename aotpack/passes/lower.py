@@ -214,12 +214,18 @@ class _Lowering:
     def _copy(self, src: TensorArg, dst: TensorArg) -> None:
         self.ops.append(PointwiseOp((src,), pw.identity_expr(), dst))
 
+    def _fresh_storage_name(self, base: str) -> str:
+        """`base`, or `base<i>`: a name no storage and no value has (both may become
+        storages)."""
+        name, i = base, 0
+        while name in self.storages or name in self.value_names:
+            i += 1
+            name = f"{base}{i}"
+        return name
+
     def _materialize(self, arg: TensorArg, hint: str) -> TensorArg:
         """A contiguous copy of `arg` in a fresh intermediate storage."""
-        name, i = f"{hint}_contig", 0
-        while name in self.storages or name in self.value_names:  # both may become storages
-            i += 1
-            name = f"{hint}_contig{i}"
+        name = self._fresh_storage_name(f"{hint}_contig")
         self.storages[name] = Storage(name, "intermediate", arg.dtype, arg.shape)
         dst = contiguous(name, arg.dtype, arg.shape)
         self._copy(arg, dst)
@@ -276,13 +282,6 @@ class _Lowering:
             tensor = tensor.to(torch.float32).contiguous()
             self._add_weight(name, tensor, Value(name, DType.F32, tuple(tensor.shape)))
         return self.args[name]
-
-    def _fresh_storage_name(self, name: str) -> str:
-        base, i = name, 0
-        while name in self.storages or name in self.value_names:
-            i += 1
-            name = f"{base}{i}"
-        return name
 
     def _gemm_b(self, root: Node) -> TensorArg:
         """The [N, K] operand: a linear's weight, or a matmul's [K, N] operand transposed

@@ -104,34 +104,36 @@ def _place(regions: list[_Region]) -> dict[str, int]:
     return offsets
 
 
-def _scratch_region(slot: ScratchSlot, step: int, j: int, op_index: int,
-                    shared: dict[tuple[int, str], str], regions: dict[str, _Region]) -> str:
+def _scratch_region(slot: ScratchSlot, step: int, j: int, shared: dict[str, str],
+                    regions: dict[str, _Region]) -> str:
     """The region of one scratch slot: private to its launch, or (slot.shared) one region per
-    (op, key), as large as the largest request and live across all launches that use it."""
+    key of the op (`shared`: the op's key -> region), as large as the largest request and live
+    across all launches that use it."""
     if slot.shared is None:
         name = f"__scratch.{step}.{j}"
         regions[name] = _Region(name, slot.nbytes, step, step)
         return name
-    name = shared.get((op_index, slot.shared))
+    name = shared.get(slot.shared)
     if name is None:
-        name = shared[(op_index, slot.shared)] = f"__scratch.{step}.{slot.shared}"
+        name = shared[slot.shared] = f"__scratch.{step}.{slot.shared}"
         regions[name] = _Region(name, slot.nbytes, step, step)
     r = regions[name]
     r.nbytes, r.last = max(r.nbytes, slot.nbytes), step
     return name
 
 
-def _resolve_scratch(launches: list[Launch], spans, regions: dict[str, _Region]) -> list[Launch]:
-    op_of_step = [i for i, (first, last) in enumerate(spans) for _ in range(first, last + 1)]
-    shared: dict[tuple[int, str], str] = {}
+def _resolve_scratch(launches_per_op: list[list[Launch]],
+                     regions: dict[str, _Region]) -> list[Launch]:
+    """The launches flattened in execution order, every ScratchSlot replaced."""
     out = []
-    for step, la in enumerate(launches):
-        args = list(la.args)
-        for j, slot in enumerate(args):
-            if isinstance(slot, ScratchSlot):
-                name = _scratch_region(slot, step, j, op_of_step[step], shared, regions)
-                args[j] = PtrSlot(name, 0)
-        out.append(replace(la, args=tuple(args)))
+    for launches in launches_per_op:
+        shared: dict[str, str] = {}
+        for la in launches:
+            step, args = len(out), list(la.args)
+            for j, slot in enumerate(args):
+                if isinstance(slot, ScratchSlot):
+                    args[j] = PtrSlot(_scratch_region(slot, step, j, shared, regions), 0)
+            out.append(replace(la, args=tuple(args)))
     return out
 
 
@@ -141,8 +143,7 @@ def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> Memory
     spans = _step_spans(launches_per_op)
     regions = _intermediate_regions(program, spans)
     _apply_inplace(program, spans, regions)
-    flat = [la for launches in launches_per_op for la in launches]
-    flat = _resolve_scratch(flat, spans, regions)
+    flat = _resolve_scratch(launches_per_op, regions)
     roots = [r for r in regions.values() if not r.alias_of]
     offsets = _place(roots)
     for r in regions.values():
