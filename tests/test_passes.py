@@ -112,6 +112,18 @@ def test_decomposed_rms_norm_becomes_rmsnorm_op(dtype):
     assert p.ops[0].eps == 1e-6 and p.ops[0].weight.storage == "weight"
 
 
+class NotAnRMSNorm(torch.nn.Module):
+    """x * rsqrt(mean(2 ** x) + eps): shaped like RMSNorm, but 2 ** x is no square."""
+
+    def forward(self, x):
+        return x * torch.rsqrt(torch.pow(2.0, x).mean(-1, keepdim=True) + 1e-6)
+
+
+def test_exponential_is_not_fused_as_rms_norm():
+    p = check_matches_eager(NotAnRMSNorm(), (torch.randn(2, 4, 32),), 1e-5)
+    assert "RMSNormOp" not in kinds(p)
+
+
 class Pointwise(torch.nn.Module):
     def forward(self, x, y):
         a = torch.tanh(x) * 0.5 + y.exp()  # one region

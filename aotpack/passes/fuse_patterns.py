@@ -72,7 +72,8 @@ def _norm_denominator(r: Value, root_op: Op, producers) -> tuple[float, Value] |
     sq = mean and producers.get(mean.inputs[0].name)
     if sq is None:
         return None
-    if ((sq.op == Op.POW and sq.attrs.scalar == 2.0)
+    # x ** 2, not 2 ** x (a POW with the scalar first is an exponential)
+    if ((sq.op == Op.POW and sq.attrs.scalar == 2.0 and not sq.attrs.scalar_first)
             or (sq.op == Op.MUL and _tensor_binary(sq) and sq.inputs[0] == sq.inputs[1])):
         return float(add.attrs.scalar), sq.inputs[0]
     return None
