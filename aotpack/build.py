@@ -115,11 +115,24 @@ def _restore(launch, back: dict[str, str]):
     return dataclasses.replace(launch, args=args)
 
 
+def use_triton_cache() -> None:
+    """Triton reads its cache folder when it compiles: keep it under aotpack's cache."""
+    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
+
+
+def load_program(spec: str):
+    """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph)."""
+    from aotpack.frontend import load_model, to_graph
+    from aotpack.passes import compile_graph
+
+    model, example_inputs = load_model(spec)
+    return compile_graph(to_graph(model, example_inputs))
+
+
 def compile_ops(ops, target: Target, *, compile_fn=None, progress: bool = True):
     """Launches for every op, in order, with a progress bar. Returns (launches_per_op,
     number of distinct compiles)."""
-    # Triton reads its cache folder when it compiles: keep it under aotpack's cache.
-    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
+    use_triton_cache()
     if compile_fn is None:
         from aotpack.kernels import compile as compile_fn
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -238,16 +251,17 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     command_line = command_line or " ".join(shlex.quote(a) for a in
                                             ["aotpack", "build", spec, "--arch", arch, "-o", str(out)])
     notes: list[str] = []
-    if tune != "none":
-        tuning_db = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
-                               progress, notes)
-    tuned = _tuned_compiler(tuning_db, compile_fn)
-    from aotpack.frontend import load_model, to_graph
-    from aotpack.passes import compile_graph, plan_memory
-
-    model, example_inputs = load_model(spec)
-    program = compile_graph(to_graph(model, example_inputs))
+    program = db = None
+    if tune != "none":  # the model is loaded once, for the job and for this build
+        db, program = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
+                                 progress, notes)
+    elif tuning_db is not None:
+        db = _load_tuning_db(tuning_db)  # refuse a missing database before the model loads
+    tuned = _tuned_compiler(db, compile_fn)
+    if program is None:
+        program = load_program(spec)
     from aotpack.kernels import BackendCannotCompile
+    from aotpack.passes import plan_memory
 
     try:
         launches_per_op, distinct = compile_ops(program.ops, target,
@@ -261,27 +275,33 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     return result
 
 
-def _tuned_compiler(tuning_db, compile_fn):
-    """A TunedCompiler over `tuning_db` (None when no database is given)."""
-    if tuning_db is None:
-        return None
-    from aotpack.kernels import compile as default_compile
-    from aotpack.tuning.apply import TunedCompiler
+def _load_tuning_db(tuning_db):
+    """The `--tuning-db` database, which must exist."""
     from aotpack.tuning.db import TuningDB, TuningDBError
 
     if not Path(tuning_db).is_file():
         raise BuildError(f"--tuning-db {tuning_db}: no such file (create one with "
                          f"`aotpack tune --import results.json --db {tuning_db}`)")
     try:
-        db = TuningDB.load(tuning_db)
+        return TuningDB.load(tuning_db)
     except TuningDBError as e:
         raise BuildError(str(e)) from None
+
+
+def _tuned_compiler(db, compile_fn):
+    """A TunedCompiler over the TuningDB `db` (None when there is none)."""
+    if db is None:
+        return None
+    from aotpack.kernels import compile as default_compile
+    from aotpack.tuning.apply import TunedCompiler
+
     return TunedCompiler(db, compile_fn or default_compile)
 
 
 def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning_db, progress,
-               notes: list[str]) -> Path:
-    """`build --tune`: job → measured on this machine's GPU → merged into the database."""
+               notes: list[str]):
+    """`build --tune`: job → measured on this machine's GPU → merged into the database.
+    Returns (the database as saved, the model's Program, which the build compiles too)."""
     from aotpack.tuning import measure
     from aotpack.tuning.db import TuningDB, TuningDBError, load_results
     from aotpack.tuning.job import make_job
@@ -295,11 +315,12 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
         TuningDB.load(db_path)
     except TuningDBError as e:
         raise BuildError(str(e)) from None
+    program = load_program(spec)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aotpack-tune.", dir=out.parent) as tmp:
         job = make_job(spec, Path(tmp) / "job.aotune", arch=arch, level=level,
                        gemm_backend="auto" if gemm_backend == "triton" else gemm_backend,
-                       progress=progress)
+                       progress=progress, program=program)
         try:
             results = measure.run_job(job.path, Path(tmp) / "results.json", budget_s=budget_s)
         except measure.MeasureError as e:
@@ -312,7 +333,7 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
         db.save(db_path)
     notes.append(f"tuned {job.problems} kernel problems ({job.candidates} candidates); "
                  f"{added} winners saved in {db_path}")
-    return db_path
+    return db, program
 
 
 def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,

@@ -1,7 +1,6 @@
 """`aotpack tune`: write a tuning job, or import measured results into a tuning database."""
 from __future__ import annotations
 
-
 from pathlib import Path
 
 from rich.console import Console
@@ -34,7 +33,7 @@ def import_into_db(out: Console, err: Console, files: list[Path], db_path: Path)
     for f in files:
         doc = load_results(f)
         if isinstance(doc, dict) and doc.get("format") == FORMAT:
-            n = db.merge(TuningDB.load(f))
+            n = db.merge(TuningDB.from_doc(doc, f))  # already read: not again
             out.print(f"merged {n} records from database {escape(str(f))}")
         else:
             check_results(doc, str(f))  # before combining, which would trip over its fields
@@ -48,5 +47,3 @@ def import_into_db(out: Console, err: Console, files: list[Path], db_path: Path)
                   f"{escape(str((doc.get('device') or {}).get('name')))}")
     db.save(db_path)
     out.print(f"[bold green]saved[/] {escape(str(db_path))}: {len(db.records)} records")
-
-

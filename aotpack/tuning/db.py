@@ -45,6 +45,11 @@ class TuningDB:
             doc = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise TuningDBError(f"{path}: not a readable JSON tuning database ({e})") from None
+        return cls.from_doc(doc, path)
+
+    @classmethod
+    def from_doc(cls, doc, path) -> "TuningDB":
+        """The database in `doc` (parsed JSON read from `path`, named in errors)."""
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise TuningDBError(f"{path}: not an aotpack tuning database (format "
                                 f"{doc.get('format') if isinstance(doc, dict) else None!r})")
@@ -123,8 +128,7 @@ def _record(prob: dict, device: dict, results: dict) -> dict | None:
     if not ok:
         return None
     best = min(ok, key=lambda c: (c["median_us"], c["name"]))
-    cands = prob["candidates"]
-    base = cands[0] if cands else {}
+    base = prob["candidates"][0]  # the heuristic (`ok` is not empty, so neither is this)
     return {
         "key": prob["key"], "shape_key": (prob.get("info") or {}).get("shape_key"),
         "desc": prob.get("desc", ""),

@@ -108,7 +108,9 @@ def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
             return pickle.loads(path.read_bytes()), None
         except Exception:  # a torn or foreign cache file: compile again
             pass
-    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
+    from aotpack.build import use_triton_cache
+
+    use_triton_cache()
     _own_cute_dump_dir()
     try:
         launches = space.compile_candidate(op, target, config)
@@ -240,9 +242,11 @@ class JobSummary:
 
 def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
              gemm_backend: str = "auto", jobs: int | None = None, force: bool = False,
-             progress: bool | None = None, command_line: str = "") -> JobSummary:
-    from aotpack.build import _check_destination, parse_arch, provenance, source_file
-    from aotpack.build import BuildError
+             progress: bool | None = None, command_line: str = "",
+             program: Program | None = None) -> JobSummary:
+    """`program`: the model `spec` names, already loaded (`build --tune` compiles it too)."""
+    from aotpack.build import (BuildError, _check_destination, load_program, parse_arch,
+                               provenance, source_file)
 
     target = parse_arch(arch)
     out = Path(out)
@@ -256,11 +260,8 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     if gemm_backend not in GEMM_BACKENDS:  # else no GEMM has candidates: a silently empty job
         raise BuildError(f"--gemm-backend {gemm_backend!r}: use {', '.join(GEMM_BACKENDS)}")
     progress = knobs.show_progress() if progress is None else progress
-    from aotpack.frontend import load_model, to_graph
-    from aotpack.passes import compile_graph
-
-    model, example_inputs = load_model(spec)
-    program = compile_graph(to_graph(model, example_inputs))
+    if program is None:
+        program = load_program(spec)
     _own_cute_dump_dir()  # listing CuTeDSL candidates would otherwise make a folder never removed
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)

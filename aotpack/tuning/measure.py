@@ -20,10 +20,7 @@ class MeasureError(RuntimeError):
 
 
 def launcher() -> Path:
-    path = knobs.launcher_path()
-    if path is None:
-        root = runtime_files.runtime_dir()
-        path = root / runtime_files.LAUNCHER if root is not None else None
+    path = knobs.launcher_path() or runtime_files.launcher_path()  # AOTPACK_RUN, else installed
     if path is None or not path.is_file():
         raise MeasureError("the aotpack-run launcher is not installed (pip install . builds it; "
                            "or set AOTPACK_RUN to its path)")

@@ -73,15 +73,10 @@ def _triton_gemm_configs(op: GemmOp, target: Target) -> list[dict]:
     M, K = op.a.shape
     N = op.b.shape[0]
     heuristic = gemm.config_for(op, target)
-    if hasattr(gc, "candidate_configs"):
-        space = list(gc.candidate_configs(M, N, K, op.a.dtype, target, op.out.dtype))
-    else:
-        space = [gc.fit_smem(c, op.a.dtype, op.out.dtype, target) for c in gc.CONFIG_SPACE]
-    ordered = [heuristic] + [c for c in space if c != heuristic]
-    supports = getattr(gemm, "supports_config", None)
+    space = gc.candidate_configs(M, N, K, op.a.dtype, target, op.out.dtype)
     out = []
-    for cfg in ordered:
-        if supports is not None and supports(op, cfg) is not None:
+    for cfg in [heuristic] + [c for c in space if c != heuristic]:
+        if gemm.supports_config(op, cfg) is not None:
             continue
         d = {"template": "gemm.triton", **cfg.as_dict()}
         if d not in out:
@@ -199,12 +194,7 @@ def compile_candidate(op: KernelOp, target: Target, config: dict):
     if template == "gemm.triton":
         from aotpack.kernels.triton import gemm, gemm_configs as gc
 
-        if hasattr(gc, "config_from_dict"):
-            cfg = gc.config_from_dict(fields)
-        else:
-            fields.pop("kind", None)
-            cfg = gc.GemmConfig(**fields)
-        return gemm.compile_config(op, cfg, target)
+        return gemm.compile_config(op, gc.config_from_dict(fields), target)
     if template == "gemm.cutedsl":
         from aotpack.kernels.cutedsl import build as cute_build
 
