@@ -450,3 +450,30 @@ def test_var_std_and_layernorm_over_var():
     p = check_matches_eager(M(), (torch.randn(3, 5, 40),), 1e-4)
     assert kinds(p)[0] == "LayerNormOp"  # the written-out form over var() is recognised
     assert set(kinds(p)) == {"LayerNormOp", "ReduceOp", "PointwiseOp"}
+
+
+class _SoftmaxOfCastSum(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.softmax((a + b).float(), dim=-1)
+
+
+class _CatOfCastSoftmax(torch.nn.Module):
+    def forward(self, a, b):
+        return torch.cat([b, a.softmax(-1).to(torch.bfloat16)], dim=1)
+
+
+def test_cast_rooting_a_pointwise_region_before_a_softmax_still_runs():
+    """(a + b).float(): the add is absorbed into the cast's region, so the reduction must not
+    absorb the cast too (it did: the add was computed by no kernel, KeyError)."""
+    a, b = (torch.randn(4, 40, dtype=torch.bfloat16) for _ in range(2))
+    p = check_matches_eager(_SoftmaxOfCastSum(), (a, b), 1e-2)
+    assert "SoftmaxOp" in kinds(p)
+
+
+def test_reduction_with_an_output_cast_is_not_planned_into_a_strided_view():
+    """softmax(...).to(bf16) written into a cat slice: the row kernel (not the cast) writes the
+    value, so it must not be given a view it cannot flatten (it was: LoweringError)."""
+    a = torch.randn(2, 3, 8, dtype=torch.float32)
+    b = torch.randn(2, 5, 8, dtype=torch.bfloat16)
+    p = check_matches_eager(_CatOfCastSoftmax(), (a, b), 1e-2)
+    assert "SoftmaxOp" in kinds(p)

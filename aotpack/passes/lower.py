@@ -35,7 +35,7 @@ def lower(graph: Graph) -> Program:
     return _Lowering(graph).run()
 
 
-_ROW_KERNELS = (Op.RMS_NORM, Op.SOFTMAX, Op.LOG_SOFTMAX)  # write [R, C] views, unit inner stride
+_ROW_KERNELS = (Op.RMS_NORM,)  # write [R, C] views, unit inner stride (reductions: RULES)
 
 
 def _kernel_writes_strided(n: Node | None) -> bool:
@@ -56,6 +56,9 @@ class _Lowering:
         self.absorbed = pw.absorbed_nodes(graph, set(self.chain_of))
         self.fused_casts = lower_reductions.fuse_casts(  # casts around reduction kernels
             graph, self.producers, self.users, set(self.chain_of) | self.absorbed)
+        # an absorbed output cast's value is written by its reduction kernel, not by the cast
+        self.cast_writer = {c.output.name: self.producers[red]
+                            for red, c in self.fused_casts.out_cast.items()}
         self.storages: dict[str, Storage] = {}
         self.args: dict[str, TensorArg] = {}
         self.ops: list = []
@@ -105,8 +108,12 @@ class _Lowering:
                 self.preset[v.name] = part
                 self.in_place.add(v.name)
 
+    def _writer(self, v: Value) -> Node | None:
+        """The node whose kernel writes `v`."""
+        return self.cast_writer.get(v.name) or self.producers.get(v.name)
+
     def _can_write_into(self, v: Value, dest: TensorArg) -> bool:
-        n = self.producers.get(v.name)
+        n = self._writer(v)
         if (n is None or v.name in self.preset or v.name in self.g.output_names()
                 or len(self.users.get(v.name, [])) != 1 or v.dtype != dest.dtype):
             return False
@@ -114,7 +121,9 @@ class _Lowering:
         row_major = flat is not None and (flat.strides[1] == 1 or flat.shape[1] == 1)
         if v.name in self.chain_of:
             return self.chain_of[v.name].end == v and row_major
-        if n.op in _ROW_KERNELS or (n.op == Op.LAYER_NORM and n.attrs.ndim == 1):
+        if n.op in lower_reductions.RULES:
+            return lower_reductions.writes_view(n, dest)
+        if n.op in _ROW_KERNELS:
             return row_major
         return _kernel_writes_strided(n) and v.name not in self.absorbed
 
@@ -124,7 +133,7 @@ class _Lowering:
             return
         src = view_node.inputs[0]
         view_users = len(self.users.get(view.name, [])) + (output_name is not None)
-        if not (_kernel_writes_strided(self.producers.get(src.name))
+        if not (_kernel_writes_strided(self._writer(src))
                 and src.name not in self.chain_of  # a GEMM writes 2-D row-major views
                 and src.name not in self.preset
                 and len(self.users.get(src.name, [])) == 1 and view_users == 1

@@ -45,6 +45,9 @@ def fuse_casts(graph: Graph, producers, users, taken: set[str]) -> FusedCasts:
         if (cast is not None and cast.op == Op.CAST and cast.output.dtype == DType.F32
                 and cast.inputs[0].dtype in _NARROW and cast.output.name not in taken
                 and cast.output.name not in outputs
+                # a cast that roots a pointwise region (its input was absorbed into it) must
+                # run: skipping it would leave the absorbed nodes computed by no kernel
+                and cast.inputs[0].name not in taken
                 and len(users.get(cast.output.name, [])) == 1):
             fused.skip.add(cast.output.name)
             fused.source[cast.output.name] = cast.inputs[0]
@@ -102,6 +105,23 @@ def _rows(lw, v: Value, ncols: int) -> TensorArg:
 def _vector(lw, v: Value) -> TensorArg:
     arg = merge_1d(lw.args[v.name])
     return arg if arg is not None else merge_1d(lw._materialize(lw.args[v.name], v.name))
+
+
+def out_ncols(n: Node) -> int | None:
+    """How reduction node `n`'s kernel writes: [R, C] over the last `ncols` dims, or [R]."""
+    if n.op == Op.LAYER_NORM:
+        return n.attrs.ndim
+    return 1 if n.op in (Op.SOFTMAX, Op.LOG_SOFTMAX) else None
+
+
+def writes_view(n: Node, dest: TensorArg) -> bool:
+    """Whether `n`'s kernel can write its result straight into `dest` (e.g. a cat slice):
+    the view flattens as the kernel writes it, rows with unit inner stride."""
+    ncols = out_ncols(n)
+    if ncols is None:
+        return merge_1d(dest) is not None
+    flat = merge_2d(dest, ncols)
+    return flat is not None and (flat.strides[1] == 1 or flat.shape[1] == 1)
 
 
 def _out(lw, n: Node, ncols: int | None) -> TensorArg:
