@@ -53,7 +53,7 @@ def gemm_ops():
     return ops
 
 
-def write(folder: Path, level: str) -> None:
+def write(folder: Path, level: str, max_m: int | None = None) -> None:
     from aotpack.build import _rename_storages, provenance
     from aotpack.kernels.spec import SM90, op_inputs
     from aotpack.program import Program, Storage
@@ -61,6 +61,8 @@ def write(folder: Path, level: str) -> None:
 
     ops, storages = [], {}
     for i, (_, op, _) in enumerate(gemm_ops()):
+        if max_m is not None and op.out.shape[0] > max_m:
+            continue
         op = _rename_storages(op, lambda s, i=i: f"{s}{i}")
         for t in [*op_inputs(op), op.out]:
             storages[t.storage] = Storage(t.storage, "input", t.dtype, t.shape)
@@ -164,6 +166,7 @@ def main() -> None:
     w = sub.add_parser("write")
     w.add_argument("folder", type=Path)
     w.add_argument("--level", default="full")
+    w.add_argument("--max-m", type=int, help="only the shapes with M <= this (decode sweep)")
     c = sub.add_parser("cublas")
     c.add_argument("-o", type=Path, required=True)
     r = sub.add_parser("report")
@@ -172,7 +175,7 @@ def main() -> None:
     r.add_argument("-o", type=Path)
     a = ap.parse_args()
     if a.cmd == "write":
-        write(a.folder, a.level)
+        write(a.folder, a.level, a.max_m)
     elif a.cmd == "cublas":
         cublas(a.o)
     else:

@@ -448,3 +448,27 @@ def test_cutedsl_candidates_vary_tile_cluster_and_raster():
             for c in cands}
     assert len(seen) == len(cands)
     assert (128, 256, 1, 1, False) in seen and (128, 128, 2, 1, True) in seen
+    assert not any(c["tile_n"] == 64 for c in cands)  # narrow tiles are for decode-sized M
+
+
+def test_cutedsl_candidates_add_narrow_tiles_for_decode_sized_m():
+    """M <= 128: 64-wide tiles put twice the CTAs on the weight stream (on the H200 64x64 beat
+    64x128 by 12-15 % at M=128, benchmarks/results/2026-11-30-h200-gemm-rotate.json); SwiGLU
+    ops keep tiles that hold whole gate/up pairs."""
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():
+        pytest.skip("nvidia-cutlass-dsl is not installed")
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import SM90, EpSwiGLU, GemmOp, contiguous
+    from aotpack.tuning import space
+
+    bf = DType.BF16
+    op = GemmOp(contiguous("a", bf, (128, 4096)), contiguous("b", bf, (4096, 4096)),
+                contiguous("c", bf, (128, 4096)))
+    tiles = {(c["tile_m"], c["tile_n"]) for c in space.candidates(op, SM90, gemm_backend="cutedsl")}
+    assert {(64, 64), (128, 64), (64, 128)} <= tiles
+    glu = GemmOp(contiguous("a", bf, (16, 4096)), contiguous("b", bf, (1024, 4096)),
+                 contiguous("c", bf, (16, 512)), (EpSwiGLU(64),))
+    glu_tiles = {c["tile_n"] for c in space.candidates(glu, SM90, gemm_backend="cutedsl")}
+    assert 64 not in glu_tiles and 128 in glu_tiles

@@ -107,6 +107,18 @@ def _cutedsl_gemm_configs(op: GemmOp) -> list[dict]:
         flipped = dict(d, raster_along_m=not d["raster_along_m"])
         if flipped not in out:
             out.append(flipped)
+    # Decode-sized M: narrow tiles put more CTAs on the weights (M=128, N=4096: a 64x128 tile
+    # fills 64 of 132 SMs, 64x64 fills 128), with no split-K partials to write and reduce.
+    from aotpack.kernels.spec import swiglu_group
+
+    g = swiglu_group(op) or 0
+    if out and op.out.shape[0] <= 128:
+        for tm in (64, 128):
+            for cm, cn in ((1, 1), (2, 1), (1, 2)):
+                d = dict(out[0], tile_m=tm, tile_n=64, cluster_m=cm, cluster_n=cn,
+                         raster_along_m=True)
+                if d not in out and not (g and 64 % (2 * g)):
+                    out.append(d)
     return out
 
 
