@@ -46,7 +46,13 @@ CONFIGS = [(tm, tn, cm, cn, (i % 3) != 2, _EPIS[i % len(_EPIS)], DType.BF16)
 CONFIGS += [(128, 128, 1, 1, True, ("bias", "add"), DType.F32),
             (128, 256, 2, 1, True, ("mul",), DType.F16),
             (128, 256, 1, 1, True, ("bias", "scale"), DType.BF16),
-            (64, 128, 1, 2, True, ("scale_n", "silu", "add"), DType.BF16)]
+            (64, 128, 1, 2, True, ("scale_n", "silu", "add"), DType.BF16),
+            # narrow tiles of decode-sized M (tuning/space.py)
+            (64, 64, 1, 1, True, ("bias",), DType.BF16),
+            (128, 64, 2, 1, True, ("add",), DType.BF16),
+            (64, 224, 1, 1, True, ("gelu_tanh",), DType.BF16),
+            (128, 224, 1, 2, True, ("scale_n",), DType.BF16),
+            (64, 192, 2, 1, False, ("mul",), DType.F16)]
 # SwiGLU (w has 2n interleaved rows): every tile that holds whole pairs of 64
 SWIGLU_CONFIGS = [(128, 256, 1, 1, True, ("swiglu",), DType.BF16),
                   (128, 128, 2, 1, True, ("swiglu", "scale_n", "add"), DType.BF16),
@@ -201,7 +207,8 @@ def _expect_tmap(s: TensorMapSlot) -> dict:
             "row_stride_bytes": s.strides[0] * s.dtype.nbytes, "dims": s.dims, "box": s.box}
 
 
-@pytest.mark.parametrize("tm,tn", [(128, 256), (128, 128), (64, 128), (64, 256)])
+@pytest.mark.parametrize("tm,tn", [(128, 256), (128, 128), (64, 128), (64, 256), (64, 64),
+                                   (64, 224), (128, 224)])
 def test_epilogue_coordinates_follow_wgmma_accumulator_layout(tm, tn):
     """The (m, n) the epilogue uses for each accumulator register (the kernel's own acc_coords,
     evaluated on the host) must be where wgmma put that value. Reference: the PTX ISA's
@@ -213,7 +220,7 @@ def test_epilogue_coordinates_follow_wgmma_accumulator_layout(tm, tn):
     from aotpack.kernels.cutedsl.gemm import GemmConfig
 
     cfg = GemmConfig(tile_m=tm, tile_n=tn)
-    n_threads = 256 if (tm, tn) == (128, 256) else 128
+    n_threads = 256 if tm == 128 and tn > 128 else 128  # two consumer warp groups
     threads = sorted(set(range(32)) | {32 * w + 13 for w in range(n_threads // 32)})
     coords = fragment_coords(cfg, threads)
     per_rep = tn // 2  # registers per 64-row repetition

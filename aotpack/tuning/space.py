@@ -125,13 +125,15 @@ def _cutedsl_gemm_configs(op: GemmOp) -> list[dict]:
     from aotpack.kernels.spec import swiglu_group
 
     g = swiglu_group(op) or 0
+    # 224 = 14336 / 64 and 192 = 6144 / 32: whole waves of tiles for Llama-3-sized widths.
+    narrow = [(tm, 64, c) for tm in (64, 128) for c in ((1, 1), (2, 1), (1, 2))]
+    narrow += [(64, tn, c) for tn in (224, 192) for c in ((1, 1), (2, 1))]
     if out and op.out.shape[0] <= 128:
-        for tm in (64, 128):
-            for cm, cn in ((1, 1), (2, 1), (1, 2)):
-                d = dict(out[0], tile_m=tm, tile_n=64, cluster_m=cm, cluster_n=cn,
-                         raster_along_m=True)
-                if d not in out and not (g and 64 % (2 * g)):
-                    out.append(d)
+        for tm, tn, (cm, cn) in narrow:
+            d = dict(out[0], tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn,
+                     raster_along_m=True)
+            if d not in out and not (g and tn % (2 * g)):
+                out.append(d)
     return out
 
 

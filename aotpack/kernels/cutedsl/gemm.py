@@ -35,7 +35,7 @@ from aotpack.kernels.cutedsl.epilogue import EPI_KINDS  # noqa: F401  (re-export
 @dataclass(frozen=True)
 class GemmConfig:
     tile_m: int = 128  # 64 (one consumer warp group) or 128
-    tile_n: int = 256  # 64, 128, 256
+    tile_n: int = 256  # 64, 128, 192, 224, 256 (224 = 14336 / 64: the Llama-3 FFN width)
     cluster_m: int = 1  # 2 -> B tiles multicast to both CTAs of a cluster
     cluster_n: int = 1  # 2 -> A tiles multicast
     raster_along_m: bool = True
@@ -45,7 +45,7 @@ class GemmConfig:
     swiglu_group: int = 0  # > 0: SwiGLU of interleaved gate/up blocks first (epilogue.py)
 
     def check(self) -> None:
-        if self.tile_m not in (64, 128) or self.tile_n not in (64, 128, 256):
+        if self.tile_m not in (64, 128) or self.tile_n not in (64, 128, 192, 224, 256):
             raise ValueError(f"unsupported tile {self.tile_m}x{self.tile_n}")
         g = self.swiglu_group
         if g and (g % 8 or self.tile_n % (2 * g)):

@@ -62,7 +62,10 @@ SWIGLU_EPILOGUES = [("swiglu",), ("swiglu", "scale_n", "add")]
 SWIGLU_SHAPES = [(1000, 3008, 520), (77, 320, 136), (8, 1088, 72), (2000, 3008, 520)]
 SWIGLU_GROUP = 64
 TILES = [(128, 256, 1, 1, True), (128, 128, 1, 1, True), (64, 128, 1, 1, True),
-         (128, 128, 2, 1, True), (128, 128, 1, 2, False), (64, 256, 1, 2, True)]
+         (128, 128, 2, 1, True), (128, 128, 1, 2, False), (64, 256, 1, 2, True),
+         # decode-sized M (tuning/space.py): narrow tiles, and 224 = 14336 / 64
+         (64, 64, 1, 1, True), (128, 64, 2, 1, True), (64, 224, 1, 1, True),
+         (128, 224, 1, 2, True), (64, 192, 2, 1, True)]
 
 
 def make_op(m, n, k, steps=(), out=DType.BF16) -> GemmOp:
@@ -103,7 +106,8 @@ def write_cases(path: str) -> None:
         for steps in EPILOGUES if main else EPILOGUES[-3:]:
             for shape in CHECK_SHAPES:
                 cases.append(_case(cc, "check", shape, steps, tm, tn, cm, cn, ram))
-        for steps in SWIGLU_EPILOGUES if main else SWIGLU_EPILOGUES[-1:]:
+        for steps in (SWIGLU_EPILOGUES if main else SWIGLU_EPILOGUES[-1:]) \
+                if tn % (2 * SWIGLU_GROUP) == 0 else ():  # a tile holds whole gate/up pairs
             for shape in SWIGLU_SHAPES if main else SWIGLU_SHAPES[::3]:
                 cases.append(_case(cc, "check", shape, steps, tm, tn, cm, cn, ram))
         for shape in PERF_SHAPES if (tm, tn, cm, cn) == (128, 256, 1, 1) else PERF_SHAPES[:1]:
