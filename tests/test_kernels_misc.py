@@ -148,6 +148,10 @@ ATTENTION_CASES = {
     "sq100_skv37_causal": attention_case(1, 4, 2, 100, 37, 64, True),
     "sq37_skv100_noncausal": attention_case(1, 4, 2, 37, 100, 64, False),
     "d128_causal": attention_case(1, 4, 2, 100, 100, 128, True),
+    # decode-sized queries: the default picks a 16-row tile (one real row)
+    "sq1_skv1_decode": attention_case(16, 4, 2, 1, 1, 128, True),
+    "sq1_skv37_noncausal": attention_case(3, 4, 2, 1, 37, 64, False),
+    "sq5_skv40_causal": attention_case(2, 4, 4, 5, 40, 64, True),
 }
 # Small tiles exercise several row blocks, the unmasked loop and the diagonal split; every
 # case also runs through the TMA (tensor descriptor) kernel.
@@ -323,3 +327,18 @@ def test_attention_tma_llama_cubin_and_tensormap_slots():
     assert all(m.swizzle == "128B" for m in maps)
     listing = sass_or_skip(launch.kernel.cubin)
     assert "UTMALDG" in listing and "HGMMA" in listing
+
+
+def test_attention_decode_sized_queries_get_a_small_tile():
+    """S_q = 1 (decode): a 16-row tile, not the 128-row prefill tile (17.6 us of the 141 us
+    llama decode block on the H200 went to 128-row tiles holding one real row each)."""
+    from aotpack.kernels.triton import attention
+
+    op = ATTENTION_CASES["sq1_skv1_decode"]
+    cfg = attention.default_config(op)
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == (16, 16)
+    cands = attention.candidate_configs(op)
+    assert cands[0] == cfg and len({tuple(sorted(c.items())) for c in cands}) == len(cands)
+    assert attention.default_config(ATTENTION_CASES["d128_causal"])["BLOCK_M"] == 128
+    (launch,) = attention.compile(op, config=cands[-1])
+    assert launch.grid == (16 * 4, 1, 1) and launch.kernel.cubin[:4] == b"\x7fELF"
