@@ -1,17 +1,23 @@
 """Side-by-side benchmark suite: aotpack against eager PyTorch, torch.compile (default and
-max-autotune) and AOTInductor, in one GPU run of at most ~8 minutes.
+max-autotune) and AOTInductor, in one GPU run of at most ~450 s.
 
     python benchmarks/suite.py [--models a,b] [--bundle-dirs '.gpu/*/'] [--budget-s 450]
     python benchmarks/suite.py --smoke          # CPU, tiny models, eager only: checks plumbing
+    python benchmarks/suite.py --smoke --variants eager,compile,aoti   # more of it, on the CPU
 
 Per model and variant: median latency, TFLOP/s or GB/s against ceilings measured in the same
 run, build time, artifact size, GPU memory, kernel launches per forward, cold start (process
-start → first output on the host, each in a fresh process) and the error against eager. Every
-variant runs in its own process with a time limit; what fails is a row with its error. The JSON
+start → first output on the host, in a fresh process) and the error against eager. What fails
+is a row with its error; what does not fit the budget is a row that says so. The JSON
 (suite_results.py) is rewritten after every measurement; benchmarks/report.py turns it into the
-README table and a chart. Work happens in order of importance, and what no longer fits the
-budget is skipped with the reason. AOTInductor's load crash is investigated by
-suite_aoti_plan.py.
+README table and a chart.
+
+The run's plan (phases, estimates, priorities) is in suite_schedule.py: AOTInductor compiles
+and other CPU work start in the background at t = 0; GPU-bound timings (ceilings, aotpack's
+CUDA-graph replays) run once no background job can use the GPU; everything CPU-sensitive (one
+process per model for eager → torch.compile → max-autotune, AOTI runs, cold starts) once no
+background job runs. Rows: suite_torch.py, suite_bundles.py, suite_aoti_plan.py (AOTI;
+--aoti-diagnose: suite_aoti_diagnose.py).
 """
 from __future__ import annotations
 
@@ -35,19 +41,14 @@ sys.path.insert(0, str(HERE))
 
 import suite_aoti_plan as aoti_plan  # noqa: E402
 import suite_models as sm  # noqa: E402
+from suite_aoti_diagnose import Diagnosis  # noqa: E402
+from suite_bundles import BundleSteps, parse_bench  # noqa: E402,F401 (suite.parse_bench)
 from suite_results import ROW_FIELDS, Results  # noqa: E402
 from suite_runner import (  # noqa: E402
-    WORKER, Background, Budget, TaskResult, result_path, run_command, run_worker, write_task,
+    WORKER, Background, Budget, TaskResult, result_path, run_worker, write_task,
 )
-
-# Seconds per task on the H200 (for admission; limits are generous multiples), from the
-# 2026-11-30 run (benchmarks/results/2026-11-30-8c98e0a.json) plus ~25 %: eager 10-14 s,
-# compile 22-24 s, max-autotune 34-45 s, its warm start 25-30 s, AOTI compile 87 s, aotpack-run
-# 5-9 s, aotpack-py 6-8 s, aotpack cold 1-2.5 s. The first guesses (compile 60, max-autotune 90)
-# refused max-autotune for the MLPs with time left that would have covered it.
-ESTIMATE = {"ceilings": 10, "eager": 16, "compile": 30, "compile-max-autotune": 55,
-            "warm": 38, "aoti-compile": 100, "aoti-run": 30, "aotpack-run": 11,
-            "aotpack-py": 10, "aotpack-cold": 4, "probe": 8}
+from suite_schedule import ESTIMATE, PRIORITY, Ledger  # noqa: E402,F401
+from suite_torch import TorchSteps  # noqa: E402
 
 
 class Stopped(Exception):
@@ -56,17 +57,20 @@ class Stopped(Exception):
 
 class Suite:
     def __init__(self, args):
-        self.args = args
+        self.args, self.root = args, ROOT
         self.device = "cpu" if args.smoke else "cuda"
         self.work = Path(args.work).resolve()
         self.logs = self.work / "logs"
+        self.gpu_go = self.work / "gpu-go"  # background GPU jobs wait for it (after ceilings)
         clean_work(self.work, keep_references=bool(args.resume))
         self.logs.mkdir(parents=True, exist_ok=True)
         self.budget = Budget(args.budget_s)
+        self.ledger = Ledger(self.budget)
         self.bg = Background()
         tiers = ("core",) if args.no_extra else ("core", "extra")
         self.models = sm.select_models(args.models, tiers, args.smoke)
-        self.variants = tuple(args.variants or (*sm.TORCH_VARIANTS, *sm.AOTPACK_VARIANTS))
+        default = ("eager",) if args.smoke else (*sm.TORCH_VARIANTS, *sm.AOTPACK_VARIANTS)
+        self.variants = tuple(args.variants or default)
         self.bundles, warnings = self._bundles()
         self.results = Results(Path(args.out), self._meta())
         for w in warnings:
@@ -75,9 +79,11 @@ class Suite:
                         PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE),
                                                     os.environ.get("PYTHONPATH", "")]))
         self.aotpack_run = os.environ.get("AOTPACK_RUN") or None
-        self.compiled_here: set[tuple[str, str]] = set()
+        self.compare: dict[str, dict] = {}  # model → outputs saved before eager ran
+        self.why_not: dict[tuple, str] = {}  # row → why it was not run (refusals)
         if args.resume:
             self.results.resume(Path(args.resume), self._meta())
+        self.torch, self.packs, self.aoti = TorchSteps(self), BundleSteps(self), None
 
     # ----------------------------------------------------------------------------- set-up
     def _bundles(self):
@@ -91,7 +97,8 @@ class Suite:
     def _meta(self) -> dict:
         return {"date": datetime.date.today().isoformat(), "commit": self.args.commit,
                 "command": " ".join(sys.argv), "smoke": self.args.smoke,
-                "host": {"python": platform.python_version(), "machine": platform.machine()},
+                "host": {"python": platform.python_version(), "machine": platform.machine(),
+                         "cpus": os.cpu_count()},
                 "aotpack_run": os.environ.get("AOTPACK_RUN"),
                 "aotpack_lib": os.environ.get("AOTPACK_LIB")}
 
@@ -112,41 +119,83 @@ class Suite:
                     self._plan_row(m.name, v, b.label)
                 if not bundles:
                     self._no_bundle(m, v)
+        if not self.args.smoke and not self.results.doc["ceilings"].get("gemm_tflops"):
+            self.ledger.add(("ceilings",), ESTIMATE["ceilings"], PRIORITY["ceilings"])
+        self.torch.plan(self.models)
+        self.packs.plan()
+        self.results.doc["schedule"] = {"estimates_s": ESTIMATE, "priorities": PRIORITY,
+                                        "cpus": os.cpu_count()}
         self.results.write()
 
     def _plan_row(self, model: str, variant: str, label: str) -> None:
         self.results.row(model, variant, label)
-        if variant not in self.variants:
-            self._set(model, variant, label, status="skipped", error="not selected (--variants)")
-        elif self.args.smoke and variant != "eager":
-            self._set(model, variant, label, status="skipped", error="--smoke runs eager only")
+        if variant in self.variants:
+            return
+        why = ("--smoke runs eager only (choose more with --variants)"
+               if self.args.smoke and not self.args.variants else "not selected (--variants)")
+        self.set_row(model, variant, label, status="skipped", error=why)
 
     def _no_bundle(self, m, variant: str) -> None:
         if self.args.smoke:
-            self._set(m.name, variant, "", status="skipped", error="--smoke runs eager only")
+            self.set_row(m.name, variant, "", status="skipped", error="--smoke has no bundles")
         elif m.tier == "extra":  # the frontend probe fills in the reason
-            self._set(m.name, variant, "", status="unsupported",
-                      error="unsupported: aotpack cannot build this model yet")
+            self.set_row(m.name, variant, "", status="unsupported",
+                         error="unsupported: aotpack cannot build this model yet")
         else:
-            self._set(m.name, variant, "", status="missing",
-                      error=f"no bundle with spec.txt = {m.spec} under the bundle folders")
+            self.set_row(m.name, variant, "", status="missing",
+                         error=f"no bundle with spec.txt = {m.spec} under the bundle folders")
 
-    def _set(self, model: str, variant: str, label: str, **fields) -> None:
-        if fields.get("status") != "ok" and self.results.row(model, variant, label)["status"] \
-                not in ("pending", "unsupported"):
-            return  # never overwrite a decided row with a later skip
+    # ------------------------------------------------------------------------------ rows
+    def set_row(self, model: str, variant: str, label: str, **fields) -> None:
+        status = fields.get("status")
+        row = self.results.row(model, variant, label)
+        if status not in (None, "ok") and row["status"] not in ("pending", "unsupported"):
+            return  # never overwrite a decided row with a later failure or skip
         self.results.update(model, variant, label, **fields)
 
     def pending(self, model: str, variant: str, label: str = "") -> bool:
         return self.results.row(model, variant, label)["status"] == "pending"
 
+    def apply(self, model: str, variant: str, label: str, res: TaskResult, **extra) -> None:
+        """A task's outcome into its row."""
+        if not res.ok:
+            self.set_row(model, variant, label, status=res.status, error=res.error,
+                         wall_s=res.wall_s, log_tail=res.log_tail[-1500:] if res.rc else None,
+                         **extra)
+            return
+        self.apply_fields(model, variant, label, dict(res.result, wall_s=res.wall_s), **extra)
+
+    def apply_fields(self, model: str, variant: str, label: str, result: dict, **extra) -> None:
+        """Measured fields on top, the rest under "details"; the caller's facts win."""
+        fields = {k: v for k, v in result.items() if k in ROW_FIELDS or k == "notes"}
+        details = {k: v for k, v in result.items() if k not in fields and k != "details"}
+        row = self.results.row(model, variant, label)
+        fields["details"] = {**(row.get("details") or {}), **details,
+                             **(result.get("details") or {})}
+        self.set_row(model, variant, label, status="ok", error=None, **{**fields, **extra})
+
+    def model(self, name: str):
+        return next(m for m in self.models if m.name == name)
+
+    def ref_path(self, model: str) -> str:
+        return str(self.work / f"ref-{model}.pt")
+
+    def inputs_path(self, model: str) -> str:
+        return str(self.work / f"inputs-{model}.pt")
+
+    def cache_env(self, name: str) -> dict:
+        d = self.work / "cache" / name  # per task: each compile starts from a cold cache
+        return {"TORCHINDUCTOR_CACHE_DIR": str(d), "TRITON_CACHE_DIR": str(d / "triton")}
+
     # ------------------------------------------------------------------------- running
-    def task(self, tid: str, task: dict, *, estimate: str, cap_s: float,
+    def task(self, tid: str, task: dict, *, estimate, cap_s: float,
              env: dict | None = None) -> TaskResult:
-        refused = self.budget.refuse(ESTIMATE[estimate])
+        """One worker process, when its estimate (a name of ESTIMATE or seconds) still fits."""
+        est = ESTIMATE[estimate] if isinstance(estimate, str) else estimate
+        refused = self.budget.refuse(est)
         if refused:
             return TaskResult("skipped", None, 0.0, {}, refused)
-        tid = re.sub(r"[^A-Za-z0-9_.-]", "_", tid)
+        tid = re.sub(r"[^A-Za-z0-9_.+-]", "_", tid)
         self.log(f"{tid} ...")
         res = run_worker(dict(task, id=tid), work=self.work, env=dict(self.env, **(env or {})),
                          limit_s=self.budget.limit(cap_s), log_path=self.logs / f"{tid}.log")
@@ -154,241 +203,137 @@ class Suite:
         self.log(f"{tid}: {res.status} in {res.wall_s:.1f}s{why}")
         return res
 
-    def apply(self, model: str, variant: str, label: str, res: TaskResult, **extra) -> None:
-        """A task's outcome into its row: measured fields on top, the rest under "details"."""
-        if not res.ok:
-            self._set(model, variant, label, status=res.status, error=res.error,
-                      wall_s=res.wall_s, log_tail=res.log_tail[-1500:] if res.rc else None, **extra)
-            return
-        fields = {k: v for k, v in res.result.items() if k in ROW_FIELDS or k == "notes"}
-        details = {k: v for k, v in res.result.items() if k not in fields}
-        row = self.results.row(model, variant, label)
-        fields["details"] = {**(row.get("details") or {}), **details}
-        self._set(model, variant, label, status="ok", error=None, wall_s=res.wall_s,
-                  **{**fields, **extra})  # the caller's facts win over the worker's
+    def gate_gpu(self) -> None:
+        """Before a GPU timing: no background job may still use the GPU."""
+        keep = self.ledger.pending(1)
+        waited = self.bg.wait_gpu_free(self.budget.deadline(keep),
+                                       "its GPU phase outlasted what the budget could wait")
+        if waited > 0.5:
+            self.log(f"waited {waited:.1f}s for background GPU phases to end")
+        self.results.doc.setdefault("schedule", {}).setdefault("gpu_waits_s", []).append(
+            round(waited, 1))
 
-    def cache_env(self, name: str) -> dict:
-        d = self.work / "cache" / name  # per variant: each compile starts from a cold cache
-        return {"TORCHINDUCTOR_CACHE_DIR": str(d), "TRITON_CACHE_DIR": str(d / "triton")}
-
-    def ref_path(self, model: str) -> str:
-        return str(self.work / f"ref-{model}.pt")
+    def poll_aoti(self) -> None:
+        if self.aoti and not self.args.aoti_diagnose:
+            self.aoti.poll()
 
     # -------------------------------------------------------------------------- phases
     def run(self) -> None:
-        """Phases in order of importance: what the budget cuts is the end of this list."""
+        """Phases in order of importance (suite_schedule.py): what the budget cuts is the end."""
         self.plan()
-        self.start_background()
         core = [m for m in self.models if m.tier == "core"]
         extra = [m for m in self.models if m.tier == "extra"]
-        if not self.args.smoke and not self.results.doc["ceilings"].get("gemm_tflops"):
-            self.ceilings()  # GPU-bound: unaffected by the CPU-only jobs still running
-        self.bg.wait_all()  # nothing is timed while they compete for the CPU
-        for m in core:
-            self.torch_variant(m, "eager")
-        for b in self.bundles:
-            self.aotpack(b)
-        for m in core:
-            self.torch_variant(m, "compile")
-        aoti, recipe = self.aoti_diagnosis(core or extra)
-        for m in core:
-            self.torch_variant(m, "compile-max-autotune")
-        for m in core:
-            if aoti:
-                aoti.run_model(m, recipe)
-        for v in ("compile", "compile-max-autotune"):
-            for m in core:
-                self.warm_start(m, v)
-        if aoti:
-            aoti.backtrace()
-        for m in extra:
-            self.extra_model(m, aoti, recipe)
-        self.results.finish_pending("skipped: the time budget ran out before this row")
+        self.start_background(core, extra)
+        self.window()
+        self.quiet(core, extra)
+        for m in extra:  # lowest priority: only with what is left
+            self.torch.run(m)
+            if self.aoti:
+                self.aoti.run_extra(m)
+        for m in core if self.args.warm_start else []:
+            self.torch.warm_start(m)
+        self.finish_rows()
 
-    def aoti_diagnosis(self, models: list):
-        """AOTInductor: the recipe that loads here (from an earlier run when resuming)."""
-        if self.args.smoke or "aoti" not in self.variants or not models:
-            return None, None
-        aoti = aoti_plan.AotiRunner(self)
-        done = self.results.doc["aoti"]
-        if done.get("attempts"):
-            return aoti, tuple(done["recipe"]) if done.get("recipe") else None
-        return aoti, aoti.diagnose(models)
+    def start_background(self, core: list, extra: list) -> None:
+        """t = 0: CPU-only jobs (reference inputs, weights, frontend probes) and the AOTI
+        compiles + toolchain probes."""
+        todo = [{"name": m.name, "spec": m.spec, "path": self.inputs_path(m.name)}
+                for m in core if not Path(self.inputs_path(m.name)).is_file()]
+        if todo:
+            self._bg_worker("inputs", {"task": "inputs", "models": todo}, 180)
+        self.packs.start_weights()
+        aoti_models = core if "aoti" in self.variants else []
+        if aoti_models:
+            self.aoti = aoti_plan.AotiRunner(self)
+            if not self.args.aoti_diagnose:
+                self.aoti.start(aoti_models)
+            self.aoti.start_probes()
+        if extra and not self.args.smoke:
+            self._bg_worker("frontend-probes", {"task": "frontend-probe", "models": [
+                {"name": m.name, "spec": m.spec} for m in extra]}, 240)
+
+    def _bg_worker(self, tid: str, task: dict, limit_s: float) -> None:
+        path, _ = write_task(dict(task, id=tid), self.work)
+        self.bg.start(tid, [sys.executable, str(WORKER), str(path)],
+                      dict(self.env, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"), limit_s,
+                      self.logs / f"{tid}.log")
+
+    def window(self) -> None:
+        """GPU-bound timings while CPU-only background jobs may still run. The ceilings come
+        first, while the background GPU jobs are still in their CPU-only start and wait for
+        the go (suite_proc.wait_for_go): they need the GPU alone."""
+        if ("ceilings",) in self.ledger.items:
+            self.ceilings()
+        self.gpu_go.write_text("go\n")
+        self.packs.latency()
+        if self.aoti and not self.args.aoti_diagnose:
+            self.aoti.check(deadline=self.budget.deadline(self.ledger.pending(1)))
+
+    def quiet(self, core: list, extra: list) -> None:
+        """Everything CPU-sensitive, with no background job left."""
+        keep = self.ledger.pending(1)
+        waited = self.bg.wait_all(self.budget.deadline(keep),
+                                  "the core rows needed the time that was left")
+        self.log(f"quiet phase (waited {waited:.1f}s for background jobs)")
+        self.results.doc.setdefault("schedule", {})["quiet_from_s"] = round(
+            self.budget.elapsed(), 1)
+        if self.aoti:
+            self.aoti.record_probes()
+        self.extra_probes(extra)
+        for m in core:
+            self.torch.ensure_reference(m)
+            self.torch.run(m)
+        if self.aoti and self.args.aoti_diagnose:
+            Diagnosis(self.aoti).run(core)
+            for m in core:
+                self.aoti.compile_and_run(m)
+        elif self.aoti:
+            for m in core:
+                self.aoti.run_model(m)
+        self.packs.cold_starts()
+        self.torch.retry_later()
 
     def ceilings(self) -> None:
+        self.ledger.drop(("ceilings",))
         res = self.task("ceilings", {"task": "ceilings"}, estimate="ceilings", cap_s=90)
         ceil = dict(res.result) if res.ok else {"status": res.status, "error": res.error}
         self.results.doc["ceilings"] = ceil
         self.results.write()
 
-    def torch_variant(self, m, variant: str) -> None:
-        if variant == "eager" and not self.pending(m.name, variant):
-            return self.ensure_reference(m)
-        if not self.pending(m.name, variant):
+    def extra_probes(self, extra: list) -> None:
+        """The extra models' aotpack rows: why aotpack cannot build them (frontend probe)."""
+        if "frontend-probes" not in self.bg.jobs:
             return
-        task = {"task": "torch", "variant": variant, "spec": m.spec, "device": self.device,
-                "ref_path": self.ref_path(m.name), "reps": self.args.reps}
-        cap = {"eager": 120, "compile": 240, "compile-max-autotune": 360}[variant]
-        res = self.task(f"{m.name}-{variant}", task, estimate=variant, cap_s=cap,
-                        env=self.cache_env(f"{m.name}-{variant}"))
-        costs = res.result.pop("costs", None) if res.ok else None
-        if costs:
-            self.results.doc["models"][m.name].update(costs)
-        extra = ({"cold_start_note": "cold start: python + import torch + model built from its "
-                                     "seed + first forward + outputs to host"}
-                 if variant == "eager" else
-                 {"build_note": "build_s: compile + first forward, cold Inductor cache"})
-        if variant != "eager" and res.ok:
-            res.result["cold_start_cold_cache_s"] = res.result.pop("cold_start_s", None)
-            self.compiled_here.add((m.name, variant))
-        self.apply(m.name, variant, "", res, **extra)
-
-    def ensure_reference(self, m) -> None:
-        """When resuming on a fresh machine: eager's inputs/outputs for the rows still to
-        measure, without re-measuring eager."""
-        todo = any(r["status"] == "pending" for r in self.results.rows if r["model"] == m.name)
-        if todo and not Path(self.ref_path(m.name)).is_file():
-            self.task(f"{m.name}-reference", {"task": "torch", "variant": "eager", "spec": m.spec,
-                                               "device": self.device, "ref_only": True,
-                                               "ref_path": self.ref_path(m.name)},
-                      estimate="eager", cap_s=120)
-
-    def warm_start(self, m, variant: str) -> None:
-        row = self.results.row(m.name, variant)
-        if (m.name, variant) not in self.compiled_here or row["status"] != "ok":
-            return  # needs the Inductor cache of a compile done by this run
-        task = {"task": "torch", "variant": variant, "spec": m.spec, "device": self.device,
-                "warm_start_only": True}
-        res = self.task(f"{m.name}-{variant}-warm", task, estimate="warm", cap_s=180,
-                        env=self.cache_env(f"{m.name}-{variant}"))
-        fields = ({"cold_start_s": res.result.get("cold_start_s"),
-                   "cold_start_note": "fresh process, warm Inductor cache: python + import "
-                                      "torch + model build + torch.compile + first forward"}
-                  if res.ok else {"cold_start_note": f"warm-cache start not measured: {res.error}"})
-        self.results.update(m.name, variant, "", **fields)
-
-    # -------------------------------------------------------------------------- aotpack
-    def aotpack(self, b) -> None:
-        weights = self._weights_ready(b)
-        if weights is not None:
+        res = self.bg.wait("frontend-probes")
+        path = result_path(self.work, "frontend-probes")
+        probes = (json.loads(path.read_text()) if path.is_file() else {}).get("models") or {}
+        for m in extra:
+            probe = probes.get(m.name)
+            if probe is None or probe.get("error"):
+                fields = {"status": "error", "error": "frontend probe: " + (
+                    probe["error"] if probe else f"{res.status}: {res.error}")}
+            elif probe.get("unsupported"):
+                fields = {"status": "unsupported", "error": f"unsupported: {probe['unsupported']}"}
+            else:
+                fields = {"status": "missing", "error": "missing: aotpack's frontend and passes "
+                                                        "accept it, but no bundle was given"}
             for v in sm.AOTPACK_VARIANTS:
-                self._set(b.model, v, b.label, status="error", error=weights)
-            return
-        facts = sm.bundle_facts(b.bundle)
-        build = {"build_s": b.build.get("build_s"),
-                 "build_note": "aotpack build on the build host (build.json)" if b.build
-                 else "not recorded (put build.json with build_s next to the bundle)",
-                 "artifact_bytes": facts["artifact_bytes"],
-                 "artifact_note": "model.aotpack + external weights file",
-                 "launches": facts["steps"], "graph_launches": 1,
-                 "launches_method": "bundle manifest: kernel steps per forward, one CUDA graph"}
-        if "aotpack-run" in self.variants:
-            self.aotpack_run_row(b, build)
-        if "aotpack-py" in self.variants:
-            self.aotpack_py_row(b, build)
+                self.results.update(m.name, v, "", **fields)
 
-    def _weights_ready(self, b) -> str | None:
-        name = f"weights-{b.model}-{b.label}"
-        if name not in self.bg.jobs:
-            return None
-        res = self.bg.wait(name)
-        if res.ok:
-            return None
-        return f"scripts/make-weights failed: {res.error}: {res.log_tail[-300:]}"
-
-    def aotpack_run_row(self, b, build: dict) -> None:
-        if not self.aotpack_run or not Path(self.aotpack_run).is_file():
-            self._set(b.model, "aotpack-run", b.label, status="error",
-                      error="AOTPACK_RUN is not set to a built aotpack-run "
-                            "(scripts/gpu-check build)")
-            return
-        refused = self.budget.refuse(ESTIMATE["aotpack-run"])
-        if refused:
-            return self._set(b.model, "aotpack-run", b.label, status="skipped", error=refused)
-        log = self.logs / f"{b.model}-{b.label}-aotpack-run.log"
-        bench = run_command([self.aotpack_run, str(b.bundle), "--bench", str(2 * self.args.reps),
-                             "--warmup", "20"], env=self.env, limit_s=self.budget.limit(120),
-                            log_path=log)
-        if not bench.ok:
-            return self.apply(b.model, "aotpack-run", b.label, bench)
-        times = parse_bench(bench.log_tail)
-        if not times:
-            return self._set(b.model, "aotpack-run", b.label, status="error",
-                             error=f"no median in aotpack-run --bench output: "
-                                   f"{bench.log_tail[-300:]}")
-        colds = [run_command([self.aotpack_run, str(b.bundle)], env=self.env, limit_s=60,
-                             log_path=log) for _ in range(3)]
-        cold = sorted(c.wall_s for c in colds if c.ok)
-        self.log(f"{b.model} aotpack-run [{b.label}]: {times.get('median_ms')} ms, cold {cold}")
-        self._set(b.model, "aotpack-run", b.label, status="ok", **times, **build,
-                  cold_start_s=cold[len(cold) // 2] if cold else None, cold_start_runs=cold,
-                  cold_start_note="wall time of `aotpack-run BUNDLE` (load + weights check + "
-                                  "first run + output summary + exit), median of 3 processes",
-                  notes=["latency: aotpack-run --bench (C++ launcher, CUDA graph)"])
-
-    def aotpack_py_row(self, b, build: dict) -> None:
-        task = {"task": "aotpack-py", "bundle": str(b.bundle), "ref_path": self.ref_path(b.model),
-                "aotpack_run": self.aotpack_run, "reps": self.args.reps}
-        res = self.task(f"{b.model}-{b.label}-aotpack-py", task, estimate="aotpack-py", cap_s=150)
-        cold = self.task(f"{b.model}-{b.label}-aotpack-cold",
-                         {"task": "aotpack-cold", "bundle": str(b.bundle)},
-                         estimate="aotpack-cold", cap_s=90)
-        mem = {}
-        if cold.ok:
-            mem = {"cold_start_s": cold.result["cold_start_s"],
-                   "cold_start_note": "python + import aotpack.runtime (ctypes, no torch) + "
-                                      "load + first run + outputs to host",
-                   "device_mem_bytes": cold.result["device_mem_bytes"],
-                   "peak_mem_bytes": cold.result["device_mem_bytes"],
-                   "peak_mem_method": "cuMemGetInfo delta around load + first run in a fresh "
-                                      "process without torch (weights, arena, io, CUDA graph)"}
-        self.apply(b.model, "aotpack-py", b.label, res, **build, **mem)
-        run_check = res.result.get("aotpack_run") or {} if res.ok else {}
-        if "rel_err_vs_eager" in run_check and self.results.row(
-                b.model, "aotpack-run", b.label)["status"] == "ok":
-            self.results.update(b.model, "aotpack-run", b.label,
-                                rel_err_vs_eager=run_check["rel_err_vs_eager"],
-                                **{k: v for k, v in mem.items() if "mem" in k})
-
-    def start_background(self) -> None:
-        """CPU-only jobs first, in parallel: weights of bundles built with external weights
-        (scripts/make-weights, sha256-checked by the runtime) and aotpack frontend probes of
-        the models aotpack cannot build yet."""
-        for b in self.bundles:
-            wfile = (sm.bundle_manifest(b.bundle).get("external_weights") or {}).get("file")
-            if wfile and not (b.dir / wfile).is_file():
-                self.bg.start(f"weights-{b.model}-{b.label}",
-                              [sys.executable, str(ROOT / "scripts" / "make-weights"), b.spec,
-                               str(b.dir)], self.env, 240, self.logs / f"weights-{b.label}.log")
-        for m in self.models:
-            if m.tier == "extra" and not self.args.smoke:
-                path, _ = write_task({"task": "frontend-probe", "spec": m.spec,
-                                      "id": f"{m.name}-probe"}, self.work)
-                self.bg.start(f"probe-{m.name}", [sys.executable, str(WORKER), str(path)],
-                              self.env, 240,
-                              self.logs / f"{m.name}-probe.log")
-
-    def extra_model(self, m, aoti, recipe) -> None:
-        """Models aotpack cannot build yet: the reason from the frontend probe, then the torch
-        variants while time is left."""
-        if f"probe-{m.name}" in self.bg.jobs:
-            res = self.bg.wait(f"probe-{m.name}")
-            path = result_path(self.work, f"{m.name}-probe")
-            probe = json.loads(path.read_text()) if path.is_file() else {}
-            reason = probe.get("unsupported") or probe.get("error") or res.error
-            text = (f"unsupported: {reason}" if reason else
-                    "missing: aotpack's frontend and passes accept it, but no bundle was given")
-            for v in sm.AOTPACK_VARIANTS:
-                self.results.update(m.name, v, "", error=text,
-                                    status="unsupported" if reason else "missing")
-        for v in ("eager", "compile"):
-            self.torch_variant(m, v)
-        if aoti:
-            aoti.run_model(m, recipe)
-        self.torch_variant(m, "compile-max-autotune")
+    def finish_rows(self) -> None:
+        for r in self.results.rows:
+            why = self.why_not.get((r["model"], r["variant"], r["label"]))
+            if r["status"] == "pending" and why:
+                r["status"], r["error"] = "skipped", why
+        self.results.finish_pending("skipped: the time budget ran out before this row")
 
     def finish(self) -> None:
         self.bg.kill_all()
+        self.results.doc.setdefault("schedule", {})["background"] = {
+            name: {"status": job.result.status, "wall_s": job.result.wall_s, "gpu": job.gpu}
+            for name, job in self.bg.jobs.items() if job.result is not None}
+        if self.aoti:
+            self.aoti.finish()
         self.results.doc["budget"] = {"limit_s": self.args.budget_s,
                                       "used_s": round(self.budget.elapsed(), 1)}
         self.results.write()
@@ -402,19 +347,11 @@ def clean_work(work: Path, keep_references: bool) -> None:
     would make "cold" compiles warm, so they go; eager's references stay when resuming."""
     for sub in ("cache", "aoti", "logs", "cxx-probe", "cxx-exclude-libs"):
         shutil.rmtree(work / sub, ignore_errors=True)
-    patterns = ["task-*.json", "result-*.json"] + ([] if keep_references else ["ref-*.pt"])
+    patterns = ["task-*.json", "result-*.json", "gpu-done-*", "gpu-go", "outs-*.pt"]
+    patterns += [] if keep_references else ["ref-*.pt", "inputs-*.pt"]
     for pattern in patterns:
         for f in work.glob(pattern):
             f.unlink()
-
-
-def parse_bench(text: str) -> dict:
-    """median/p10/p90 of `aotpack-run --bench` output."""
-    m = re.search(r"median_ms=([\d.]+) p10_ms=([\d.]+) p90_ms=([\d.]+).*runs=(\d+)", text)
-    if not m:
-        return {}
-    return {"median_ms": float(m[1]), "p10_ms": float(m[2]), "p90_ms": float(m[3]),
-            "reps": int(m[4])}
 
 
 def default_commit() -> str:
@@ -442,10 +379,19 @@ def parse_args(argv=None):
                     "benchmarks/results, named <date>-<commit>.json)")
     ap.add_argument("--logs-tar", default=None, help="write every task's log into this .tar.gz")
     ap.add_argument("--commit", default=None)
-    ap.add_argument("--aoti-all", action="store_true", help="try every AOTI recipe")
+    ap.add_argument("--aoti-diagnose", action="store_true",
+                    help="the long AOTI diagnosis (default load, C++ loader, recipes one by one, "
+                         "cuda-gdb backtrace) in the foreground instead of the known recipe in "
+                         "the background (suite_aoti_diagnose.py)")
+    ap.add_argument("--aoti-all", action="store_true",
+                    help="with --aoti-diagnose: try every AOTI recipe")
     ap.add_argument("--resume", default=None, help="an earlier results JSON: keep its measured "
                     "rows, ceilings and AOTI findings; measure what it skipped (into --out)")
-    ap.add_argument("--smoke", action="store_true", help="CPU, tiny models, eager only")
+    ap.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                    help="leave out the max-autotune warm-cache starts (the last, optional "
+                         "step of a run)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU, tiny models; eager only unless --variants says more")
     args = ap.parse_args(argv)
     if args.smoke:
         args.reps = min(args.reps, 20)

@@ -1,15 +1,18 @@
-"""AOTInductor tasks of the suite's worker: compile a package, load and run it in a fresh
-process, and a C++ toolchain probe. The order of attempts and what they mean is in
-suite_aoti_plan.py (the suite's side).
+"""AOTInductor tasks of the suite's worker: compile a package (a background job), load and run
+it in a fresh process (or only check that it loads), and a C++ toolchain probe. The plan (which
+recipe, when, what a failure leads to) is suite_aoti_plan.py, on the suite's side.
 
-Why these tasks look as they do: on the H200 image, AOTInductor packages compiled but the load
-(`_load_aoti` → torch._C._aoti.AOTIModelPackageLoader) died with SIGSEGV. The same image's g++
-links libstdc++ statically into shared objects (ldd of our libaotpack.so showed no libstdc++,
-and a libaotpack loaded into Python after torch crashed inside std::ostream's number
-formatting: two libstdc++ copies, one exported by the .so, mixed at run time). The tasks below
-record what is needed to confirm or refute that for AOTInductor's .so: which compiler Inductor
-used, whether the .so needs libstdc++.so.6 or exports its own std:: symbols, and, stage by
-stage, where a load dies.
+Why these tasks look as they do: on the H200 image the default AOTI package crashed or hung at
+load. The image's g++ links libstdc++ statically into shared objects; a probe .so formatting
+with std::ostringstream crashes once torch is in the process and works when linked with
+-Wl,--exclude-libs,ALL (suite_aoti_plan.KNOWN). So the compile records which compiler Inductor
+used, whether the .so needs libstdc++.so.6 or exports its own std:: symbols, and the run says,
+stage by stage, where a load dies.
+
+The compile runs while the suite times other things, so it tells the suite about its GPU use:
+it builds the model on the CPU and waits for the suite's go (suite_proc.wait_for_go) before
+touching the GPU, and writes a marker once Inductor starts its first C++ build (from then on it
+is g++ and file I/O: mark_gpu_done_at_cxx_build).
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import time
 import zipfile
 from pathlib import Path
 
-from suite_proc import since_process_start, stage
+from suite_proc import since_process_start, stage, wait_for_go
 
 
 # ------------------------------------------------------------------------------ diagnostics
@@ -59,7 +62,9 @@ def package_facts(pkg: Path) -> dict:
         facts: dict = {"files": len(files), "largest": largest,
                        "has_so": any(n.endswith(".so") for n in files),
                        "has_cpp": any(n.endswith(".cpp") for n in files),
-                       "has_cmake": any(n.endswith("CMakeLists.txt") for n in files)}
+                       "has_cmake": any(n.endswith("CMakeLists.txt") for n in files),
+                       "weights_outside_so": any(n.endswith("_weights.blob") or "/weights/" in n
+                                                 for n in files)}
         sos = [i for i in infos if i.filename.endswith(".so")]
         if sos:
             with tempfile.TemporaryDirectory() as tmp:
@@ -74,19 +79,27 @@ def package_facts(pkg: Path) -> dict:
 # ---------------------------------------------------------------------------------- compile
 
 def task_aoti_compile(t: dict) -> dict:
-    """torch.export + aoti_compile_and_package with the recipe's Inductor configs (the recipe's
-    environment, e.g. CXX, was set by the suite before this process started)."""
+    """torch.export + aoti_compile_and_package with the recipe's Inductor configs (those this
+    torch knows; the recipe's environment, e.g. CXX, was set by the suite). Runs in the
+    background: t["gpu_done_path"] is written once the compile no longer uses the GPU."""
     import torch
 
     import suite_measure as M
 
     stage("build model")
-    model, inputs = M.load_on(t["spec"], t.get("device", "cuda"))  # cpu: the plumbing's tests
+    model, inputs = M.load_on(t["spec"], "cpu")
+    go_wait_s = wait_for_go(t.get("gpu_go_path"))
+    device = t.get("device", "cuda")  # cpu: the plumbing's tests
+    model, inputs = model.to(device), [x.to(device) for x in inputs]
     from torch._inductor import cpp_builder
 
     compiler = cpp_builder.get_cpp_compiler()
+    configs, unknown = known_configs(t.get("configs") or {})
     res = {"compiler": compiler, "compiler_version": _run([compiler, "--version"]).splitlines()[0],
-           "cxx_env": os.environ.get("CXX")}
+           "cxx_env": os.environ.get("CXX"), "configs_applied": configs,
+           "configs_unknown_to_this_torch": unknown,
+           "gpu_done_marker": mark_gpu_done_at_cxx_build(t.get("gpu_done_path")),
+           "waited_for_gpu_go_s": go_wait_s}
     stage("export")
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -95,7 +108,7 @@ def task_aoti_compile(t: dict) -> dict:
         stage("aoti_compile_and_package")
         t1 = time.perf_counter()
         path = torch._inductor.aoti_compile_and_package(
-            ep, package_path=t["package"], inductor_configs=t.get("configs") or {})
+            ep, package_path=t["package"], inductor_configs=dict(configs))  # it adds keys
     res.update(export_s=round(export_s, 2), compile_s=round(time.perf_counter() - t1, 2),
                package=str(path), artifact_bytes=Path(path).stat().st_size)
     res["build_s"] = round(res["export_s"] + res["compile_s"], 2)
@@ -104,10 +117,58 @@ def task_aoti_compile(t: dict) -> dict:
     return res
 
 
+def known_configs(configs: dict) -> tuple[dict, list[str]]:
+    """The configs whose dotted name exists in this torch's Inductor config (the GPU machine's
+    torch may be older than the one these names were checked against), and the others."""
+    from torch._inductor import config
+
+    missing = object()
+    known, unknown = {}, []
+    for name, value in configs.items():
+        node = config
+        for part in name.split("."):  # a default of None is a known name: hence the sentinel
+            node = getattr(node, part, missing) if node is not missing else missing
+        (unknown.append(name) if node is missing else known.__setitem__(name, value))
+    return known, unknown
+
+
+def mark_gpu_done_at_cxx_build(path: str | None) -> str:
+    """Writes `path` when AOTInductor starts its first C++ build inside AotCodeCompiler.compile.
+    By then codegen has run every compile-time autotuning on the GPU and the weights have been
+    copied to the host; what follows (precompiled header, wrapper and kernel .o, link, package)
+    is g++ and file I/O only, so the suite may time GPU-bound work alongside. Returns how the
+    marker is armed, or why not (then the suite waits for the whole job)."""
+    if not path:
+        return "not requested"
+    try:
+        from torch._inductor import codecache, cpp_builder
+
+        aot, builder = codecache.AotCodeCompiler, cpp_builder.CppBuilder
+        compile_, build = aot.compile, builder.build
+    except (ImportError, AttributeError) as e:
+        return f"not armed ({type(e).__name__}: {e}): the suite waits for the job's end"
+    inside = []
+
+    def aot_compile(*args, **kwargs):
+        inside.append(True)
+        return compile_(*args, **kwargs)
+
+    def cxx_build(self, *args, **kwargs):
+        if inside and not os.path.exists(path):
+            stage("first C++ build: the GPU is no longer used by this compile")
+            Path(path).write_text(f"{time.time()}\n")
+        return build(self, *args, **kwargs)
+
+    aot.compile = staticmethod(aot_compile)  # compile_ is already bound to the class
+    builder.build = cxx_build
+    return "armed: AotCodeCompiler.compile → first CppBuilder.build"
+
+
 # -------------------------------------------------------------------------------------- run
 
 def _inputs(t: dict, device: str):
-    """Eager's saved inputs (same seed as the compile), else the model's example, random."""
+    """Eager's reference (inputs + outputs), else the suite's saved inputs, else the model's
+    example inputs made afresh (same seed)."""
     import torch
 
     import suite_measure as M
@@ -116,6 +177,9 @@ def _inputs(t: dict, device: str):
     if ref_path and Path(ref_path).is_file():
         ref = torch.load(ref_path)
         return [x.to(device) for x in ref["inputs"]], ref["outputs"]
+    saved = M.load_inputs(t.get("inputs_path"), device)
+    if saved is not None:
+        return saved, None
     _, inputs = M.load_on(t["spec"], "cpu")
     return [x.to(device) for x in inputs], None
 
@@ -138,7 +202,8 @@ def _load_package(t: dict):
 
 
 def task_aoti_run(t: dict) -> dict:
-    """Fresh process: load the package, first run (cold start), then the row's measurements."""
+    """Fresh process: load the package, first run (cold start), then the row's measurements;
+    with t["check_only"], only load + first run + finite outputs (the GPU window's check)."""
     import torch
 
     import suite_measure as M
@@ -155,6 +220,11 @@ def task_aoti_run(t: dict) -> dict:
     with torch.no_grad():
         first = M.to_host(call(inputs))
         res = {"cold_start_s": since_process_start(), "load_s": round(load_s, 3)}
+        if t.get("check_only"):
+            bad = [i for i, x in enumerate(first) if not bool(x.float().isfinite().all())]
+            if bad:
+                raise RuntimeError(f"outputs {bad} have non-finite values")
+            return dict(res, outputs=len(first))
         mem.sample()
         if ref is not None:
             res["rel_err_vs_eager"] = M.max_rel_err(first, ref)
@@ -190,6 +260,7 @@ def task_cxx_probe(t: dict) -> dict:
     import ctypes
 
     if t.get("import_torch"):
+        wait_for_go(t.get("gpu_go_path"))
         stage("import torch + CUDA context")
         import torch
 

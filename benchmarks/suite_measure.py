@@ -5,7 +5,9 @@ warm-up, then N forwards issued back to back with a CUDA event between consecuti
 median of the N intervals is `median_ms`. A forward whose host side is slower than its GPU side
 shows that cost too (the GPU waits between events). `sync_ms` is the median of forwards each
 waited for (what a caller that needs the result at once sees). On a CPU (--smoke) the host
-clock is used for both.
+clock is used for both. `host_enqueue_ms` is the host time per forward of the back-to-back loop:
+while it stays well under `median_ms` the GPU never waited for the host, which is what lets the
+suite time CUDA-graph replays while CPU-only background jobs run.
 """
 from __future__ import annotations
 
@@ -15,12 +17,24 @@ import time
 import torch
 
 
-def load_on(spec: str, device: str):
-    """(model, fresh random inputs) of a `file.py:fn` spec, on `device`, in eval mode."""
+def load_on(spec: str, device: str, inputs_path: str | None = None):
+    """(model, inputs) of a `file.py:fn` spec, on `device`, in eval mode. The inputs are those
+    saved in inputs_path (the suite's reference inputs, see suite_worker.task_inputs) when it
+    exists, else fresh random ones made the same way."""
     from aotpack.frontend import load_model
 
     model, example = load_model(spec)
-    return model.to(device).eval(), random_inputs(example, device)
+    saved = load_inputs(inputs_path, device)
+    return model.to(device).eval(), saved if saved is not None else random_inputs(example, device)
+
+
+def load_inputs(path: str | None, device: str) -> list | None:
+    """Tensors saved by task_inputs ({"inputs": [...]}) or with eager's reference, on device."""
+    from pathlib import Path
+
+    if not path or not Path(path).is_file():
+        return None
+    return [x.to(device) for x in torch.load(path)["inputs"]]
 
 
 def sync(device: str) -> None:
@@ -76,22 +90,38 @@ def time_forward(fn, device: str, warmup: int = 10, reps: int = 100) -> dict:
     for _ in range(warmup):
         fn()
     sync(device)
-    piped = _back_to_back(fn, reps) if device == "cuda" else _host_times(fn, reps, device)
+    host_ms = None
+    if device == "cuda":
+        piped, host_ms = _back_to_back(fn, reps)
+    else:
+        piped = _host_times(fn, reps, device)
     synced = _host_times(fn, max(10, reps // 4), device)
     q = statistics.quantiles(piped, n=10) if len(piped) >= 10 else [min(piped)] * 9
     return {"median_ms": round(statistics.median(piped), 5), "p10_ms": round(q[0], 5),
             "p90_ms": round(q[-1], 5), "sync_ms": round(statistics.median(synced), 5),
-            "reps": reps, "warmup": warmup}
+            "host_enqueue_ms": host_ms, "reps": reps, "warmup": warmup}
 
 
-def _back_to_back(fn, reps: int) -> list[float]:
+def _back_to_back(fn, reps: int) -> tuple[list[float], float]:
+    """CUDA-event intervals of reps forwards, and the host's enqueue time per forward."""
     events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
     events[0].record()
+    t0 = time.perf_counter()
     for i in range(reps):
         fn()
         events[i + 1].record()
+    host_ms = (time.perf_counter() - t0) * 1e3 / reps
     events[-1].synchronize()
-    return [events[i].elapsed_time(events[i + 1]) for i in range(reps)]
+    return [events[i].elapsed_time(events[i + 1]) for i in range(reps)], round(host_ms, 5)
+
+
+def gpu_bound(timing: dict, share: float = 0.5) -> bool | None:
+    """Whether the host enqueued forwards in well under the GPU's time per forward (so a slower
+    host, e.g. CPU contention, could not have changed the intervals); None when unknown."""
+    host, gpu = timing.get("host_enqueue_ms"), timing.get("median_ms")
+    if host is None or not gpu:
+        return None
+    return host < share * gpu
 
 
 def _host_times(fn, reps: int, device: str) -> list[float]:
@@ -135,6 +165,11 @@ class DeviceMemory:
     def sample(self) -> None:
         if self.device == "cuda":
             self.peak_delta = max(self.peak_delta, self.free0 - torch.cuda.mem_get_info()[0])
+
+    def reset(self) -> None:
+        """A new variant in the same process: its own peak (the baseline stays the context's,
+        so weights and inputs, resident all along, are counted as in a fresh process)."""
+        self.peak_delta = 0
 
     def fields(self) -> dict:
         return {"device_mem_bytes": self.peak_delta if self.device == "cuda" else None}
@@ -204,3 +239,31 @@ def _sdpa_gqa_expanded(sdpa):
         return sdpa(q, k, v, *args, **kw)
 
     return call
+
+
+def save(obj, path: str) -> None:
+    """torch.save to a temporary name, then renamed: another process reading the file (the
+    suite's background jobs write while the window runs) never sees half of it."""
+    import os
+
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def save_outputs(path: str, outputs: list) -> None:
+    """Host outputs of a row measured before eager ran, for eager to compare later."""
+    save({"outputs": [t.cpu() for t in outputs]}, path)
+
+
+def compare_saved(paths: dict, ref: list) -> dict:
+    """{key: ‖out − ref‖/‖ref‖} of each saved outputs file (None: no such file)."""
+    from pathlib import Path
+
+    out = {}
+    for key, path in paths.items():
+        if Path(path).is_file():
+            out[key] = max_rel_err(torch.load(path)["outputs"], ref)
+        else:
+            out[key] = None
+    return out

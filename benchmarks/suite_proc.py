@@ -2,9 +2,11 @@
 must not import it)."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
+from pathlib import Path
 
 
 def stage(msg: str) -> None:
@@ -17,3 +19,46 @@ def since_process_start() -> float | None:
     cold-start figures include interpreter start-up and imports."""
     t0 = os.environ.get("SUITE_T0")
     return round(time.time() - float(t0), 3) if t0 else None
+
+
+def wait_for_go(path: str | None, limit_s: float = 300) -> float:
+    """A background job that will use the GPU waits here, after its CPU-only start (imports,
+    model build), until the suite has done the timings that must have the GPU alone (the
+    ceilings) and writes `path`. Returns the seconds waited."""
+    t0 = time.monotonic()
+    if path:
+        stage("waiting for the suite's go to use the GPU")
+        while not os.path.exists(path) and time.monotonic() - t0 < limit_s:
+            time.sleep(0.1)
+    return round(time.monotonic() - t0, 2)
+
+
+def write_json(path, obj) -> None:
+    """Atomic: a task that dies mid-write leaves the previous (partial) result readable."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, default=str))
+    os.replace(tmp, path)
+
+
+class Partial:
+    """A task that measures several items (variants, bundles) in one process writes its result
+    after each item, with the item in progress under "running": when the process crashes or is
+    killed, the suite still gets every finished item and knows which one died."""
+
+    def __init__(self, path, key: str):
+        self.path, self.key = path, key
+        self.doc: dict = {key: {}, "running": None}
+
+    def start(self, item: str) -> None:
+        self.doc["running"] = item
+        self.save()
+
+    def done(self, item: str, result: dict) -> None:
+        self.doc[self.key][item] = result
+        self.doc["running"] = None
+        self.save()
+
+    def save(self) -> None:
+        if self.path:
+            write_json(self.path, self.doc)

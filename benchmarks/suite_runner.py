@@ -1,10 +1,14 @@
 """Running the suite's measurements as child processes, under a time budget.
 
-Each variant runs in a fresh process (its own session, so a timeout kills it and anything it
+Each worker runs in a fresh process (its own session, so a timeout kills it and anything it
 started, e.g. Inductor's compile workers). Its output goes to a log file, not a pipe: a
 grandchild that outlives the worker must not keep the suite waiting for end-of-file. The worker
 writes its result as JSON to a file named in its task; a process that dies on a signal or runs
 past its limit becomes a failed result with the reason, never a silent gap.
+
+Budget admits a task when its estimate fits (after what suite_schedule.Ledger keeps for more
+important work); Background runs the jobs started at t = 0 and tells the suite when none of
+them can still use the GPU (wait_gpu_free) and when all are done (wait_all).
 """
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +41,10 @@ class TaskResult:
 
 
 class Budget:
-    """Seconds left of the run. A task is admitted when its estimate fits; its limit is then
-    its own cap or what is left, whichever is smaller (minus a reserve for writing results)."""
+    """Seconds left of the run. A task is admitted when its estimate fits in what is left after
+    `reserve` (the estimates of more important work still to come, suite_schedule.Ledger); its
+    limit is then its own cap or what is left, whichever is smaller (minus a reserve for writing
+    results)."""
 
     def __init__(self, total_s: float, reserve_s: float = 8.0):
         self.total_s, self.reserve_s = total_s, reserve_s
@@ -49,13 +56,20 @@ class Budget:
     def left(self) -> float:
         return self.total_s - self.elapsed()
 
-    def refuse(self, estimate_s: float) -> str | None:
+    def refuse(self, estimate_s: float, reserve: float = 0.0) -> str | None:
         """None when the task fits, else the reason to skip it."""
         left = self.left() - self.reserve_s
-        if estimate_s > left:
-            return (f"budget: needs ~{estimate_s:.0f} s, {max(left, 0):.0f} s left of "
-                    f"{self.total_s:.0f} s")
-        return None
+        if estimate_s <= left - reserve:
+            return None
+        why = (f"budget: needs ~{estimate_s:.0f} s, {max(left, 0):.0f} s left of "
+               f"{self.total_s:.0f} s")
+        if estimate_s <= left:
+            why += f", {reserve:.0f} s of it kept for more important work still to come"
+        return why
+
+    def deadline(self, keep_s: float) -> float:
+        """The monotonic time by which waiting must end so that keep_s still fits."""
+        return self.t0 + self.total_s - self.reserve_s - keep_s
 
     def limit(self, cap_s: float) -> float:
         return max(1.0, min(cap_s, self.left() - self.reserve_s))
@@ -152,40 +166,107 @@ def run_worker(task: dict, *, work: Path, env: dict, limit_s: float, log_path: P
     return run_command(cmd, env=env, limit_s=limit_s, log_path=log_path, result_path=result)
 
 
+def _note_end(job) -> None:
+    job.proc.wait()
+    job.end = time.monotonic()
+
+
+@dataclass
+class Job:
+    proc: subprocess.Popen
+    start: float
+    limit_s: float
+    log_path: Path
+    gpu: bool  # may use the GPU (until `marker` exists, when it has one)
+    marker: Path | None = None
+    result: TaskResult | None = None
+    end: float | None = None  # when the process exited (set by a watcher thread)
+
+    def gpu_phase(self) -> bool:
+        """True while the job may still run work on the GPU."""
+        if not self.gpu or self.result is not None or self.proc.poll() is not None:
+            return False
+        return self.marker is None or not self.marker.exists()
+
+
 class Background:
-    """CPU-only jobs started early (weights generation, aotpack frontend probes) that later
-    measurements wait for; each under its own limit."""
+    """Jobs started early that later measurements wait for, each under its own limit: weights
+    generation, reference inputs, aotpack frontend probes (CPU only: started without a visible
+    GPU) and AOTInductor compiles (GPU until their marker file appears, CPU afterwards: see
+    suite_aoti.task_aoti_compile). The suite times nothing on the GPU while a job may use it
+    (wait_gpu_free) and nothing CPU-sensitive while any job runs (wait_all)."""
 
     def __init__(self):
-        self.jobs: dict[str, tuple[subprocess.Popen, float, float, Path]] = {}
+        self.jobs: dict[str, Job] = {}
 
-    def start(self, name: str, cmd: list[str], env: dict, limit_s: float, log_path: Path) -> None:
-        log = open(log_path, "ab")
-        log.write(f"$ {' '.join(map(str, cmd))}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        log.close()
-        self.jobs[name] = (proc, time.monotonic(), limit_s, log_path)
+    def start(self, name: str, cmd: list[str], env: dict, limit_s: float, log_path: Path, *,
+              gpu: bool = False, marker: Path | None = None) -> None:
+        if not gpu:  # a CPU-only job cannot touch the GPU by accident
+            env = dict(env, CUDA_VISIBLE_DEVICES="")
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+        with open(log_path, "ab") as log:
+            log.write(f"$ {' '.join(map(str, cmd))}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+        job = self.jobs[name] = Job(proc, time.monotonic(), limit_s, log_path, gpu, marker)
+        threading.Thread(target=_note_end, args=(job,), daemon=True).start()
 
-    def wait(self, name: str) -> TaskResult:
-        proc, start, limit_s, log_path = self.jobs[name]
+    def running(self, name: str) -> bool:
+        job = self.jobs.get(name)
+        return bool(job) and job.result is None and job.proc.poll() is None
+
+    def gpu_busy(self) -> list[str]:
+        return [n for n, j in self.jobs.items() if j.gpu_phase()]
+
+    def wait(self, name: str, deadline: float | None = None, why: str = "") -> TaskResult:
+        """The job's result, waiting for it until its own limit or `deadline` (monotonic),
+        whichever comes first; a job still running then is killed (`why` says why)."""
+        job = self.jobs[name]
+        if job.result is not None:
+            return job.result
+        end = job.start + job.limit_s
+        own = deadline is None or end <= deadline
         timed_out = False
         try:
-            rc = proc.wait(timeout=max(0.1, limit_s - (time.monotonic() - start)))
+            rc = job.proc.wait(timeout=max(0.1, (end if own else deadline) - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc.pid)
-            rc = proc.wait()
-        tail = _tail(log_path)
-        status, error = classify(rc, timed_out, {}, tail, limit_s)
-        return TaskResult(status, rc, round(time.monotonic() - start, 2), {}, error, tail)
+            _kill_group(job.proc.pid)
+            rc = job.proc.wait()
+        _kill_group(job.proc.pid)  # strays (compile workers) must not load the quiet phase
+        job.result = self._result(job, rc, timed_out, own, why)
+        return job.result
 
-    def wait_all(self) -> None:
+    def _result(self, job: Job, rc: int | None, timed_out: bool, own: bool,
+                why: str) -> TaskResult:
+        wall = round((job.end or time.monotonic()) - job.start, 2)
+        tail = _tail(job.log_path)
+        status, error = classify(rc, timed_out, {}, tail, job.limit_s)
+        if timed_out and not own:
+            error = f"timeout: killed after {wall:.0f} s: {why or 'the suite could not wait'}"
+        return TaskResult(status, rc, wall, {}, error, tail)
+
+    def wait_gpu_free(self, deadline: float | None = None, why: str = "") -> float:
+        """Waits until no job may use the GPU; past `deadline`, kills those that still may.
+        Returns the seconds waited."""
+        t0 = time.monotonic()
+        while busy := self.gpu_busy():
+            if deadline is not None and time.monotonic() >= deadline:
+                for name in busy:
+                    self.wait(name, deadline, why)
+                break
+            time.sleep(0.2)
+        return time.monotonic() - t0
+
+    def wait_all(self, deadline: float | None = None, why: str = "") -> float:
+        t0 = time.monotonic()
         for name in list(self.jobs):
-            self.wait(name)
+            self.wait(name, deadline, why)
+        return time.monotonic() - t0
 
     def kill_all(self) -> None:
-        for proc, *_ in self.jobs.values():
-            if proc.poll() is None:
-                _kill_group(proc.pid)
+        for job in self.jobs.values():
+            if job.proc.poll() is None:
+                _kill_group(job.proc.pid)

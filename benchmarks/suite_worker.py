@@ -4,12 +4,14 @@
 
 TASK.json names the task and its arguments; the result (a JSON object) is written to the file
 TASK["result_path"]. A task that raises writes {"error": ..., "traceback": ...} and exits 1; a
-crash (e.g. SIGSEGV) writes nothing, and the log's last "stage:" line says where it happened.
+crash (e.g. SIGSEGV) leaves what the task wrote so far (tasks over several items write after
+each, suite_proc.Partial), and the log's last "stage:" line says where it happened.
 
-Tasks here: ceilings, torch (eager / compile / compile-max-autotune, or only their cold start),
-aotpack-py (bundle through the Python binding), aotpack-cold (the binding without torch: cold
-start and device memory), frontend-probe (can aotpack's frontend and passes take the model?).
-AOTInductor tasks live in suite_aoti.py. torch is imported inside the tasks that need it, never
+Tasks here: ceilings, aotpack-py (every bundle through the Python binding, one process),
+aotpack-cold (the binding without torch: cold start and device memory), frontend-probe (can
+aotpack's frontend and passes take these models?). The torch tasks (eager → compile →
+max-autotune in one process, warm-cache start, reference inputs) live in suite_worker_torch.py,
+the AOTInductor ones in suite_aoti.py. torch is imported inside the tasks that need it, never
 at module level: aotpack-cold measures a process that has no torch.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # aotpack (repo root) and the suite's modules
 
-from suite_proc import since_process_start, stage  # noqa: E402
+from suite_proc import since_process_start, stage, write_json  # noqa: E402
 
 
 # --------------------------------------------------------------------------------- ceilings
@@ -32,6 +34,8 @@ def task_ceilings(t: dict) -> dict:
     """The two ceilings every row is held against, measured like the rows themselves: a bf16
     GEMM 8192³ on random data and a large device-to-device copy (bytes read + written)."""
     import torch
+
+    import suite_measure as M
 
     n, nbytes = 8192, 2 << 30
     gemm, copy = _time_gemm(n), _time_copy(nbytes)  # each frees its buffers on return
@@ -42,7 +46,10 @@ def task_ceilings(t: dict) -> dict:
             "gpu": torch.cuda.get_device_name(),
             "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
             "torch": torch.__version__, "cuda": torch.version.cuda,
-            "method": "median of back-to-back CUDA-event intervals (as every row)"}
+            "gpu_bound": bool(M.gpu_bound(gemm) and M.gpu_bound(copy)),
+            "method": "median of back-to-back CUDA-event intervals (as every row); measured "
+                      "while CPU-only background jobs start (gpu_bound: the host enqueued "
+                      "well ahead of the GPU)"}
 
 
 def _time_gemm(n: int) -> dict:
@@ -65,138 +72,110 @@ def _time_copy(nbytes: int) -> dict:
     return M.time_forward(lambda: dst.copy_(src), "cuda", warmup=3, reps=20)
 
 
-# ------------------------------------------------------------------------------------ torch
-
-def task_torch(t: dict) -> dict:
-    """eager / compile / compile-max-autotune of one model. The first forward (with outputs
-    copied to the host) gives the cold start; for compile variants it also holds the compile
-    (cold Inductor cache unless t["warm_start_only"])."""
-    import torch
-
-    import suite_measure as M
-
-    variant, device = t["variant"], t["device"]
-    if device == "cuda":
-        torch.cuda.init()
-    mem = M.DeviceMemory(device)
-    stage("build model")
-    model, inputs = M.load_on(t["spec"], device)
-    fn_model = model
-    if variant != "eager":
-        mode = "max-autotune" if variant == "compile-max-autotune" else None
-        fn_model = torch.compile(model, mode=mode)
-    res: dict = {}
-    with torch.no_grad():
-        stage("first forward")
-        t0 = time.perf_counter()
-        first = M.to_host(fn_model(*inputs))
-        first_s = time.perf_counter() - t0
-        res["cold_start_s"] = since_process_start()
-        mem.sample()
-        if t.get("warm_start_only"):
-            return dict(res, first_forward_s=round(first_s, 3))
-        if t.get("ref_only"):
-            _save_reference(t["ref_path"], inputs, first)
-            return res
-        if variant != "eager":
-            res["build_s"] = round(first_s, 2)
-        res.update(_reference(t, model, inputs, first, variant))
-        res.update(M.steady_state(lambda: fn_model(*inputs), device, t.get("reps", 100), stage))
-        mem.sample()
-    res.update(mem.fields())
-    return res
-
-
-def _reference(t: dict, model, inputs, first: list, variant: str) -> dict:
-    """Eager saves its inputs and outputs (the reference every other row is compared with) and
-    the model's FLOPs/bytes; other variants compare their first outputs with eager's."""
-    import suite_measure as M
-
-    if variant == "eager":
-        out = {"costs": M.model_costs(model, inputs, first)}
-        if t.get("ref_path"):
-            _save_reference(t["ref_path"], inputs, first)
-        return out
-    ref = M.to_host(model(*inputs))
-    return {"rel_err_vs_eager": M.max_rel_err(first, ref)}
-
-
-def _save_reference(path: str, inputs: list, outputs: list) -> None:
-    """Eager's inputs and host outputs, which _ref_inputs and suite_aoti._inputs read back."""
-    import torch
-
-    torch.save({"inputs": [x.cpu() for x in inputs], "outputs": outputs}, path)
-
-
 # ---------------------------------------------------------------------------------- aotpack
 
-def _ref_inputs(t: dict, model) -> tuple[list, list | None, str | None]:
-    """Inputs for the bundle: eager's saved inputs when they match its signature (so the rows'
-    outputs can be compared), else random ones (and no comparison)."""
+def _bundle_inputs(item: dict, model) -> tuple[list, list | None, str | None]:
+    """Inputs for a bundle: eager's reference when it exists (then its outputs are the
+    comparison), else the suite's saved inputs (eager compares the saved outputs later), else
+    random ones (no comparison). Used only when they match the bundle's signature."""
     import torch
 
     from aotpack.dtypes import DType
 
-    ref = torch.load(t["ref_path"]) if t.get("ref_path") and Path(t["ref_path"]).is_file() else None
     want = [(tuple(i.shape), DType(i.dtype).to_torch()) for i in model.inputs]
-    if ref and [(tuple(x.shape), x.dtype) for x in ref["inputs"]] == want:
-        return [x.cuda() for x in ref["inputs"]], ref["outputs"], None
+    for key in ("ref_path", "inputs_path"):
+        path = item.get(key)
+        if path and Path(path).is_file():
+            saved = torch.load(path)
+            xs = saved["inputs"]
+            if [(tuple(x.shape), x.dtype) for x in xs] == want:
+                return [x.cuda() for x in xs], saved.get("outputs"), None
     g = torch.Generator().manual_seed(1234)
     xs = [torch.randn(s, generator=g).to(d).cuda() for s, d in want]
-    return xs, None, "no matching eager reference: random inputs, outputs not compared"
+    return xs, None, "no matching eager inputs: random inputs, outputs not compared"
 
 
 def task_aotpack_py(t: dict) -> dict:
-    """The bundle through the Python binding on torch tensors (CUDA graph replays), plus the
-    same inputs through `aotpack-run --inputs/--outputs` for the C++ launcher's error."""
+    """Each bundle of t["bundles"] in turn through the Python binding on torch tensors (CUDA
+    graph replays), in one process (import torch once); per bundle also the same inputs
+    through `aotpack-run --inputs/--outputs` for the C++ launcher's outputs. Outputs are
+    compared with eager's when its reference exists, else saved for eager to compare."""
+    from suite_proc import Partial
+
+    part = Partial(t.get("result_path"), "bundles")
+    for item in t["bundles"]:
+        part.start(item["key"])
+        try:
+            res = _one_bundle(t, item)
+        except Exception as e:
+            res = {"error": _one_line(e)[:500], "traceback": traceback.format_exc()[-2000:]}
+        part.done(item["key"], res)
+    return part.doc
+
+
+def _one_bundle(t: dict, item: dict) -> dict:
     import torch
 
     import suite_measure as M
     from aotpack.runtime import Model, Session
 
-    stage("load bundle")
-    model = Model(t["bundle"])
+    stage(f"load bundle {item['key']}")
+    model = Model(item["bundle"])
     session = Session(model)
-    inputs, ref, note = _ref_inputs(t, model)
-    stage("first run")
-    outs = session.run(inputs)
-    torch.cuda.synchronize()
-    host = M.to_host(outs)
-    res = {"notes": [note] if note else [], "launches": model.num_steps, "graph_launches": 1,
-           "launches_method": "bundle manifest: kernel steps per forward, replayed as one "
-                              "CUDA graph"}
+    try:
+        inputs, ref, note = _bundle_inputs(item, model)
+        stage("first run")
+        outs = session.run(inputs)
+        torch.cuda.synchronize()
+        host = M.to_host(outs)
+        res = {"notes": [note] if note else [], "launches": model.num_steps, "graph_launches": 1,
+               "launches_method": "bundle manifest: kernel steps per forward, replayed as one "
+                                  "CUDA graph"}
+        res.update(_compare_or_save(host, ref, item.get("outputs_path")))
+        stage("timing")
+        res.update(M.time_forward(lambda: session.run(inputs, outs), "cuda",
+                                  reps=t.get("reps", 100)))
+        res["gpu_bound"] = M.gpu_bound(res)
+        if t.get("aotpack_run"):
+            stage("aotpack-run --inputs/--outputs")
+            res["aotpack_run"] = _check_aotpack_run(t, item, model, inputs, host, ref)
+        return res
+    finally:
+        session.close()
+        model.close()
+
+
+def _compare_or_save(outs: list, ref: list | None, save_path: str | None) -> dict:
+    import suite_measure as M
+
     if ref is not None:
-        res["rel_err_vs_eager"] = M.max_rel_err(host, ref)
-    stage("timing")
-    res.update(M.time_forward(lambda: session.run(inputs, outs), "cuda", reps=t.get("reps", 100)))
-    if t.get("aotpack_run"):
-        stage("aotpack-run --inputs/--outputs")
-        res["aotpack_run"] = _check_aotpack_run(t, model, inputs, host, ref)
-    return res
+        return {"rel_err_vs_eager": M.max_rel_err(outs, ref)}
+    if save_path:
+        M.save_outputs(save_path, outs)
+        return {"outputs_saved": save_path}
+    return {}
 
 
-def _check_aotpack_run(t: dict, model, inputs: list, host: list, ref: list | None) -> dict:
+def _check_aotpack_run(t: dict, item: dict, model, inputs: list, host: list,
+                       ref: list | None) -> dict:
     import subprocess
     import tempfile
 
     from safetensors.torch import load_file, save_file
 
-    import suite_measure as M
-
     with tempfile.TemporaryDirectory() as tmp:
         xin, yout = Path(tmp, "x.safetensors"), Path(tmp, "y.safetensors")
         save_file({i.name: x.cpu() for i, x in zip(model.inputs, inputs)}, str(xin))
-        p = subprocess.run([t["aotpack_run"], t["bundle"], "--inputs", str(xin), "--outputs",
-                            str(yout)], capture_output=True, text=True, timeout=120)
+        p = subprocess.run([t["aotpack_run"], item["bundle"], "--inputs", str(xin),
+                            "--outputs", str(yout)], capture_output=True, text=True, timeout=120)
         if p.returncode != 0:
             return {"error": f"aotpack-run rc {p.returncode}: {(p.stderr or p.stdout)[-300:]}"}
         got = load_file(str(yout))
     outs = [got[o.name] for o in model.outputs]
     res = {"max_abs_diff_vs_binding": max(float((a.float() - b.float()).abs().max())
                                           for a, b in zip(outs, host))}
-    if ref is not None:
-        res["rel_err_vs_eager"] = M.max_rel_err(outs, ref)
-    return res
+    save = item.get("outputs_path")
+    return {**res, **_compare_or_save(outs, ref, save and save.replace(".pt", "-launcher.pt"))}
 
 
 def task_aotpack_cold(t: dict) -> dict:
@@ -231,20 +210,30 @@ def task_aotpack_cold(t: dict) -> dict:
 
 
 def task_frontend_probe(t: dict) -> dict:
-    """Can aotpack take this model? Runs the frontend (torch.export → IR) and the passes on the
-    CPU, as `aotpack build` would before compiling kernels. The first error is the reason."""
+    """Can aotpack take these models (t["models"]: [{name, spec}])? Runs the frontend
+    (torch.export → IR) and the passes on the CPU, as `aotpack build` would before compiling
+    kernels; the first error is the reason. One process for all of them (imports once)."""
     from aotpack.frontend import load_model, to_graph
     from aotpack.passes import compile_graph
 
-    model, example = load_model(t["spec"])
-    try:
-        stage("frontend")
-        graph = to_graph(model, example)
-        stage("passes")
-        compile_graph(graph)
-    except Exception as e:  # the reason is the result, not a failure of this task
-        return {"unsupported": _one_line(e)[:400]}
-    return {"unsupported": None}
+    out = {}
+    for item in t["models"]:
+        try:  # a model that cannot be built here says nothing about aotpack
+            stage(f"{item['name']}: model")
+            model, example = load_model(item["spec"])
+        except Exception as e:
+            out[item["name"]] = {"error": f"the model could not be built: {_one_line(e)}"[:400]}
+            continue
+        try:
+            stage(f"{item['name']}: frontend")
+            graph = to_graph(model, example)
+            stage(f"{item['name']}: passes")
+            compile_graph(graph)
+        except Exception as e:  # the reason is the result, not a failure of this task
+            out[item["name"]] = {"unsupported": _one_line(e)[:400]}
+        else:
+            out[item["name"]] = {"unsupported": None}
+    return {"models": out}
 
 
 def _one_line(e: Exception) -> str:
@@ -257,20 +246,20 @@ def main() -> int:
     task = json.loads(Path(sys.argv[1]).read_text())
     out = Path(task["result_path"])
     import suite_aoti
+    import suite_worker_torch
 
-    tasks = {"ceilings": task_ceilings, "torch": task_torch, "aotpack-py": task_aotpack_py,
+    tasks = {"ceilings": task_ceilings, "aotpack-py": task_aotpack_py,
              "aotpack-cold": task_aotpack_cold, "frontend-probe": task_frontend_probe,
-             **suite_aoti.TASKS}
+             **suite_worker_torch.TASKS, **suite_aoti.TASKS}
     stage(f"task {task['task']} ({task.get('id')})")
     try:
         result = tasks[task["task"]](task)
     except Exception as e:
         tb = traceback.format_exc()
         print(tb, file=sys.stderr, flush=True)
-        out.write_text(json.dumps({"error": _one_line(e)[:500],
-                                   "traceback": tb[-3000:]}))
+        write_json(out, {"error": _one_line(e)[:500], "traceback": tb[-3000:]})
         return 1
-    out.write_text(json.dumps(result, default=str))
+    write_json(out, result)
     stage("done")
     return 0
 

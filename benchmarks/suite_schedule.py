@@ -1,0 +1,115 @@
+"""The suite's time plan: what each task costs, how important it is, and how the CPU is shared
+while background jobs run. Pure Python (no torch).
+
+One run (`--budget-s 450` on the H200, 16 cores) goes through three phases:
+
+  start    t = 0    background jobs: AOTInductor compiles of every core model, aotpack weights
+                    (one scripts/make-weights per distinct weights file), reference inputs,
+                    the C++ toolchain probes, the extra models' frontend probes. The jobs that
+                    will use the GPU (AOTI compiles, torch probes) do their CPU-only start and
+                    wait for the suite's go; the others never see the GPU (CUDA hidden).
+  window            the ceilings first (8192³ GEMM, 2 GB copy: the GPU is still ours alone),
+                    then the go; once no background job can still use the GPU (each AOTI
+                    compile writes a marker at its first g++ build), the aotpack latencies
+                    (CUDA-graph replays: the host enqueues far ahead of the GPU, which each
+                    binding row checks; a row that fails is measured again later) and the
+                    first AOTI package's load check (a fallback recipe can still compile).
+  quiet             with no background job left, everything CPU-sensitive: per model ONE
+                    process for eager → torch.compile → max-autotune (cold start = eager's
+                    first output), AOTI load + run per model (fresh process), aotpack cold
+                    starts (fresh processes); then what was deferred, the extra models' torch
+                    rows and the max-autotune warm-cache starts, while budget remains.
+
+ESTIMATE is what admission uses: central figures of the 2026-11-30 H200 run
+(benchmarks/results/2026-11-30-8c98e0a.json) split into what one process now does; time limits
+are generous multiples. PRIORITY orders what is kept when the budget is short: a task is
+admitted only if every more important task still to come fits after it (Ledger.refuse); one
+refused only for that reason is retried at the end.
+
+Expected full run on the H200 (estimates, not measured yet):
+  0-12 s      ceilings (GPU alone; the background jobs import torch and build models)
+  12-40 s     GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
+              them on the GPU (3 compile threads each) until their markers
+  40-110 s    window: 8 × aotpack-run --bench ~3 s, one binding process 5 + 8 × 3 s, AOTI load
+              check ~10 s; meanwhile the compiles' g++ phase ends (72-87 s alone with 16
+              threads and the weights in the .so; here 3 threads each, weights in a blob)
+  110-380 s   quiet: torch processes mlp-prefill ~40, mlp-decode ~35, llama-prefill ~53,
+              llama-decode ~41 s; AOTI runs 4 × ~11 s; aotpack cold starts 8 × ~7 s
+  380-442 s   deferred rows, the extra models' torch rows, max-autotune warm starts (~28 s
+              each), as far as they fit; the last 8 s are kept for writing the results
+"""
+from __future__ import annotations
+
+import os
+
+# seconds on the H200 (see the module docstring)
+ESTIMATE = {
+    "ceilings": 12,            # 10 s alone; its torch import competes with the start
+    "aotpack-bench": 4,        # aotpack-run --bench: load + sha256 of weights + 220 forwards
+    "aotpack-py-start": 5,     # the binding process: python + import torch + CUDA context
+    "aotpack-py": 3,           # per bundle in that process: load, first run, timing, check
+    "aoti-compile": 110,       # per model, in the background (72-87 s alone, 16 threads)
+    "aoti-check": 10,          # fresh process: import torch + load package + first run
+    "aoti-run": 12,            # fresh process: cold start + timing
+    "torch-start": 8,          # python + import torch + model build (5-9 s)
+    "eager": 5,                # first forward, FLOP count, reference, timing, launches
+    "compile": 10,             # warm-up compile (imports, once per process) + first call
+                               # 3-4 s (compile) + timing
+    "compile-max-autotune": 28,  # first call 18-28 s (llama), timing
+    "aotpack-cold": 8,         # 3 × aotpack-run + 1 binding process (1-2.5 s each)
+    "warm": 30,                # max-autotune, fresh process, warm Inductor cache
+    "extra-start": 12,         # HF/torchvision model: imports + build
+}
+
+# 0 is most important. Core rows first, max-autotune last of them (the most expensive row);
+# extra models and warm-cache starts only with what is left.
+PRIORITY = {"ceilings": 0, "eager": 0, "aotpack-bench": 0, "aotpack-py": 0, "aotpack-cold": 0,
+            "compile": 1, "aoti-run": 1, "aoti-check": 1,
+            "compile-max-autotune": 2, "extra": 3, "warm": 4}
+
+
+class Ledger:
+    """Work still to come: key → (estimate, priority). A task is admitted when it fits in what
+    is left of the budget after the estimates of every more important pending task."""
+
+    def __init__(self, budget):
+        self.budget = budget
+        self.items: dict[tuple, tuple[float, int]] = {}
+
+    def add(self, key: tuple, estimate: float, priority: int) -> None:
+        self.items[key] = (estimate, priority)
+
+    def drop(self, key: tuple) -> None:
+        self.items.pop(key, None)
+
+    def reserve(self, priority: int, exclude=()) -> float:
+        """Seconds kept for pending tasks more important than `priority`."""
+        return sum(est for k, (est, p) in self.items.items() if p < priority and k not in exclude)
+
+    def pending(self, max_priority: int) -> float:
+        """Estimated seconds of every pending task of priority ≤ max_priority."""
+        return sum(est for est, p in self.items.values() if p <= max_priority)
+
+    def refuse(self, keys: list[tuple]) -> str | None:
+        """Admission of the tasks `keys` run back to back (one process): the reservation is
+        that of the least important of them, the keys themselves excluded."""
+        est = sum(self.items.get(k, (0.0, 0))[0] for k in keys)
+        prio = max((self.items.get(k, (0.0, 0))[1] for k in keys), default=0)
+        return self.budget.refuse(est, reserve=self.reserve(prio, exclude=set(keys)))
+
+
+def background_threads(jobs: int, cpus: int | None = None, keep: int = 4) -> int:
+    """Threads per heavy background job (AOTI compiles): the cores minus `keep` (the timed
+    foreground process and the short CPU-only jobs), shared out; at least 1."""
+    cpus = cpus or os.cpu_count() or 1
+    return max(1, (cpus - keep) // max(1, jobs))
+
+
+def thread_env(n: int, compile_threads: bool = False) -> dict:
+    """Caps a background process at about n busy cores (BLAS/OpenMP pools, and Inductor's
+    compile workers when compile_threads)."""
+    env = {"OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n),
+           "OPENBLAS_NUM_THREADS": str(n)}
+    if compile_threads:
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = str(n)
+    return env

@@ -1,0 +1,313 @@
+"""The benchmark suite's time plan (benchmarks/suite_schedule.py, suite_runner.py) and how the
+suite turns one process's partial results into rows (suite_torch.py, suite_bundles.py), and
+the AOTI plan's decisions (suite_aoti_plan.py, suite_aoti.py). No GPU: worker processes are
+replaced by canned results, background jobs by short Python one-liners."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import suite  # noqa: E402
+import suite_aoti  # noqa: E402
+import suite_aoti_plan as plan  # noqa: E402
+import suite_bundles  # noqa: E402
+import suite_runner as runner  # noqa: E402
+import suite_schedule as sched  # noqa: E402
+from suite_runner import TaskResult  # noqa: E402
+
+
+# ------------------------------------------------------------------------- budget, ledger
+
+def test_refusal_says_when_time_is_kept_for_more_important_work():
+    b = runner.Budget(100, reserve_s=10)  # 90 s usable
+    assert b.refuse(60) is None
+    kept = b.refuse(60, reserve=40)
+    assert "kept for more important work" in kept and "40 s" in kept
+    assert "kept" not in b.refuse(95, reserve=40)  # would not fit at all
+    assert b.deadline(30) == pytest.approx(b.t0 + 60)
+
+
+def test_ledger_reserves_only_more_important_pending_work():
+    led = sched.Ledger(runner.Budget(100, reserve_s=10))
+    led.add(("torch", "a", "eager"), 20, 0)
+    led.add(("torch", "b", "eager"), 20, 0)
+    led.add(("torch", "a", "max"), 60, 2)
+    assert led.reserve(2) == 40 and led.reserve(0) == 0
+    assert led.refuse([("torch", "a", "eager")]) is None
+    assert "kept" in led.refuse([("torch", "a", "max")])  # 60 + 40 reserved > 90 usable
+    led.drop(("torch", "b", "eager"))
+    assert led.refuse([("torch", "a", "max")]) is None
+    assert led.pending(0) == 20 and led.pending(2) == 80
+
+
+def test_background_threads_leave_cores_for_the_timed_process():
+    assert sched.background_threads(4, cpus=16) == 3
+    assert sched.background_threads(4, cpus=2) == 1
+    env = sched.thread_env(3, compile_threads=True)
+    assert env["OMP_NUM_THREADS"] == "3" and env["TORCHINDUCTOR_COMPILE_THREADS"] == "3"
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in sched.thread_env(2)
+
+
+# ------------------------------------------------------------------------ background jobs
+
+def _py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_gpu_phase_ends_at_the_marker_and_cpu_jobs_never_see_the_gpu(tmp_path):
+    bg = runner.Background()
+    marker, env_file = tmp_path / "done", tmp_path / "env.txt"
+    bg.start("compile", _py(f"import time; time.sleep(0.3); open({str(marker)!r}, 'w'); "
+                            "time.sleep(20)"), dict(os.environ), 60, tmp_path / "a.log",
+             gpu=True, marker=marker)
+    bg.start("cpu", _py(f"import os; open({str(env_file)!r}, 'w').write("
+                        "repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"),
+             dict(os.environ, CUDA_VISIBLE_DEVICES="0"), 60, tmp_path / "b.log")
+    assert bg.gpu_busy() == ["compile"]
+    t0 = time.monotonic()
+    bg.wait_gpu_free()
+    assert time.monotonic() - t0 < 10 and bg.running("compile")  # the CPU part goes on
+    assert bg.wait("cpu").ok and env_file.read_text() == "''"
+    bg.kill_all()
+
+
+def test_a_job_past_the_suites_deadline_is_killed_with_the_reason(tmp_path):
+    bg = runner.Background()
+    bg.start("slow", _py("import time; time.sleep(30)"), dict(os.environ), 60,
+             tmp_path / "a.log", gpu=True)
+    t0 = time.monotonic()
+    res = bg.wait_gpu_free(deadline=time.monotonic() + 0.5, why="the core rows need the time")
+    assert time.monotonic() - t0 < 10 and res >= 0.5
+    got = bg.wait("slow")
+    assert got.status == "timeout" and "the core rows need the time" in got.error
+    bg.start("quick", _py("pass"), dict(os.environ), 60, tmp_path / "b.log")
+    time.sleep(1.0)
+    assert bg.wait("quick").ok and bg.wait("quick").wall_s < 0.9  # its end, not the wait's
+
+
+# -------------------------------------------------------------- rows from partial results
+
+def make_suite(tmp_path, *extra) -> suite.Suite:
+    args = suite.parse_args(["--work", str(tmp_path / "work"), "--out",
+                             str(tmp_path / "out.json"), "--no-extra", "--commit", "test",
+                             *extra])
+    s = suite.Suite(args)
+    s.plan()
+    return s
+
+
+def fake_tasks(s, replies: list) -> list:
+    """suite.task replaced: each call takes the next canned (status, result) reply."""
+    calls = []
+
+    def task(tid, task, *, estimate, cap_s, env=None):
+        calls.append(task)
+        status, result = replies.pop(0)
+        error = None if status == "ok" else f"{status}: canned"
+        return TaskResult(status, -11 if status == "crash" else 0, 1.0, result, error, "log")
+
+    s.task = task
+    return calls
+
+
+OK = {"median_ms": 1.0, "p10_ms": 0.9, "p90_ms": 1.1, "reps": 5, "variant_s": 2.0}
+
+
+def test_a_crash_fails_its_own_variant_and_the_rest_go_on_in_a_fresh_process(tmp_path):
+    s = make_suite(tmp_path, "--smoke", "--models", "mlp-decode", "--variants",
+                   "eager,compile,compile-max-autotune")
+    calls = fake_tasks(s, [
+        ("crash", {"variants": {"eager": dict(OK, cold_start_s=3.0)}, "running": "compile"}),
+        ("ok", {"variants": {"compile-max-autotune": dict(OK, build_s=20.0)}, "running": None}),
+    ])
+    s.torch.run(s.model("mlp-decode"))
+    assert [c["variants"] for c in calls] == [
+        ["eager", "compile", "compile-max-autotune"], ["compile-max-autotune"]]
+    rows = {r["variant"]: r for r in s.results.rows}
+    assert rows["eager"]["status"] == "ok" and rows["eager"]["cold_start_s"] == 3.0
+    assert rows["compile"]["status"] == "crash" and "crash" in rows["compile"]["error"]
+    assert rows["compile-max-autotune"]["status"] == "ok"
+    assert rows["compile-max-autotune"]["build_s"] == 20.0
+
+
+def test_a_process_that_dies_before_any_variant_fails_them_all(tmp_path):
+    s = make_suite(tmp_path, "--smoke", "--models", "mlp-decode", "--variants", "eager,compile")
+    fake_tasks(s, [("error", {"error": "ImportError: no transformers"})])
+    s.torch.run(s.model("mlp-decode"))
+    rows = {r["variant"]: r for r in s.results.rows}
+    assert rows["eager"]["status"] == rows["compile"]["status"] == "error"
+
+
+def test_max_autotune_waits_for_the_next_models_eager_rows_then_runs_at_the_end(tmp_path):
+    s = make_suite(tmp_path, "--smoke", "--models", "mlp-decode,mlp-prefill", "--variants",
+                   "eager,compile,compile-max-autotune", "--budget-s", "70")
+    reply = {"variants": {v: dict(OK) for v in suite_worker_variants()}, "running": None}
+    calls = fake_tasks(s, [("ok", reply)] * 3)
+    for m in s.models:
+        s.torch.run(m)
+    assert s.pending("mlp-decode", "compile-max-autotune")  # deferred, not skipped
+    s.torch.retry_later()
+    got = [(c["spec"].split(":")[-1], c["variants"]) for c in calls]
+    assert got == [("smoke_mlp_decode", ["eager", "compile"]),
+                   ("smoke_mlp", ["eager", "compile", "compile-max-autotune"]),
+                   ("smoke_mlp_decode", ["compile-max-autotune"])]
+    assert not s.pending("mlp-decode", "compile-max-autotune")
+
+
+def suite_worker_variants():
+    from suite_worker_torch import ORDER
+
+    return ORDER
+
+
+def test_eager_compares_outputs_saved_by_rows_measured_before_it(tmp_path):
+    s = make_suite(tmp_path, "--smoke", "--models", "mlp-decode", "--variants", "eager")
+    s.compare["mlp-decode"] = {"aotpack-py|tuned": "/x.pt"}
+    s.results.row("mlp-decode", "aotpack-py", "tuned")
+    calls = fake_tasks(s, [("ok", {"variants": {"eager": dict(
+        OK, compared={"aotpack-py|tuned": 0.004})}, "running": None})])
+    s.torch.run(s.model("mlp-decode"))
+    assert calls[0]["compare"] == {"aotpack-py|tuned": "/x.pt"}
+    assert s.results.row("mlp-decode", "aotpack-py", "tuned")["rel_err_vs_eager"] == 0.004
+
+
+def bundle_suite(tmp_path, labels: list[str]) -> suite.Suite:
+    from handmade_bundle import write_handmade
+
+    items = []
+    for label in labels:
+        d = tmp_path / label
+        d.mkdir()
+        write_handmade(d / "model.aotpack")
+        items.append({"model": "mlp-decode", "label": label, "dir": label})
+    (tmp_path / "bundles.json").write_text(json.dumps(items))
+    return make_suite(tmp_path, "--models", "mlp-decode", "--bundles-json",
+                      str(tmp_path / "bundles.json"), "--variants", "aotpack-run,aotpack-py")
+
+
+def test_binding_process_crash_fails_one_bundle_and_retries_the_rest(tmp_path):
+    s = bundle_suite(tmp_path, ["a", "b", "c"])
+    one = dict(OK, gpu_bound=True, host_enqueue_ms=0.1,
+               aotpack_run={"max_abs_diff_vs_binding": 0.0, "outputs_saved": "/l.pt"},
+               outputs_saved="/o.pt")
+    calls = fake_tasks(s, [("crash", {"bundles": {"mlp-decode|a": one},
+                                      "running": "mlp-decode|b"}),
+                           ("ok", {"bundles": {"mlp-decode|c": dict(one)}, "running": None})])
+    s.packs.binding(list(s.bundles), window=True)
+    assert [[i["key"] for i in c["bundles"]] for c in calls] == [
+        ["mlp-decode|a", "mlp-decode|b", "mlp-decode|c"], ["mlp-decode|c"]]
+    status = {r["label"]: r["status"] for r in s.results.rows if r["variant"] == "aotpack-py"}
+    assert status == {"a": "ok", "b": "crash", "c": "ok"}
+    assert s.compare["mlp-decode"] == {"aotpack-py|a": "/o.pt", "aotpack-run|a": "/l.pt",
+                                       "aotpack-py|c": "/o.pt", "aotpack-run|c": "/l.pt"}
+    assert s.results.row("mlp-decode", "aotpack-py", "a")["launches"] == 3  # bundle facts
+
+
+def test_a_host_bound_window_row_is_measured_again_in_the_quiet_phase(tmp_path):
+    s = bundle_suite(tmp_path, ["a"])
+    slow = dict(OK, gpu_bound=False, host_enqueue_ms=0.9)
+    fake_tasks(s, [("ok", {"bundles": {"mlp-decode|a": slow}, "running": None}),
+                   ("ok", {"bundles": {"mlp-decode|a": dict(OK, gpu_bound=False)},
+                           "running": None})])
+    s.packs.binding(list(s.bundles), window=True)
+    row = s.results.row("mlp-decode", "aotpack-py", "a")
+    assert s.packs.recheck == s.bundles and any("host-bound" in n for n in row["notes"])
+    s.packs.binding(s.packs.recheck, window=False)
+    assert s.results.row("mlp-decode", "aotpack-py", "a")["details"]["window"] is False
+
+
+def test_bundles_sharing_a_weights_file_make_it_once(tmp_path, monkeypatch):
+    s = bundle_suite(tmp_path, ["heur", "tuned"])
+    monkeypatch.setattr(suite_bundles, "weights_key", lambda b: ("spec", "same sums"))
+    monkeypatch.setattr(suite_bundles, "weights_file", lambda b: b.dir / "weights.safetensors")
+    started = []
+    real_start = s.bg.start
+
+    def start(name, cmd, env, limit_s, log_path, **kw):  # make-weights → write the file
+        started.append(name)
+        out = Path(cmd[-1]) / "weights.safetensors"
+        real_start(name, [sys.executable, "-c", f"open({str(out)!r}, 'w').write('w')"], env,
+                   limit_s, log_path, **kw)
+
+    monkeypatch.setattr(s.bg, "start", start)
+    s.packs.start_weights()
+    assert started == ["weights-mlp-decode-heur"]
+    assert [s.packs.weights_ready(b) for b in s.bundles] == [None, None]
+    assert (tmp_path / "tuned" / "weights.safetensors").read_text() == "w"
+
+
+# ---------------------------------------------------------------------------- AOTI plan
+
+def test_fallback_follows_what_the_failed_load_says():
+    recipes = {n: plan.Recipe(n, n) for n in ("exclude-libs", "system-gxx",
+                                               "exclude-libs-in-so")}
+    failed = recipes["exclude-libs"]
+    assert plan.fallback_for(failed, "crash: SIGSEGV (rc -11)", set(), recipes) == "system-gxx"
+    assert plan.fallback_for(failed, "RuntimeError: constants not loaded from blob", set(),
+                             recipes) == "exclude-libs-in-so"
+    assert plan.fallback_for(failed, "timeout", {"system-gxx"}, recipes) == "exclude-libs-in-so"
+    assert plan.fallback_for(failed, "timeout", {"system-gxx", "exclude-libs-in-so"},
+                             recipes) is None
+
+
+def test_the_default_recipe_keeps_weights_out_of_the_so_and_links_privately(tmp_path):
+    got = plan.recipes(tmp_path, {"default_gxx": "/usr/bin/g++", "realpath": "/usr/bin/g++",
+                                  "other_gxx": ["/usr/bin/g++-12"]})
+    ex = got["exclude-libs"]
+    assert ex.configs == plan.WEIGHTS_OUTSIDE_SO and ex.env["CXX"].endswith("g++")
+    assert "--exclude-libs,ALL" in Path(ex.env["CXX"]).read_text()
+    assert got["system-gxx"].env == {"CXX": "/usr/bin/g++-12"}
+    assert got["exclude-libs-in-so"].configs == {}
+    assert set(plan.KNOWN) >= {"toolchain", "probe", "default_package"}
+
+
+def test_only_config_names_this_torch_knows_are_applied():
+    known, unknown = suite_aoti.known_configs({
+        **plan.WEIGHTS_OUTSIDE_SO, "aot_inductor.no_such_option": 1, "max_autotune": False})
+    assert known == {**plan.WEIGHTS_OUTSIDE_SO, "max_autotune": False}  # None default: known
+    assert unknown == ["aot_inductor.no_such_option"]
+
+
+def test_gpu_done_marker_is_written_at_the_first_cxx_build_inside_the_aot_compile(tmp_path,
+                                                                                  monkeypatch):
+    from torch._inductor import codecache, cpp_builder
+
+    built = []
+    monkeypatch.setattr(cpp_builder.CppBuilder, "build", lambda self: built.append(self))
+    monkeypatch.setattr(codecache.AotCodeCompiler, "compile", classmethod(
+        lambda cls, name: cpp_builder.CppBuilder.build(name)))
+    marker = tmp_path / "gpu-done"
+    assert suite_aoti.mark_gpu_done_at_cxx_build(str(marker)).startswith("armed")
+    cpp_builder.CppBuilder.build("a JIT build before the AOT compile")
+    assert not marker.exists()
+    codecache.AotCodeCompiler.compile("wrapper")
+    assert marker.exists() and built == ["a JIT build before the AOT compile", "wrapper"]
+
+
+def test_extra_models_say_which_op_aotpack_lacks_and_a_build_failure_is_not_that(tmp_path):
+    args = suite.parse_args(["--work", str(tmp_path / "work"), "--out", str(tmp_path / "o.json"),
+                             "--models", "gpt2,bert-base,vit-b16", "--commit", "test"])
+    s = suite.Suite(args)
+    s.plan()
+    extra = s.models
+    runner.write_task({"task": "frontend-probe", "id": "frontend-probes"}, s.work)
+    (s.work / "result-frontend-probes.json").write_text(json.dumps({"models": {
+        "gpt2": {"unsupported": "UnsupportedOpError: aten.embedding.default"},
+        "bert-base": {"error": "the model could not be built: ModuleNotFoundError: transformers"},
+    }}))
+    s.bg.start("frontend-probes", _py("pass"), dict(os.environ), 60, tmp_path / "p.log")
+    s.extra_probes(extra)
+    got = {r["model"]: r for r in s.results.rows if r["variant"] == "aotpack-run"}
+    assert got["gpt2"]["status"] == "unsupported"
+    assert got["gpt2"]["error"] == "unsupported: UnsupportedOpError: aten.embedding.default"
+    assert got["bert-base"]["status"] == "error" and "transformers" in got["bert-base"]["error"]
+    assert got["vit-b16"]["status"] == "error"  # the probe said nothing about it
