@@ -90,11 +90,39 @@ def _tail(path: Path, lines: int = 25) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below pid (from /proc), collected before anything is killed: an orphan
+    is re-parented to init and could no longer be found."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def _kill_group(pid: int) -> None:
+    """The worker's session (it and what it started) and every descendant that made a session
+    of its own (a stray g++ or compile worker would load the quiet phase's CPU)."""
+    strays = _descendants(pid)
     try:
-        os.killpg(pid, signal.SIGKILL)  # the worker's own session: it and what it started
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for p in strays:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def classify(rc: int | None, timed_out: bool, result: dict, log_tail: str,
