@@ -49,8 +49,10 @@ ESTIMATE = {
     "aotpack-py-start": 5,     # the binding process: python + import torch + CUDA context
     "aotpack-py": 3,           # per bundle in that process: load, first run, timing, check
     "aoti-compile": 110,       # per model, in the background (72-87 s alone, 16 threads)
-    "aoti-check": 10,          # fresh process: import torch + load package + first run
-    "aoti-run": 12,            # fresh process: cold start + timing
+    # fresh processes: aoti_load_package took 39-51 s for the MLP packages (270 MB) on the H200
+    # (2026-11-30-18d5c7a.json), and passed 43 s for llama-prefill's (440 MB)
+    "aoti-check": 55,          # import torch + load package + first run
+    "aoti-run": 60,            # cold start + timing
     "torch-start": 8,          # python + import torch + model build (5-9 s)
     "eager": 5,                # first forward, FLOP count, reference, timing, launches
     "compile": 10,             # warm-up compile (imports, once per process) + first call
