@@ -117,7 +117,9 @@ class Suite:
             for v in sm.AOTPACK_VARIANTS:
                 for b in bundles:
                     self._plan_row(m.name, v, b.label)
-                if not bundles:
+                kept = [r for r in self.results.rows if (r["model"], r["variant"]) == (m.name, v)
+                        and r["status"] not in ("pending", "skipped")]
+                if not bundles and not kept:  # --resume keeps the rows it measured
                     self._no_bundle(m, v)
         if not self.args.smoke and not self.results.doc["ceilings"].get("gemm_tflops"):
             self.ledger.add(("ceilings",), ESTIMATE["ceilings"], PRIORITY["ceilings"])

@@ -142,12 +142,16 @@ def rows(s) -> dict:
     return {(r["model"], r["variant"], r["label"]): r for r in s.results.rows}
 
 
-def test_a_full_run_fits_450_s_with_every_core_row(tmp_path, monkeypatch):
+def test_a_450_s_run_keeps_every_core_row_but_max_autotune(tmp_path, monkeypatch):
+    """With the AOTI loads measured on the H200 (39-51 s each, 2026-11-30-18d5c7a.json) 450 s
+    holds every core row of priority 0-1; max-autotune rows that do not fit say why."""
     s, sim = simulate(tmp_path, monkeypatch, 450)
     got = rows(s)
     for m in CORE:
-        for v in ("eager", "compile", "compile-max-autotune", "aoti"):
+        for v in ("eager", "compile", "aoti"):
             assert got[(m, v, "")]["status"] == "ok", (m, v, got[(m, v, "")]["error"])
+        mat = got[(m, "compile-max-autotune", "")]
+        assert mat["status"] == "ok" or (mat["status"] == "skipped" and "budget" in mat["error"])
         for v in ("aotpack-run", "aotpack-py"):
             for label in ("heuristic", "tuned"):
                 row = got[(m, v, label)]
@@ -161,10 +165,9 @@ def test_a_full_run_fits_450_s_with_every_core_row(tmp_path, monkeypatch):
     assert set(sim.log[1:window_end]) == {"bench", "aoti-run"}  # the check: once compiled
     assert sim.log.count("bench") == 8 and sim.log.count("aoti-run") == 1 + 4
     quiet = sim.log[window_end + 1:]
-    assert quiet[:4] == ["torch eager+compile+compile-max-autotune"] * 4
+    assert all(q.startswith("torch eager+compile") for q in quiet[:4])
     assert quiet[4:8] == ["aoti-run"] * 4 and quiet[8:16] == ["aotpack-cold"] * 8
     assert s.results.doc["aoti"]["recipe"] == ["exclude-libs", "aoti_load_package"]
-    assert s.results.doc["schedule"]["quiet_from_s"] == pytest.approx(105, abs=1)
 
 
 def test_a_short_budget_cuts_max_autotune_first_and_says_why(tmp_path, monkeypatch):

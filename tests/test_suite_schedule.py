@@ -311,3 +311,22 @@ def test_extra_models_say_which_op_aotpack_lacks_and_a_build_failure_is_not_that
     assert got["gpt2"]["error"] == "unsupported: UnsupportedOpError: aten.embedding.default"
     assert got["bert-base"]["status"] == "error" and "transformers" in got["bert-base"]["error"]
     assert got["vit-b16"]["status"] == "error"  # the probe said nothing about it
+
+
+def test_resume_without_bundle_folders_keeps_the_measured_aotpack_rows(tmp_path):
+    """A resumed run that measures only AOTI (no bundle folders this time) must not add
+    'missing' aotpack rows next to the ones the first run measured (it did on 2026-11-30)."""
+    import json
+
+    import suite
+
+    first = ROOT / "benchmarks" / "results" / "2026-11-30-18d5c7a.json"
+    args = suite.parse_args(["--work", str(tmp_path / "work"), "--out", str(tmp_path / "r.json"),
+                             "--resume", str(first), "--models", "llama-decode", "--variants",
+                             "aoti", "--no-extra", "--bundle-dirs", str(tmp_path / "none"),
+                             "--commit", "test"])
+    s = suite.Suite(args)
+    s.plan()
+    rows = json.loads((tmp_path / "r.json").read_text())["rows"]
+    mine = [r for r in rows if r["model"] == "llama-decode" and r["variant"].startswith("aotpack")]
+    assert mine and all(r["status"] == "ok" and r["label"] for r in mine)
