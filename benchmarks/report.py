@@ -170,7 +170,8 @@ def header(doc: dict, json_link: str | None) -> str:
             f"{c.get('torch', '?')}, {doc.get('date')}, commit `{doc.get('commit')}`; ceilings "
             f"measured in the same run: {ceil}.{raw} Median of back-to-back forwards timed with "
             f"CUDA events after warm-up (the method of `aotpack-run --bench`); fresh random "
-            f"inputs; every variant in its own process.")
+            f"inputs; eager, torch.compile and max-autotune of a model share one process (cold Inductor caches "
+            f"before each compile), AOTInductor and cold starts run in fresh processes.")
 
 
 def render_markdown(doc: dict, json_link: str | None = None, png_link: str | None = None) -> str:

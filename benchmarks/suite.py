@@ -285,6 +285,9 @@ class Suite:
         for m in core:
             self.torch.ensure_reference(m)
             self.torch.run(m)
+        # priority 0 and a few seconds each: before the AOTI runs, whose package loads took
+        # 39-51 s each on the H200 (the 2026-11-30 run ended before reaching the cold starts)
+        self.packs.cold_starts()
         if self.aoti and self.args.aoti_diagnose:
             Diagnosis(self.aoti).run(core)
             for m in core:
@@ -292,7 +295,6 @@ class Suite:
         elif self.aoti:
             for m in core:
                 self.aoti.run_model(m)
-        self.packs.cold_starts()
         self.torch.retry_later()
 
     def ceilings(self) -> None:
