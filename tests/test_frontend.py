@@ -175,3 +175,55 @@ def test_constant_only_ops_are_folded():
     assert "arange" in g.constants and all(n.op != Op.CAST or n.inputs[0].name != "x"
                                            for n in g.nodes)
     assert rel_err(run_graph(g, [x])[0], ComputedTables()(x)) < 1e-2
+
+
+class PatchEmbed(torch.nn.Module):
+    """ViT's patch embedding and an HF-style attention mask that masks nothing (built from
+    arange, as transformers' create_bidirectional_mask does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Conv2d(3, 32, kernel_size=4, stride=4)
+
+    def forward(self, x):
+        t = self.proj(x).flatten(2).transpose(1, 2)  # [B, 16, 32]
+        q = t.view(t.shape[0], t.shape[1], 2, 16).transpose(1, 2)
+        idx = torch.arange(t.shape[1], device=x.device)
+        mask = (idx[None, None, :, None] >= 0).expand(t.shape[0], -1, t.shape[1], t.shape[1])
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+def test_patch_embedding_conv_and_all_true_mask_translate():
+    """conv2d with kernel == stride becomes view/permute/copy + linear; the constant mask that
+    masks nothing folds away (ViT-B/16 builds with both)."""
+    model, x = PatchEmbed().eval(), torch.randn(2, 3, 16, 16)
+    g = to_graph(model, (x,))
+    ops = [n.op for n in g.nodes]
+    assert Op.LINEAR in ops and Op.SDPA in ops
+    sdpa = next(n for n in g.nodes if n.op == Op.SDPA)
+    assert len(sdpa.inputs) == 3  # no mask operand
+    y = torch.randn_like(x)
+    assert rel_err(run_graph(g, [y])[0], model(y)) < 1e-5
+
+
+def test_convolutions_other_than_patch_embedding_are_refused_clearly():
+    class Conv(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = torch.nn.Conv2d(3, 8, kernel_size=3, padding=1)
+
+        def forward(self, x):
+            return self.c(x)
+
+    with pytest.raises(UnsupportedOpError, match="non-overlapping patch embedding"):
+        to_graph(Conv(), (torch.randn(1, 3, 8, 8),))
+
+
+def test_masks_that_mask_something_are_refused():
+    class Masked(torch.nn.Module):
+        def forward(self, q, m):
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
+
+    q, m = torch.randn(1, 2, 8, 16), torch.rand(8, 8) > 0.5
+    with pytest.raises(UnsupportedOpError, match="attn_mask"):
+        to_graph(Masked(), (q, m))

@@ -154,13 +154,61 @@ def _layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn
 
 def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
-    if attn_mask is not None:
-        raise Unsupported("attn_mask (only is_causal=True or no mask are supported)")
+    if attn_mask is not None and not _mask_keeps_all(cx, attn_mask):
+        raise Unsupported("attn_mask (only is_causal=True, no mask, or a constant mask that "
+                          "masks nothing are supported)")
     if dropout_p:
         raise Unsupported(f"dropout_p={dropout_p}")
     attrs = O.SdpaAttrs(bool(is_causal), None if scale is None else float(scale),
                         bool(enable_gqa))
     return cx.emit(Op.SDPA, [q, k, v], attrs, final=True)
+
+
+def _mask_keeps_all(cx, mask) -> bool:
+    """A constant attention mask that changes nothing: all True (bool) or all 0 (additive).
+    HF models pass one built from arange even when nothing is masked (ViT, BERT without
+    padding); it folds to a constant before this rule sees it."""
+    import torch
+
+    t = cx.constant_tensor(mask)
+    if t is None:
+        return False
+    return bool(t.all()) if t.dtype == torch.bool else bool((t == 0).all())
+
+
+def _conv2d(cx, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """Patch embedding (ViT): kernel == stride, no padding, dilation or groups, image a whole
+    number of patches. It is a GEMM over patches: x [B, C, H, W] → patches [B·H/p·W/p, C·p·q]
+    (a view, a permute and one copy), times the weight viewed [oc, C·p·q], (+ bias), back to
+    [B, oc, H/p, W/q] as a view."""
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise Unsupported("a convolution that is not 2-D over a batch")
+    (B, C, H, W), (oc, Cw, p, q) = x.shape, w.shape
+    if (_pair(stride) != (p, q) or _pair(padding) != (0, 0) or _pair(dilation) != (1, 1)
+            or groups != 1 or Cw != C or H % p or W % q):
+        raise Unsupported("anything but a non-overlapping patch embedding (kernel == stride, "
+                          "padding 0, dilation 1, groups 1, image a whole number of patches)")
+    hp, wq = H // p, W // q
+    t = cx.emit(Op.VIEW, [x], O.ViewAttrs((B, C, hp, p, wq, q)))
+    t = cx.emit(Op.PERMUTE, [t], O.PermuteAttrs((0, 2, 4, 1, 3, 5)))
+    t = cx.emit(Op.COPY, [t], O.NoAttrs())
+    t = cx.emit(Op.VIEW, [t], O.ViewAttrs((B * hp * wq, C * p * q)))
+    wv = cx.emit(Op.VIEW, [w], O.ViewAttrs((oc, C * p * q)))
+    y = cx.emit(Op.LINEAR, [t, wv] + ([b] if b is not None else []), O.NoAttrs())
+    y = cx.emit(Op.VIEW, [y], O.ViewAttrs((B, hp, wq, oc)))
+    return cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((0, 3, 1, 2)), final=True)
+
+
+def _pair(v) -> tuple:
+    if isinstance(v, (list, tuple)):
+        return tuple(v) * (2 // len(v)) if len(v) in (1, 2) else tuple(v)
+    return (v, v)
+
+
+def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise Unsupported("transposed convolution")
+    return _conv2d(cx, x, w, b, stride, padding, dilation, groups)
 
 
 def _view(cx, x, shape):
@@ -280,6 +328,8 @@ RULES = {
     "aten.scaled_dot_product_attention.default": _sdpa,
     "aten.view.default": _view, "aten.reshape.default": _view,
     "aten._unsafe_view.default": _view, "aten.permute.default": _permute,
+    "aten.flatten.using_ints": _view, "aten.conv2d.default": _conv2d,
+    "aten.convolution.default": _convolution,
     "aten.transpose.int": _transpose, "aten.t.default": _t, "aten.slice.Tensor": _slice,
     "aten.select.int": _select, "aten.expand.default": _expand,
     "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze,

@@ -63,6 +63,7 @@ class _Translator:
         self.env: dict[str, object] = {}  # fx node name -> Value | list[Value] | None
         self.inputs: list[Value] = []
         self.constants: dict[str, Constant] = {}
+        self.computed: set[str] = set()  # constants folded here (not weights)
         self.nodes: list[Node] = []
         self.taken: set[str] = set()
         self.fx_node = None
@@ -120,7 +121,7 @@ class _Translator:
     def _call(self, n):
         self.fx_node = n
         rule = RULES.get(str(n.target))
-        if rule is None and self._fold_constant_call(n):
+        if self._fold_constant_call(n, computed_only=rule is not None):
             return
         if rule is None:
             raise self._error(f"operator {n.target} is not supported")
@@ -133,9 +134,12 @@ class _Translator:
         except TypeError as e:
             raise self._error(f"{n.target} cannot be typed: {e}") from None
 
-    def _fold_constant_call(self, n) -> bool:
+    def _fold_constant_call(self, n, computed_only: bool = False) -> bool:
         """An op with no rule whose inputs are all weights/constants (torch.arange, a table
-        computed from a buffer, ...) is evaluated now and becomes a constant."""
+        computed from a buffer, ...) is evaluated now and becomes a constant. With
+        `computed_only` (the op has a rule) only when every input was itself computed here:
+        a mask built from arange (HF models build all-True ones) folds away, while views of
+        weights stay views (folding them would store a second copy of the weight)."""
         import torch
 
         name = str(n.target)
@@ -145,6 +149,8 @@ class _Translator:
         deps = [a for a in n.all_input_nodes]
         if not all(isinstance(self.env.get(d.name), Value)
                    and self.env[d.name].name in self.constants for d in deps):
+            return False
+        if computed_only and not all(self.env[d.name].name in self.computed for d in deps):
             return False
         tensors = {d.name: self.constants[self.env[d.name].name].tensor for d in deps}
         args = torch.fx.node.map_arg(n.args, lambda d: tensors[d.name])
@@ -156,8 +162,14 @@ class _Translator:
         tensor = result.detach().to("cpu").contiguous()
         value = self._new_value(n.name, tensor)
         self.constants[value.name] = Constant(value, tensor)
+        self.computed.add(value.name)
         self.env[n.name] = value
         return True
+
+    def constant_tensor(self, v):
+        """The torch tensor behind a constant Value (weight or folded), else None."""
+        c = self.constants.get(v.name) if isinstance(v, Value) else None
+        return None if c is None else c.tensor
 
     def _map(self, a):
         import torch.fx
