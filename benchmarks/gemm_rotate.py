@@ -54,25 +54,17 @@ def graph_us(torch, runs, reps: int = 20) -> float:
 
 
 def copy_tbs(torch, moved: int = 2 << 30) -> float:
-    """Device-to-device copy rate (bytes read + written) of a copy moving `moved` bytes, through
-    torch's copy kernel (not in a graph: a captured copy becomes a copy-engine memcpy node,
-    which ran at 2.7 TB/s). Copies rotate over sources that together exceed L2."""
+    """Device-to-device copy rate (bytes read + written) of a copy moving `moved` bytes, timed
+    like the GEMMs: a graph of copies over rotating sources and destinations (together well
+    past L2). The copy is a kernel (torch.add(src, 0, out=dst)): a captured dst.copy_ becomes a
+    copy-engine memcpy node, which ran at 2.7 TB/s, and eager copies of a few MB are timed by
+    their launch cost."""
     n = moved // 2
-    copies = max(2, -(-(ROTATE_BYTES) // n))
+    copies = max(4, -(-(ROTATE_BYTES) // n))
     srcs = [torch.empty(n, dtype=torch.uint8, device="cuda").random_() for _ in range(copies)]
-    dst = torch.empty(n, dtype=torch.uint8, device="cuda")
-    for s in srcs:
-        dst.copy_(s)
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for s in srcs:
-            dst.copy_(s)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / copies)
-    return moved / statistics.median(times) / 1e6
+    dsts = [torch.empty(n, dtype=torch.uint8, device="cuda") for _ in range(copies)]
+    us = graph_us(torch, [lambda s=s, d=d: torch.add(s, 0, out=d) for s, d in zip(srcs, dsts)])
+    return moved / us / 1e6
 
 
 def mnk(desc: str) -> tuple[int, int, int]:
@@ -101,14 +93,14 @@ def problem_rows(torch, F, job: Path, prob: dict) -> dict:
     row["cublas_us"] = graph_us(torch, [lambda w=w: torch.matmul(a, w.t(), out=out) for w in ws])
     for c in prob["candidates"]:
         rec = {"name": c["name"]}
+        model = sess = None
         try:
             model = Model(str(job / c["bundle"]))
             sess = Session(model, use_cuda_graph=False)
-            names = [i.name for i in model.inputs]
             shapes = [tuple(i.shape) for i in model.inputs]
+            if len(shapes) != 2 or (m, k) not in shapes or (n, k) not in shapes or m == n:
+                raise RuntimeError(f"expected inputs a{(m, k)} and b{(n, k)}, got {shapes}")
             ia, ib = shapes.index((m, k)), shapes.index((n, k))
-            if len(names) != 2:
-                raise RuntimeError(f"unexpected inputs {names}")
 
             def args(w):
                 x = [None, None]
@@ -125,10 +117,12 @@ def problem_rows(torch, F, job: Path, prob: dict) -> dict:
             else:
                 rec["us"] = graph_us(torch, [lambda w=w: sess.run(args(w), [out]) for w in ws])
                 rec["status"] = "ok"
-            sess.close()
-            model.close()
         except Exception as e:  # a candidate that fails is a row, never the end of the run
             rec.update(status="error", error=f"{type(e).__name__}: {e}"[:300])
+        finally:
+            for h in (sess, model):
+                if h is not None:
+                    h.close()
         row["candidates"].append(rec)
     return row
 

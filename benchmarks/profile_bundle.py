@@ -42,7 +42,7 @@ def windows(fn, warmup_s: float, n_windows: int, reps: int) -> list[float]:
 
 
 def kernel_times(fn, iters: int) -> dict[str, float]:
-    """Mean µs per forward of each kernel name, from CUPTI kernel activity."""
+    """Mean µs per forward of each kernel (and memset) name, from CUPTI activity."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -53,8 +53,7 @@ def kernel_times(fn, iters: int) -> dict[str, float]:
         torch.cuda.synchronize()
     per: dict[str, float] = {}
     for e in prof.events():
-        if e.device_type.name == "CUDA" and e.name and "memcpy" not in e.name.lower() \
-                and "memset" not in e.name.lower():
+        if e.device_type.name == "CUDA" and e.name and "memcpy" not in e.name.lower():
             per[e.name] = per.get(e.name, 0.0) + e.device_time / iters
     return per
 
@@ -66,10 +65,15 @@ def bundle_fn(folder: Path):
 
     model = Model(str(folder / "model.aotpack"))
     session = Session(model)
-    dt = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+    from aotpack.dtypes import DType
+
     g = torch.Generator(device="cuda").manual_seed(0)
-    inputs = [torch.randn(i.shape, generator=g, device="cuda").to(dt.get(i.dtype, torch.bfloat16))
-              for i in model.inputs]
+    inputs = []
+    for i in model.inputs:
+        dt = DType(i.dtype).to_torch()
+        inputs.append(torch.randn(i.shape, generator=g, device="cuda").to(dt)
+                      if dt.is_floating_point else
+                      torch.randint(0, 2, i.shape, generator=g, device="cuda").to(dt))
     outs = session.run(inputs)
     return lambda: session.run(inputs, outs), model
 

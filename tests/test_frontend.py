@@ -219,11 +219,55 @@ def test_convolutions_other_than_patch_embedding_are_refused_clearly():
         to_graph(Conv(), (torch.randn(1, 3, 8, 8),))
 
 
-def test_masks_that_mask_something_are_refused():
-    class Masked(torch.nn.Module):
-        def forward(self, q, m):
-            return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
+class BufferMask(torch.nn.Module):
+    def __init__(self, mask):
+        super().__init__()
+        self.register_buffer("mask", mask)
 
-    q, m = torch.randn(1, 2, 8, 16), torch.rand(8, 8) > 0.5
+    def forward(self, q):
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.mask)
+
+
+@pytest.mark.parametrize("mask", ["input", "tril", "one_minus_inf"])
+def test_masks_that_mask_something_are_refused(mask):
+    """A run-time mask, and constant masks that do mask (a bool tril, an additive mask with
+    one -inf), must not be dropped."""
+    q = torch.randn(1, 2, 8, 16)
+    if mask == "input":
+        class Masked(torch.nn.Module):
+            def forward(self, q, m):
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
+
+        model, inputs = Masked(), (q, torch.rand(8, 8) > 0.5)
+    elif mask == "tril":
+        model, inputs = BufferMask(torch.ones(8, 8, dtype=torch.bool).tril()), (q,)
+    else:
+        m = torch.zeros(8, 8)
+        m[3, 5] = float("-inf")
+        model, inputs = BufferMask(m), (q,)
     with pytest.raises(UnsupportedOpError, match="attn_mask"):
-        to_graph(Masked(), (q, m))
+        to_graph(model, inputs)
+
+
+def test_folding_keeps_broadcasts_as_views_and_skips_export_checks():
+    """Computed constants fold only when no larger than their inputs: an expanded table stays
+    an expand of a small constant (folded, it would be stored dense); the metadata assert an
+    export records (with the export's device, maybe one the build host lacks) is not run."""
+    class Biased(torch.nn.Module):
+        def forward(self, scores):
+            s = scores.shape[-1]
+            pos = torch.arange(s, device=scores.device).to(torch.float32)
+            bias = (pos[:, None] - pos[None, :]).abs()
+            return scores + bias.expand(1, 4, s, s)
+
+    from aotpack.frontend.translate import _Translator, export
+
+    scores = torch.randn(1, 4, 64, 64)
+    ep = export(Biased(), (scores,))
+    asserts = [n for n in ep.graph.nodes if "assert_tensor_metadata" in str(n.target)]
+    assert asserts  # what this test is about
+    for n in asserts:  # the device a CUDA export records
+        n.kwargs = {**n.kwargs, "device": torch.device("cuda", 0)}
+    g = _Translator(ep).run()
+    assert max(c.tensor.numel() for c in g.constants.values()) <= 64 * 64
+    assert rel_err(run_graph(g, [scores])[0], Biased()(scores)) < 1e-5

@@ -338,7 +338,7 @@ def test_attention_decode_sized_queries_get_a_small_tile():
     cfg = attention.default_config(op)
     assert (cfg["BLOCK_M"], cfg["BLOCK_N"]) == (16, 16)
     cands = attention.candidate_configs(op)
-    assert cands[0] == cfg and len({tuple(sorted(c.items())) for c in cands}) == len(cands)
+    assert cands[0] == cfg and all(c["BLOCK_M"] == 16 for c in cands)
     assert attention.default_config(ATTENTION_CASES["d128_causal"])["BLOCK_M"] == 128
     (launch,) = attention.compile(op, config=cands[-1])
     assert launch.grid == (16 * 4, 1, 1) and launch.kernel.cubin[:4] == b"\x7fELF"

@@ -170,7 +170,7 @@ def _mask_keeps_all(cx, mask) -> bool:
     padding); it folds to a constant before this rule sees it."""
     import torch
 
-    t = cx.constant_tensor(mask)
+    t = cx.constant_source(mask)
     if t is None:
         return False
     return bool(t.all()) if t.dtype == torch.bool else bool((t == 0).all())
@@ -211,7 +211,7 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
     return _conv2d(cx, x, w, b, stride, padding, dilation, groups)
 
 
-def _view(cx, x, shape):
+def _view(cx, x, *shape_or_dims):  # view(x, shape), flatten(x, start, end)
     return cx.emit(Op.VIEW, [x], O.ViewAttrs(cx.out_shape()), final=True)
 
 

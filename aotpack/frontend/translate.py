@@ -11,6 +11,9 @@ from aotpack.ir.infer import infer
 
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
+# never evaluated on the build host: randomness, uninitialised memory, and the checks export
+# records (an _assert_tensor_metadata of a CUDA export names a device the host may not have)
+_NO_FOLD = ("rand", "normal", "bernoulli", "dropout", "empty", "_assert", "sym_constrain")
 
 
 class UnsupportedOpError(Exception):
@@ -137,27 +140,37 @@ class _Translator:
     def _fold_constant_call(self, n, computed_only: bool = False) -> bool:
         """An op with no rule whose inputs are all weights/constants (torch.arange, a table
         computed from a buffer, ...) is evaluated now and becomes a constant. With
-        `computed_only` (the op has a rule) only when every input was itself computed here:
-        a mask built from arange (HF models build all-True ones) folds away, while views of
-        weights stay views (folding them would store a second copy of the weight)."""
+        `computed_only` (the op has a rule) only when every input was itself computed here and
+        the result is no larger than its largest input: a mask built from arange (HF models
+        build all-True ones) folds away, while views of weights stay views (folding them would
+        store a second copy of the weight) and broadcasts stay views (an expand folded would be
+        stored dense). Anything that fails to evaluate here is left to its rule."""
         import torch
 
         name = str(n.target)
-        if not isinstance(n.target, torch._ops.OpOverload) or any(
-                w in name for w in ("rand", "normal", "bernoulli", "dropout", "empty")):
+        if not isinstance(n.target, torch._ops.OpOverload) or any(w in name for w in _NO_FOLD):
             return False
         deps = [a for a in n.all_input_nodes]
         if not all(isinstance(self.env.get(d.name), Value)
                    and self.env[d.name].name in self.constants for d in deps):
             return False
-        if computed_only and not all(self.env[d.name].name in self.computed for d in deps):
-            return False
         tensors = {d.name: self.constants[self.env[d.name].name].tensor for d in deps}
+        out = n.meta.get("val")
+        if not isinstance(out, torch.Tensor) or not all(isinstance(d, int) for d in out.shape):
+            return False
+        if out.numel() * out.element_size() > _FOLD_LIMIT:  # before computing it
+            return False
+        if computed_only and not (
+                all(self.env[d.name].name in self.computed for d in deps)
+                and out.numel() <= max([t.numel() for t in tensors.values()] or [0])):
+            return False
         args = torch.fx.node.map_arg(n.args, lambda d: tensors[d.name])
         kwargs = torch.fx.node.map_arg(n.kwargs, lambda d: tensors[d.name])
-        result = n.target(*args, **kwargs)
-        if not isinstance(result, torch.Tensor) or result.numel() * result.element_size() \
-                > _FOLD_LIMIT:
+        try:
+            result = n.target(*args, **kwargs)
+        except Exception:  # e.g. a device the build host has not: the rule (or an error) then
+            return False
+        if not isinstance(result, torch.Tensor):
             return False
         tensor = result.detach().to("cpu").contiguous()
         value = self._new_value(n.name, tensor)
@@ -165,6 +178,20 @@ class _Translator:
         self.computed.add(value.name)
         self.env[n.name] = value
         return True
+
+    def constant_source(self, v):
+        """The constant tensor behind `v`, looking through layout ops (expand, view, unsqueeze,
+        permute) that do not change which values it holds; None if `v` is computed at run
+        time."""
+        from aotpack.ir import Op
+
+        layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE)
+        while isinstance(v, Value) and v.name not in self.constants:
+            node = next((m for m in reversed(self.nodes) if m.outputs[0].name == v.name), None)
+            if node is None or node.op not in layout:
+                return None
+            v = node.inputs[0]
+        return self.constant_tensor(v)
 
     def constant_tensor(self, v):
         """The torch tensor behind a constant Value (weight or folded), else None."""

@@ -75,7 +75,9 @@ def _triton_gemm_configs(op: GemmOp, target: Target) -> list[dict]:
     heuristic = gemm.config_for(op, target)
     space = gc.candidate_configs(M, N, K, op.a.dtype, target, op.out.dtype)
     out = []
-    for cfg in [heuristic] + [c for c in space if c != heuristic] + _splitk_extras(M, N, K):
+    rest = [c for c in space if c != heuristic]
+    # the extras early (after the heuristic's two nearest neighbours): `fast` measures them too
+    for cfg in [heuristic] + rest[:2] + _splitk_extras(M, N, K) + rest[2:]:
         if gemm.supports_config(op, cfg) is not None:
             continue
         d = {"template": "gemm.triton", **cfg.as_dict()}
@@ -125,15 +127,18 @@ def _cutedsl_gemm_configs(op: GemmOp) -> list[dict]:
     from aotpack.kernels.spec import swiglu_group
 
     g = swiglu_group(op) or 0
-    # 224 = 14336 / 64 and 192 = 6144 / 32: whole waves of tiles for Llama-3-sized widths.
+    # 224 = 14336 / 64 and 192 = 6144 / 32: whole waves of 64-row tiles for unfused GEMMs of
+    # Llama-3 widths (a fused SwiGLU keeps tiles that hold whole gate/up pairs of 64).
     narrow = [(tm, 64, c) for tm in (64, 128) for c in ((1, 1), (2, 1), (1, 2))]
     narrow += [(64, tn, c) for tn in (224, 192) for c in ((1, 1), (2, 1))]
     if out and op.out.shape[0] <= 128:
+        extra = []
         for tm, tn, (cm, cn) in narrow:
             d = dict(out[0], tile_m=tm, tile_n=tn, cluster_m=cm, cluster_n=cn,
                      raster_along_m=True)
-            if d not in out and not (g and tn % (2 * g)):
-                out.append(d)
+            if d not in out and d not in extra and not (g and tn % (2 * g)):
+                extra.append(d)
+        out = out[:1] + extra + out[1:]  # right after the default: `fast` measures them too
     return out
 
 
