@@ -14,10 +14,11 @@ README table and a chart.
 
 The run's plan (phases, estimates, priorities) is in suite_schedule.py: AOTInductor compiles
 and other CPU work start in the background at t = 0; GPU-bound timings (ceilings, aotpack's
-CUDA-graph replays) run once no background job can use the GPU; everything CPU-sensitive (one
-process per model for eager → torch.compile → max-autotune, AOTI runs, cold starts) once no
-background job runs. Rows: suite_torch.py, suite_bundles.py, suite_aoti_plan.py (AOTI;
---aoti-diagnose: suite_aoti_diagnose.py).
+CUDA-graph replays) run once no background job can use the GPU; the AOTI run processes start
+early, load their packages in the background and park (suite_aoti_preload.py); everything
+CPU-sensitive (one process per model for eager → torch.compile → max-autotune, cold starts,
+the AOTI runs' go) once no background job runs but those parked. Rows: suite_torch.py,
+suite_bundles.py, suite_aoti_plan.py (AOTI; --aoti-diagnose: suite_aoti_diagnose.py).
 """
 from __future__ import annotations
 
@@ -272,21 +273,27 @@ class Suite:
             self.aoti.check(deadline=self.budget.deadline(self.ledger.pending(1)))
 
     def quiet(self, core: list, extra: list) -> None:
-        """Everything CPU-sensitive, with no background job left."""
-        keep = self.ledger.pending(1)
-        waited = self.bg.wait_all(self.budget.deadline(keep),
-                                  "the core rows needed the time that was left")
-        self.log(f"quiet phase (waited {waited:.1f}s for background jobs)")
-        self.results.doc.setdefault("schedule", {})["quiet_from_s"] = round(
-            self.budget.elapsed(), 1)
+        """Everything CPU-sensitive, with no background job left but the parked AOTI runs
+        (loaded, asleep until their go: suite_aoti_preload.py)."""
+        t0 = self.budget.elapsed()
+        if self.aoti:  # compiles that finish now are preloaded at once (room kept for a load)
+            self.aoti.preloads.start_rest(self.budget.deadline(self.ledger.pending(1)))
+        self.ledger.drop(("aoti-load",))  # what it reserved is the wait below
+        self.bg.wait_all(self.budget.deadline(self.ledger.pending(1)),
+                         "the core rows needed the time that was left")
+        parked = self.bg.parked()
+        self.log(f"quiet phase (waited {self.budget.elapsed() - t0:.1f}s for background jobs; "
+                 f"{len(parked)} AOTI runs parked)")
+        self.results.doc.setdefault("schedule", {}).update(
+            quiet_from_s=round(self.budget.elapsed(), 1), parked_at_quiet=parked)
         if self.aoti:
             self.aoti.record_probes()
         self.extra_probes(extra)
         for m in core:
             self.torch.ensure_reference(m)
             self.torch.run(m)
-        # priority 0 and a few seconds each: before the AOTI runs, whose package loads took
-        # 39-51 s each on the H200 (the 2026-11-30 run ended before reaching the cold starts)
+        # priority 0 and a few seconds each: before the AOTI runs (which, when not preloaded,
+        # load their package for 39-53 s on the H200)
         self.packs.cold_starts()
         if self.aoti and self.args.aoti_diagnose:
             Diagnosis(self.aoti).run(core)
@@ -351,7 +358,8 @@ def clean_work(work: Path, keep_references: bool) -> None:
     would make "cold" compiles warm, so they go; eager's references stay when resuming."""
     for sub in ("cache", "aoti", "logs", "cxx-probe", "cxx-exclude-libs"):
         shutil.rmtree(work / sub, ignore_errors=True)
-    patterns = ["task-*.json", "result-*.json", "gpu-done-*", "gpu-go", "outs-*.pt"]
+    patterns = ["task-*.json", "result-*.json", "gpu-done-*", "gpu-go", "outs-*.pt",
+                "aoti-go-*", "aoti-parked-*"]
     patterns += [] if keep_references else ["ref-*.pt", "inputs-*.pt"]
     for pattern in patterns:
         for f in work.glob(pattern):

@@ -13,6 +13,11 @@ The compile runs while the suite times other things, so it tells the suite about
 it builds the model on the CPU and waits for the suite's go (suite_proc.wait_for_go) before
 touching the GPU, and writes a marker once Inductor starts its first C++ build (from then on it
 is g++ and file I/O: mark_gpu_done_at_cxx_build).
+
+A run can be preloaded (suite_aoti_preload.py): it loads its package, parks until its go file
+(suite_proc.park), and only then reads its inputs and does the first run and the timing; its
+cold start leaves out the time parked, and its device memory counts the package's weights
+plus what the run takes after the go (other packages load at the same time: _device_mem).
 """
 from __future__ import annotations
 
@@ -110,11 +115,23 @@ def task_aoti_compile(t: dict) -> dict:
         path = torch._inductor.aoti_compile_and_package(
             ep, package_path=t["package"], inductor_configs=dict(configs))  # it adds keys
     res.update(export_s=round(export_s, 2), compile_s=round(time.perf_counter() - t1, 2),
-               package=str(path), artifact_bytes=Path(path).stat().st_size)
+               package=str(path), artifact_bytes=Path(path).stat().st_size,
+               weights_bytes=weights_bytes(ep))
     res["build_s"] = round(res["export_s"] + res["compile_s"], 2)
     stage("package facts")
     res["package_facts"] = package_facts(Path(path))
     return res
+
+
+def weights_bytes(ep) -> int | None:
+    """Bytes of the exported program's parameters, buffers and constants: what AOTInductor
+    copies to the device at load (a preloaded run's device memory, _device_mem). None when
+    this torch's ExportedProgram says otherwise: a fact must not fail the compile."""
+    try:
+        tensors = [*ep.state_dict.values(), *ep.constants.values()]
+        return sum(x.numel() * x.element_size() for x in tensors if hasattr(x, "element_size"))
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def known_configs(configs: dict) -> tuple[dict, list[str]]:
@@ -203,7 +220,9 @@ def _load_package(t: dict):
 
 def task_aoti_run(t: dict) -> dict:
     """Fresh process: load the package, first run (cold start), then the row's measurements;
-    with t["check_only"], only load + first run + finite outputs (the GPU window's check)."""
+    with t["check_only"], only load + first run + finite outputs (the GPU window's check).
+    With t["go_path"] (a preloaded run), it parks between the load and the first run until the
+    suite's go (suite_proc.park): the cold start then excludes the time parked."""
     import torch
 
     import suite_measure as M
@@ -212,26 +231,73 @@ def task_aoti_run(t: dict) -> dict:
     if device == "cuda":
         torch.cuda.init()
     mem = M.DeviceMemory(device)
-    inputs, ref = _inputs(t, device)
+    parked = bool(t.get("go_path"))
+    if not parked:  # a preloaded run reads them after its go: eager's reference exists by then
+        inputs, ref = _inputs(t, device)
     t0 = time.perf_counter()
     call = _load_package(t)
-    load_s = time.perf_counter() - t0
+    res = {"load_s": round(time.perf_counter() - t0, 3)}
+    if parked:
+        mem, res = _park(t, mem, res)
+        inputs, ref = _inputs(t, device)
     stage("first run")
     with torch.no_grad():
         first = M.to_host(call(inputs))
-        res = {"cold_start_s": since_process_start(), "load_s": round(load_s, 3)}
+        res["cold_start_s"] = _cold_start(res)
         if t.get("check_only"):
-            bad = [i for i, x in enumerate(first) if not bool(x.float().isfinite().all())]
-            if bad:
-                raise RuntimeError(f"outputs {bad} have non-finite values")
-            return dict(res, outputs=len(first))
+            return dict(res, outputs=_finite(first))
         mem.sample()
         if ref is not None:
             res["rel_err_vs_eager"] = M.max_rel_err(first, ref)
         res.update(M.steady_state(lambda: call(inputs), device, t.get("reps", 100), stage))
         mem.sample()
-    res.update(mem.fields())
+    res.update(_device_mem(t, mem, parked))
     return res
+
+
+def _park(t: dict, mem, res: dict):
+    """Parks until the go. Device memory is device-wide (cuMemGetInfo) and other packages load
+    while this one does, so the load's own share cannot be told apart: after the go (nothing
+    else changes memory then) a fresh baseline measures the run, and the load counts as the
+    package's weights (_device_mem). Returns the new baseline and the result so far."""
+    import suite_measure as M
+    from suite_proc import park
+
+    mem.sample()
+    res["load_device_delta_bytes"] = mem.fields()["device_mem_bytes"]  # others' loads included
+    res["parked_s"] = park(t["parked_path"], t["go_path"], {"load_s": res["load_s"]},
+                           t.get("park_limit_s", 900))
+    return M.DeviceMemory(t.get("device", "cuda")), res
+
+
+def _cold_start(res: dict) -> float | None:
+    """Process start → first output on the host, less the time parked (a preloaded run)."""
+    wall = since_process_start()
+    if wall is None or not res.get("parked_s"):
+        return wall
+    res["cold_start_wall_s"] = wall
+    return round(wall - res["parked_s"], 3)
+
+
+def _finite(outputs: list) -> int:
+    bad = [i for i, x in enumerate(outputs) if not bool(x.float().isfinite().all())]
+    if bad:
+        raise RuntimeError(f"outputs {bad} have non-finite values")
+    return len(outputs)
+
+
+def _device_mem(t: dict, mem, parked: bool) -> dict:
+    """device_mem_bytes: above the CUDA context, as every row; for a preloaded run the
+    package's weights (one cudaMalloc'd blob at load, outside torch's allocator) + what the run
+    took after the go."""
+    fields = mem.fields()
+    if not parked or fields["device_mem_bytes"] is None:
+        return fields
+    weights = t.get("weights_bytes")
+    return {"device_mem_bytes": None if weights is None else fields["device_mem_bytes"] + weights,
+            "device_mem_method": "weights (constants) of the package + device memory taken "
+                                 "after the go (cuMemGetInfo): other packages loaded at the same "
+                                 "time as this one"}
 
 
 # ---------------------------------------------------------------------------- toolchain probe

@@ -33,6 +33,24 @@ def wait_for_go(path: str | None, limit_s: float = 300) -> float:
     return round(time.monotonic() - t0, 2)
 
 
+def park(parked_path: str, go_path: str, info: dict, limit_s: float = 900) -> float:
+    """A run started early (its package loaded in the background) writes `parked_path` and
+    sleeps until the suite writes `go_path`, in the quiet phase, so that only what follows the
+    go is timed. Polls every 50 ms: a parked process must not take CPU from what the suite
+    times meanwhile. Gives up after limit_s, or when the suite that started it is gone (then
+    nobody would ever write the go). Returns the seconds parked."""
+    t0, parent = time.monotonic(), os.getppid()
+    write_json(parked_path, dict(info, parked_at=time.time()))
+    stage("parked: waiting for the suite's go")
+    while not os.path.exists(go_path):
+        if time.monotonic() - t0 > limit_s or os.getppid() != parent:
+            raise RuntimeError(f"parked {time.monotonic() - t0:.0f} s and no go came "
+                               f"(limit {limit_s:.0f} s, or the suite is gone)")
+        time.sleep(0.05)
+    stage("go")
+    return round(time.monotonic() - t0, 3)
+
+
 def write_json(path, obj) -> None:
     """Atomic: a task that dies mid-write leaves the previous (partial) result readable."""
     path = Path(path)

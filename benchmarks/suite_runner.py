@@ -7,8 +7,10 @@ writes its result as JSON to a file named in its task; a process that dies on a 
 past its limit becomes a failed result with the reason, never a silent gap.
 
 Budget admits a task when its estimate fits (after what suite_schedule.Ledger keeps for more
-important work); Background runs the jobs started at t = 0 and tells the suite when none of
-them can still use the GPU (wait_gpu_free) and when all are done (wait_all).
+important work); Background runs the jobs started early and tells the suite when none of them
+can still use the GPU (wait_gpu_free) and when all are done or parked (wait_all). A parked job
+(an AOTI run whose package is loaded, sleeping until its go file: suite_proc.park) counts as
+idle; resume gives it the go and waits for its result.
 """
 from __future__ import annotations
 
@@ -178,6 +180,14 @@ def result_path(work: Path, tag: str) -> Path:
     return work / f"result-{tag}.json"
 
 
+def read_result(path: Path) -> dict:
+    """A background job's result file ({} when it wrote none)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
 def write_task(task: dict, work: Path) -> tuple[Path, Path]:
     """task-<id>.json for suite_worker.py (a dict with "task", "id" and the task's arguments;
     result_path added, and cleared of an earlier run's result): (task file, result file)."""
@@ -207,8 +217,17 @@ class Job:
     log_path: Path
     gpu: bool  # may use the GPU (until `marker` exists, when it has one)
     marker: Path | None = None
+    parked: Path | None = None  # written by the job once it only waits for its go
+    go_at: float | None = None  # when resume gave it the go
     result: TaskResult | None = None
     end: float | None = None  # when the process exited (set by a watcher thread)
+
+    def alive(self) -> bool:
+        return self.result is None and self.proc.poll() is None
+
+    def is_parked(self) -> bool:
+        """Alive, loaded and sleeping until its go: idle for the suite's timings."""
+        return self.alive() and self.parked is not None and self.parked.exists()
 
     def gpu_phase(self) -> bool:
         """True while the job may still run work on the GPU."""
@@ -220,30 +239,42 @@ class Job:
 class Background:
     """Jobs started early that later measurements wait for, each under its own limit: weights
     generation, reference inputs, aotpack frontend probes (CPU only: started without a visible
-    GPU) and AOTInductor compiles (GPU until their marker file appears, CPU afterwards: see
-    suite_aoti.task_aoti_compile). The suite times nothing on the GPU while a job may use it
-    (wait_gpu_free) and nothing CPU-sensitive while any job runs (wait_all)."""
+    GPU), AOTInductor compiles (GPU until their marker file appears, CPU afterwards: see
+    suite_aoti.task_aoti_compile) and preloaded AOTI runs (CPU and disk while loading, plus
+    one weights upload; then parked). The suite times nothing on the GPU while a job may use
+    it (wait_gpu_free) and nothing CPU-sensitive while any job runs unparked (wait_all)."""
 
     def __init__(self):
         self.jobs: dict[str, Job] = {}
 
     def start(self, name: str, cmd: list[str], env: dict, limit_s: float, log_path: Path, *,
-              gpu: bool = False, marker: Path | None = None) -> None:
-        if not gpu:  # a CPU-only job cannot touch the GPU by accident
+              gpu: bool = False, marker: Path | None = None, hide_gpu: bool | None = None,
+              parked: Path | None = None) -> None:
+        """gpu: the job's GPU work keeps GPU timings waiting (until `marker`); hide_gpu
+        (default: not gpu): CUDA_VISIBLE_DEVICES="", so a CPU-only job cannot touch the GPU by
+        accident. limit_s: for a job with `parked`, the limit to reach it (resume sets the
+        next). SUITE_T0: the spawn time, for a preloaded run's cold start."""
+        if (not gpu) if hide_gpu is None else hide_gpu:
             env = dict(env, CUDA_VISIBLE_DEVICES="")
-        if marker is not None:
-            marker.unlink(missing_ok=True)
+        env = dict(env, SUITE_T0=repr(time.time()))
+        for f in (marker, parked):
+            if f is not None:
+                f.unlink(missing_ok=True)
         with open(log_path, "ab") as log:
             log.write(f"$ {' '.join(map(str, cmd))}\n".encode())
             log.flush()
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True)
-        job = self.jobs[name] = Job(proc, time.monotonic(), limit_s, log_path, gpu, marker)
+        job = self.jobs[name] = Job(proc, time.monotonic(), limit_s, log_path, gpu, marker,
+                                    parked)
         threading.Thread(target=_note_end, args=(job,), daemon=True).start()
 
     def running(self, name: str) -> bool:
         job = self.jobs.get(name)
-        return bool(job) and job.result is None and job.proc.poll() is None
+        return bool(job) and job.alive()
+
+    def parked(self) -> list[str]:
+        return [n for n, j in self.jobs.items() if j.is_parked()]
 
     def gpu_busy(self) -> list[str]:
         return [n for n, j in self.jobs.items() if j.gpu_phase()]
@@ -274,7 +305,37 @@ class Background:
         status, error = classify(rc, timed_out, {}, tail, job.limit_s)
         if timed_out and not own:
             error = f"timeout: killed after {wall:.0f} s: {why or 'the suite could not wait'}"
+        elif timed_out and job.go_at is not None:
+            error = (f"timeout: killed {time.monotonic() - job.go_at:.0f} s after its go "
+                     f"({job.go_at - job.start:.0f} s after its start)")
+        elif timed_out and job.parked is not None:
+            where = "parked" if job.parked.exists() else "before it was parked (still loading)"
+            error = f"timeout: killed after {wall:.0f} s, {where}"
         return TaskResult(status, rc, wall, {}, error, tail)
+
+    def settle(self, name: str, deadline: float | None = None, why: str = "") -> bool:
+        """Waits until the job has exited (its result is kept) or is parked; past its limit or
+        `deadline` it is killed. True when it is parked."""
+        job = self.jobs[name]
+        if job.parked is None:
+            self.wait(name, deadline, why)
+            return False
+        end = min(job.start + job.limit_s, deadline if deadline is not None else float("inf"))
+        while job.alive() and not job.is_parked() and time.monotonic() < end:
+            time.sleep(0.05)
+        if job.is_parked():
+            return True
+        self.wait(name, time.monotonic() if job.alive() else None, why)  # kills one still loading
+        return False
+
+    def resume(self, name: str, go: Path, limit_s: float) -> TaskResult:
+        """A parked job: writes its go file, then waits for its result at most limit_s."""
+        job = self.jobs[name]
+        if job.alive() and job.go_at is None:
+            job.go_at = time.monotonic()
+            job.limit_s = job.go_at - job.start + limit_s  # from now on: limit_s after the go
+            go.write_text("go\n")
+        return self.wait(name)
 
     def wait_gpu_free(self, deadline: float | None = None, why: str = "") -> float:
         """Waits until no job may use the GPU; past `deadline`, kills those that still may.
@@ -289,12 +350,16 @@ class Background:
         return time.monotonic() - t0
 
     def wait_all(self, deadline: float | None = None, why: str = "") -> float:
+        """Until every job has exited or is parked (a parked process only sleeps); returns the
+        seconds waited."""
         t0 = time.monotonic()
         for name in list(self.jobs):
-            self.wait(name, deadline, why)
+            self.settle(name, deadline, why)
         return time.monotonic() - t0
 
     def kill_all(self) -> None:
+        """Every job still alive, parked ones included (the end of a run, or SIGTERM/SIGINT),
+        with its process tree."""
         for job in self.jobs.values():
             if job.proc.poll() is None:
                 _kill_group(job.proc.pid)

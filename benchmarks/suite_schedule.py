@@ -14,11 +14,18 @@ One run (`--budget-s 450` on the H200, 16 cores) goes through three phases:
                     (CUDA-graph replays: the host enqueues far ahead of the GPU, which each
                     binding row checks; a row that fails is measured again later) and the
                     first AOTI package's load check (a fallback recipe can still compile).
-  quiet             with no background job left, everything CPU-sensitive: per model ONE
-                    process for eager → torch.compile → max-autotune (cold start = eager's
-                    first output), AOTI load + run per model (fresh process), aotpack cold
-                    starts (fresh processes); then what was deferred, the extra models' torch
-                    rows and the max-autotune warm-cache starts, while budget remains.
+                    Once the check has passed, each finished compile's run process starts in
+                    the background: it loads its package and parks (suite_aoti_preload.py);
+                    loading is CPU/disk work plus a weights upload, like the other CPU-only
+                    jobs next to the window's GPU-bound timings.
+  quiet             once no background job runs but the parked AOTI runs (the compiles that
+                    finish now are preloaded at once, and waited for until parked),
+                    everything CPU-sensitive: per model ONE process for eager → torch.compile
+                    → max-autotune (cold start = eager's first output), aotpack cold starts
+                    (fresh processes), the AOTI runs (a go to each parked process: first run,
+                    cold start less the time parked, timing); then what was deferred, the
+                    extra models' torch rows and the max-autotune warm-cache starts, while
+                    budget remains.
 
 ESTIMATE is what admission uses: central figures of the 2026-11-30 H200 run
 (benchmarks/results/2026-11-30-8c98e0a.json) split into what one process now does; time limits
@@ -26,17 +33,20 @@ are generous multiples. PRIORITY orders what is kept when the budget is short: a
 admitted only if every more important task still to come fits after it (Ledger.refuse); one
 refused only for that reason is retried at the end.
 
-Expected full run on the H200 (estimates, not measured yet):
+Expected full run on the H200 (the 2026-11-30-18d5c7a run: window to 145 s, compiles done by
+90 s, AOTI loads 39-53 s; the preloading is not measured yet):
   0-12 s      ceilings (GPU alone; the background jobs import torch and build models)
-  12-40 s     GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
+  12-32 s     GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
               them on the GPU (3 compile threads each) until their markers
-  40-110 s    window: 8 × aotpack-run --bench ~3 s, one binding process 5 + 8 × 3 s, AOTI load
-              check ~10 s; meanwhile the compiles' g++ phase ends (72-87 s alone with 16
-              threads and the weights in the .so; here 3 threads each, weights in a blob)
-  110-380 s   quiet: torch processes mlp-prefill ~40, mlp-decode ~35, llama-prefill ~53,
-              llama-decode ~41 s; AOTI runs 4 × ~11 s; aotpack cold starts 8 × ~7 s
-  380-442 s   deferred rows, the extra models' torch rows, max-autotune warm starts (~28 s
-              each), as far as they fit; the last 8 s are kept for writing the results
+  32-90 s     window: 8 × aotpack-run --bench ~3 s, one binding process 5 + 8 × 3 s; the
+              compiles finish (79-90 s, 3 threads each, weights in a blob)
+  90-145 s    the AOTI load check (~55 s, foreground)
+  145-200 s   the four AOTI runs load in parallel in the background and park; the quiet phase
+              waits for them (~one load: "aoti-load")
+  200-440 s   quiet: torch processes mlp-prefill ~40, mlp-decode ~35, llama-prefill ~53,
+              llama-decode ~41 s; aotpack cold starts 8 × ~7 s; AOTI runs 4 × ~3-8 s after
+              their go; then deferred rows, the extra models' torch rows, max-autotune warm
+              starts (~28 s each), as far as they fit; the last 8 s are kept for the results
 """
 from __future__ import annotations
 
@@ -52,7 +62,10 @@ ESTIMATE = {
     # fresh processes: aoti_load_package took 39-51 s for the MLP packages (270 MB) on the H200
     # (2026-11-30-18d5c7a.json), and passed 43 s for llama-prefill's (440 MB)
     "aoti-check": 55,          # import torch + load package + first run
-    "aoti-run": 60,            # cold start + timing
+    "aoti-run": 60,            # cold start + timing (a run not preloaded)
+    "aoti-load": 55,           # a preloaded run up to parked: import torch + load, background
+    "aoti-timed": 8,           # a preloaded run after its go: first run + timing + exit (the
+                               # 2026-11-30 runs took 1-1.3 s past the first output)
     "torch-start": 8,          # python + import torch + model build (5-9 s)
     "eager": 5,                # first forward, FLOP count, reference, timing, launches
     "compile": 10,             # warm-up compile (imports, once per process) + first call
@@ -66,7 +79,7 @@ ESTIMATE = {
 # 0 is most important. Core rows first, max-autotune last of them (the most expensive row);
 # extra models and warm-cache starts only with what is left.
 PRIORITY = {"ceilings": 0, "eager": 0, "aotpack-bench": 0, "aotpack-py": 0, "aotpack-cold": 0,
-            "compile": 1, "aoti-run": 1, "aoti-check": 1,
+            "compile": 1, "aoti-run": 1, "aoti-check": 1, "aoti-load": 1, "aoti-timed": 1,
             "compile-max-autotune": 2, "extra": 3, "warm": 4}
 
 

@@ -1,8 +1,13 @@
 """The whole suite run (benchmarks/suite.py Suite.run) on simulated workers: every worker
 process, `aotpack-run` call and background job is replaced by a canned result that advances the
-suite's clock by what the H200 took (benchmarks/results/2026-11-30-8c98e0a.json, split as in
-suite_schedule.py). Checks the order of the phases, that a 450 s budget holds every core row,
-and that a short budget cuts max-autotune first, with a reason, never leaving a gap."""
+suite's clock by what the H200 took (benchmarks/results/2026-11-30-8c98e0a.json and
+-18d5c7a.json, split as in suite_schedule.py: AOTI compiles done 79-91 s after the start, a
+package load 50 s). Checks the order of the phases, that a 450 s budget holds every core row,
+that the AOTI package loads happen before the quiet phase (preloaded runs, parked until their
+go), and that a short budget cuts max-autotune first, with a reason, never leaving a gap.
+
+Preloaded AOTI runs are real processes here (a few lines of Python that park, wait for their
+go file and write a canned result), so the suite's Background handles them as on the GPU."""
 from __future__ import annotations
 
 import json
@@ -16,21 +21,43 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import suite  # noqa: E402
+import suite_aoti_preload  # noqa: E402
 import suite_bundles  # noqa: E402
 from suite_runner import TaskResult  # noqa: E402
 
 CORE = ("mlp-prefill", "mlp-decode", "llama-prefill", "llama-decode")
 TORCH_S = {"start": 7, "eager": 4, "compile": 10, "compile-max-autotune": 25}
 TIMED = {"median_ms": 1.0, "p10_ms": 0.9, "p90_ms": 1.1, "reps": 100}
+COMPILE_END_S = {"mlp-decode": 79, "mlp-prefill": 79, "llama-decode": 87, "llama-prefill": 91}
+LOAD_S, AFTER_GO_S, CHECK_S = 50, 3, 55  # AOTI: import torch + load; first run + timing; check
+
+PRELOAD = """
+import json, os, sys, time
+task = json.load(open(sys.argv[1]))
+if task["spec"] in {crash}:
+    os.kill(os.getpid(), 11)  # dies while loading, as a SIGSEGV in _load_aoti would
+open(task["parked_path"], "w").write("{{}}")
+while not os.path.exists(task["go_path"]):
+    time.sleep(0.01)
+json.dump({result}, open(task["result_path"], "w"))
+"""
 
 
 class Sim:
     """Canned workers; `log` is the order in which the suite ran things."""
 
-    def __init__(self, s, gpu_phase_s=28.0, compiles_end_s=105.0):
+    def __init__(self, s, gpu_phase_s=28.0, crash_models=()):
         self.s, self.log = s, []
-        self.gpu_phase_s, self.compiles_end_s = gpu_phase_s, compiles_end_s
+        self.gpu_phase_s = gpu_phase_s
+        self.crash_specs = [s.model(m).spec for m in crash_models]
         self.go_at_first_bench = None
+        self.compile_end: dict[str, float] = {}  # background job → when it finishes (clock)
+        self.loads: list[tuple[float, float]] = []  # preloads: (start, parked) on the clock
+        self.goes: list[float] = []  # when each preloaded run got its go
+        self.ledger_at_quiet: dict = {}
+
+    def now(self) -> float:
+        return self.s.budget.elapsed()
 
     def advance(self, seconds: float) -> None:
         self.s.budget.t0 -= seconds  # the suite's clock moves on
@@ -53,8 +80,10 @@ class Sim:
         done = {i["key"]: dict(TIMED, gpu_bound=True) for i in task["bundles"]}
         return 5 + 3 * len(done), {"bundles": done, "running": None}
 
-    def aoti_run(self, task):
-        return (10, {"cold_start_s": 9.0}) if task["check_only"] else (11, dict(TIMED))
+    def aoti_run(self, task):  # in the foreground: the load check, or a run not preloaded
+        if task["check_only"]:
+            return CHECK_S, {"cold_start_s": CHECK_S - 1.0}
+        return LOAD_S + AFTER_GO_S, dict(TIMED, cold_start_s=LOAD_S + 1.0)
 
     def torch(self, task):
         vs = task["variants"]
@@ -80,10 +109,22 @@ class Sim:
         return TaskResult("ok", 0, 1.5, {}, None, "")
 
     def bg_start(self, real_start):
-        """Background jobs finish at once; their result files say what the real ones would."""
+        """Background jobs finish at once (an AOTI compile, for the suite, at its time in
+        COMPILE_END_S); their result files say what the real ones would. A preloaded AOTI run
+        is a real process that parks until its go."""
         def start(name, cmd, env, limit_s, log_path, **kw):
             task = json.loads(Path(cmd[-1]).read_text()) if cmd[-1].endswith(".json") else {}
+            if task.get("go_path"):
+                self.log.append("preload")
+                self.loads.append((self.now(), self.now() + LOAD_S))
+                result = dict(TIMED, cold_start_s=LOAD_S + 1.0, load_s=LOAD_S - 4.0,
+                              parked_s=10.0, cold_start_wall_s=LOAD_S + 11.0)
+                code = PRELOAD.format(crash=self.crash_specs, result=result)
+                return real_start(name, [sys.executable, "-c", code, cmd[-1]], env, limit_s,
+                                  log_path, **kw)
             if task.get("task") == "aoti-compile":
+                model = next(m for m in CORE if task["id"].startswith(f"{m}-aoti-"))
+                self.compile_end[name] = COMPILE_END_S[model]
                 Path(task["result_path"]).write_text(json.dumps({
                     "build_s": 80.0, "package": task["package"], "artifact_bytes": 9,
                     "configs_applied": task["configs"],
@@ -96,7 +137,9 @@ class Sim:
         return start
 
     def waits(self):
-        real_gpu, real_all = self.s.bg.wait_gpu_free, self.s.bg.wait_all
+        bg = self.s.bg
+        real_gpu, real_all, real_wait, real_running, real_resume = (
+            bg.wait_gpu_free, bg.wait_all, bg.wait, bg.running, bg.resume)
         first = [True]
 
         def wait_gpu_free(deadline=None, why=""):
@@ -105,14 +148,31 @@ class Sim:
                 self.advance(self.gpu_phase_s)
             return real_gpu(None, why)
 
-        def wait_all(deadline=None, why=""):
-            self.advance(max(0.0, self.compiles_end_s - self.s.budget.elapsed()))
+        def running(name):  # a compile runs until its time
+            return real_running(name) or self.now() < self.compile_end.get(name, 0.0)
+
+        def wait(name, deadline=None, why=""):
+            if name in self.compile_end:
+                self.advance(max(0.0, self.compile_end[name] - self.now()))
+                deadline = None
+            return real_wait(name, deadline, why)
+
+        def wait_all(deadline=None, why=""):  # the preloads park LOAD_S after their start
+            self.advance(max([0.0] + [end - self.now() for _, end in self.loads]))
+            self.ledger_at_quiet = dict(self.s.ledger.items)
             return real_all(None, why)
 
-        self.s.bg.wait_gpu_free, self.s.bg.wait_all = wait_gpu_free, wait_all
+        def resume(name, go, limit_s):
+            self.log.append("aoti-go")
+            self.goes.append(self.now())
+            self.advance(AFTER_GO_S)
+            return real_resume(name, go, limit_s)
+
+        bg.wait_gpu_free, bg.wait_all, bg.wait, bg.running, bg.resume = (
+            wait_gpu_free, wait_all, wait, running, resume)
 
 
-def simulate(tmp_path, monkeypatch, budget: float) -> tuple[suite.Suite, Sim]:
+def simulate(tmp_path, monkeypatch, budget: float, **sim_args) -> tuple[suite.Suite, Sim]:
     from handmade_bundle import write_handmade
 
     items = []
@@ -128,7 +188,7 @@ def simulate(tmp_path, monkeypatch, budget: float) -> tuple[suite.Suite, Sim]:
                              "--bundles-json", str(tmp_path / "bundles.json"), "--commit", "sim",
                              "--budget-s", str(budget)])
     s = suite.Suite(args)
-    sim = Sim(s)
+    sim = Sim(s, **sim_args)
     s.task = sim.task
     monkeypatch.setattr(suite_bundles, "run_command", sim.run_command)
     s.bg.start = sim.bg_start(s.bg.start)
@@ -143,7 +203,7 @@ def rows(s) -> dict:
 
 
 def test_a_450_s_run_keeps_every_core_row_but_max_autotune(tmp_path, monkeypatch):
-    """With the AOTI loads measured on the H200 (39-51 s each, 2026-11-30-18d5c7a.json) 450 s
+    """With the AOTI loads measured on the H200 (39-53 s each, 2026-11-30-18d5c7a.json) 450 s
     holds every core row of priority 0-1; max-autotune rows that do not fit say why."""
     s, sim = simulate(tmp_path, monkeypatch, 450)
     got = rows(s)
@@ -162,12 +222,55 @@ def test_a_450_s_run_keeps_every_core_row_but_max_autotune(tmp_path, monkeypatch
     # phases: ceilings alone first, the go after them, GPU-bound window, then the quiet part
     assert sim.log[0] == "ceilings" and sim.go_at_first_bench is True
     window_end = sim.log.index("aotpack-py")
-    assert set(sim.log[1:window_end]) == {"bench", "aoti-run"}  # the check: once compiled
-    assert sim.log.count("bench") == 8 and sim.log.count("aoti-run") == 1 + 4
-    quiet = sim.log[window_end + 1:]
+    assert sim.log[1:window_end] == ["bench"] * 8  # the compiles end at 79-91 s: no check yet
+    # the load check once the first compile is done, then the four runs start loading
+    assert sim.log[window_end + 1:window_end + 6] == ["aoti-run"] + ["preload"] * 4
+    quiet = sim.log[window_end + 6:]
     assert all(q.startswith("torch eager+compile") for q in quiet[:4])
-    assert quiet[4:12] == ["aotpack-cold"] * 8 and quiet[12:16] == ["aoti-run"] * 4
+    assert quiet[4:12] == ["aotpack-cold"] * 8 and quiet[12:16] == ["aoti-go"] * 4
     assert s.results.doc["aoti"]["recipe"] == ["exclude-libs", "aoti_load_package"]
+
+
+def quiet_aoti_s(s, sim) -> float:
+    """Seconds of the quiet phase the AOTI rows took (runs in the foreground, or goes)."""
+    quiet_from = s.results.doc["schedule"]["quiet_from_s"]
+    fresh = sum(1 for e in sim.log[sim.log.index("aotpack-cold"):] if e == "aoti-run")
+    return fresh * (LOAD_S + AFTER_GO_S) + sum(AFTER_GO_S for t in sim.goes if t >= quiet_from)
+
+
+def test_the_aoti_loads_are_off_the_quiet_phase(tmp_path, monkeypatch):
+    """The four AOTI runs load their packages in the background once the load check passed;
+    the quiet phase starts when all four are parked and then pays only for their timing. The
+    same run without preloading (each run loading in the quiet phase, as before) loses AOTI
+    rows to the budget, as the 2026-11-30-18d5c7a run on the H200 did."""
+    (tmp_path / "preloaded").mkdir()
+    s, sim = simulate(tmp_path / "preloaded", monkeypatch, 450)
+    quiet_from = s.results.doc["schedule"]["quiet_from_s"]
+    assert len(sim.loads) == 4 and all(end <= quiet_from for _, end in sim.loads)
+    assert len(s.results.doc["schedule"]["parked_at_quiet"]) == 4
+    assert sim.ledger_at_quiet.get(("aoti-load",)) is None  # its wait is behind us
+    assert {sim.ledger_at_quiet[("aoti-run", m)] for m in CORE} == {(suite.ESTIMATE["aoti-timed"],
+                                                                     1)}
+    assert len(sim.goes) == 4 and quiet_aoti_s(s, sim) == 4 * AFTER_GO_S
+    for m in CORE:
+        row = rows(s)[(m, "aoti", "")]
+        assert row["status"] == "ok" and row["details"]["preloaded"] is True
+        assert row["details"]["parked_s"] > 0 and "parked" in row["cold_start_note"]
+    (tmp_path / "fresh").mkdir()
+    monkeypatch.setattr(suite_aoti_preload.Preloads, "enabled", lambda self: False)
+    s2, sim2 = simulate(tmp_path / "fresh", monkeypatch, 450)
+    assert not sim2.loads and quiet_aoti_s(s2, sim2) >= 2 * (LOAD_S + AFTER_GO_S)
+    ok = [m for m in CORE if rows(s2)[(m, "aoti", "")]["status"] == "ok"]
+    assert len(ok) < 4 and all("budget" in rows(s2)[(m, "aoti", "")]["error"]
+                               for m in CORE if m not in ok)
+
+
+def test_a_preloaded_run_that_dies_while_loading_says_so_in_its_row(tmp_path, monkeypatch):
+    s, sim = simulate(tmp_path, monkeypatch, 450, crash_models=("llama-prefill",))
+    row = rows(s)[("llama-prefill", "aoti", "")]
+    assert row["status"] == "crash" and "SIGSEGV" in row["error"], row
+    # the recipe had passed its load check: one run dying does not fail the others
+    assert all(rows(s)[(m, "aoti", "")]["status"] == "ok" for m in CORE if m != "llama-prefill")
 
 
 def test_a_short_budget_cuts_max_autotune_first_and_says_why(tmp_path, monkeypatch):

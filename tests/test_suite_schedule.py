@@ -94,6 +94,100 @@ def test_a_job_past_the_suites_deadline_is_killed_with_the_reason(tmp_path):
     assert bg.wait("quick").ok and bg.wait("quick").wall_s < 0.9  # its end, not the wait's
 
 
+PARKING = """
+import json, os, subprocess, sys, time
+time.sleep(0.3)  # "loading"
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                         start_new_session=True)  # a stray that left the job's session
+open({pids!r}, "w").write(json.dumps([os.getpid(), child.pid]))
+open({parked!r}, "w").write("{{}}")
+while not os.path.exists({go!r}):
+    time.sleep(0.02)
+open({out!r}, "w").write(os.environ.get("SUITE_T0", ""))
+"""
+
+
+def _parking_job(bg, tmp_path, limit_s: float = 60):
+    paths = {k: str(tmp_path / k) for k in ("pids", "parked", "go", "out")}
+    bg.start("run", _py(PARKING.format(**paths)), dict(os.environ, CUDA_VISIBLE_DEVICES="0"),
+             limit_s, tmp_path / "run.log", parked=tmp_path / "parked", hide_gpu=False)
+    return {k: Path(v) for k, v in paths.items()}
+
+
+def _gone(pid: int, within_s: float = 5.0) -> bool:
+    """No such process, or a zombie (killed, not yet reaped by its parent)."""
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_parked_job_is_idle_for_wait_all_and_runs_on_its_go(tmp_path):
+    bg = runner.Background()
+    p = _parking_job(bg, tmp_path)
+    assert bg.gpu_busy() == []  # loading is no reason for GPU timings to wait
+    t0 = time.monotonic()
+    bg.wait_all(time.monotonic() + 30)
+    assert time.monotonic() - t0 < 10 and bg.parked() == ["run"] and bg.running("run")
+    time.sleep(0.5)
+    assert not p["out"].exists()  # parked: nothing runs before the go
+    res = bg.resume("run", p["go"], 10)
+    assert res.ok and float(p["out"].read_text()) > 0  # SUITE_T0: its cold start's origin
+    bg.kill_all()
+
+
+def test_a_run_still_loading_past_its_limit_is_killed_and_says_so(tmp_path):
+    bg = runner.Background()
+    bg.start("run", _py("import time; time.sleep(30)"), dict(os.environ), 0.5,
+             tmp_path / "a.log", parked=tmp_path / "parked", hide_gpu=False)
+    bg.wait_all(time.monotonic() + 30)
+    got = bg.wait("run")
+    assert got.status == "timeout" and "before it was parked" in got.error
+
+
+def test_a_resumed_run_has_its_own_limit_from_the_go(tmp_path):
+    bg = runner.Background()
+    code = (f"import os, time; open({str(tmp_path / 'parked')!r}, 'w')\n"
+            f"while not os.path.exists({str(tmp_path / 'go')!r}): time.sleep(0.02)\n"
+            "time.sleep(30)")
+    bg.start("run", _py(code), dict(os.environ), 60, tmp_path / "a.log",
+             parked=tmp_path / "parked", hide_gpu=False)
+    bg.wait_all(time.monotonic() + 30)
+    t0 = time.monotonic()
+    got = bg.resume("run", tmp_path / "go", 0.5)
+    assert time.monotonic() - t0 < 10
+    assert got.status == "timeout" and "after its go" in got.error
+
+
+def test_kill_all_takes_parked_jobs_and_their_strays(tmp_path):
+    """The end of a run, or SIGTERM (suite.main's handler → Suite.finish → kill_all)."""
+    bg = runner.Background()
+    p = _parking_job(bg, tmp_path)
+    bg.wait_all(time.monotonic() + 30)
+    assert bg.parked() == ["run"]
+    pids = json.loads(p["pids"].read_text())
+    bg.kill_all()
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_park_waits_for_the_go_and_gives_up_without_one(tmp_path):
+    import threading
+
+    from suite_proc import park
+
+    go = tmp_path / "go"
+    threading.Timer(0.3, go.write_text, args=("go",)).start()
+    waited = park(str(tmp_path / "parked"), str(go), {"load_s": 1.0})
+    assert 0.25 <= waited < 5 and json.loads((tmp_path / "parked").read_text())["load_s"] == 1.0
+    with pytest.raises(RuntimeError, match="no go came"):
+        park(str(tmp_path / "parked2"), str(tmp_path / "never"), {}, limit_s=0.2)
+
+
 # -------------------------------------------------------------- rows from partial results
 
 def make_suite(tmp_path, *extra) -> suite.Suite:
