@@ -270,7 +270,10 @@ class Suite:
         self.gpu_go.write_text("go\n")
         self.packs.latency()
         if self.aoti and not self.args.aoti_diagnose:
-            self.aoti.check(deadline=self.budget.deadline(self.ledger.pending(1)))
+            if self.aoti.preloads.enabled():
+                self.aoti.preloads.start_ready()
+            else:
+                self.aoti.check(deadline=self.budget.deadline(self.ledger.pending(1)))
 
     def quiet(self, core: list, extra: list) -> None:
         """Everything CPU-sensitive, with no background job left but the parked AOTI runs
@@ -319,6 +322,8 @@ class Suite:
         path = result_path(self.work, "frontend-probes")
         probes = (json.loads(path.read_text()) if path.is_file() else {}).get("models") or {}
         for m in extra:
+            if any(b.model == m.name for b in self.bundles):
+                continue  # it has bundles: their rows are measured, no probe row beside them
             probe = probes.get(m.name)
             if probe is None or probe.get("error"):
                 fields = {"status": "error", "error": "frontend probe: " + (

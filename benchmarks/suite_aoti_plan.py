@@ -344,12 +344,16 @@ class AotiRunner:
 
     # ---------------------------------------------------------------- GPU window
     def poll(self) -> None:
-        """Between window tasks: the load check, as soon as the first compile has finished;
-        then the preloads of the compiles that have finished."""
+        """Between window tasks: the preloads of the compiles that have finished (their loads
+        are the load check: a recipe that cannot load shows in the first of them), or, without
+        preloading, the foreground load check once the first compile has finished. A
+        foreground check first cost 55-58 s on the H200 and delayed every preload by as much,
+        which the quiet phase then lacked."""
+        if self.preloads.enabled():
+            return self.preloads.start_ready()
         first = next(iter(self.jobs), None)
         if first and not self.checked and not self.s.bg.running(self.jobs[first][1]):
             self.check(first)
-        self.preloads.start_ready()
 
     def check(self, model: str | None = None, deadline: float | None = None) -> None:
         model = model or next(iter(self.jobs), None)

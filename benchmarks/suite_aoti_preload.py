@@ -1,8 +1,9 @@
 """Preloaded AOTInductor runs: the package load (39-53 s per package on the H200,
 benchmarks/results/2026-11-30-18d5c7a.json) moves out of the quiet phase.
 
-Once the working recipe has passed its load check (suite_aoti_plan.AotiRunner.check), every
-model whose compile has finished gets its run process started in the background: it imports
+As soon as a model's compile has finished (the window polls between its tasks), its run
+process is started in the background; the loads stand in for the foreground load check
+(suite_aoti_plan.AotiRunner.check, which now runs only without preloading): it imports
 torch, loads the package, writes its "parked" file and sleeps until its go file appears
 (suite_aoti.task_aoti_run, suite_proc.park). Loading is CPU and disk work plus one weights
 upload, so it may overlap the GPU window's GPU-bound timings as the other CPU-only background
@@ -35,10 +36,10 @@ class Preloads:
         return not self.s.args.aoti_diagnose
 
     def ready(self) -> bool:
-        """Preloads only of the recipe whose load check passed: a failing recipe's loads would
-        take the CPU from its fallback's compiles."""
+        """Preloads of the current recipe as soon as its compiles finish: the loads are the
+        load check (a package that cannot load crashes its preload, and its row says so)."""
         r = self.r
-        return self.enabled() and r.recipe is not None and r.recipe.name in r.loaded
+        return self.enabled() and r.recipe is not None
 
     def start_ready(self) -> None:
         """A preload for every model whose compile of the checked recipe has finished."""

@@ -66,14 +66,17 @@ ESTIMATE = {
     "aoti-load": 55,           # a preloaded run up to parked: import torch + load, background
     "aoti-timed": 8,           # a preloaded run after its go: first run + timing + exit (the
                                # 2026-11-30 runs took 1-1.3 s past the first output)
-    "torch-start": 8,          # python + import torch + model build (5-9 s)
+    # the torch process of a model on the H200 (2026-11-30-18d5c7a.json): 38-49 s for eager,
+    # compile and max-autotune, of which 16-22 s outside the variants (python, import torch,
+    # model build, teardown)
+    "torch-start": 18,
     "eager": 5,                # first forward, FLOP count, reference, timing, launches
-    "compile": 10,             # warm-up compile (imports, once per process) + first call
-                               # 3-4 s (compile) + timing
-    "compile-max-autotune": 28,  # first call 18-28 s (llama), timing
+    "compile": 12,             # warm-up compile (imports, 8-9 s, once per process) + first
+                               # call 0.6-3 s + timing
+    "compile-max-autotune": 16,  # first call 5-16 s (llama the longer), timing
     "aotpack-cold": 8,         # 3 × aotpack-run + 1 binding process (1-2.5 s each)
     "warm": 30,                # max-autotune, fresh process, warm Inductor cache
-    "extra-start": 12,         # HF/torchvision model: imports + build
+    "extra-start": 25,         # HF/torchvision model: a torch process's overhead + imports
 }
 
 # 0 is most important. Core rows first, max-autotune last of them (the most expensive row);

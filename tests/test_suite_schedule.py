@@ -389,7 +389,8 @@ def test_gpu_done_marker_is_written_at_the_first_cxx_build_inside_the_aot_compil
 
 def test_extra_models_say_which_op_aotpack_lacks_and_a_build_failure_is_not_that(tmp_path):
     args = suite.parse_args(["--work", str(tmp_path / "work"), "--out", str(tmp_path / "o.json"),
-                             "--models", "gpt2,bert-base,vit-b16", "--commit", "test"])
+                             "--models", "gpt2,bert-base,vit-b16", "--commit", "test",
+                             "--bundle-dirs", str(tmp_path / "none")])  # not the checkout's .gpu
     s = suite.Suite(args)
     s.plan()
     extra = s.models

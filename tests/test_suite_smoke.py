@@ -75,7 +75,8 @@ def test_aoti_compiles_in_the_background_then_loads_and_runs(aoti_smoke):
     assert compiled["details"]["gpu_done_marker"].startswith("armed")
     assert compiled["details"]["package_facts"]["weights_outside_so"] is True
     assert list(work.glob("gpu-done-*"))  # the marker was written
-    assert attempts["exclude-libs: load check"]["status"] == "ok"
+    # preloading: the background load is the load check (no foreground check first)
+    assert "exclude-libs: load check" not in attempts
     assert attempts["exclude-libs: run"]["status"] == "ok"
     assert {"probe default+torch", "probe exclude-libs+torch"} <= set(attempts)
     assert doc["aoti"]["known"]["toolchain"].startswith("/opt/gcc/bin/g++")
