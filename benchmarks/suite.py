@@ -240,8 +240,10 @@ class Suite:
     def start_background(self, core: list, extra: list) -> None:
         """t = 0: CPU-only jobs (reference inputs, weights, frontend probes) and the AOTI
         compiles + toolchain probes."""
+        bundled = {b.model for b in self.bundles}  # extra models with a bundle need inputs too
         todo = [{"name": m.name, "spec": m.spec, "path": self.inputs_path(m.name)}
-                for m in core if not Path(self.inputs_path(m.name)).is_file()]
+                for m in core + [e for e in extra if e.name in bundled]
+                if not Path(self.inputs_path(m.name)).is_file()]
         if todo:
             self._bg_worker("inputs", {"task": "inputs", "models": todo}, 180)
         self.packs.start_weights()
