@@ -74,7 +74,7 @@ class BundleSteps:
         first: dict[tuple, object] = {}
         for b in self.s.bundles:
             key = weights_key(b)
-            if key is None or weights_file(b).is_file():
+            if key is None or weights_file(b).is_file() or self.done(b):
                 continue
             if key in first:
                 self.maker[(b.model, b.label)] = first[key]
@@ -84,6 +84,12 @@ class BundleSteps:
                                                                "make-weights"), b.spec, str(b.dir)],
                             dict(self.s.env, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"), 240,
                             self.s.logs / _safe(f"weights-{b.model}-{b.label}.log"))
+
+    def done(self, b) -> bool:
+        """Nothing left to measure of `b` (a --resume of a run that measured it all)."""
+        rows = [self.s.results.row(b.model, v, b.label) for v in sm.AOTPACK_VARIANTS]
+        return all(r["status"] != "pending" and (r["status"] != "ok" or r.get("cold_start_s"))
+                   for r in rows)
 
     @staticmethod
     def _job(b) -> str:
@@ -127,7 +133,8 @@ class BundleSteps:
                 for v in sm.AOTPACK_VARIANTS:
                     self.s.set_row(b.model, v, b.label, status="error", error=why)
                 continue
-            if "aotpack-run" in self.s.variants:
+            if "aotpack-run" in self.s.variants and self.s.pending(b.model, "aotpack-run",
+                                                                   b.label):
                 self.s.gate_gpu()
                 self.bench(b)
             self.s.poll_aoti()
@@ -242,15 +249,16 @@ class BundleSteps:
             for v in sm.AOTPACK_VARIANTS:
                 self.s.set_row(b.model, v, b.label, cold_start_note=f"not measured: {refused}")
             return
-        if self.s.results.row(b.model, "aotpack-run", b.label)["status"] == "ok":
-            self._launcher_cold(b)
-        if self.s.results.row(b.model, "aotpack-py", b.label)["status"] == "ok":
-            self._binding_cold(b)
+        for variant, measure in (("aotpack-run", self._launcher_cold),
+                                 ("aotpack-py", self._binding_cold)):
+            row = self.s.results.row(b.model, variant, b.label)
+            if row["status"] == "ok" and not row.get("cold_start_s"):  # --resume: kept
+                measure(b)
 
     def _launcher_cold(self, b) -> None:
         log = self.s.logs / _safe(f"{b.model}-{b.label}-aotpack-run-cold.log")
-        runs = [run_command([self.s.aotpack_run, str(b.bundle)], env=self.s.env, limit_s=60,
-                            log_path=log) for _ in range(3)]
+        runs = [run_command([self.s.aotpack_run, str(b.bundle)], env=self.s.env,
+                            limit_s=self.s.budget.limit(60), log_path=log) for _ in range(3)]
         cold = sorted(r.wall_s for r in runs if r.ok)
         self.s.set_row(b.model, "aotpack-run", b.label,
                        cold_start_s=cold[len(cold) // 2] if cold else None, cold_start_runs=cold,

@@ -425,3 +425,41 @@ def test_resume_without_bundle_folders_keeps_the_measured_aotpack_rows(tmp_path)
     rows = json.loads((tmp_path / "r.json").read_text())["rows"]
     mine = [r for r in rows if r["model"] == "llama-decode" and r["variant"].startswith("aotpack")]
     assert mine and all(r["status"] == "ok" and r["label"] for r in mine)
+
+
+def test_resume_does_not_measure_again_what_it_kept(tmp_path, monkeypatch):
+    """--resume of a run whose aotpack rows are all measured (latency and cold starts): no
+    bench, no binding, no cold start, no weights generation again (a review of 2026-11-30 saw
+    a resume spend ~100 s re-measuring and mix two runs' figures in one row)."""
+    import suite
+    import suite_bundles
+    from handmade_bundle import write_handmade
+
+    d = tmp_path / "b"
+    d.mkdir()
+    write_handmade(d / "model.aotpack")
+    (tmp_path / "bundles.json").write_text(json.dumps(
+        [{"model": "mlp-decode", "label": "x", "dir": "b"}]))
+    from suite_results import Results
+
+    first = Results(tmp_path / "first.json", {"date": "2026-11-30", "commit": "a",
+                                              "command": "suite.py"})
+    for v in ("aotpack-run", "aotpack-py"):
+        first.update("mlp-decode", v, "x", status="ok", median_ms=0.07, cold_start_s=1.2)
+    first.write()
+    args = suite.parse_args(["--work", str(tmp_path / "work"), "--out", str(tmp_path / "r.json"),
+                             "--resume", str(tmp_path / "first.json"), "--models", "mlp-decode",
+                             "--no-extra", "--bundles-json", str(tmp_path / "bundles.json"),
+                             "--commit", "test"])
+    s = suite.Suite(args)
+    s.plan()
+    calls = []
+    monkeypatch.setattr(s.packs, "bench", lambda b, **kw: calls.append(("bench", b.label)))
+    monkeypatch.setattr(suite_bundles, "run_command", lambda *a, **kw: calls.append("process"))
+    monkeypatch.setattr(s, "gate_gpu", lambda: None)
+    s.packs.start_weights()
+    s.packs.latency()
+    s.packs.cold_starts()
+    assert calls == [] and not [j for j in s.bg.jobs if j.startswith("weights-")]
+    kept = {r["variant"]: r for r in s.results.rows if r["label"] == "x"}
+    assert kept["aotpack-run"]["median_ms"] == 0.07 and kept["aotpack-py"]["cold_start_s"] == 1.2
