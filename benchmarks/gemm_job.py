@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -115,9 +116,14 @@ def cublas(out: Path) -> None:
                               indent=1))
 
 
+def mnk(desc: str) -> tuple[int, int, int]:
+    """M, N, K of a GEMM problem's description ("gemm M=16 N=4096 K=4096 ...")."""
+    f = dict(re.findall(r"\b([MNK])=(\d+)", desc))
+    return int(f["M"]), int(f["N"]), int(f["K"])
+
+
 def _flops_bytes(desc: str) -> tuple[float, float, int]:
-    f = dict(kv.split("=") for kv in desc.split() if "=" in kv and kv[0] in "MNK")
-    m, n, k = int(f["M"]), int(f["N"]), int(f["K"])
+    m, n, k = mnk(desc)
     return 2.0 * m * n * k, 2.0 * n * k, m
 
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gemm_job import mnk  # noqa: E402  (benchmarks/ is the script's folder)
 
 ROTATE_BYTES = 256 << 20
 
@@ -65,11 +66,6 @@ def copy_tbs(torch, moved: int = 2 << 30) -> float:
     dsts = [torch.empty(n, dtype=torch.uint8, device="cuda") for _ in range(copies)]
     us = graph_us(torch, [lambda s=s, d=d: torch.add(s, 0, out=d) for s, d in zip(srcs, dsts)])
     return moved / us / 1e6
-
-
-def mnk(desc: str) -> tuple[int, int, int]:
-    f = dict(re.findall(r"\b([MNK])=(\d+)", desc))
-    return int(f["M"]), int(f["N"]), int(f["K"])
 
 
 def problem_rows(torch, F, job: Path, prob: dict) -> dict:

@@ -29,16 +29,9 @@ def windows(fn, warmup_s: float, n_windows: int, reps: int) -> list[float]:
         for _ in range(10):
             fn()
         torch.cuda.synchronize()
-    out = []
-    for _ in range(n_windows):
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-        ev[0].record()
-        for i in range(reps):
-            fn()
-            ev[i + 1].record()
-        ev[-1].synchronize()
-        out.append(statistics.median(ev[i].elapsed_time(ev[i + 1]) for i in range(reps)))
-    return out
+    from suite_measure import back_to_back  # the suite's timing of back-to-back forwards
+
+    return [statistics.median(back_to_back(fn, reps)[0]) for _ in range(n_windows)]
 
 
 def kernel_times(fn, iters: int) -> dict[str, float]:

@@ -92,7 +92,7 @@ def time_forward(fn, device: str, warmup: int = 10, reps: int = 100) -> dict:
     sync(device)
     host_ms = None
     if device == "cuda":
-        piped, host_ms = _back_to_back(fn, reps)
+        piped, host_ms = back_to_back(fn, reps)
     else:
         piped = _host_times(fn, reps, device)
     synced = _host_times(fn, max(10, reps // 4), device)
@@ -102,7 +102,7 @@ def time_forward(fn, device: str, warmup: int = 10, reps: int = 100) -> dict:
             "host_enqueue_ms": host_ms, "reps": reps, "warmup": warmup}
 
 
-def _back_to_back(fn, reps: int) -> tuple[list[float], float]:
+def back_to_back(fn, reps: int) -> tuple[list[float], float]:
     """CUDA-event intervals of reps forwards, and the host's enqueue time per forward."""
     events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
     events[0].record()

@@ -58,3 +58,33 @@ def bench_smoke_rows(script: str, json_name: str, out_dir: Path) -> list[dict]:
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads((out_dir / json_name).read_text())["results"]
+
+
+def gemm_storage_sizes(op) -> dict:
+    """storage → (elements, dtype) that every view of a GemmOp (operands, output, epilogue
+    operands) needs."""
+    from aotpack.kernels.spec import epilogue_operands
+
+    sizes: dict = {}
+    for t in [op.a, op.b, op.out] + list(epilogue_operands(op.epilogue)):
+        end = t.offset + sum((d - 1) * s for d, s in zip(t.shape, t.strides)) + 1
+        n, _ = sizes.get(t.storage, (0, t.dtype))
+        sizes[t.storage] = (max(n, end), t.dtype)
+    return sizes
+
+
+def interpret_gemm_cases(cases: dict, make_env, seed0: int) -> dict:
+    """Every (op, config) case run once by the Triton interpreter (one child process):
+    name → (op, env), env holding the kernel's output plus ref_out / orig_out copies of the
+    poisoned output for the reference run."""
+    from aotpack.kernels.triton import gemm
+
+    runs, results = [], {}
+    for i, (name, (op, cfg)) in enumerate(cases.items()):
+        env = make_env(op, seed=seed0 + i)
+        env["ref_out"] = env[op.out.storage].clone()
+        env["orig_out"] = env[op.out.storage].clone()
+        runs.append((op, env, cfg, 3))
+        results[name] = (op, env)
+    gemm.run_interpreted_many(runs)
+    return results

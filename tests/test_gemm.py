@@ -13,10 +13,12 @@ from aotpack.dtypes import DType
 from aotpack.kernels.reference.gemm import reference
 from aotpack.kernels.spec import (
     SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, IntSlot, NullSlot, PtrSlot,
-    TensorArg, TensorMapSlot, contiguous, epilogue_operands,
+    TensorArg, TensorMapSlot, contiguous,
 )
 from aotpack.kernels.sass import count_instructions
-from program_checks import bench_smoke_rows, sass_or_skip
+from program_checks import (
+    bench_smoke_rows, gemm_storage_sizes, interpret_gemm_cases, sass_or_skip,
+)
 
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
@@ -60,19 +62,10 @@ def _swiglu_op(M, N, K, group, epilogue=(), dtype=BF):
                   contiguous("out", dtype, (M, N)), (EpSwiGLU(group), *epilogue))
 
 
-def _storage_sizes(op: GemmOp) -> dict[str, tuple[int, DType]]:
-    sizes: dict[str, tuple[int, DType]] = {}
-    for t in [op.a, op.b, op.out] + epilogue_operands(op.epilogue):
-        end = t.offset + sum((d - 1) * s for d, s in zip(t.shape, t.strides)) + 1
-        n, _ = sizes.get(t.storage, (0, t.dtype))
-        sizes[t.storage] = (max(n, end), t.dtype)
-    return sizes
-
-
 def _env(op: GemmOp, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
     return {name: torch.randn(n, generator=g).to(dt.to_torch())
-            for name, (n, dt) in _storage_sizes(op).items()}
+            for name, (n, dt) in gemm_storage_sizes(op).items()}
 
 
 def _with_out(op: GemmOp, storage: str) -> GemmOp:
@@ -128,15 +121,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def interpreted():
     """Every case run once by the interpreter (one child process) and by the reference."""
-    runs, results = [], {}
-    for i, (name, (op, cfg)) in enumerate(CASES.items()):
-        env = _env(op, seed=i)
-        env["ref_out"] = env[op.out.storage].clone()
-        env["orig_out"] = env[op.out.storage].clone()
-        runs.append((op, env, cfg, 3))
-        results[name] = (op, env)
-    gemm.run_interpreted_many(runs)
-    return results
+    return interpret_gemm_cases(CASES, _env, seed0=0)
 
 
 @pytest.mark.parametrize("name", list(CASES))

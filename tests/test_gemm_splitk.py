@@ -17,10 +17,12 @@ from aotpack.dtypes import DType
 from aotpack.kernels.reference.gemm import reference
 from aotpack.kernels.spec import (
     SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PtrSlot, ScratchSlot,
-    TensorArg, TensorMapSlot, contiguous, epilogue_operands,
+    TensorArg, TensorMapSlot, contiguous,
 )
 from aotpack.kernels.sass import count_instructions
-from program_checks import bench_smoke_rows, sass_or_skip
+from program_checks import (
+    bench_smoke_rows, gemm_storage_sizes, interpret_gemm_cases, sass_or_skip,
+)
 
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton import gemm_splitk  # noqa: E402
@@ -64,11 +66,8 @@ def _swiglu_op(M, n, k, group, epilogue=(), cfg_dtype=BF):
 
 def _env(op: GemmOp, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
-    sizes: dict[str, tuple[int, DType]] = {}
-    for t in [op.a, op.b, op.out, *epilogue_operands(op.epilogue)]:
-        end = t.offset + sum((d - 1) * s for d, s in zip(t.shape, t.strides)) + 1
-        sizes[t.storage] = (max(end, sizes.get(t.storage, (0, t.dtype))[0]), t.dtype)
-    env = {name: torch.randn(n, generator=g).to(dt.to_torch()) for name, (n, dt) in sizes.items()}
+    env = {name: torch.randn(n, generator=g).to(dt.to_torch())
+           for name, (n, dt) in gemm_storage_sizes(op).items()}
     if "scale" in env:  # keep scales away from zero, as dequantization scales are
         env["scale"] = env["scale"].abs() + 0.5
     env[op.out.storage] = torch.full_like(env[op.out.storage], float("nan"))  # poison
@@ -116,15 +115,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def interpreted():
-    runs, results = [], {}
-    for i, (name, (op, cfg)) in enumerate(CASES.items()):
-        env = _env(op, seed=100 + i)
-        env["ref_out"] = env[op.out.storage].clone()
-        env["orig_out"] = env[op.out.storage].clone()
-        runs.append((op, env, cfg, 3))
-        results[name] = (op, env)
-    gemm.run_interpreted_many(runs)
-    return results
+    return interpret_gemm_cases(CASES, _env, seed0=100)
 
 
 def _view(env, storage, arg):

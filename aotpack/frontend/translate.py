@@ -191,12 +191,7 @@ class _Translator:
             if node is None or node.op not in layout:
                 return None
             v = node.inputs[0]
-        return self.constant_tensor(v)
-
-    def constant_tensor(self, v):
-        """The torch tensor behind a constant Value (weight or folded), else None."""
-        c = self.constants.get(v.name) if isinstance(v, Value) else None
-        return None if c is None else c.tensor
+        return self.constants[v.name].tensor if isinstance(v, Value) else None
 
     def _map(self, a):
         import torch.fx
