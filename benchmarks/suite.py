@@ -225,7 +225,9 @@ class Suite:
         """Phases in order of importance (suite_schedule.py): what the budget cuts is the end."""
         self.plan()
         core = [m for m in self.models if m.tier == "core"]
-        extra = [m for m in self.models if m.tier == "extra"]
+        bundled = {b.model for b in self.bundles}  # extras aotpack builds come first: their rows
+        extra = sorted((m for m in self.models if m.tier == "extra"),  # compare something
+                       key=lambda m: m.name not in bundled)
         self.start_background(core, extra)
         self.window()
         self.quiet(core, extra)

@@ -258,6 +258,7 @@ def _rewrite_manifest(path, edit):
     (lambda m: m["steps"][0].update(grid=[3, 1, 1]), "not a multiple of the kernel's cluster"),
     (lambda m: m["steps"][2].update(grid=[1, 70000, 1]), "<= 65535"),
     (lambda m: m["kernels"][0].update(cluster=[32, 1, 1]), "more than 16 CTAs"),
+    (lambda m: m["kernels"][0].update(pdl=1), "pdl must be true or false"),
     (lambda m: m["weights"][1].update(name="fc.weight"), "weights names are not unique"),
     (lambda m: m["steps"][0]["args"][0].update(box=[64, 128], dims=[32, 128], strides=[128, 1]),
      "swizzle span"),

@@ -232,10 +232,10 @@ def buf(vals):
     ctypes.memmove(addr, array.array("f", vals).tobytes(), 1024)
     return raw, addr
 x = [float(i % 7) - 2.0 for i in range(256)]
-for graph in (True, False):
+for graph, pdl in ((True, True), (False, True), (True, False)):
     xr, xa = buf(x)
     yr, ya = buf([0.0] * 256)
-    s = Session(m, use_cuda_graph=graph)
+    s = Session(m, use_cuda_graph=graph, programmatic_launch=pdl)
     s.run_pointers([xa], [ya])
     y = array.array("f", ctypes.string_at(ya, 1024))
     w = [0.25 * i - 3.0 for i in range(64)]

@@ -204,6 +204,8 @@ def _check_kernel(k: dict, what: str) -> None:
     _int(k.get("smem"), f"{what}: smem")
     if not isinstance(k.get("entry"), str) or not k["entry"]:
         raise BundleError(f"{what}: entry must be a non-empty string")
+    if not isinstance(k.get("pdl", False), bool):
+        raise BundleError(f"{what}: pdl must be true or false")
 
 
 def _check_step(m: dict, step: dict, sizes: list[int], what: str) -> None:

@@ -95,15 +95,19 @@ class Session:
     """Per-thread execution state of a Model (workspace, tensor-map cache, CUDA graphs).
     Not thread-safe: use one Session per thread."""
 
-    def __init__(self, model: Model, workspace=None, use_cuda_graph: bool = True):
+    def __init__(self, model: Model, workspace=None, use_cuda_graph: bool = True,
+                 programmatic_launch: bool = True):
         """workspace: None (the session allocates model.arena_bytes), a torch CUDA tensor,
-        or (device_pointer, nbytes). A caller-provided workspace must outlive the session."""
+        or (device_pointer, nbytes). A caller-provided workspace must outlive the session.
+        programmatic_launch: False launches every kernel only after the previous one ends
+        (aotpack_session_options.programmatic_launch; for A/B timing)."""
         self.model = model  # keeps the Python handle alive as long as the session
         self._lib = model._lib
         self._workspace_ref = workspace
         o = SessionOptionsC()
         o.struct_size = ctypes.sizeof(SessionOptionsC)
         o.use_cuda_graph = 1 if use_cuda_graph else 0
+        o.programmatic_launch = 1 if programmatic_launch else 0
         if workspace is not None:
             if isinstance(workspace, tuple):
                 o.workspace, o.workspace_bytes = int(workspace[0]), int(workspace[1])

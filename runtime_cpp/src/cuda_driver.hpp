@@ -76,7 +76,10 @@ enum CUtensorMapFloatOOBfill {
   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
   CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA = 1,
 };
-enum CUlaunchAttributeID { CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4 };
+enum CUlaunchAttributeID {
+  CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
+  CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+};
 enum CUstreamCaptureMode {
   CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
   CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
@@ -98,13 +101,14 @@ struct alignas(128) CUtensorMap {
 };
 
 // Value union of a launch attribute: 64 bytes, 8-aligned (cuda.h's union has pointer and
-// 64-bit members); we only use clusterDim.
+// 64-bit members); we use clusterDim and programmaticStreamSerializationAllowed.
 union CUlaunchAttributeValue {
   char pad[64];
   uint64_t align8;
   struct {
     unsigned int x, y, z;
   } clusterDim;
+  int programmaticStreamSerializationAllowed;
 };
 
 struct CUlaunchAttribute {

@@ -140,6 +140,11 @@ KernelSpec parse_kernel(const Value& v, const std::string& where) {
   if (smem) k.smem = uint32_t(as_int(*smem, where + ".smem", 0, kMaxU32));
   const Value* be = v.find("backend");
   if (be && be->type == Type::String) k.backend = be->s;
+  const Value* pdl = v.find("pdl");
+  if (pdl && !pdl->is_null()) {
+    if (pdl->type != Type::Bool) bad(where + ".pdl", "must be true or false");
+    k.pdl = pdl->b;
+  }
   return k;
 }
 

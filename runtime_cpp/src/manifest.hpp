@@ -42,6 +42,10 @@ struct KernelSpec {
   uint32_t cluster[3] = {1, 1, 1};
   uint32_t smem = 0;
   std::string backend;
+  // The kernel waits (griddepcontrol.wait) for the grid before it on the stream before it
+  // touches memory another kernel wrote, on every path: it may be launched with programmatic
+  // dependent launch, i.e. start while that grid is still finishing.
+  bool pdl = false;
 };
 
 enum class SlotKind { Ptr, Null, I32, I64, U32, U64, F32, FastDivmod, TensorMap };

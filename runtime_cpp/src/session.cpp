@@ -76,7 +76,7 @@ std::string step_name(const Manifest& m, size_t s) {
 }  // namespace
 
 Session::Session(std::shared_ptr<const Model> model, const Options& opts)
-    : model_(std::move(model)), use_graph_(opts.use_cuda_graph) {
+    : model_(std::move(model)), use_graph_(opts.use_cuda_graph), pdl_(opts.programmatic_launch) {
   const cu::Driver& d = cu::driver();
   const uint64_t need = model_->manifest().arena_bytes;
   model_->make_current();
@@ -203,21 +203,29 @@ void Session::launch_steps(const Plan& p, cu::CUstream stream) const {
   for (size_t s = 0; s < m.steps.size(); ++s) {
     const StepSpec& st = m.steps[s];
     const KernelSpec& k = m.kernels[st.kernel];
-    cu::CUlaunchAttribute attr;
-    std::memset(&attr, 0, sizeof(attr));
+    cu::CUlaunchAttribute attrs[2];
+    std::memset(attrs, 0, sizeof(attrs));
     cu::CUlaunchConfig cfg;
     std::memset(&cfg, 0, sizeof(cfg));
     cfg.gridDimX = st.grid[0]; cfg.gridDimY = st.grid[1]; cfg.gridDimZ = st.grid[2];
     cfg.blockDimX = k.block[0]; cfg.blockDimY = k.block[1]; cfg.blockDimZ = k.block[2];
     cfg.sharedMemBytes = k.smem;
     cfg.hStream = stream;
+    cfg.attrs = attrs;
     if (k.cluster[0] * k.cluster[1] * k.cluster[2] != 1) {
-      attr.id = cu::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attr.value.clusterDim.x = k.cluster[0];
-      attr.value.clusterDim.y = k.cluster[1];
-      attr.value.clusterDim.z = k.cluster[2];
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
+      cu::CUlaunchAttribute& a = attrs[cfg.numAttrs++];
+      a.id = cu::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      a.value.clusterDim.x = k.cluster[0];
+      a.value.clusterDim.y = k.cluster[1];
+      a.value.clusterDim.z = k.cluster[2];
+    }
+    // Programmatic dependent launch: the kernel may start (prologue, weight prefetch into L2)
+    // while the previous grid finishes; it waits with griddepcontrol.wait before it reads
+    // what that grid wrote. Graph capture keeps the programmatic edge.
+    if (pdl_ && k.pdl) {
+      cu::CUlaunchAttribute& a = attrs[cfg.numAttrs++];
+      a.id = cu::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      a.value.programmaticStreamSerializationAllowed = 1;
     }
     void** params = const_cast<void**>(p.params[s].data());
     cu::check(d.cuLaunchKernelEx(&cfg, model_->function(st.kernel), params, nullptr),

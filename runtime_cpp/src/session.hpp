@@ -15,6 +15,7 @@ class Session {
     uint64_t workspace = 0;  // caller-owned (0: allocate arena_bytes)
     uint64_t workspace_bytes = 0;
     bool use_cuda_graph = true;
+    bool programmatic_launch = true;  // launch kernels marked pdl with PDL (see KernelSpec)
   };
   Session(std::shared_ptr<const Model> model, const Options& opts);
   ~Session();
@@ -47,6 +48,7 @@ class Session {
   uint64_t workspace_ = 0;
   bool owns_workspace_ = false;
   bool use_graph_ = true;
+  bool pdl_ = true;
   cu::CUstream capture_stream_ = nullptr;
   std::vector<std::unique_ptr<Plan>> cache_;
   uint64_t clock_ = 0;

@@ -21,6 +21,13 @@ Value jint(int64_t i) {
   return v;
 }
 
+Value jbool(bool b) {
+  Value v;
+  v.type = Type::Bool;
+  v.b = b;
+  return v;
+}
+
 Value jstr(const std::string& s) {
   Value v;
   v.type = Type::String;

@@ -18,6 +18,7 @@ using aotpack::json::Value;
 using aotpack::json::dump;
 // Value constructors.
 Value jint(int64_t i);
+Value jbool(bool b);
 Value jstr(const std::string& s);
 // Member `key` of an object (created as null when absent).
 Value& at(Value& obj, const std::string& key);

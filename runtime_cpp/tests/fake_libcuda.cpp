@@ -59,6 +59,7 @@ struct FakeGraph {
 std::mutex g_mu;
 struct Stats {
   int launches = 0, graph_launches = 0, captures = 0, encodes = 0, last_cluster_x = 0;
+  int pdl_launches = 0;  // cuLaunchKernelEx calls with PROGRAMMATIC_STREAM_SERIALIZATION = 1
 } g_stats;
 const char* g_error = "no error";
 FakeStream g_default_stream;
@@ -137,13 +138,14 @@ FakeStream* stream_of(CUstream s) {
 extern "C" {
 
 __attribute__((visibility("default"))) const char* fake_cuda_last_error() { return g_error; }
-__attribute__((visibility("default"))) void fake_cuda_stats(int* out5) {
+__attribute__((visibility("default"))) void fake_cuda_stats(int* out6) {
   std::lock_guard<std::mutex> lock(g_mu);
-  out5[0] = g_stats.launches;
-  out5[1] = g_stats.graph_launches;
-  out5[2] = g_stats.captures;
-  out5[3] = g_stats.encodes;
-  out5[4] = g_stats.last_cluster_x;
+  out6[0] = g_stats.launches;
+  out6[1] = g_stats.graph_launches;
+  out6[2] = g_stats.captures;
+  out6[3] = g_stats.encodes;
+  out6[4] = g_stats.last_cluster_x;
+  out6[5] = g_stats.pdl_launches;
 }
 
 #define API extern "C" __attribute__((visibility("default"))) CUresult
@@ -270,6 +272,12 @@ API cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void*
   l.smem = c->sharedMemBytes;
   l.cluster[0] = l.cluster[1] = l.cluster[2] = 1;
   for (unsigned i = 0; i < c->numAttrs; ++i) {
+    if (c->attrs[i].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) {
+      if (c->attrs[i].value.programmaticStreamSerializationAllowed != 1)
+        return fail_with("programmatic serialization attribute not 1");
+      ++g_stats.pdl_launches;
+      continue;
+    }
     if (c->attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) return fail_with("attribute");
     l.cluster[0] = c->attrs[i].value.clusterDim.x;
     l.cluster[1] = c->attrs[i].value.clusterDim.y;

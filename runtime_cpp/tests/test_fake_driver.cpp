@@ -16,13 +16,14 @@ using namespace aotpack_test;
 
 namespace {
 
-// Counters of the fake driver: launches, graph launches, captures, encodes, cluster x.
+// Counters of the fake driver: launches, graph launches, captures, encodes, cluster x,
+// launches with programmatic stream serialization (PDL).
 std::vector<int> stats() {
   void* h = dlopen(std::getenv("AOTPACK_LIBCUDA"), RTLD_NOW | RTLD_NOLOAD);
   EXPECT(h != nullptr);
   auto fn = reinterpret_cast<void (*)(int*)>(dlsym(h, "fake_cuda_stats"));
   EXPECT(fn != nullptr);
-  std::vector<int> s(5);
+  std::vector<int> s(6);
   fn(s.data());
   dlclose(h);
   return s;
@@ -232,6 +233,46 @@ TEST(fake_cluster_launch) {
   session.run({t.xp()}, {t.yp()});
   EXPECT(t.correct(b));
   EXPECT(stats()[4] == 2);
+}
+
+// A kernel the manifest marks "pdl" is launched with the programmatic-serialization attribute
+// (next to its cluster attribute), also while capturing; programmatic_launch = 0 turns it off.
+TEST(fake_pdl_launch) {
+  TestBundle b;
+  at(at(at(b.manifest, "kernels"), 0), "pdl") = jbool(true);
+  at(at(at(at(b.manifest, "kernels"), 0), "cluster"), 0) = jint(2);
+  aotpack::Model model(b.write(make_temp_dir("fakepdl")));
+  Tensors t;
+  for (bool graph : {false, true}) {
+    aotpack::SessionOptions so;
+    so.use_cuda_graph = graph;
+    aotpack::Session session(model, so);
+    int before = stats()[5];
+    session.run({t.xp()}, {t.yp()});
+    EXPECT(t.correct(b));
+    EXPECT(stats()[5] == before + 1);
+    EXPECT(stats()[4] == 2);
+  }
+  aotpack::SessionOptions off;
+  off.programmatic_launch = false;
+  aotpack::Session session(model, off);
+  int before = stats()[5];
+  session.run({t.xp()}, {t.yp()});
+  EXPECT(t.correct(b));
+  EXPECT(stats()[5] == before);
+}
+
+// "pdl" must be a boolean: anything else is refused at load, naming the field.
+TEST(fake_pdl_not_bool) {
+  TestBundle b;
+  at(at(at(b.manifest, "kernels"), 0), "pdl") = jint(1);
+  bool thrown = false;
+  try {
+    aotpack::Model model(b.write(make_temp_dir("fakepdlbad")));
+  } catch (const aotpack::Exception& e) {
+    thrown = std::string(e.what()).find("pdl") != std::string::npos;
+  }
+  EXPECT(thrown);
 }
 
 TEST(fake_external_weights) {

@@ -1,7 +1,7 @@
 // aotpack-run — run, benchmark or inspect an aotpack bundle with only the NVIDIA driver.
 //
 //   aotpack-run BUNDLE [--weights FILE] [--device N] [--inputs in.safetensors]
-//               [--outputs out.safetensors] [--bench N] [--warmup N] [--no-graph]
+//               [--outputs out.safetensors] [--bench N] [--warmup N] [--no-graph] [--no-pdl]
 //               [--info] [--check]
 //   aotpack-run --tune JOB_DIR -o results.json [--budget S] [--reps N] [--warmup N]
 //               [--candidate-timeout S] [--device N]          (tuner: tools/tune.cpp)
@@ -46,6 +46,8 @@ const char* kUsage =
     "  --bench N          time N runs (after --warmup runs); prints median/p10/p90 ms\n"
     "  --warmup N         warm-up runs before timing (default 10)\n"
     "  --no-graph         launch kernels one by one instead of replaying a CUDA graph\n"
+    "  --no-pdl           no programmatic dependent launch: each kernel starts only after the\n"
+    "                     previous one ends (for A/B timing)\n"
     "  --seed N           seed of the random inputs (default 0)\n"
     "  --info             print signature, kernels and arena size (no GPU needed), then exit\n"
     "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
@@ -68,7 +70,7 @@ struct Args {
   std::string bundle, weights, inputs, outputs;
   int device = 0, bench = 0, warmup = 10;
   uint64_t seed = 0;
-  bool graph = true, info = false, check = false;
+  bool graph = true, pdl = true, info = false, check = false;
   // --tune
   std::string tune, results;
   double budget = -1, candidate_timeout = -1;
@@ -124,7 +126,8 @@ Args parse_args(int argc, char** argv) {
       return argv[++i];
     };
     static const char* const kRunOnly[] = {"--weights", "--inputs", "--outputs", "--bench",
-                                           "--seed", "--no-graph", "--info", "--check"};
+                                           "--seed", "--no-graph", "--no-pdl", "--info",
+                                           "--check"};
     for (const char* f : kRunOnly)
       if (s == f) a.run_only.push_back(s);
     if (s == "--weights") a.weights = value();
@@ -135,6 +138,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0)), a.warmup_set = true;
     else if (s == "--seed") a.seed = uint64_t(parse_count("--seed", value(), 0));
     else if (s == "--no-graph") a.graph = false;
+    else if (s == "--no-pdl") a.pdl = false;
     else if (s == "--info") a.info = true;
     else if (s == "--check") a.check = true;
     else if (s == "--tune") a.tune = value();
@@ -297,6 +301,7 @@ void run(const Args& a) {
   aotpack_session_options so{};
   so.struct_size = sizeof(so);
   so.use_cuda_graph = a.graph ? 1 : 0;
+  so.programmatic_launch = a.pdl ? 1 : 0;
   check_status(aotpack_session_create(h.m, &so, &h.s));
   const cu::Driver& d = cu::driver();  // already loaded by the model; same context is current
 
@@ -332,9 +337,9 @@ void run(const Args& a) {
   std::vector<float> ms = time_runs(a.bench, stream, run_once);
   std::sort(ms.begin(), ms.end());
   std::printf("aotpack-run: median_ms=%.4f p10_ms=%.4f p90_ms=%.4f min_ms=%.4f runs=%d "
-              "warmup=%d graph=%d\n",
+              "warmup=%d graph=%d pdl=%d\n",
               percentile(ms, 0.5), percentile(ms, 0.1), percentile(ms, 0.9), ms.front(),
-              a.bench, a.warmup, a.graph ? 1 : 0);
+              a.bench, a.warmup, a.graph ? 1 : 0, a.pdl ? 1 : 0);
 }
 
 }  // namespace

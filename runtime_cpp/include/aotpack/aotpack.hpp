@@ -114,6 +114,7 @@ struct SessionOptions {
   uint64_t workspace = 0;  // caller-owned device memory, 0: session allocates
   size_t workspace_bytes = 0;
   bool use_cuda_graph = true;
+  bool programmatic_launch = true;  // see aotpack_session_options
 };
 
 // Per-thread execution state (move-only). Keeps the model alive.
@@ -125,6 +126,7 @@ class Session {
     o.workspace = opts.workspace;
     o.workspace_bytes = opts.workspace_bytes;
     o.use_cuda_graph = opts.use_cuda_graph ? 1 : 0;
+    o.programmatic_launch = opts.programmatic_launch ? 1 : 0;
     check(aotpack_session_create(model.get(), &o, &handle_));
   }
   ~Session() { aotpack_session_free(handle_); }
