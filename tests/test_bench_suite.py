@@ -275,6 +275,18 @@ def test_latency_table_bolds_the_best_and_compares_with_the_best_peer():
     assert "unsupported" in gpt2
 
 
+def test_cold_start_table_takes_the_bundle_whose_cold_start_was_measured():
+    """One cold start per model (suite_bundles.cold_start_bundle): when the fastest bundle is
+    another one, its model's cell shows the measured one, not a dash."""
+    doc = sample_doc()
+    for r in doc["rows"]:
+        if (r["model"], r["variant"], r["label"]) == ("mlp-prefill", "aotpack-run", "tuned"):
+            r["cold_start_s"] = None
+    line = next(ln for ln in report.cold_table(doc).splitlines() if ln.startswith("| mlp-prefill"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == "6.1 s" and cells[5] == "0.9 s" and cells[6] == "—"
+
+
 def test_every_failure_is_listed_with_its_error():
     text = report.failures(sample_doc())
     assert "mlp-prefill / aoti: crash: SIGSEGV" in text
