@@ -5,7 +5,8 @@
 `aotpack verify` compares the bundle with eager PyTorch in the model's own dtype; for a deep
 bf16 model both carry rounding error, so ‖bundle − eager‖ alone cannot say whose it is. Here
 both are compared with the same model upcast to float32 on the same inputs (the METHOD: a
-reference in higher precision). Needs a GPU, torch and libaotpack (AOTPACK_LIB).
+reference in higher precision). The bundle's external weights must sit beside it. Needs a GPU,
+torch and libaotpack (AOTPACK_LIB).
 """
 from __future__ import annotations
 
@@ -34,7 +35,11 @@ def main() -> int:
     ap.add_argument("bundle", type=Path)
     ap.add_argument("--seeds", type=int, default=3)
     a = ap.parse_args()
+    # a float32 reference, not TF32 (cuDNN convolutions default to TF32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     model, examples = load_model(a.spec)
+    if hasattr(model, "module") and hasattr(model, "graph_signature"):  # a .pt2 spec
+        model = model.module()
     model = model.cuda().eval()
     model32 = copy.deepcopy(model).float()
     session = Session(Model(str(a.bundle)))
@@ -45,6 +50,9 @@ def main() -> int:
         ours = session.run(inputs)
         eager = _eager(model, inputs)
         fp32 = _eager(model32, [t.float() if t.is_floating_point() else t for t in inputs])
+        if not len(ours) == len(eager) == len(fp32):
+            raise SystemExit(f"output counts differ: bundle {len(ours)}, eager {len(eager)}, "
+                             f"fp32 {len(fp32)}")
         for o, e, f in zip(ours, eager, fp32):
             print(f"{seed:4d}  {rel(o, f):14.2e}  {rel(e, f):18.2e}  {rel(o, e):15.2e}",
                   flush=True)

@@ -59,14 +59,15 @@ class BundleSteps:
         self.s = suite
         self.maker: dict[tuple, object] = {}  # (model, label) → bundle whose job makes its file
         self.recheck: list = []  # bundles whose binding latency was host-bound in the window
+        self.cold_chosen: dict[str, object] = {}  # model → bundle whose cold start was measured
 
     def plan(self) -> None:
         for b in self.s.bundles:
             for key, est in ((("bench", b.model, b.label), "aotpack-bench"),
-                             (("py", b.model, b.label), "aotpack-py"),
-                             (("cold", b.model, b.label), "aotpack-cold")):
-                if est != "aotpack-cold" or self.cold_start_bundle(b.model) is b:
-                    self.s.ledger.add(key, ESTIMATE[est], PRIORITY[est])
+                             (("py", b.model, b.label), "aotpack-py")):
+                self.s.ledger.add(key, ESTIMATE[est], PRIORITY[est])
+        for model in dict.fromkeys(b.model for b in self.s.bundles):  # one cold start each
+            self.s.ledger.add(("cold", model), ESTIMATE["aotpack-cold"], PRIORITY["aotpack-cold"])
         if self.s.bundles:
             self.s.ledger.add(("py-start",), ESTIMATE["aotpack-py-start"], 0)
 
@@ -89,14 +90,23 @@ class BundleSteps:
 
     def done(self, b) -> bool:
         """Nothing left to measure of `b` (a --resume of a run that measured it all)."""
-        rows = [self.s.results.row(b.model, v, b.label) for v in sm.AOTPACK_VARIANTS]
-        cold = self.cold_start_bundle(b.model) is b
-        return all(r["status"] != "pending" and (r["status"] != "ok" or not cold
-                                                 or r.get("cold_start_s")) for r in rows)
+        return all(self.s.results.row(b.model, v, b.label)["status"] != "pending"
+                   and (self.s.results.row(b.model, v, b.label)["status"] != "ok"
+                        or self._cold_measured(b.model, v)) for v in sm.AOTPACK_VARIANTS)
+
+    def _cold_measured(self, model: str, variant: str) -> bool:
+        return any(self.s.results.row(model, variant, x.label).get("cold_start_s")
+                   for x in self.s.bundles if x.model == model)
 
     def cold_start_bundle(self, model: str):
-        """The bundle of `model` whose cold start is measured: the first one found."""
-        return next(b for b in self.s.bundles if b.model == model)
+        """The bundle of `model` whose cold start is measured: the first one found whose rows
+        were measured (a bundle that failed cannot start), once chosen the same one."""
+        if model in self.cold_chosen:
+            return self.cold_chosen[model]
+        mine = [b for b in self.s.bundles if b.model == model]
+        ok = [b for b in mine if any(self.s.results.row(model, v, b.label)["status"] == "ok"
+                                     for v in sm.AOTPACK_VARIANTS)]
+        return (ok or mine)[0]
 
     @staticmethod
     def _job(b) -> str:
@@ -245,19 +255,22 @@ class BundleSteps:
                 if self.s.results.row(b.model, "aotpack-run", b.label)["status"] == "ok":
                     self.bench(b, note="measured again in the quiet phase (the binding was "
                                        "host-bound in the window)")
-        for b in self.s.bundles:
-            chosen = self.cold_start_bundle(b.model)
-            if chosen is b:
-                self.cold(b)
-                continue
-            for v in sm.AOTPACK_VARIANTS:
-                if self.s.results.row(b.model, v, b.label)["status"] == "ok":
-                    self.s.set_row(b.model, v, b.label, cold_start_note=(
-                        f"measured on the {chosen.label!r} bundle of this model (same launcher, "
-                        "same weights file)"))
+        for model in dict.fromkeys(b.model for b in self.s.bundles):
+            chosen = self.cold_chosen[model] = self.cold_start_bundle(model)
+            self.cold(chosen)
+            for b in self.s.bundles:
+                if b.model != model or b is chosen:
+                    continue
+                for v in sm.AOTPACK_VARIANTS:
+                    row = self.s.results.row(model, v, b.label)
+                    if row["status"] == "ok" and not row.get("cold_start_s") and \
+                            self.s.results.row(model, v, chosen.label).get("cold_start_s"):
+                        self.s.set_row(model, v, b.label, cold_start_note=(
+                            f"measured on the {chosen.label!r} bundle of this model (same "
+                            "launcher, same weights file); its device memory too"))
 
     def cold(self, b) -> None:
-        key = ("cold", b.model, b.label)
+        key = ("cold", b.model)
         refused = self.s.ledger.refuse([key])
         self.s.ledger.drop(key)
         if refused:

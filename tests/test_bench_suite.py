@@ -354,3 +354,25 @@ def test_the_binding_cold_start_worker_imports_no_torch():
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_cold_start_goes_to_a_bundle_that_ran():
+    """One cold start per model: the first bundle whose rows were measured, not a failed one;
+    a --resume counts a model's bundles done once that one has its cold start."""
+    import types
+
+    import suite_bundles
+
+    res = sr.Results(None, {"date": "2026-12-01", "commit": "abc1234"})
+    a = types.SimpleNamespace(model="m", label="heuristic")
+    b = types.SimpleNamespace(model="m", label="tuned")
+    for v in ("aotpack-run", "aotpack-py"):
+        res.update("m", v, "heuristic", status="error", error="bad tensor map")
+        res.update("m", v, "tuned", status="ok", median_ms=1.0)
+    suite = types.SimpleNamespace(bundles=[a, b], results=res)
+    steps = suite_bundles.BundleSteps(suite)
+    assert steps.cold_start_bundle("m") is b
+    assert not steps.done(b)  # its cold start is still to come
+    res.update("m", "aotpack-run", "tuned", cold_start_s=1.2)
+    res.update("m", "aotpack-py", "tuned", cold_start_s=1.1)
+    assert steps.done(b) and steps.done(a)

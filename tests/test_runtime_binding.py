@@ -217,11 +217,13 @@ def _fake_driver() -> Path | None:
 def test_run_on_fake_driver(tmp_path):
     """Model + Session + run_pointers end to end on the CMake build's fake libcuda (device
     memory is host memory there, the kernel runs on the CPU)."""
-    path = write_bundle(tmp_path)
+    m = manifest()
+    m["kernels"][0]["pdl"] = True  # so programmatic_launch shows in the driver's counters
+    path = write_bundle(tmp_path, m)
     env = {"AOTPACK_LIBCUDA": str(_fake_driver()),
            "AOTPACK_LIB": str(REPO / "build" / "libaotpack.so")}  # the same build's library
     r = _run_py(f"""
-import array, ctypes
+import array, ctypes, os
 from aotpack.runtime import Model, Session
 m = Model({str(path)!r})
 assert [(t.name, t.dtype, t.shape, t.nbytes) for t in m.inputs] == [("x", "f32", (4, 64), 1024)]
@@ -232,11 +234,18 @@ def buf(vals):
     ctypes.memmove(addr, array.array("f", vals).tobytes(), 1024)
     return raw, addr
 x = [float(i % 7) - 2.0 for i in range(256)]
-for graph, pdl in ((True, True), (False, True), (True, False)):
+driver = ctypes.CDLL(os.environ["AOTPACK_LIBCUDA"])
+def pdl_launches():
+    stats = (ctypes.c_int * 6)()
+    driver.fake_cuda_stats(stats)
+    return stats[5]
+for graph, pdl in ((True, True), (False, True), (True, False), (False, False)):
     xr, xa = buf(x)
     yr, ya = buf([0.0] * 256)
     s = Session(m, use_cuda_graph=graph, programmatic_launch=pdl)
+    before = pdl_launches()
     s.run_pointers([xa], [ya])
+    assert pdl_launches() == before + (1 if pdl else 0), (graph, pdl)
     y = array.array("f", ctypes.string_at(ya, 1024))
     w = [0.25 * i - 3.0 for i in range(64)]
     assert all(y[i] == x[i] + 1.5 * w[i % 64] for i in range(256)), list(y[:8])

@@ -204,7 +204,7 @@ def _check_kernel(k: dict, what: str) -> None:
     _int(k.get("smem"), f"{what}: smem")
     if not isinstance(k.get("entry"), str) or not k["entry"]:
         raise BundleError(f"{what}: entry must be a non-empty string")
-    if not isinstance(k.get("pdl", False), bool):
+    if k.get("pdl") not in (None, True, False):  # absent or null: false, as the runtime reads it
         raise BundleError(f"{what}: pdl must be true or false")
 
 

@@ -51,7 +51,7 @@ class SessionOptionsC(ctypes.Structure):
         ("workspace", ctypes.c_uint64),
         ("workspace_bytes", ctypes.c_size_t),
         ("use_cuda_graph", ctypes.c_int),
-        ("programmatic_launch", ctypes.c_int),
+        ("disable_programmatic_launch", ctypes.c_int),
     ]
 
 

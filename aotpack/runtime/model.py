@@ -100,14 +100,14 @@ class Session:
         """workspace: None (the session allocates model.arena_bytes), a torch CUDA tensor,
         or (device_pointer, nbytes). A caller-provided workspace must outlive the session.
         programmatic_launch: False launches every kernel only after the previous one ends
-        (aotpack_session_options.programmatic_launch; for A/B timing)."""
+        (aotpack_session_options.disable_programmatic_launch; for A/B timing)."""
         self.model = model  # keeps the Python handle alive as long as the session
         self._lib = model._lib
         self._workspace_ref = workspace
         o = SessionOptionsC()
         o.struct_size = ctypes.sizeof(SessionOptionsC)
         o.use_cuda_graph = 1 if use_cuda_graph else 0
-        o.programmatic_launch = 1 if programmatic_launch else 0
+        o.disable_programmatic_launch = 0 if programmatic_launch else 1
         if workspace is not None:
             if isinstance(workspace, tuple):
                 o.workspace, o.workspace_bytes = int(workspace[0]), int(workspace[1])

@@ -184,7 +184,6 @@ aotpack_status* aotpack_session_create(aotpack_model* model,
     aotpack_session_options o;
     std::memset(&o, 0, sizeof(o));
     o.use_cuda_graph = 1;
-    o.programmatic_launch = 1;
     if (options) {
       if (options->struct_size < sizeof(size_t))
         aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.struct_size is not set");
@@ -194,7 +193,7 @@ aotpack_status* aotpack_session_create(aotpack_model* model,
     so.workspace = o.workspace;
     so.workspace_bytes = o.workspace_bytes;
     so.use_cuda_graph = o.use_cuda_graph != 0;
-    so.programmatic_launch = o.programmatic_launch != 0;
+    so.programmatic_launch = o.disable_programmatic_launch == 0;
     std::unique_ptr<aotpack_session> h(new aotpack_session);
     h->impl.reset(new aotpack::Session(model->impl, so));
     *out = h.release();

@@ -236,7 +236,8 @@ TEST(fake_cluster_launch) {
 }
 
 // A kernel the manifest marks "pdl" is launched with the programmatic-serialization attribute
-// (next to its cluster attribute), also while capturing; programmatic_launch = 0 turns it off.
+// (next to its cluster attribute), also while capturing; SessionOptions::programmatic_launch =
+// false (C: disable_programmatic_launch = 1) turns it off.
 TEST(fake_pdl_launch) {
   TestBundle b;
   at(at(at(b.manifest, "kernels"), 0), "pdl") = jbool(true);
@@ -260,6 +261,29 @@ TEST(fake_pdl_launch) {
   session.run({t.xp()}, {t.yp()});
   EXPECT(t.correct(b));
   EXPECT(stats()[5] == before);
+}
+
+// Through the C API with zeroed options (all a caller of an earlier release sets: the new
+// field sits in what was padding): PDL stays on.
+TEST(fake_pdl_default_with_zeroed_c_options) {
+  TestBundle b;
+  at(at(at(b.manifest, "kernels"), 0), "pdl") = jbool(true);
+  std::string p = b.write(make_temp_dir("fakepdlc"));
+  aotpack_model* m = nullptr;
+  EXPECT(aotpack_model_load(p.c_str(), nullptr, &m) == nullptr);
+  aotpack_session_options o;
+  std::memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
+  aotpack_session* s = nullptr;
+  EXPECT(aotpack_session_create(m, &o, &s) == nullptr);
+  Tensors t;
+  uint64_t in = t.xp(), out = t.yp();
+  int before = stats()[5];
+  EXPECT(aotpack_session_run(s, &in, &out, nullptr) == nullptr);
+  EXPECT(t.correct(b));
+  EXPECT(stats()[5] == before + 1);
+  aotpack_session_free(s);
+  aotpack_model_free(m);
 }
 
 // "pdl" must be a boolean: anything else is refused at load, naming the field.

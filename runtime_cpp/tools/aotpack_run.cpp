@@ -301,7 +301,7 @@ void run(const Args& a) {
   aotpack_session_options so{};
   so.struct_size = sizeof(so);
   so.use_cuda_graph = a.graph ? 1 : 0;
-  so.programmatic_launch = a.pdl ? 1 : 0;
+  so.disable_programmatic_launch = a.pdl ? 0 : 1;
   check_status(aotpack_session_create(h.m, &so, &h.s));
   const cu::Driver& d = cu::driver();  // already loaded by the model; same context is current
 

@@ -168,11 +168,12 @@ typedef struct aotpack_session_options {
   /* 1: capture the steps in a CUDA graph once per pointer set and replay it (default);
    * 0: launch each step with cuLaunchKernelEx on every run. */
   int use_cuda_graph;
-  /* 1 (default; also when struct_size ends before this field): kernels the bundle marks as
-   * waiting on their predecessor (manifest "pdl") are launched with programmatic dependent
-   * launch, so each may start (and prefetch what no kernel writes) while the one before it
-   * drains; 0: every kernel waits for the previous one to finish (for A/B timing). */
-  int programmatic_launch;
+  /* 0 (default): kernels the bundle marks as waiting on their predecessor (manifest "pdl")
+   * are launched with programmatic dependent launch, so each may start (and prefetch what no
+   * kernel writes) while the one before it drains; 1: every kernel waits for the previous one
+   * to finish (for A/B timing). Zero means the default because this field sits where the
+   * structure of earlier releases had padding: their zeroed structures keep the default. */
+  int disable_programmatic_launch;
 } aotpack_session_options;
 
 /* Creates a session for `model` (the session keeps the model alive). */

@@ -126,7 +126,7 @@ class Session {
     o.workspace = opts.workspace;
     o.workspace_bytes = opts.workspace_bytes;
     o.use_cuda_graph = opts.use_cuda_graph ? 1 : 0;
-    o.programmatic_launch = opts.programmatic_launch ? 1 : 0;
+    o.disable_programmatic_launch = opts.programmatic_launch ? 0 : 1;
     check(aotpack_session_create(model.get(), &o, &handle_));
   }
   ~Session() { aotpack_session_free(handle_); }
