@@ -132,10 +132,19 @@ def print_verify(out: Console, rep) -> None:
         out.print(f"[yellow]warning:[/] {escape(w)}")
     table = Table(title=f"verify (reference: {rep.reference}, seed {rep.seed}, "
                         f"tolerance {rep.tolerance:g})")
-    for col in ("output", "‖out−ref‖/‖ref‖", "max |out−ref|", "result"):
+    for col in ("output", "‖out−ref‖/‖ref‖", "max |out−ref|", "vs f32 (eager vs f32)",
+                "result"):
         table.add_column(col)
     for o in rep.outputs:
         verdict = "[green]pass[/]" if o.ok else "[bold red]FAIL[/]"
-        table.add_row(escape(o.name), f"{o.rel_error:.3e}", f"{o.max_abs_error:.3e}", verdict)
+        f32 = ("—" if o.rel_error_f32 is None else
+               f"{o.rel_error_f32:.3e} ({o.eager_rel_error_f32:.3e})")
+        table.add_row(escape(o.name), f"{o.rel_error:.3e}", f"{o.max_abs_error:.3e}", f32,
+                      verdict)
     out.print(table)
+    if any(o.rel_error_f32 is not None for o in rep.outputs):
+        from aotpack.verify import HP_MARGIN
+
+        out.print("a 16-bit output over the tolerance against eager passes when it is at most "
+                  f"{HP_MARGIN:g}x as far from the model upcast to float32 as eager itself is")
     out.print("[bold green]passed[/]" if rep.passed else "[bold red]failed[/]")

@@ -204,7 +204,8 @@ def _check_kernel(k: dict, what: str) -> None:
     _int(k.get("smem"), f"{what}: smem")
     if not isinstance(k.get("entry"), str) or not k["entry"]:
         raise BundleError(f"{what}: entry must be a non-empty string")
-    if k.get("pdl") not in (None, True, False):  # absent or null: false, as the runtime reads it
+    pdl = k.get("pdl")
+    if pdl is not None and not isinstance(pdl, bool):  # absent or null: false, as the runtime
         raise BundleError(f"{what}: pdl must be true or false")
 
 
