@@ -13,6 +13,8 @@ pytest.importorskip("triton")
 
 from aotpack.build import BuildError, build  # noqa: E402
 from aotpack.bundle import read_bundle  # noqa: E402
+from aotpack.dtypes import DType  # noqa: E402
+from aotpack.tuning import keys, space  # noqa: E402
 from aotpack.tuning.db import TuningDB, TuningDBError  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -472,3 +474,44 @@ def test_cutedsl_candidates_add_narrow_tiles_for_decode_sized_m():
                  contiguous("c", bf, (16, 512)), (EpSwiGLU(64),))
     glu_tiles = {c["tile_n"] for c in space.candidates(glu, SM90, gemm_backend="cutedsl")}
     assert 64 not in glu_tiles and 128 in glu_tiles
+
+
+def _gemm_hash_with_kernels(monkeypatch, kernels_dir) -> str:
+    monkeypatch.setattr(keys, "_KERNELS", kernels_dir)
+    for cached in (keys.template_sources_sha256, keys.spec_definitions, keys.spec_closure):
+        cached.cache_clear()
+    try:
+        return keys.template_sources_sha256(space.family(_gemm_op()).sources)
+    finally:
+        for cached in (keys.template_sources_sha256, keys.spec_definitions, keys.spec_closure):
+            cached.cache_clear()
+
+
+def _gemm_op():
+    from aotpack.kernels.spec import GemmOp, contiguous
+
+    return GemmOp(contiguous("a", DType.BF16, (16, 64)), contiguous("b", DType.BF16, (32, 64)),
+                  contiguous("out", DType.BF16, (16, 32)))
+
+
+def test_spec_py_counts_by_the_definitions_a_family_uses(tmp_path, monkeypatch):
+    """A new op kind in kernels/spec.py (or an edit to another family's op) leaves the GEMM
+    records valid; an edit to GemmOp, or to what it is built from, does not."""
+    import shutil
+
+    closure = keys.spec_closure(tuple(r for r in space.family(_gemm_op()).sources
+                                      if r != keys.SPEC))
+    assert {"GemmOp", "EpSwiGLU", "TensorArg", "CompiledKernel", "TensorMapSlot"} <= set(closure)
+    assert not {"AttentionOp", "RopeOp", "op_inputs", "KernelOp"} & set(closure)
+    real = keys._KERNELS
+    base = _gemm_hash_with_kernels(monkeypatch, real)
+    copy = tmp_path / "kernels"
+    shutil.copytree(real, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert _gemm_hash_with_kernels(monkeypatch, copy) == base
+    spec = copy / "spec.py"
+    original = spec.read_text()
+    spec.write_text(original.replace("class RopeOp:", "class RopeOp:  # edited")
+                    + "\n\n@dataclass(frozen=True)\nclass GatherOp:\n    out: TensorArg\n")
+    assert _gemm_hash_with_kernels(monkeypatch, copy) == base
+    spec.write_text(original.replace("class EpSwiGLU:", "class EpSwiGLU:  # edited"))
+    assert _gemm_hash_with_kernels(monkeypatch, copy) != base

@@ -8,6 +8,7 @@ whose shape_key matches an op but whose key does not was measured with other ker
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 import hashlib
@@ -40,18 +41,76 @@ def digest(doc) -> str:
                           .encode()).hexdigest()
 
 
+SPEC = "spec.py"  # shared by every family: hashed by the definitions a family uses, not whole
+_SPEC_MODULE = "aotpack.kernels.spec"
+
+
 @lru_cache(maxsize=None)
 def template_sources_sha256(rel_paths: tuple[str, ...]) -> str:
     """sha256 over the named source files under aotpack/kernels (missing files count as empty:
-    an optional backend that is not there changes the key, as it changes the candidates)."""
+    an optional backend that is not there changes the key, as it changes the candidates).
+    `spec.py` counts by the top-level definitions the other files import from it and what
+    those refer to in turn (spec_closure), so an op kind added there for another family, or an
+    edit to one, leaves this family's records valid."""
     h = hashlib.sha256()
     for rel in rel_paths:
-        path = _KERNELS / rel
         h.update(rel.encode() + b"\0")
-        if path.is_file():
-            h.update(path.read_bytes())
+        if rel == SPEC:
+            defs = spec_definitions()
+            for name in spec_closure(tuple(r for r in rel_paths if r != SPEC)):
+                h.update(name.encode() + b"\0" + defs[name][0].encode() + b"\0")
+        elif (_KERNELS / rel).is_file():
+            h.update((_KERNELS / rel).read_bytes())
         h.update(b"\0")
     return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def spec_definitions() -> dict[str, tuple[str, frozenset]]:
+    """Top-level definitions of kernels/spec.py: name -> (their source, decorators included;
+    the names of other definitions they refer to, quoted annotations too)."""
+    src = (_KERNELS / SPEC).read_text()
+    lines = src.splitlines(keepends=True)
+    out = {}
+    for node in ast.parse(src).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        else:
+            continue  # imports, docstring: not definitions a template can use
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        text = "".join(lines[first - 1:node.end_lineno])
+        refs = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        refs |= {n.value for n in ast.walk(node)
+                 if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.isidentifier()}
+        for name in names:
+            out[name] = (text, frozenset(refs - {name}))
+    return out
+
+
+@lru_cache(maxsize=None)
+def spec_closure(rel_paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The spec.py definitions that the files import (`from aotpack.kernels.spec import ...`),
+    and everything those refer to in spec.py, sorted."""
+    defs = spec_definitions()
+    todo = []
+    for rel in rel_paths:
+        path = _KERNELS / rel
+        if not path.is_file():
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == _SPEC_MODULE:
+                todo += [a.name for a in node.names]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in defs and name not in seen:
+            seen.add(name)
+            todo += list(defs[name][1])
+    return tuple(sorted(seen))
 
 
 @lru_cache(maxsize=None)
