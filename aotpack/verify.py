@@ -82,7 +82,7 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
     checks = [compare(spec["name"], o, r, tolerance)
               for spec, o, r in zip(b.manifest["outputs"], outs, refs)]
     low = [i for i, (c, r) in enumerate(zip(checks, refs))
-           if not c.ok and str(r.dtype) in ("torch.bfloat16", "torch.float16")]
+           if not c.ok and DType.from_torch(r.dtype) in (DType.BF16, DType.F16)]
     if low:
         precise = _upcast_eager(model, inputs, refs[0].device)
         for i in low:
@@ -126,11 +126,20 @@ def random_inputs(signature: list[dict], examples, seed: int) -> list:
     return out
 
 
+def _exported(model) -> bool:
+    """A torch.export ExportedProgram (a .pt2 spec) rather than an nn.Module."""
+    return hasattr(model, "module") and hasattr(model, "graph_signature")
+
+
+def _as_module(model):
+    return model.module() if _exported(model) else model
+
+
 def _eager(model, inputs: list) -> list:
     import torch
     from torch.utils._pytree import tree_leaves
 
-    if hasattr(model, "module") and hasattr(model, "graph_signature"):  # ExportedProgram
+    if _exported(model):
         model = model.module()
     elif hasattr(model, "eval"):
         model.eval()
@@ -156,9 +165,7 @@ def _upcast_eager(model, inputs: list, device) -> list:
 
     import torch
 
-    if hasattr(model, "module") and hasattr(model, "graph_signature"):
-        model = model.module()
-    model32 = copy.deepcopy(model).to(device).float()
+    model32 = copy.deepcopy(_as_module(model)).to(device).float()
     args = [t.to(device).float() if t.is_floating_point() else t.to(device) for t in inputs]
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
@@ -189,9 +196,7 @@ def _run_gpu(bundle: Path, weights_path, model, inputs: list) -> tuple[list, lis
     rt = Model(str(bundle), weights_path=str(weights_path) if weights_path else None)
     cuda_inputs = [t.cuda() for t in inputs]
     outs = Session(rt).run(cuda_inputs)
-    if hasattr(model, "module") and hasattr(model, "graph_signature"):
-        model = model.module()
-    refs = _eager(model.to("cuda"), cuda_inputs)
+    refs = _eager(_as_module(model).to("cuda"), cuda_inputs)
     torch.cuda.synchronize()
     return outs, refs
 

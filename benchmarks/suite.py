@@ -225,8 +225,9 @@ class Suite:
         """Phases in order of importance (suite_schedule.py): what the budget cuts is the end."""
         self.plan()
         core = [m for m in self.models if m.tier == "core"]
-        bundled = {b.model for b in self.bundles}  # extras aotpack builds come first: their rows
-        extra = sorted((m for m in self.models if m.tier == "extra"),  # compare something
+        # extras that aotpack builds come first: their torch rows have something to compare with
+        bundled = {b.model for b in self.bundles}
+        extra = sorted((m for m in self.models if m.tier == "extra"),
                        key=lambda m: m.name not in bundled)
         self.start_background(core, extra)
         self.window()

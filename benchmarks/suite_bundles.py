@@ -8,8 +8,8 @@ gpu_bound); a row that fails the check is measured again in the quiet phase. The
 less host work per forward than the binding, so the binding's check covers it too. Cold starts
 (fresh processes: the launcher three times, the binding without torch once) run in the quiet
 phase, for one bundle per model: the bundles of a model share the launcher and the weights file,
-so a second one would spend ~6 s of the budget to measure the same thing again. Weights of bundles built with --external-weights are made at the start by
-scripts/make-weights, once per distinct weights file (a heuristic and a tuned bundle of a model
+so a second one would spend ~6 s of the budget to measure the same thing again. Weights of
+bundles built with --external-weights are made at the start by scripts/make-weights, once per distinct weights file (a heuristic and a tuned bundle of a model
 share theirs: same names and sha256 in both manifests) and hard-linked to the other bundles.
 """
 from __future__ import annotations
@@ -90,9 +90,10 @@ class BundleSteps:
 
     def done(self, b) -> bool:
         """Nothing left to measure of `b` (a --resume of a run that measured it all)."""
-        return all(self.s.results.row(b.model, v, b.label)["status"] != "pending"
-                   and (self.s.results.row(b.model, v, b.label)["status"] != "ok"
-                        or self._cold_measured(b.model, v)) for v in sm.AOTPACK_VARIANTS)
+        status = {v: self.s.results.row(b.model, v, b.label)["status"]
+                  for v in sm.AOTPACK_VARIANTS}
+        return all(st != "pending" and (st != "ok" or self._cold_measured(b.model, v))
+                   for v, st in status.items())
 
     def _cold_measured(self, model: str, variant: str) -> bool:
         return any(self.s.results.row(model, variant, x.label).get("cold_start_s")
@@ -259,15 +260,18 @@ class BundleSteps:
             chosen = self.cold_chosen[model] = self.cold_start_bundle(model)
             self.cold(chosen)
             for b in self.s.bundles:
-                if b.model != model or b is chosen:
-                    continue
-                for v in sm.AOTPACK_VARIANTS:
-                    row = self.s.results.row(model, v, b.label)
-                    if row["status"] == "ok" and not row.get("cold_start_s") and \
-                            self.s.results.row(model, v, chosen.label).get("cold_start_s"):
-                        self.s.set_row(model, v, b.label, cold_start_note=(
-                            f"measured on the {chosen.label!r} bundle of this model (same "
-                            "launcher, same weights file); its device memory too"))
+                if b.model == model and b is not chosen:
+                    self._cold_measured_on(b, chosen)
+
+    def _cold_measured_on(self, b, chosen) -> None:
+        """`b`'s measured rows say which bundle of their model has the cold start."""
+        for v in sm.AOTPACK_VARIANTS:
+            row = self.s.results.row(b.model, v, b.label)
+            if (row["status"] == "ok" and not row.get("cold_start_s")
+                    and self.s.results.row(b.model, v, chosen.label).get("cold_start_s")):
+                self.s.set_row(b.model, v, b.label, cold_start_note=(
+                    f"measured on the {chosen.label!r} bundle of this model (same launcher, "
+                    "same weights file); its device memory too"))
 
     def cold(self, b) -> None:
         key = ("cold", b.model)

@@ -477,13 +477,14 @@ def test_cutedsl_candidates_add_narrow_tiles_for_decode_sized_m():
 
 
 def _gemm_hash_with_kernels(monkeypatch, kernels_dir) -> str:
+    caches = (keys.template_sources_sha256, keys.spec_definitions, keys.spec_closure)
     monkeypatch.setattr(keys, "_KERNELS", kernels_dir)
-    for cached in (keys.template_sources_sha256, keys.spec_definitions, keys.spec_closure):
+    for cached in caches:
         cached.cache_clear()
     try:
         return keys.template_sources_sha256(space.family(_gemm_op()).sources)
     finally:
-        for cached in (keys.template_sources_sha256, keys.spec_definitions, keys.spec_closure):
+        for cached in caches:
             cached.cache_clear()
 
 

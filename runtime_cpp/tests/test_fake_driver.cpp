@@ -235,6 +235,17 @@ TEST(fake_cluster_launch) {
   EXPECT(stats()[4] == 2);
 }
 
+// Launches with the PDL attribute during one run of `model` with `so` (checked for a right y).
+static int pdl_launches_in_run(const aotpack::Model& model, const TestBundle& b,
+                               const aotpack::SessionOptions& so) {
+  aotpack::Session session(model, so);
+  Tensors t;
+  int before = stats()[5];
+  session.run({t.xp()}, {t.yp()});
+  EXPECT(t.correct(b));
+  return stats()[5] - before;
+}
+
 // A kernel the manifest marks "pdl" is launched with the programmatic-serialization attribute
 // (next to its cluster attribute), also while capturing; SessionOptions::programmatic_launch =
 // false (C: disable_programmatic_launch = 1) turns it off.
@@ -243,24 +254,15 @@ TEST(fake_pdl_launch) {
   at(at(at(b.manifest, "kernels"), 0), "pdl") = jbool(true);
   at(at(at(at(b.manifest, "kernels"), 0), "cluster"), 0) = jint(2);
   aotpack::Model model(b.write(make_temp_dir("fakepdl")));
-  Tensors t;
   for (bool graph : {false, true}) {
     aotpack::SessionOptions so;
     so.use_cuda_graph = graph;
-    aotpack::Session session(model, so);
-    int before = stats()[5];
-    session.run({t.xp()}, {t.yp()});
-    EXPECT(t.correct(b));
-    EXPECT(stats()[5] == before + 1);
+    EXPECT(pdl_launches_in_run(model, b, so) == 1);
     EXPECT(stats()[4] == 2);
   }
   aotpack::SessionOptions off;
   off.programmatic_launch = false;
-  aotpack::Session session(model, off);
-  int before = stats()[5];
-  session.run({t.xp()}, {t.yp()});
-  EXPECT(t.correct(b));
-  EXPECT(stats()[5] == before);
+  EXPECT(pdl_launches_in_run(model, b, off) == 0);
 }
 
 // Through the C API with zeroed options (all a caller of an earlier release sets: the new
