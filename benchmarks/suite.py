@@ -73,6 +73,7 @@ class Suite:
         default = ("eager",) if args.smoke else (*sm.TORCH_VARIANTS, *sm.AOTPACK_VARIANTS)
         self.variants = tuple(args.variants or default)
         self.bundles, warnings = self._bundles()
+        self.models = sm.promote_bundled(self.models, self.bundles)
         self.results = Results(Path(args.out), self._meta())
         for w in warnings:
             self.results.warn(w)
@@ -225,10 +226,7 @@ class Suite:
         """Phases in order of importance (suite_schedule.py): what the budget cuts is the end."""
         self.plan()
         core = [m for m in self.models if m.tier == "core"]
-        # extras that aotpack builds come first: their torch rows have something to compare with
-        bundled = {b.model for b in self.bundles}
-        extra = sorted((m for m in self.models if m.tier == "extra"),
-                       key=lambda m: m.name not in bundled)
+        extra = [m for m in self.models if m.tier == "extra"]
         self.start_background(core, extra)
         self.window()
         self.quiet(core, extra)
@@ -243,10 +241,8 @@ class Suite:
     def start_background(self, core: list, extra: list) -> None:
         """t = 0: CPU-only jobs (reference inputs, weights, frontend probes) and the AOTI
         compiles + toolchain probes."""
-        bundled = {b.model for b in self.bundles}  # extra models with a bundle need inputs too
         todo = [{"name": m.name, "spec": m.spec, "path": self.inputs_path(m.name)}
-                for m in core + [e for e in extra if e.name in bundled]
-                if not Path(self.inputs_path(m.name)).is_file()]
+                for m in core if not Path(self.inputs_path(m.name)).is_file()]
         if todo:
             self._bg_worker("inputs", {"task": "inputs", "models": todo}, 180)
         self.packs.start_weights()
@@ -326,9 +322,7 @@ class Suite:
         res = self.bg.wait("frontend-probes")
         path = result_path(self.work, "frontend-probes")
         probes = (json.loads(path.read_text()) if path.is_file() else {}).get("models") or {}
-        for m in extra:
-            if any(b.model == m.name for b in self.bundles):
-                continue  # it has bundles: their rows are measured, no probe row beside them
+        for m in extra:  # (a model with bundles is core: sm.promote_bundled)
             probe = probes.get(m.name)
             if probe is None or probe.get("error"):
                 fields = {"status": "error", "error": "frontend probe: " + (

@@ -463,3 +463,35 @@ def test_resume_does_not_measure_again_what_it_kept(tmp_path, monkeypatch):
     assert calls == [] and not [j for j in s.bg.jobs if j.startswith("weights-")]
     kept = {r["variant"]: r for r in s.results.rows if r["label"] == "x"}
     assert kept["aotpack-run"]["median_ms"] == 0.07 and kept["aotpack-py"]["cold_start_s"] == 1.2
+
+
+def test_an_extra_model_with_a_bundle_is_planned_like_a_core_one(tmp_path, monkeypatch):
+    """ViT-B/16 has a bundle: its torch rows get core priorities and its AOTI package is among
+    the background compiles (as an extra it got leftover time and lost its compiled rows)."""
+    import suite
+    from handmade_bundle import write_handmade
+
+    d = tmp_path / "b"
+    d.mkdir()
+    write_handmade(d / "model.aotpack")
+    (tmp_path / "bundles.json").write_text(json.dumps(
+        [{"model": "vit-b16", "label": "x", "dir": "b"}]))
+    args = suite.parse_args(["--work", str(tmp_path / "work"), "--out", str(tmp_path / "r.json"),
+                             "--models", "gpt2,vit-b16", "--bundles-json",
+                             str(tmp_path / "bundles.json"), "--commit", "test"])
+    s = suite.Suite(args)
+    tiers = {m.name: m.tier for m in s.models}
+    assert tiers == {"gpt2": "extra", "vit-b16": "core"}
+    s.plan()
+    prio = {k[1:]: p for k, (_, p) in s.ledger.items.items() if k[0] == "torch"}
+    assert prio[("vit-b16", "compile")] == suite.PRIORITY["compile"]
+    assert prio[("gpt2", "compile")] == suite.PRIORITY["extra"]
+    started = []
+    fake = type("A", (), {"start": lambda self, ms: started.extend(m.name for m in ms),
+                          "start_probes": lambda self: None})()
+    monkeypatch.setattr(plan, "AotiRunner", lambda suite_: fake)
+    monkeypatch.setattr(s.packs, "start_weights", lambda: None)
+    monkeypatch.setattr(s.bg, "start", lambda *a, **kw: None)
+    s.start_background([m for m in s.models if m.tier == "core"],
+                       [m for m in s.models if m.tier == "extra"])
+    assert started == ["vit-b16"]
