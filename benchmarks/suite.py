@@ -297,7 +297,7 @@ class Suite:
             self.torch.ensure_reference(m)
             self.torch.run(m)
         # priority 0 and a few seconds each: before the AOTI runs (which, when not preloaded,
-        # load their package for 39-53 s on the H200)
+        # import torch and load their package)
         self.packs.cold_starts()
         if self.aoti and self.args.aoti_diagnose:
             Diagnosis(self.aoti).run(core)

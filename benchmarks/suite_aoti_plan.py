@@ -1,7 +1,7 @@
 """The suite's AOTInductor plan: compile every core model's package in the background from the
 run's first second, with the recipe already known to work around this machine's toolchain, and
-run each one in a fresh process, started early so that its package load (39-53 s on the H200)
-happens in the background and only its first run and timing in the quiet phase
+run each one in a fresh process, started early so that its package load happens in the
+background and only its first run and timing in the quiet phase
 (suite_aoti_preload.py).
 
 Established on the H200 image (2026-11-30, torch 2.11.0+cu130; KNOWN below, copied into
@@ -55,6 +55,12 @@ KNOWN = {
     "default_package": "mlp-decode's default package (compile 72 s, a 270 MB .so holding the "
                        "weights) exports 3396 std:: symbols; aoti_load_package hung (killed "
                        "after 37 s); earlier runs: SIGSEGV in _load_aoti, 4 tries of 4",
+    "load": "aoti_load_package of mlp-decode's exclude-libs package took 59 s, nearly all in "
+            "load_pt2 → codecache.get_device_information → cpu_vec_isa.pick_vec_isa, which "
+            "compiles a probe .so per CPU ISA (g++) unless the Inductor cache holds them; the "
+            "C++ AOTIModelPackageLoader loaded the same package in 0.33 s "
+            "(benchmarks/aoti_load_probe.py, 2026-11-30). The 37 s 'hang' above may have been "
+            "the same probe compile",
     "other_gxx": ["/usr/bin/g++", "/usr/bin/g++-12"],
     "same_as": "libaotpack.so's crash and fix (benchmarks/NOTES.md, runtime pitfall)",
 }
@@ -261,6 +267,23 @@ class AotiRunner:
                                   "cpus": os.cpu_count()}
         for m in todo:
             self.start_compile(m, self.recipe, threads)
+        if todo:
+            self.start_isa_probe()
+
+    def run_env(self, recipe: Recipe) -> dict:
+        """A run's environment: the recipe's, and the Inductor cache that the ISA job filled
+        (suite_aoti.task_aoti_isa) — shared by every run, as on a machine that has loaded an
+        AOTI package before."""
+        return dict(recipe.env, TORCHINDUCTOR_CACHE_DIR=str(self.s.work / "cache" / "aoti-runs"))
+
+    def start_isa_probe(self) -> None:
+        """t = 0, CPU only: the once-per-machine part of aoti_load_package (~60 s of g++), so
+        that the preloads started at 90-115 s do not each wait for it."""
+        path, _ = write_task({"task": "aoti-isa", "id": "aoti-isa"}, self.s.work)
+        self.s.bg.start("aoti-isa", [sys.executable, str(WORKER), str(path)],
+                        dict(self.s.env, **self.run_env(self.recipe), **thread_env(1)), 240,
+                        self.s.logs / "aoti-isa.log")
+        self.probe_jobs.append(("isa", "aoti-isa", {}))
 
     def start_compile(self, m, recipe: Recipe, threads: int | None) -> None:
         """A background compile job (threads=None: uncapped, for a compile nothing runs
@@ -325,6 +348,9 @@ class AotiRunner:
             if res.result.get("error") and res.ok:
                 res.status, res.error = "error", res.result["error"]
             self.record(f"probe {name}", "-", res, **facts)
+            if tid == "aoti-isa":
+                self.doc["isa_probe"] = dict(res.result, status=res.status, error=res.error,
+                                             wall_s=res.wall_s)
         self.probe_jobs = []
 
     def compiled(self, model: str, deadline: float | None = None,
@@ -365,7 +391,7 @@ class AotiRunner:
         if not c.ok:
             return self._failed(m, c, "compile")
         r = self.s.task(f"{model}-aoti-{self.recipe.name}-check", self._run_task(m, check=True),
-                        estimate="aoti-check", cap_s=120, env=dict(self.recipe.env))
+                        estimate="aoti-check", cap_s=120, env=self.run_env(self.recipe))
         self.record(f"{self.recipe.name}: load check", model, r)
         if r.ok:
             self.loaded.add(self.recipe.name)
@@ -424,7 +450,7 @@ class AotiRunner:
             return self.s.apply(m.name, "aoti", "", c, notes=[f"recipe {recipe.name}"])
         r = self.preloads.run(m.name) or self.s.task(
             f"{m.name}-aoti-{recipe.name}-run", self._run_task(m), estimate="aoti-run",
-            cap_s=150, env=dict(recipe.env))
+            cap_s=150, env=self.run_env(recipe))
         if r.ok:
             self.loaded.add(recipe.name)
         elif r.status in ("crash", "timeout") and recipe.name not in self.loaded:

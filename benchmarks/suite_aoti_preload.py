@@ -1,5 +1,6 @@
-"""Preloaded AOTInductor runs: the package load (39-53 s per package on the H200,
-benchmarks/results/2026-11-30-18d5c7a.json) moves out of the quiet phase.
+"""Preloaded AOTInductor runs: the package load (import torch + aoti_load_package; 50-64 s per
+package on the H200 until the ISA job took its once-per-machine part, see
+suite_aoti.task_aoti_isa) moves out of the quiet phase.
 
 As soon as a model's compile has finished (the window polls between its tasks), its run
 process is started in the background; the loads stand in for the foreground load check
@@ -79,7 +80,7 @@ class Preloads:
         # the GPU stays visible (it loads onto it), yet gpu=False: a load is no reason for the
         # window's GPU-bound timings to wait (see the module docstring)
         self.s.bg.start(tid, [sys.executable, "-X", "faulthandler", str(WORKER), str(path)],
-                        dict(self.s.env, **recipe.env), ESTIMATE["aoti-load"] * 2.5,
+                        dict(self.s.env, **self.r.run_env(recipe)), ESTIMATE["aoti-load"] * 2.5,
                         self.s.logs / f"{tid}.log", gpu=False, hide_gpu=False, parked=parked)
         self.jobs[model] = {"tid": tid, "go": go, "alongside": alongside,
                             "started_at_s": round(self.s.budget.elapsed(), 1)}
@@ -120,11 +121,15 @@ class Preloads:
 
     def cold_start_note(self, r: TaskResult) -> str:
         res = r.result or {}
+        isa = self.r.doc.get("isa_probe") or {}
+        once = (f"; Inductor's CPU ISA probes were already compiled on this machine (the first "
+                f"aoti_load_package on a machine compiles them: {isa['isa_probe_s']:.0f} s, "
+                f"aoti.isa_probe)" if isa.get("isa_probe_s") else "")
         if not res.get("preloaded"):
             return ("fresh process: python + import torch + aoti_load_package + first run + "
-                    "outputs to host")
+                    "outputs to host" + once)
         return ("fresh process: python + import torch + aoti_load_package + first run + outputs "
                 f"to host, less the {res.get('parked_s') or 0:.1f} s it was parked between the "
                 "load and the first run (the process was started early and loaded its package "
                 "in the background; load_s, parked_s, cold_start_wall_s and load_alongside in "
-                "details)")
+                "details)" + once)

@@ -33,20 +33,21 @@ are generous multiples. PRIORITY orders what is kept when the budget is short: a
 admitted only if every more important task still to come fits after it (Ledger.refuse); one
 refused only for that reason is retried at the end.
 
-Expected full run on the H200 (the 2026-11-30-18d5c7a run: window to 145 s, compiles done by
-90 s, AOTI loads 39-53 s; the preloading is not measured yet):
-  0-12 s      ceilings (GPU alone; the background jobs import torch and build models)
-  12-32 s     GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
-              them on the GPU (3 compile threads each) until their markers
-  32-90 s     window: 8 × aotpack-run --bench ~3 s, one binding process 5 + 8 × 3 s; the
-              compiles finish (79-90 s, 3 threads each, weights in a blob)
-  90-145 s    the AOTI load check (~55 s, foreground)
-  145-200 s   the four AOTI runs load in parallel in the background and park; the quiet phase
-              waits for them (~one load: "aoti-load")
-  200-440 s   quiet: torch processes mlp-prefill ~40, mlp-decode ~35, llama-prefill ~53,
-              llama-decode ~41 s; aotpack cold starts 8 × ~7 s; AOTI runs 4 × ~3-8 s after
-              their go; then deferred rows, the extra models' torch rows, max-autotune warm
-              starts (~28 s each), as far as they fit; the last 8 s are kept for the results
+Expected full run on the H200 (the 2026-11-30-473c0f3 run, five core models, 470 s):
+  0-8 s       ceilings (GPU alone; the background jobs import torch and build models)
+  8-44 s      GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
+              them on the GPU (2 compile threads each with five) until their markers; the ISA
+              job compiles Inductor's CPU ISA probes once (what made each aoti_load_package
+              of that run take 50-64 s)
+  44-90 s     window: 9 × aotpack-run --bench ~2.5 s, one binding process ~29 s
+  90-115 s    the compiles finish (90-114 s, ViT-B/16 the last); each run process preloads
+              its package (import torch + load: seconds, now that the ISA probes exist) and
+              parks
+  ~120-470 s  quiet: torch processes mlp-prefill ~50, mlp-decode ~42, llama-prefill ~55,
+              llama-decode ~47, vit-b16 ~60 s; aotpack cold starts 5 × ~6 s; AOTI runs 5 ×
+              ~2 s after their go; then deferred rows, the extra models' torch rows,
+              max-autotune warm starts (~28 s each), as far as they fit; the last 8 s are kept
+              for the results
 """
 from __future__ import annotations
 
@@ -59,11 +60,12 @@ ESTIMATE = {
     "aotpack-py-start": 5,     # the binding process: python + import torch + CUDA context
     "aotpack-py": 3,           # per bundle in that process: load, first run, timing, check
     "aoti-compile": 110,       # per model, in the background (72-87 s alone, 16 threads)
-    # fresh processes: aoti_load_package took 39-51 s for the MLP packages (270 MB) on the H200
-    # (2026-11-30-18d5c7a.json), and passed 43 s for llama-prefill's (440 MB)
-    "aoti-check": 55,          # import torch + load package + first run
-    "aoti-run": 60,            # cold start + timing (a run not preloaded)
-    "aoti-load": 55,           # a preloaded run up to parked: import torch + load, background
+    # fresh processes: import torch ~5 s + aoti_load_package; the load itself took 50-64 s
+    # in 2026-11-30-473c0f3.json, 59 of them compiling Inductor's CPU ISA probes, which the
+    # ISA job now does once at t = 0 (benchmarks/aoti_load_probe.py: 0.33 s without them)
+    "aoti-check": 25,          # import torch + load package + first run
+    "aoti-run": 30,            # cold start + timing (a run not preloaded)
+    "aoti-load": 20,           # a preloaded run up to parked: import torch + load, background
     "aoti-timed": 8,           # a preloaded run after its go: first run + timing + exit (the
                                # 2026-11-30 runs took 1-1.3 s past the first output)
     # the torch process of a model on the H200 (2026-11-30-18d5c7a.json): 38-49 s for eager,

@@ -55,6 +55,7 @@ class Sim:
         self.loads: list[tuple[float, float]] = []  # preloads: (start, parked) on the clock
         self.goes: list[float] = []  # when each preloaded run got its go
         self.ledger_at_quiet: dict = {}
+        self.envs: dict[str, tuple[float, dict]] = {}  # background job → (start, env)
 
     def now(self) -> float:
         return self.s.budget.elapsed()
@@ -114,6 +115,7 @@ class Sim:
         is a real process that parks until its go."""
         def start(name, cmd, env, limit_s, log_path, **kw):
             task = json.loads(Path(cmd[-1]).read_text()) if cmd[-1].endswith(".json") else {}
+            self.envs[name] = (self.now(), env)
             if task.get("go_path"):
                 self.log.append("preload")
                 self.loads.append((self.now(), self.now() + LOAD_S))
@@ -297,3 +299,17 @@ def test_a_short_budget_cuts_max_autotune_first_and_says_why(tmp_path, monkeypat
         assert row["status"] == "skipped" and "budget" in row["error"]
     assert all(r["status"] != "pending" for r in s.results.rows)
     assert s.budget.elapsed() <= 330 - s.budget.reserve_s + 1
+
+
+def test_the_runs_load_from_the_inductor_cache_the_isa_job_filled_at_the_start(tmp_path,
+                                                                               monkeypatch):
+    """aoti_load_package spent 59 of its 63 s compiling Inductor's CPU ISA probes (H200,
+    benchmarks/aoti_load_probe.py): one job does that at t = 0 in the cache every AOTI run
+    then loads with, and the rows say so."""
+    s, sim = simulate(tmp_path, monkeypatch, 450)
+    start, env = sim.envs["aoti-isa"]
+    assert start < 1.0
+    cache = env["TORCHINDUCTOR_CACHE_DIR"]
+    runs = [e for n, (_, e) in sim.envs.items() if n.endswith("-run")]
+    assert len(runs) == 4 and all(e["TORCHINDUCTOR_CACHE_DIR"] == cache for e in runs)
+    assert all(e.get("CXX") == env.get("CXX") for e in runs)  # same compiler: same probe keys
