@@ -193,16 +193,18 @@ class Suite:
 
     # ------------------------------------------------------------------------- running
     def task(self, tid: str, task: dict, *, estimate, cap_s: float,
-             env: dict | None = None) -> TaskResult:
-        """One worker process, when its estimate (a name of ESTIMATE or seconds) still fits."""
+             env: dict | None = None, keep_s: float = 0.0) -> TaskResult:
+        """One worker process, when its estimate (a name of ESTIMATE or seconds) still fits;
+        killed when it would eat into keep_s, the time kept for more important work."""
         est = ESTIMATE[estimate] if isinstance(estimate, str) else estimate
         refused = self.budget.refuse(est)
         if refused:
             return TaskResult("skipped", None, 0.0, {}, refused)
         tid = re.sub(r"[^A-Za-z0-9_.+-]", "_", tid)
         self.log(f"{tid} ...")
+        limit = max(1.0, min(self.budget.limit(cap_s), self.budget.limit(cap_s) - keep_s))
         res = run_worker(dict(task, id=tid), work=self.work, env=dict(self.env, **(env or {})),
-                         limit_s=self.budget.limit(cap_s), log_path=self.logs / f"{tid}.log")
+                         limit_s=limit, log_path=self.logs / f"{tid}.log")
         why = f" ({res.error})" if res.error else ""
         self.log(f"{tid}: {res.status} in {res.wall_s:.1f}s{why}")
         return res

@@ -37,12 +37,11 @@ Expected full run on the H200 (the 2026-11-30-473c0f3 run, five core models, 470
   0-8 s       ceilings (GPU alone; the background jobs import torch and build models)
   8-44 s      GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
               them on the GPU (2 compile threads each with five) until their markers; the ISA
-              job compiles Inductor's CPU ISA probes once (what made each aoti_load_package
-              of that run take 50-64 s)
+              job times Inductor's CPU ISA check (what made each aoti_load_package of that run
+              take 50-64 s; the runs now skip it)
   44-90 s     window: 9 × aotpack-run --bench ~2.5 s, one binding process ~29 s
   90-115 s    the compiles finish (90-114 s, ViT-B/16 the last); each run process preloads
-              its package (import torch + load: seconds, now that the ISA probes exist) and
-              parks
+              its package (import torch + load: seconds without the ISA check) and parks
   ~120-470 s  quiet: torch processes mlp-prefill ~50, mlp-decode ~42, llama-prefill ~55,
               llama-decode ~47, vit-b16 ~60 s; aotpack cold starts 5 × ~6 s; AOTI runs 5 ×
               ~2 s after their go; then deferred rows, the extra models' torch rows,
@@ -61,8 +60,8 @@ ESTIMATE = {
     "aotpack-py": 3,           # per bundle in that process: load, first run, timing, check
     "aoti-compile": 110,       # per model, in the background (72-87 s alone, 16 threads)
     # fresh processes: import torch ~5 s + aoti_load_package; the load itself took 50-64 s
-    # in 2026-11-30-473c0f3.json, 59 of them compiling Inductor's CPU ISA probes, which the
-    # ISA job now does once at t = 0 (benchmarks/aoti_load_probe.py: 0.33 s without them)
+    # in 2026-11-30-473c0f3.json, 59 of them in Inductor's CPU ISA check, which the runs now
+    # skip (suite_aoti.task_aoti_isa; benchmarks/aoti_load_probe.py: 0.33 s without it)
     "aoti-check": 25,          # import torch + load package + first run
     "aoti-run": 30,            # cold start + timing (a run not preloaded)
     "aoti-load": 20,           # a preloaded run up to parked: import torch + load, background

@@ -41,11 +41,13 @@ class TorchSteps:
                 if self.s.pending(m.name, v):
                     self._add(m, v)
 
+    def _priority(self, m, v: str) -> int:
+        return PRIORITY["extra" if m.tier == "extra" else v]
+
     def _add(self, m, v: str) -> None:
-        extra = m.tier == "extra"
-        start = ESTIMATE["extra-start" if extra else "torch-start"]
+        start = ESTIMATE["extra-start" if m.tier == "extra" else "torch-start"]
         est = ESTIMATE[v] + (start if v == "eager" else 0)
-        self.s.ledger.add(self.key(m, v), est, PRIORITY["extra" if extra else v])
+        self.s.ledger.add(self.key(m, v), est, self._priority(m, v))
 
     def run(self, m, variants: tuple = ORDER) -> None:
         """The pending ones of `variants`, in one process per admitted run of them."""
@@ -93,9 +95,15 @@ class TorchSteps:
                 "cache_root": str(self.s.work / "cache" / m.name), "reps": self.s.args.reps,
                 "compare": self.s.compare.get(m.name) or {}}
         est = sum(ESTIMATE[v] for v in variants) + ESTIMATE["torch-start"]
+        # a variant that runs far over its estimate (max-autotune: 5-29 s) must not take the
+        # time kept for the cold starts and AOTI runs after it: the process is stopped first
+        # (the variants it finished keep their rows)
+        keep = self.s.ledger.reserve(max(self._priority(m, v) for v in variants))
         res = self.s.task(f"{m.name}-torch-{'+'.join(variants)}", task, estimate=est,
                           cap_s=sum(CAP[v] for v in variants),
-                          env=self.s.cache_env(f"{m.name}-torch"))
+                          env=self.s.cache_env(f"{m.name}-torch"), keep_s=keep)
+        if res.status == "timeout" and keep > 0:
+            res.error = f"{res.error} (stopped so as to keep {keep:.0f} s for more important rows)"
         done = (res.result or {}).get("variants") or {}
         running = (res.result or {}).get("running")
         if not done and not running:  # died before any variant started (import, build)

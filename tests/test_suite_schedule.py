@@ -495,3 +495,21 @@ def test_an_extra_model_with_a_bundle_is_planned_like_a_core_one(tmp_path, monke
     s.start_background([m for m in s.models if m.tier == "core"],
                        [m for m in s.models if m.tier == "extra"])
     assert started == ["vit-b16"]
+
+
+def test_the_isa_job_measures_the_check_the_runs_skip(monkeypatch):
+    """task_aoti_isa times pick_vec_isa in fresh processes WITHOUT the skip the runs get."""
+    import subprocess
+
+    seen = []
+
+    def fake_run(cmd, env, **kw):
+        seen.append(env.get("TORCHINDUCTOR_VEC_ISA_OK"))
+        return subprocess.CompletedProcess(cmd, 0, stdout="1.5 12.25 avx512\n")
+
+    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    res = suite_aoti.task_aoti_isa({})
+    assert seen == [None, None]
+    assert res["isa_check_s"] == 12.25 and res["isa"] == "avx512"
+    assert res["runs"]["first"]["import_s"] == 1.5
