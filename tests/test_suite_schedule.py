@@ -203,7 +203,7 @@ def fake_tasks(s, replies: list) -> list:
     """suite.task replaced: each call takes the next canned (status, result) reply."""
     calls = []
 
-    def task(tid, task, *, estimate, cap_s, env=None):
+    def task(tid, task, *, estimate, cap_s, env=None, keep_s=0.0):
         calls.append(task)
         status, result = replies.pop(0)
         error = None if status == "ok" else f"{status}: canned"
