@@ -271,6 +271,8 @@ class Suite:
         if ("ceilings",) in self.ledger.items:
             self.ceilings()
         self.gpu_go.write_text("go\n")
+        if self.aoti and not self.args.aoti_diagnose:  # AOTI runs start while they compile
+            self.aoti.preloads.start_ready()
         self.packs.latency()
         if self.aoti and not self.args.aoti_diagnose:
             if self.aoti.preloads.enabled():

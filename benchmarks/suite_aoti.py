@@ -222,7 +222,8 @@ def task_aoti_run(t: dict) -> dict:
     """Fresh process: load the package, first run (cold start), then the row's measurements;
     with t["check_only"], only load + first run + finite outputs (the GPU window's check).
     With t["go_path"] (a preloaded run), it parks between the load and the first run until the
-    suite's go (suite_proc.park): the cold start then excludes the time parked."""
+    suite's go (suite_proc.park); with t["compiled_path"] it was started while its package
+    compiled and waits for it (_before_package). The cold start excludes both waits."""
     import torch
 
     import suite_measure as M
@@ -234,9 +235,10 @@ def task_aoti_run(t: dict) -> dict:
     parked = bool(t.get("go_path"))
     if not parked:  # a preloaded run reads them after its go: eager's reference exists by then
         inputs, ref = _inputs(t, device)
+    res = _before_package(t, device) if t.get("compiled_path") else {}
     t0 = time.perf_counter()
     call = _load_package(t)
-    res = {"load_s": round(time.perf_counter() - t0, 3)}
+    res["load_s"] = round(time.perf_counter() - t0, 3)
     if parked:
         mem, res = _park(t, mem, res)
         inputs, ref = _inputs(t, device)
@@ -252,6 +254,32 @@ def task_aoti_run(t: dict) -> dict:
         res.update(M.steady_state(lambda: call(inputs), device, t.get("reps", 100), stage))
         mem.sample()
     res.update(_device_mem(t, mem, parked))
+    return res
+
+
+def _before_package(t: dict, device: str) -> dict:
+    """A run started while its package compiles (suite_aoti_preload): first what
+    aoti_load_package does before it opens the package — import Inductor, and its device
+    information check (codecache.get_device_information → cpu_vec_isa.pick_vec_isa: on torch
+    2.11 a child Python that imports torch per CPU ISA probe, every process; 59 of a 63 s load
+    on the H200, benchmarks/aoti_load_probe.py; cached in-process, so the load's own call is
+    then instant) — then wait for the compile's result. That wait is no part of a cold start."""
+    from suite_proc import wait_for_result
+
+    stage("aoti_load_package's device-information check, before the package exists")
+    t0 = time.perf_counter()
+    from torch._inductor import codecache
+
+    if hasattr(codecache, "get_device_information"):
+        codecache.get_device_information(device)
+    res = {"device_info_check_s": round(time.perf_counter() - t0, 3)}
+    stage("waiting for the package")
+    t1 = time.perf_counter()
+    compiled = wait_for_result(t["compiled_path"], t.get("package_wait_limit_s", 600))
+    if compiled.get("error"):
+        raise RuntimeError(f"its compile failed: {compiled['error']}")
+    t.setdefault("weights_bytes", compiled.get("weights_bytes"))  # for _device_mem
+    res["package_wait_s"] = round(time.perf_counter() - t1, 3)
     return res
 
 
@@ -271,12 +299,14 @@ def _park(t: dict, mem, res: dict):
 
 
 def _cold_start(res: dict) -> float | None:
-    """Process start → first output on the host, less the time parked (a preloaded run)."""
+    """Process start → first output on the host, less the time parked and the time spent
+    waiting for the package (a preloaded run)."""
     wall = since_process_start()
-    if wall is None or not res.get("parked_s"):
+    waited = (res.get("parked_s") or 0) + (res.get("package_wait_s") or 0)
+    if wall is None or not waited:
         return wall
     res["cold_start_wall_s"] = wall
-    return round(wall - res["parked_s"], 3)
+    return round(wall - waited, 3)
 
 
 def _finite(outputs: list) -> int:
@@ -343,41 +373,5 @@ def task_cxx_probe(t: dict) -> dict:
     return {"text": text, "n": n, "torch_loaded": "torch" in sys.modules}
 
 
-ISA_CHECK = """
-import time
-t0 = time.perf_counter()
-import torch._inductor.cpu_vec_isa as cpu_vec_isa
-t1 = time.perf_counter()
-isa = cpu_vec_isa.pick_vec_isa()
-print(f"{t1 - t0:.3f} {time.perf_counter() - t1:.3f} {isa}")
-"""
-
-
-def task_aoti_isa(t: dict) -> dict:
-    """What aoti_load_package pays before it loads anything: load_pt2 asks Inductor for the
-    device information (codecache.get_device_information → cpu_vec_isa.pick_vec_isa), which
-    builds a probe .so per CPU vector ISA (cached on disk) and, on torch 2.11, dlopens each one
-    in a child Python that imports torch (not cached: every process pays it) — 59 of a 63 s
-    load on the H200 (benchmarks/aoti_load_probe.py; the C++ AOTIModelPackageLoader took
-    0.33 s). The suite's AOTI runs skip that check with TORCHINDUCTOR_VEC_ISA_OK=1 (it only
-    feeds a warning on a device mismatch); this job measures what it costs without, in two
-    fresh processes: the first on an empty Inductor cache, the second on the cache the first
-    filled."""
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_VEC_ISA_OK"}
-    out = {}
-    for name in ("first", "again"):
-        stage(f"pick_vec_isa in a fresh process ({name})")
-        t0 = time.perf_counter()
-        line = subprocess.run([sys.executable, "-c", ISA_CHECK], env=env, capture_output=True,
-                              text=True, timeout=200, check=True).stdout.strip().splitlines()
-        imp, check, isa = (line[-1].split(" ", 2) + ["", "", ""])[:3]
-        out[name] = {"process_s": round(time.perf_counter() - t0, 2), "import_s": float(imp),
-                     "isa_check_s": float(check), "isa": isa}
-    return {"isa_check_s": out["again"]["isa_check_s"], "isa": out["again"]["isa"],
-            "runs": out, "cache_dir": os.environ.get("TORCHINDUCTOR_CACHE_DIR")}
-
-
 TASKS = {"aoti-compile": task_aoti_compile, "aoti-run": task_aoti_run,
-         "cxx-probe": task_cxx_probe, "aoti-isa": task_aoti_isa}
+         "cxx-probe": task_cxx_probe}

@@ -58,7 +58,8 @@ KNOWN = {
     "load": "aoti_load_package of mlp-decode's exclude-libs package took 59 s, nearly all in "
             "load_pt2 → codecache.get_device_information → cpu_vec_isa.pick_vec_isa, which "
             "builds a probe .so per CPU ISA and dlopens each in a child Python importing torch "
-            "(every process; TORCHINDUCTOR_VEC_ISA_OK=1 skips it); the "
+            "(every process: only the builds are cached; TORCHINDUCTOR_VEC_ISA_OK=1 skips only "
+            "the base check, not the bf16/VNNI/AMX ones: loads still took 35-43 s); the "
             "C++ AOTIModelPackageLoader loaded the same package in 0.33 s "
             "(benchmarks/aoti_load_probe.py, 2026-11-30). The 37 s 'hang' above may have been "
             "the same check",
@@ -268,23 +269,13 @@ class AotiRunner:
                                   "cpus": os.cpu_count()}
         for m in todo:
             self.start_compile(m, self.recipe, threads)
-        if todo:
-            self.start_isa_probe()
 
     def run_env(self, recipe: Recipe) -> dict:
-        """A run's environment: the recipe's, one Inductor cache for every run, and Inductor's
-        CPU ISA check skipped (TORCHINDUCTOR_VEC_ISA_OK=1: ~50 s per load on the H200 image,
-        only for a warning; the ISA job, suite_aoti.task_aoti_isa, measures it)."""
-        return dict(recipe.env, TORCHINDUCTOR_CACHE_DIR=str(self.s.work / "cache" / "aoti-runs"),
-                    TORCHINDUCTOR_VEC_ISA_OK="1")
-
-    def start_isa_probe(self) -> None:
-        """t = 0, CPU only: what the CPU ISA check that the runs skip would cost them."""
-        path, _ = write_task({"task": "aoti-isa", "id": "aoti-isa"}, self.s.work)
-        self.s.bg.start("aoti-isa", [sys.executable, str(WORKER), str(path)],
-                        dict(self.s.env, **self.run_env(self.recipe), **thread_env(1)), 240,
-                        self.s.logs / "aoti-isa.log")
-        self.probe_jobs.append(("isa", "aoti-isa", {}))
+        """A run's environment: the recipe's, and one Inductor cache for every run (the CPU ISA
+        probe libraries that aoti_load_package builds are then built once, as on a machine
+        that has loaded a package before; their dlopen check in a child Python is not cached
+        and every run pays it)."""
+        return dict(recipe.env, TORCHINDUCTOR_CACHE_DIR=str(self.s.work / "cache" / "aoti-runs"))
 
     def start_compile(self, m, recipe: Recipe, threads: int | None) -> None:
         """A background compile job (threads=None: uncapped, for a compile nothing runs
@@ -349,9 +340,6 @@ class AotiRunner:
             if res.result.get("error") and res.ok:
                 res.status, res.error = "error", res.result["error"]
             self.record(f"probe {name}", "-", res, **facts)
-            if tid == "aoti-isa":
-                self.doc["isa_probe"] = dict(res.result, status=res.status, error=res.error,
-                                             wall_s=res.wall_s)
         self.probe_jobs = []
 
     def compiled(self, model: str, deadline: float | None = None,

@@ -1,22 +1,23 @@
-"""Preloaded AOTInductor runs: the package load (import torch + aoti_load_package; 50-64 s per
-package on the H200 until the ISA job took its once-per-machine part, see
-suite_aoti.task_aoti_isa) moves out of the quiet phase.
+"""Preloaded AOTInductor runs: the package load moves out of the quiet phase.
 
-As soon as a model's compile has finished (the window polls between its tasks), its run
-process is started in the background; the loads stand in for the foreground load check
-(suite_aoti_plan.AotiRunner.check, which now runs only without preloading): it imports
-torch, loads the package, writes its "parked" file and sleeps until its go file appears
-(suite_aoti.task_aoti_run, suite_proc.park). Loading is CPU and disk work plus one weights
-upload, so it may overlap the GPU window's GPU-bound timings as the other CPU-only background
-jobs do; the quiet phase starts only once every preload is parked (Background.wait_all treats a
-parked process as idle: it only sleeps). Each quiet-phase AOTI run is then: go file, wait for
-the process (with a limit), the row. The row's cold start is process start → first output less
-the time parked (details: load_s, parked_s, cold_start_wall_s, what loaded alongside).
+Each model's run process starts at the go (after the ceilings), while its package compiles:
+it imports torch and does what aoti_load_package does before it opens a package, Inductor's
+device-information check (cpu_vec_isa.pick_vec_isa: on torch 2.11 a child Python importing
+torch per CPU ISA probe, 35-60 s per process on the H200; cached in the process), then waits
+for its compile's result file, loads the package (seconds), writes its "parked" file and sleeps
+until its go file appears (suite_aoti.task_aoti_run, suite_proc.park). A run whose compile
+fails is stopped. The loads stand in for the foreground load check
+(suite_aoti_plan.AotiRunner.check, which now runs only without preloading). The quiet phase
+starts only once every preload is parked (Background.wait_all treats a parked process as
+idle: it only sleeps). Each quiet-phase AOTI run is then: go file, wait for the process (with a
+limit), the row. The row's cold start is process start → first output less the time it waited
+for its package and the time parked (details: device_info_check_s, package_wait_s, load_s,
+parked_s, cold_start_wall_s, what loaded alongside).
 
-Ledger (suite_schedule.py): ("aoti-load",) is one load's estimate, the quiet phase's wait for
-the last preload to park (they load in parallel); ("aoti-run", model) is the "aoti-timed" part
-after the go. A run that could not be preloaded (no check passed, a fallback recipe, the extra
-models, --aoti-diagnose) loads in its fresh process in the quiet phase, as before.
+Ledger (suite_schedule.py): ("aoti-load",) is the quiet phase's wait for the last preload to
+park; ("aoti-run", model) is the "aoti-timed" part after the go. A run that could not be
+preloaded (no check passed, a fallback recipe, the extra models, --aoti-diagnose) loads in its
+fresh process in the quiet phase, as before.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from suite_runner import WORKER, TaskResult, read_result, result_path, write_tas
 from suite_schedule import ESTIMATE
 
 
-# a load is seconds with the ISA check skipped; the limit still fits the 50-64 s loads with it
+# past the compile: the device-information check (35-60 s on the H200, contended) and the load
 LOAD_LIMIT_S = 120
 
 
@@ -41,24 +42,31 @@ class Preloads:
         return not self.s.args.aoti_diagnose
 
     def ready(self) -> bool:
-        """Preloads of the current recipe as soon as its compiles finish: the loads are the
-        load check (a package that cannot load crashes its preload, and its row says so)."""
-        r = self.r
-        return self.enabled() and r.recipe is not None
+        """Preloads of the current recipe (a package that cannot load crashes its preload, and
+        its row says so)."""
+        return self.enabled() and self.r.recipe is not None
 
     def start_ready(self) -> None:
-        """A preload for every model whose compile of the checked recipe has finished."""
+        """A run process for every compile of the current recipe, from the go on: it imports
+        torch and Inductor and does aoti_load_package's device-information check (35-60 s of
+        child processes on the H200) while its package compiles, then loads it as soon as the
+        compile's result appears. Kills the ones whose compile failed."""
         if not self.ready():
             return
         for model, (recipe, tid, _) in self.r.jobs.items():
-            if model not in self.seen and recipe == self.r.recipe.name \
-                    and not self.s.bg.running(tid):
+            if recipe != self.r.recipe.name:
+                continue
+            if model not in self.seen:
                 self.seen.add(model)
                 self.start(model)
+            elif model in self.jobs and not self.s.bg.running(tid) \
+                    and not self.r.compiled(model).ok:
+                p = self.jobs.pop(model)  # it would wait for a package that never comes
+                self.s.bg.wait(p["tid"], 0.0, "its compile failed")
 
     def start_rest(self, deadline: float) -> None:
-        """The quiet phase's start: waits for each compile still running (quickest first) and
-        preloads it as soon as it is done, so that the loads overlap the remaining compiles."""
+        """The quiet phase's start: waits for each compile still running (quickest first), so
+        that a failed one's run process is stopped."""
         for model in list(self.r.jobs):
             self.start_ready()
             if not self.ready():
@@ -67,28 +75,30 @@ class Preloads:
         self.start_ready()
 
     def start(self, model: str) -> None:
-        recipe = self.r.recipe
-        c = self.r.compiled(model)  # finished: records the compile's attempt
-        if not c.ok or not self.s.pending(model, "aoti"):
-            return  # run_model fills the row from the compile's failure
+        recipe, compile_tid, _ = self.r.jobs[model]
+        if not self.s.pending(model, "aoti"):
+            return
         refused = self.s.ledger.refuse([("aoti-load",), ("aoti-run", model)])
         if refused:
-            return self.r.skip(f"{recipe.name}: preload", model, refused)
-        tid = f"{model}-aoti-{recipe.name}-run"
+            return self.r.skip(f"{recipe}: preload", model, refused)
+        tid = f"{model}-aoti-{recipe}-run"
         go, parked = self.s.work / f"aoti-go-{tid}", self.s.work / f"aoti-parked-{tid}"
         go.unlink(missing_ok=True)
         task = dict(self.r._run_task(self.s.model(model)), id=tid, go_path=str(go),
-                    parked_path=str(parked), weights_bytes=c.result.get("weights_bytes"))
+                    parked_path=str(parked),
+                    compiled_path=str(result_path(self.s.work, compile_tid)),
+                    package_wait_limit_s=ESTIMATE["aoti-compile"] * 2.5)
         path, _ = write_task(task, self.s.work)
         alongside = self._loading_now(tid)
         # the GPU stays visible (it loads onto it), yet gpu=False: a load is no reason for the
         # window's GPU-bound timings to wait (see the module docstring)
         self.s.bg.start(tid, [sys.executable, "-X", "faulthandler", str(WORKER), str(path)],
-                        dict(self.s.env, **self.r.run_env(recipe)), LOAD_LIMIT_S,
+                        dict(self.s.env, **self.r.run_env(self.r.recipe)),
+                        ESTIMATE["aoti-compile"] * 2.5 + LOAD_LIMIT_S,
                         self.s.logs / f"{tid}.log", gpu=False, hide_gpu=False, parked=parked)
         self.jobs[model] = {"tid": tid, "go": go, "alongside": alongside,
                             "started_at_s": round(self.s.budget.elapsed(), 1)}
-        self.s.log(f"{tid}: preloading in the background")
+        self.s.log(f"{tid}: started; loads its package once compiled, then parks")
 
     def _loading_now(self, tid: str) -> set[str]:
         """The background jobs busy while `tid` starts loading, and `tid` added to those of the
@@ -125,16 +135,14 @@ class Preloads:
 
     def cold_start_note(self, r: TaskResult) -> str:
         res = r.result or {}
-        isa = self.r.doc.get("isa_probe") or {}
-        once = ("; loaded with TORCHINDUCTOR_VEC_ISA_OK=1: without it aoti_load_package first "
-                "runs Inductor's CPU ISA check" + (
-                    f", {isa['isa_check_s']:.0f} s per process here (aoti.isa_probe)"
-                    if isa.get("isa_check_s") is not None else " (aoti.isa_probe)"))
         if not res.get("preloaded"):
             return ("fresh process: python + import torch + aoti_load_package + first run + "
-                    "outputs to host" + once)
+                    "outputs to host")
         return ("fresh process: python + import torch + aoti_load_package + first run + outputs "
-                f"to host, less the {res.get('parked_s') or 0:.1f} s it was parked between the "
-                "load and the first run (the process was started early and loaded its package "
-                "in the background; load_s, parked_s, cold_start_wall_s and load_alongside in "
-                "details)" + once)
+                f"to host, less the {res.get('package_wait_s') or 0:.1f} s it waited for its "
+                f"package to compile and the {res.get('parked_s') or 0:.1f} s it was parked "
+                "between the load and the first run (started early, in the background: "
+                "aoti_load_package's device-information check, "
+                f"{res.get('device_info_check_s') or 0:.0f} s of it, ran while the package "
+                "compiled; load_s, package_wait_s, parked_s, cold_start_wall_s and "
+                "load_alongside in details)")

@@ -51,6 +51,18 @@ def park(parked_path: str, go_path: str, info: dict, limit_s: float = 900) -> fl
     return round(time.monotonic() - t0, 3)
 
 
+def wait_for_result(path: str, limit_s: float = 600) -> dict:
+    """Waits (50 ms polls, like park) for another job's result file and returns it; gives up
+    after limit_s or when the suite that started this process is gone."""
+    t0, parent = time.monotonic(), os.getppid()
+    while not os.path.exists(path):
+        if time.monotonic() - t0 > limit_s or os.getppid() != parent:
+            raise RuntimeError(f"waited {time.monotonic() - t0:.0f} s for {path} (limit "
+                               f"{limit_s:.0f} s, or the suite is gone)")
+        time.sleep(0.05)
+    return json.loads(Path(path).read_text())
+
+
 def write_json(path, obj) -> None:
     """Atomic: a task that dies mid-write leaves the previous (partial) result readable."""
     path = Path(path)

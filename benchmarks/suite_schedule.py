@@ -36,12 +36,12 @@ refused only for that reason is retried at the end.
 Expected full run on the H200 (the 2026-11-30-473c0f3 run, five core models, 470 s):
   0-8 s       ceilings (GPU alone; the background jobs import torch and build models)
   8-44 s      GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
-              them on the GPU (2 compile threads each with five) until their markers; the ISA
-              job times Inductor's CPU ISA check (what made each aoti_load_package of that run
-              take 50-64 s; the runs now skip it)
+              them on the GPU (2 compile threads each with five) until their markers; the
+              AOTI run processes start and do aoti_load_package's device-information check
+              (35-60 s of child processes) while their packages compile
   44-90 s     window: 9 × aotpack-run --bench ~2.5 s, one binding process ~29 s
-  90-115 s    the compiles finish (90-114 s, ViT-B/16 the last); each run process preloads
-              its package (import torch + load: seconds without the ISA check) and parks
+  90-120 s    the compiles finish (90-121 s, ViT-B/16 the last); each run process loads its
+              package as soon as it exists (seconds: the check is behind it) and parks
   ~120-470 s  quiet: torch processes mlp-prefill ~50, mlp-decode ~42, llama-prefill ~55,
               llama-decode ~47, vit-b16 ~60 s; aotpack cold starts 5 × ~6 s; AOTI runs 5 ×
               ~2 s after their go; then deferred rows, the extra models' torch rows,
@@ -59,12 +59,13 @@ ESTIMATE = {
     "aotpack-py-start": 5,     # the binding process: python + import torch + CUDA context
     "aotpack-py": 3,           # per bundle in that process: load, first run, timing, check
     "aoti-compile": 110,       # per model, in the background (72-87 s alone, 16 threads)
-    # fresh processes: import torch ~5 s + aoti_load_package; the load itself took 50-64 s
-    # in 2026-11-30-473c0f3.json, 59 of them in Inductor's CPU ISA check, which the runs now
-    # skip (suite_aoti.task_aoti_isa; benchmarks/aoti_load_probe.py: 0.33 s without it)
-    "aoti-check": 25,          # import torch + load package + first run
-    "aoti-run": 30,            # cold start + timing (a run not preloaded)
-    "aoti-load": 20,           # a preloaded run up to parked: import torch + load, background
+    # fresh processes: import torch ~5 s + aoti_load_package, whose device-information check
+    # took 35-60 s per process on the H200 (benchmarks/aoti_load_probe.py; the package load
+    # itself 0.33 s); a preloaded run does the check while its package compiles
+    "aoti-check": 60,          # import torch + load package + first run
+    "aoti-run": 65,            # cold start + timing (a run not preloaded)
+    "aoti-load": 20,           # the quiet phase's wait for the preloads: one load after the
+                               # last compile
     "aoti-timed": 8,           # a preloaded run after its go: first run + timing + exit (the
                                # 2026-11-30 runs took 1-1.3 s past the first output)
     # the torch process of a model on the H200 (2026-11-30-18d5c7a.json): 38-49 s for eager,

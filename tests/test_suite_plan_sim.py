@@ -30,6 +30,7 @@ TORCH_S = {"start": 7, "eager": 4, "compile": 10, "compile-max-autotune": 25}
 TIMED = {"median_ms": 1.0, "p10_ms": 0.9, "p90_ms": 1.1, "reps": 100}
 COMPILE_END_S = {"mlp-decode": 79, "mlp-prefill": 79, "llama-decode": 87, "llama-prefill": 91}
 LOAD_S, AFTER_GO_S, CHECK_S = 50, 3, 55  # AOTI: import torch + load; first run + timing; check
+DEVINFO_S, PKG_LOAD_S = 40, 2  # a run started early: import + device-info check; the load itself
 
 PRELOAD = """
 import json, os, sys, time
@@ -46,10 +47,11 @@ json.dump({result}, open(task["result_path"], "w"))
 class Sim:
     """Canned workers; `log` is the order in which the suite ran things."""
 
-    def __init__(self, s, gpu_phase_s=28.0, crash_models=()):
+    def __init__(self, s, gpu_phase_s=28.0, crash_models=(), failed_compiles=()):
         self.s, self.log = s, []
         self.gpu_phase_s = gpu_phase_s
         self.crash_specs = [s.model(m).spec for m in crash_models]
+        self.failed_compiles = failed_compiles
         self.go_at_first_bench = None
         self.compile_end: dict[str, float] = {}  # background job → when it finishes (clock)
         self.loads: list[tuple[float, float]] = []  # preloads: (start, parked) on the clock
@@ -120,7 +122,9 @@ class Sim:
             self.envs[name] = (self.now(), env)
             if task.get("go_path"):
                 self.log.append("preload")
-                self.loads.append((self.now(), self.now() + LOAD_S))
+                compiled = next(end for n, end in self.compile_end.items()
+                                if task["compiled_path"].endswith(f"result-{n}.json"))
+                self.loads.append((self.now(), max(self.now() + DEVINFO_S, compiled) + PKG_LOAD_S))
                 result = dict(TIMED, cold_start_s=LOAD_S + 1.0, load_s=LOAD_S - 4.0,
                               parked_s=10.0, cold_start_wall_s=LOAD_S + 11.0)
                 code = PRELOAD.format(crash=self.crash_specs, result=result)
@@ -132,7 +136,8 @@ class Sim:
                 Path(task["result_path"]).write_text(json.dumps({
                     "build_s": 80.0, "package": task["package"], "artifact_bytes": 9,
                     "configs_applied": task["configs"],
-                    "package_facts": {"weights_outside_so": True}}))
+                    "package_facts": {"weights_outside_so": True}} if model not in
+                    self.failed_compiles else {"error": "CalledProcessError: g++ died"}))
             if task.get("task") == "frontend-probe":
                 Path(task["result_path"]).write_text(json.dumps({"models": {
                     m["name"]: {"unsupported": "UnsupportedOpError: aten.embedding"}
@@ -231,11 +236,11 @@ def test_a_450_s_run_keeps_every_core_row_but_max_autotune(tmp_path, monkeypatch
     # phases: ceilings alone first, the go after them, GPU-bound window, then the quiet part
     assert sim.log[0] == "ceilings" and sim.go_at_first_bench is True
     window_end = sim.log.index("aotpack-py")
-    assert sim.log[1:window_end] == ["bench"] * 8  # the compiles end at 79-91 s: no check yet
-    # the four runs start loading as their compiles finish (their loads are the load check:
-    # a foreground check first delayed every preload by 55 s on the H200)
-    assert sim.log[window_end + 1:window_end + 5] == ["preload"] * 4
-    quiet = sim.log[window_end + 5:]
+    # the four runs start at the go, while their packages compile (each then loads its own as
+    # soon as it exists: the loads are the load check); then the GPU-bound window
+    assert sim.log[1:5] == ["preload"] * 4
+    assert sim.log[5:window_end] == ["bench"] * 8
+    quiet = sim.log[window_end + 1:]
     assert all(q.startswith("torch eager+compile") for q in quiet[:4])
     assert quiet[4:8] == ["aotpack-cold"] * 4 and quiet[8:12] == ["aoti-go"] * 4
     assert s.results.doc["aoti"]["recipe"] == ["exclude-libs", "aoti_load_package"]
@@ -303,18 +308,20 @@ def test_a_short_budget_cuts_max_autotune_first_and_says_why(tmp_path, monkeypat
     assert s.budget.elapsed() <= 330 - s.budget.reserve_s + 1
 
 
-def test_the_runs_skip_the_isa_check_that_a_job_measures_at_the_start(tmp_path, monkeypatch):
-    """aoti_load_package spent 59 of its 63 s in Inductor's CPU ISA check (H200,
-    benchmarks/aoti_load_probe.py), every process again: the runs skip it and one CPU job
-    started at t = 0, on the runs' Inductor cache and compiler, measures what it costs."""
+def test_the_runs_start_at_the_go_and_the_quiet_phase_waits_only_for_the_last_load(
+        tmp_path, monkeypatch):
+    """aoti_load_package spent 59 of its 63 s in Inductor's device-information check (H200,
+    benchmarks/aoti_load_probe.py), which needs no package: the run processes start at the go,
+    do it while their packages compile, wait for their compile's result and share one Inductor
+    cache; the quiet phase then starts one package load after the last compile."""
     s, sim = simulate(tmp_path, monkeypatch, 450)
-    start, env = sim.envs["aoti-isa"]
-    assert start < 1.0
-    cache = env["TORCHINDUCTOR_CACHE_DIR"]
-    runs = [e for n, (_, e) in sim.envs.items() if n.endswith("-run")]
-    assert len(runs) == 4 and all(e["TORCHINDUCTOR_CACHE_DIR"] == cache for e in runs)
-    assert all(e.get("CXX") == env.get("CXX") for e in runs)  # same compiler: same probe keys
-    assert all(e["TORCHINDUCTOR_VEC_ISA_OK"] == "1" for e in runs)
+    runs = {n: e for n, (_, e) in sim.envs.items() if n.endswith("-run")}
+    assert len(runs) == 4 and len({e["TORCHINDUCTOR_CACHE_DIR"] for e in runs.values()}) == 1
+    assert all(start < 20 for start, _ in sim.loads)  # at the go, after the ceilings
+    quiet_from = s.results.doc["schedule"]["quiet_from_s"]
+    assert quiet_from <= max(COMPILE_END_S.values()) + PKG_LOAD_S + 1
+    row = rows(s)[("llama-prefill", "aoti", "")]
+    assert "waited for its package" in row["cold_start_note"]
 
 
 def test_a_torch_process_cannot_eat_the_time_kept_for_cold_starts_and_aoti_runs(tmp_path,
@@ -327,3 +334,12 @@ def test_a_torch_process_cannot_eat_the_time_kept_for_cold_starts_and_aoti_runs(
     assert "compile-max-autotune" in last
     need = 4 * (suite.ESTIMATE["aotpack-cold"] + suite.ESTIMATE["aoti-timed"])
     assert sim.keeps[last] >= need
+
+
+def test_a_failed_compile_stops_its_run_process_and_its_row_says_why(tmp_path, monkeypatch):
+    s, sim = simulate(tmp_path, monkeypatch, 450, failed_compiles=("mlp-decode",))
+    row = rows(s)[("mlp-decode", "aoti", "")]
+    assert row["status"] == "error" and "g++ died" in row["error"], row
+    job = s.bg.jobs["mlp-decode-aoti-exclude-libs-run"]
+    assert job.result is not None and "its compile failed" in job.result.error  # not left waiting
+    assert all(rows(s)[(m, "aoti", "")]["status"] == "ok" for m in CORE if m != "mlp-decode")

@@ -497,19 +497,23 @@ def test_an_extra_model_with_a_bundle_is_planned_like_a_core_one(tmp_path, monke
     assert started == ["vit-b16"]
 
 
-def test_the_isa_job_measures_the_check_the_runs_skip(monkeypatch):
-    """task_aoti_isa times pick_vec_isa in fresh processes WITHOUT the skip the runs get."""
-    import subprocess
+def test_a_run_started_early_waits_for_its_compile_and_its_cold_start_leaves_the_wait_out(
+        tmp_path, monkeypatch):
+    import threading
 
-    seen = []
+    from torch._inductor import codecache
 
-    def fake_run(cmd, env, **kw):
-        seen.append(env.get("TORCHINDUCTOR_VEC_ISA_OK"))
-        return subprocess.CompletedProcess(cmd, 0, stdout="1.5 12.25 avx512\n")
-
-    monkeypatch.setenv("TORCHINDUCTOR_VEC_ISA_OK", "1")
-    monkeypatch.setattr(subprocess, "run", fake_run)
-    res = suite_aoti.task_aoti_isa({})
-    assert seen == [None, None]
-    assert res["isa_check_s"] == 12.25 and res["isa"] == "avx512"
-    assert res["runs"]["first"]["import_s"] == 1.5
+    checked = []
+    monkeypatch.setattr(codecache, "get_device_information", lambda d: checked.append(d),
+                        raising=False)
+    done = tmp_path / "result-compile.json"
+    threading.Timer(0.3, lambda: done.write_text(json.dumps({"weights_bytes": 7}))).start()
+    t = {"compiled_path": str(done)}
+    res = suite_aoti._before_package(t, "cuda")
+    assert checked == ["cuda"] and res["package_wait_s"] >= 0.25 and t["weights_bytes"] == 7
+    monkeypatch.setenv("SUITE_T0", str(time.time() - 10.0))
+    cold = suite_aoti._cold_start(dict(res, parked_s=2.0))
+    assert 10.0 - res["package_wait_s"] - 2.0 - 0.5 < cold < 10.0 - res["package_wait_s"] - 2.0 + 0.5
+    done.write_text(json.dumps({"error": "g++ died"}))
+    with pytest.raises(RuntimeError, match="its compile failed: g\\+\\+ died"):
+        suite_aoti._before_package({"compiled_path": str(done)}, "cuda")
