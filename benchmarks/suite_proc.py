@@ -10,8 +10,11 @@ from pathlib import Path
 
 
 def stage(msg: str) -> None:
-    """Progress to the log; after a crash the last one says which step died."""
-    print(f"stage: {msg}", file=sys.stderr, flush=True)
+    """Progress to the log, with the seconds since the suite spawned this process (where a
+    process's time goes); after a crash the last one says which step died."""
+    t = since_process_start()
+    print(f"stage: {msg}" + (f"  [{t:.1f} s]" if t is not None else ""), file=sys.stderr,
+          flush=True)
 
 
 def since_process_start() -> float | None:
