@@ -270,12 +270,14 @@ class AotiRunner:
         for m in todo:
             self.start_compile(m, self.recipe, threads)
 
-    def run_env(self, recipe: Recipe) -> dict:
-        """A run's environment: the recipe's, and one Inductor cache for every run (the CPU ISA
-        probe libraries that aoti_load_package builds are then built once, as on a machine
-        that has loaded a package before; their dlopen check in a child Python is not cached
-        and every run pays it)."""
-        return dict(recipe.env, TORCHINDUCTOR_CACHE_DIR=str(self.s.work / "cache" / "aoti-runs"))
+    def run_env(self, recipe: Recipe, model: str) -> dict:
+        """A run's environment: the recipe's, and an Inductor cache of its own. Shared, the
+        runs queued for each other: Inductor holds a file lock per CPU ISA probe while it
+        builds and checks it (a child Python importing torch on torch 2.11), and that wait
+        would count in their cold starts. Each run pays what a first start on a machine
+        pays."""
+        return dict(recipe.env,
+                    TORCHINDUCTOR_CACHE_DIR=str(self.s.work / "cache" / f"aoti-run-{model}"))
 
     def start_compile(self, m, recipe: Recipe, threads: int | None) -> None:
         """A background compile job (threads=None: uncapped, for a compile nothing runs
@@ -300,14 +302,14 @@ class AotiRunner:
                         gpu=True, marker=marker)
         self.jobs[m.name] = (recipe.name, tid, pkg)
         self.threads[m.name] = threads
-        self.plan_run(m.name)
+        self.plan_run(m.name, preload=threads is not None)
 
-    def plan_run(self, model: str) -> None:
+    def plan_run(self, model: str, preload: bool = True) -> None:
         """The ledger's share of the run: a compile started before the load check can be
         preloaded (its load then overlaps the window; the quiet phase waits for one load,
         ("aoti-load",), as they run in parallel, and times the rest, "aoti-timed"); a later
         one (fallback, extra, --aoti-diagnose) loads in the quiet phase ("aoti-run")."""
-        if self.checked or not self.preloads.enabled():
+        if self.checked or not self.preloads.enabled() or not preload:
             return self.s.ledger.add(("aoti-run", model), ESTIMATE["aoti-run"], 1)
         self.s.ledger.add(("aoti-run", model), ESTIMATE["aoti-timed"], 1)
         self.s.ledger.add(("aoti-load",), ESTIMATE["aoti-load"], 1)
@@ -380,7 +382,7 @@ class AotiRunner:
         if not c.ok:
             return self._failed(m, c, "compile")
         r = self.s.task(f"{model}-aoti-{self.recipe.name}-check", self._run_task(m, check=True),
-                        estimate="aoti-check", cap_s=120, env=self.run_env(self.recipe))
+                        estimate="aoti-check", cap_s=120, env=self.run_env(self.recipe, m.name))
         self.record(f"{self.recipe.name}: load check", model, r)
         if r.ok:
             self.loaded.add(self.recipe.name)
@@ -439,7 +441,7 @@ class AotiRunner:
             return self.s.apply(m.name, "aoti", "", c, notes=[f"recipe {recipe.name}"])
         r = self.preloads.run(m.name) or self.s.task(
             f"{m.name}-aoti-{recipe.name}-run", self._run_task(m), estimate="aoti-run",
-            cap_s=150, env=self.run_env(recipe))
+            cap_s=150, env=self.run_env(recipe, m.name))
         if r.ok:
             self.loaded.add(recipe.name)
         elif r.status in ("crash", "timeout") and recipe.name not in self.loaded:
@@ -450,7 +452,8 @@ class AotiRunner:
         self.record(f"{recipe.name}: run", m.name, r)
         threads = self.threads.get(m.name)
         where = (f"in the background alongside the other models' compiles ({threads} compile "
-                 f"threads each)" if threads else "alone (all cores)")
+                 f"threads each) and the AOTI run processes' device-information checks"
+                 if threads else "alone (all cores)")
         facts = c.result.get("package_facts") or {}
         self.s.apply(m.name, "aoti", "", r, build_s=c.result.get("build_s"),
                      build_note="torch.export + aoti_compile_and_package, cold Inductor cache "

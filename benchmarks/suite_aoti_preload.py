@@ -56,13 +56,18 @@ class Preloads:
         for model, (recipe, tid, _) in self.r.jobs.items():
             if recipe != self.r.recipe.name:
                 continue
+            finished = not self.s.bg.running(tid)
             if model not in self.seen:
                 self.seen.add(model)
-                self.start(model)
-            elif model in self.jobs and not self.s.bg.running(tid) \
-                    and not self.r.compiled(model).ok:
-                p = self.jobs.pop(model)  # it would wait for a package that never comes
-                self.s.bg.wait(p["tid"], 0.0, "its compile failed")
+                if not (finished and not self.r.compiled(model).ok):  # failed before the go
+                    self.start(model)
+            elif model in self.jobs and finished:
+                p = self.jobs[model]
+                if not self.r.compiled(model).ok:
+                    self.jobs.pop(model)  # it would wait for a package that never comes
+                    self.s.bg.wait(p["tid"], 0.0, "its compile failed")
+                elif p["alongside"] is None:  # it loads now
+                    p["alongside"] = self._loading_now(p["tid"])
 
     def start_rest(self, deadline: float) -> None:
         """The quiet phase's start: waits for each compile still running (quickest first), so
@@ -89,14 +94,14 @@ class Preloads:
                     compiled_path=str(result_path(self.s.work, compile_tid)),
                     package_wait_limit_s=ESTIMATE["aoti-compile"] * 2.5)
         path, _ = write_task(task, self.s.work)
-        alongside = self._loading_now(tid)
         # the GPU stays visible (it loads onto it), yet gpu=False: a load is no reason for the
         # window's GPU-bound timings to wait (see the module docstring)
         self.s.bg.start(tid, [sys.executable, "-X", "faulthandler", str(WORKER), str(path)],
-                        dict(self.s.env, **self.r.run_env(self.r.recipe)),
+                        dict(self.s.env, **self.r.run_env(self.r.recipe, model)),
                         ESTIMATE["aoti-compile"] * 2.5 + LOAD_LIMIT_S,
                         self.s.logs / f"{tid}.log", gpu=False, hide_gpu=False, parked=parked)
-        self.jobs[model] = {"tid": tid, "go": go, "alongside": alongside,
+        # alongside: the jobs busy when its package appeared and it loaded (start_ready)
+        self.jobs[model] = {"tid": tid, "go": go, "alongside": None,
                             "started_at_s": round(self.s.budget.elapsed(), 1)}
         self.s.log(f"{tid}: started; loads its package once compiled, then parks")
 
@@ -106,9 +111,10 @@ class Preloads:
         cold start includes."""
         jobs = self.s.bg.jobs
         for p in self.jobs.values():
-            if jobs[p["tid"]].alive() and not jobs[p["tid"]].is_parked():
+            if p["alongside"] is not None and jobs[p["tid"]].alive() \
+                    and not jobs[p["tid"]].is_parked():
                 p["alongside"].add(tid)
-        return {n for n, j in jobs.items() if j.alive() and not j.is_parked()}
+        return {n for n, j in jobs.items() if j.alive() and not j.is_parked() and n != tid}
 
     def run(self, model: str) -> TaskResult | None:
         """The go to a preloaded run and its result; None when `model` has none."""
@@ -127,7 +133,7 @@ class Preloads:
         if res.result.get("error") and res.status in ("ok", "error"):  # the worker's message
             res.status, res.error = "error", res.result["error"]
         res.result.pop("traceback", None)
-        res.result.update(preloaded=True, load_alongside=sorted(p["alongside"]),
+        res.result.update(preloaded=True, load_alongside=sorted(p["alongside"] or ()),
                           preload_started_at_s=p["started_at_s"], after_go_s=after_go)
         why = f" ({res.error})" if res.error else ""
         self.s.log(f"{p['tid']}: {res.status} {after_go:.1f}s after its go{why}")

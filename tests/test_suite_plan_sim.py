@@ -35,6 +35,10 @@ DEVINFO_S, PKG_LOAD_S = 40, 2  # a run started early: import + device-info check
 PRELOAD = """
 import json, os, sys, time
 task = json.load(open(sys.argv[1]))
+while not os.path.exists(task["compiled_path"]):  # started at the go: waits for its package
+    time.sleep(0.01)
+if "error" in json.load(open(task["compiled_path"])):
+    sys.exit("its compile failed")
 if task["spec"] in {crash}:
     os.kill(os.getpid(), 11)  # dies while loading, as a SIGSEGV in _load_aoti would
 open(task["parked_path"], "w").write("{{}}")
@@ -312,11 +316,12 @@ def test_the_runs_start_at_the_go_and_the_quiet_phase_waits_only_for_the_last_lo
         tmp_path, monkeypatch):
     """aoti_load_package spent 59 of its 63 s in Inductor's device-information check (H200,
     benchmarks/aoti_load_probe.py), which needs no package: the run processes start at the go,
-    do it while their packages compile, wait for their compile's result and share one Inductor
-    cache; the quiet phase then starts one package load after the last compile."""
+    do it while their packages compile (an Inductor cache each) and wait for their compile's
+    result; the quiet phase then starts one package load after the last compile."""
     s, sim = simulate(tmp_path, monkeypatch, 450)
     runs = {n: e for n, (_, e) in sim.envs.items() if n.endswith("-run")}
-    assert len(runs) == 4 and len({e["TORCHINDUCTOR_CACHE_DIR"] for e in runs.values()}) == 1
+    # each its own Inductor cache: shared, they queue on Inductor's per-probe file locks
+    assert len(runs) == 4 and len({e["TORCHINDUCTOR_CACHE_DIR"] for e in runs.values()}) == 4
     assert all(start < 20 for start, _ in sim.loads)  # at the go, after the ceilings
     quiet_from = s.results.doc["schedule"]["quiet_from_s"]
     assert quiet_from <= max(COMPILE_END_S.values()) + PKG_LOAD_S + 1
@@ -341,5 +346,5 @@ def test_a_failed_compile_stops_its_run_process_and_its_row_says_why(tmp_path, m
     row = rows(s)[("mlp-decode", "aoti", "")]
     assert row["status"] == "error" and "g++ died" in row["error"], row
     job = s.bg.jobs["mlp-decode-aoti-exclude-libs-run"]
-    assert job.result is not None and "its compile failed" in job.result.error  # not left waiting
+    assert job.result is not None and job.result.status != "ok"  # ended, not left waiting
     assert all(rows(s)[(m, "aoti", "")]["status"] == "ok" for m in CORE if m != "mlp-decode")

@@ -507,7 +507,9 @@ def test_a_run_started_early_waits_for_its_compile_and_its_cold_start_leaves_the
     monkeypatch.setattr(codecache, "get_device_information", lambda d: checked.append(d),
                         raising=False)
     done = tmp_path / "result-compile.json"
-    threading.Timer(0.3, lambda: done.write_text(json.dumps({"weights_bytes": 7}))).start()
+    from suite_proc import write_json
+
+    threading.Timer(0.3, lambda: write_json(done, {"weights_bytes": 7})).start()
     t = {"compiled_path": str(done)}
     res = suite_aoti._before_package(t, "cuda")
     assert checked == ["cuda"] and res["package_wait_s"] >= 0.25 and t["weights_bytes"] == 7
@@ -517,3 +519,17 @@ def test_a_run_started_early_waits_for_its_compile_and_its_cold_start_leaves_the
     done.write_text(json.dumps({"error": "g++ died"}))
     with pytest.raises(RuntimeError, match="its compile failed: g\\+\\+ died"):
         suite_aoti._before_package({"compiled_path": str(done)}, "cuda")
+
+
+def test_a_foreground_compile_keeps_no_time_for_a_preload(tmp_path, monkeypatch):
+    """An extra model's AOTI compile runs in the foreground, then loads in its own run: it
+    must not leave the preloads' ("aoti-load",) reservation behind (it held 20 s for all later
+    work, and shortened every torch process's limit)."""
+    s = make_suite(tmp_path)
+    r = plan.AotiRunner(s)
+    monkeypatch.setattr(s.bg, "start", lambda *a, **kw: None)
+    r.start_compile(s.model("mlp-decode"), r.recipe, None)
+    assert ("aoti-load",) not in s.ledger.items
+    assert s.ledger.items[("aoti-run", "mlp-decode")][0] == suite.ESTIMATE["aoti-run"]
+    r.start_compile(s.model("mlp-prefill"), r.recipe, 3)  # background: preloaded
+    assert s.ledger.items[("aoti-load",)][0] == suite.ESTIMATE["aoti-load"]
