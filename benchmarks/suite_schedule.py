@@ -66,8 +66,8 @@ ESTIMATE = {
     "aoti-run": 65,            # cold start + timing (a run not preloaded)
     "aoti-load": 20,           # the quiet phase's wait for the preloads: one load after the
                                # last compile
-    "aoti-timed": 8,           # a preloaded run after its go: first run + timing + exit (the
-                               # 2026-11-30 runs took 1-1.3 s past the first output)
+    "aoti-timed": 4,           # a preloaded run after its go: first run + timing + exit
+                               # (1.2-2.1 s in the 2026-11-30 runs 473c0f3 and 52a9d96)
     # the torch process of a model on the H200 (2026-11-30-18d5c7a.json): 38-49 s for eager,
     # compile and max-autotune, of which 16-22 s outside the variants (python, import torch,
     # model build, teardown)
@@ -76,7 +76,7 @@ ESTIMATE = {
     "compile": 12,             # warm-up compile (imports, 8-9 s, once per process) + first
                                # call 0.6-3 s + timing
     "compile-max-autotune": 16,  # first call 5-16 s (llama the longer), timing
-    "aotpack-cold": 8,         # 3 × aotpack-run + 1 binding process (1-2.5 s each)
+    "aotpack-cold": 5,         # aotpack-run + a binding process (1-2.5 s each) + gaps
     "warm": 30,                # max-autotune, fresh process, warm Inductor cache
     "extra-start": 25,         # HF/torchvision model: a torch process's overhead + imports
 }

@@ -45,8 +45,7 @@ class TorchSteps:
         return PRIORITY["extra" if m.tier == "extra" else v]
 
     def _add(self, m, v: str) -> None:
-        start = ESTIMATE["extra-start" if m.tier == "extra" else "torch-start"]
-        est = ESTIMATE[v] + (start if v == "eager" else 0)
+        est = m.estimate(v) + (m.estimate("torch-start") if v == "eager" else 0)
         self.s.ledger.add(self.key(m, v), est, self._priority(m, v))
 
     def run(self, m, variants: tuple = ORDER) -> None:
@@ -67,7 +66,7 @@ class TorchSteps:
         for i, v in enumerate(todo):
             keys = [self.key(m, x) for x in admitted + [v]]
             if not admitted and v != "eager":  # a process without eager: its start is paid too
-                self.s.ledger.add(("torch-start",), ESTIMATE["torch-start"], PRIORITY[v])
+                self.s.ledger.add(("torch-start",), m.estimate("torch-start"), PRIORITY[v])
                 keys.append(("torch-start",))
             refused = self.s.ledger.refuse(keys)
             self.s.ledger.drop(("torch-start",))
@@ -94,7 +93,7 @@ class TorchSteps:
                 "ref_path": self.s.ref_path(m.name), "inputs_path": self.s.inputs_path(m.name),
                 "cache_root": str(self.s.work / "cache" / m.name), "reps": self.s.args.reps,
                 "compare": self.s.compare.get(m.name) or {}}
-        est = sum(ESTIMATE[v] for v in variants) + ESTIMATE["torch-start"]
+        est = sum(m.estimate(v) for v in variants) + m.estimate("torch-start")
         # a variant that runs far over its estimate (max-autotune: 5-29 s) must not take the
         # time kept for the cold starts and AOTI runs after it: the process is stopped first
         # (the variants it finished keep their rows)

@@ -127,7 +127,12 @@ def _warm_compiler(torch, device: str, root: str) -> float | None:
         return None
     _warm_compiler.done = True
     t0 = time.perf_counter()
-    with fresh_inductor_cache(os.path.join(root, "warmup")):
+    import torch._inductor.config as inductor_config
+
+    # compiled in this process: starting the pool of compile workers here would be wasted, as
+    # _between_variants shuts it down and the timed compile starts its own (inside build_s)
+    with fresh_inductor_cache(os.path.join(root, "warmup")), \
+            inductor_config.patch(compile_threads=1):
         x = torch.ones(8, device=device)
         torch.compile(lambda a: a * 2 + 1)(x)
     _between_variants(torch, device, None)

@@ -293,7 +293,7 @@ def test_a_preloaded_run_that_dies_while_loading_says_so_in_its_row(tmp_path, mo
 
 
 def test_a_short_budget_cuts_max_autotune_first_and_says_why(tmp_path, monkeypatch):
-    s, sim = simulate(tmp_path, monkeypatch, 330)
+    s, sim = simulate(tmp_path, monkeypatch, 300)
     got = rows(s)
     for m in CORE:
         assert got[(m, "eager", "")]["status"] == "ok"
@@ -304,12 +304,12 @@ def test_a_short_budget_cuts_max_autotune_first_and_says_why(tmp_path, monkeypat
             assert row["status"] == "ok" or (row["status"] == "skipped"
                                              and "budget" in row["error"]), (m, v, row["error"])
     cut = [m for m in CORE if got[(m, "compile-max-autotune", "")]["status"] != "ok"]
-    assert cut, "330 s cannot hold every max-autotune row"
+    assert cut, "300 s cannot hold every max-autotune row"
     for m in cut:
         row = got[(m, "compile-max-autotune", "")]
         assert row["status"] == "skipped" and "budget" in row["error"]
     assert all(r["status"] != "pending" for r in s.results.rows)
-    assert s.budget.elapsed() <= 330 - s.budget.reserve_s + 1
+    assert s.budget.elapsed() <= 300 - s.budget.reserve_s + 1
 
 
 def test_the_runs_start_at_the_go_and_the_quiet_phase_waits_only_for_the_last_load(

@@ -485,6 +485,9 @@ def test_an_extra_model_with_a_bundle_is_planned_like_a_core_one(tmp_path, monke
     s.plan()
     prio = {k[1:]: p for k, (_, p) in s.ledger.items.items() if k[0] == "torch"}
     assert prio[("vit-b16", "compile")] == suite.PRIORITY["compile"]
+    est = {k[1:]: e for k, (e, _) in s.ledger.items.items() if k[0] == "torch"}
+    assert est[("vit-b16", "compile")] == 22  # its own measured figure, not the generic 12
+    assert est[("vit-b16", "eager")] == 25 + suite.ESTIMATE["eager"]  # HF start included
     assert prio[("gpt2", "compile")] == suite.PRIORITY["extra"]
     started = []
     fake = type("A", (), {"start": lambda self, ms: started.extend(m.name for m in ms),
