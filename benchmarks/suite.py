@@ -403,6 +403,11 @@ def parse_args(argv=None):
                     help="the long AOTI diagnosis (default load, C++ loader, recipes one by one, "
                          "cuda-gdb backtrace) in the foreground instead of the known recipe in "
                          "the background (suite_aoti_diagnose.py)")
+    ap.add_argument("--aoti-runs-at", choices=("go", "compiled"), default="go",
+                    help="when each AOTI run process starts: at the go after the ceilings "
+                         "(aoti_load_package's device-information check then overlaps the "
+                         "compile), or once its package has compiled (before 2026-11-30 "
+                         "session 5)")
     ap.add_argument("--aoti-all", action="store_true",
                     help="with --aoti-diagnose: try every AOTI recipe")
     ap.add_argument("--resume", default=None, help="an earlier results JSON: keep its measured "

@@ -57,6 +57,9 @@ class Preloads:
             if recipe != self.r.recipe.name:
                 continue
             finished = not self.s.bg.running(tid)
+            if model not in self.seen and not finished \
+                    and self.s.args.aoti_runs_at == "compiled":
+                continue  # started once its package exists
             if model not in self.seen:
                 self.seen.add(model)
                 if not (finished and not self.r.compiled(model).ok):  # failed before the go

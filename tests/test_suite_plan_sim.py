@@ -348,3 +348,17 @@ def test_a_failed_compile_stops_its_run_process_and_its_row_says_why(tmp_path, m
     job = s.bg.jobs["mlp-decode-aoti-exclude-libs-run"]
     assert job.result is not None and job.result.status != "ok"  # ended, not left waiting
     assert all(rows(s)[(m, "aoti", "")]["status"] == "ok" for m in CORE if m != "mlp-decode")
+
+
+def test_runs_can_start_once_their_package_exists_instead(tmp_path, monkeypatch):
+    """--aoti-runs-at compiled: the schedule before the early start, kept to compare."""
+    monkeypatch.setattr(suite, "parse_args", _with_flag(suite.parse_args,
+                                                        ["--aoti-runs-at", "compiled"]))
+    s, sim = simulate(tmp_path, monkeypatch, 450)
+    starts = sorted(start for start, _ in sim.loads)
+    assert len(starts) == 4 and starts[0] >= min(COMPILE_END_S.values())
+    assert all(rows(s)[(m, "aoti", "")]["status"] == "ok" for m in CORE)
+
+
+def _with_flag(parse, flags):
+    return lambda argv: parse(list(argv) + flags)
