@@ -189,7 +189,11 @@ def render_markdown(doc: dict, json_link: str | None = None, png_link: str | Non
         parts += [f"![latency relative to the best peer]({png_link})", ""]
     parts += ["**Cold start**, process start → first output on the host, each in a fresh "
               "process (aotpack-run: the C++ launcher; aotpack (Python): libaotpack through "
-              "ctypes, no torch; torch.compile with a warm cache):", "", cold_table(doc), ""]
+              "ctypes, no torch; torch.compile with a warm cache; AOTInductor: Python's "
+              "aoti_load_package, whose CPU ISA check takes 35-60 s of it per process on torch "
+              "2.11 — its C++ loader loads a package in 0.33 s, "
+              "benchmarks/results/2026-11-30-h200-aoti-load-probe.json):", "", cold_table(doc),
+              ""]
     if aoti.get("conclusion"):
         parts += [f"**AOTInductor on this machine:** {aoti['conclusion']}", ""]
     parts += ["<details><summary>Every row (build time, artifact, GPU memory, launches, error)"
