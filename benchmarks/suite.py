@@ -202,9 +202,9 @@ class Suite:
             return TaskResult("skipped", None, 0.0, {}, refused)
         tid = re.sub(r"[^A-Za-z0-9_.+-]", "_", tid)
         self.log(f"{tid} ...")
-        limit = max(1.0, min(self.budget.limit(cap_s), self.budget.limit(cap_s) - keep_s))
         res = run_worker(dict(task, id=tid), work=self.work, env=dict(self.env, **(env or {})),
-                         limit_s=limit, log_path=self.logs / f"{tid}.log")
+                         limit_s=max(1.0, self.budget.limit(cap_s) - keep_s),
+                         log_path=self.logs / f"{tid}.log")
         why = f" ({res.error})" if res.error else ""
         self.log(f"{tid}: {res.status} in {res.wall_s:.1f}s{why}")
         return res
@@ -271,8 +271,7 @@ class Suite:
         if ("ceilings",) in self.ledger.items:
             self.ceilings()
         self.gpu_go.write_text("go\n")
-        if self.aoti and not self.args.aoti_diagnose:  # AOTI runs start while they compile
-            self.aoti.preloads.start_ready()
+        self.poll_aoti()  # AOTI runs start while their packages compile
         self.packs.latency()
         if self.aoti and not self.args.aoti_diagnose:
             if self.aoti.preloads.enabled():

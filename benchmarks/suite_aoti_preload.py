@@ -57,20 +57,19 @@ class Preloads:
             if recipe != self.r.recipe.name:
                 continue
             finished = not self.s.bg.running(tid)
-            if model not in self.seen and not finished \
-                    and self.s.args.aoti_runs_at == "compiled":
-                continue  # started once its package exists
             if model not in self.seen:
+                if not finished and self.s.args.aoti_runs_at == "compiled":
+                    continue  # started once its package exists
                 self.seen.add(model)
-                if not (finished and not self.r.compiled(model).ok):  # failed before the go
+                if not finished or self.r.compiled(model).ok:  # not when it failed before
                     self.start(model)
-            elif model in self.jobs and finished:
-                p = self.jobs[model]
-                if not self.r.compiled(model).ok:
+            elif finished and model in self.jobs and self.jobs[model]["alongside"] is None:
+                p = self.jobs[model]  # its compile just ended: it loads now, or never
+                if self.r.compiled(model).ok:
+                    p["alongside"] = self._loading_now(p["tid"])
+                else:
                     self.jobs.pop(model)  # it would wait for a package that never comes
                     self.s.bg.wait(p["tid"], 0.0, "its compile failed")
-                elif p["alongside"] is None:  # it loads now
-                    p["alongside"] = self._loading_now(p["tid"])
 
     def start_rest(self, deadline: float) -> None:
         """The quiet phase's start: waits for each compile still running (quickest first), so

@@ -6,11 +6,12 @@ run: a bundle forward is one CUDA-graph launch, so the host enqueues far ahead o
 binding's rows prove it per bundle (host_enqueue_ms well under median_ms, suite_measure.
 gpu_bound); a row that fails the check is measured again in the quiet phase. The launcher does
 less host work per forward than the binding, so the binding's check covers it too. Cold starts
-(fresh processes: the launcher three times, the binding without torch once) run in the quiet
-phase, for one bundle per model: the bundles of a model share the launcher and the weights file,
-so a second one would spend ~6 s of the budget to measure the same thing again. Weights of
-bundles built with --external-weights are made at the start by scripts/make-weights, once per distinct weights file (a heuristic and a tuned bundle of a model
-share theirs: same names and sha256 in both manifests) and hard-linked to the other bundles.
+(fresh processes: the launcher COLD_RUNS times, the binding without torch once) run in the
+quiet phase, for one bundle per model: the bundles of a model share the launcher and the
+weights file, so a second one would spend budget to measure the same thing again. Weights of
+bundles built with --external-weights are made at the start by scripts/make-weights, once per
+distinct weights file (a heuristic and a tuned bundle of a model share theirs: same names and
+sha256 in both manifests) and hard-linked to the other bundles.
 """
 from __future__ import annotations
 

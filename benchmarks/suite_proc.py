@@ -39,31 +39,32 @@ def wait_for_go(path: str | None, limit_s: float = 300) -> float:
 def park(parked_path: str, go_path: str, info: dict, limit_s: float = 900) -> float:
     """A run started early (its package loaded in the background) writes `parked_path` and
     sleeps until the suite writes `go_path`, in the quiet phase, so that only what follows the
-    go is timed. Polls every 50 ms: a parked process must not take CPU from what the suite
-    times meanwhile. Gives up after limit_s, or when the suite that started it is gone (then
+    go is timed. Gives up after limit_s, or when the suite that started it is gone (then
     nobody would ever write the go). Returns the seconds parked."""
-    t0, parent = time.monotonic(), os.getppid()
     write_json(parked_path, dict(info, parked_at=time.time()))
     stage("parked: waiting for the suite's go")
-    while not os.path.exists(go_path):
-        if time.monotonic() - t0 > limit_s or os.getppid() != parent:
-            raise RuntimeError(f"parked {time.monotonic() - t0:.0f} s and no go came "
-                               f"(limit {limit_s:.0f} s, or the suite is gone)")
-        time.sleep(0.05)
+    waited = _await_file(go_path, limit_s, lambda s: f"parked {s:.0f} s and no go came")
     stage("go")
-    return round(time.monotonic() - t0, 3)
+    return waited
 
 
 def wait_for_result(path: str, limit_s: float = 600) -> dict:
-    """Waits (50 ms polls, like park) for another job's result file and returns it; gives up
-    after limit_s or when the suite that started this process is gone."""
+    """Waits for another job's result file and returns it (gives up as park does)."""
+    _await_file(path, limit_s, lambda s: f"waited {s:.0f} s for {path}")
+    return json.loads(Path(path).read_text())
+
+
+def _await_file(path: str, limit_s: float, failure) -> float:
+    """Seconds until `path` exists. Polls every 50 ms: a waiting process must not take CPU
+    from what the suite times meanwhile. Raises RuntimeError(failure(seconds) + why) after
+    limit_s, or once the suite that started this process is gone."""
     t0, parent = time.monotonic(), os.getppid()
     while not os.path.exists(path):
         if time.monotonic() - t0 > limit_s or os.getppid() != parent:
-            raise RuntimeError(f"waited {time.monotonic() - t0:.0f} s for {path} (limit "
-                               f"{limit_s:.0f} s, or the suite is gone)")
+            raise RuntimeError(f"{failure(time.monotonic() - t0)} (limit {limit_s:.0f} s, or "
+                               "the suite is gone)")
         time.sleep(0.05)
-    return json.loads(Path(path).read_text())
+    return round(time.monotonic() - t0, 3)
 
 
 def write_json(path, obj) -> None:

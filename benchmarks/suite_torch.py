@@ -66,7 +66,8 @@ class TorchSteps:
         for i, v in enumerate(todo):
             keys = [self.key(m, x) for x in admitted + [v]]
             if not admitted and v != "eager":  # a process without eager: its start is paid too
-                self.s.ledger.add(("torch-start",), m.estimate("torch-start"), PRIORITY[v])
+                self.s.ledger.add(("torch-start",), m.estimate("torch-start"),
+                                  self._priority(m, v))
                 keys.append(("torch-start",))
             refused = self.s.ledger.refuse(keys)
             self.s.ledger.drop(("torch-start",))
