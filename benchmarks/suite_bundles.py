@@ -243,6 +243,9 @@ class BundleSteps:
                 self.s.compare.setdefault(b.model, {})[f"{variant}|{b.label}"] = path
         if window and one.get("gpu_bound") is False:
             self.recheck.append(b)
+            # the quiet phase's binding process and launcher run again: kept from now on
+            self.s.ledger.add(("recheck-start",), ESTIMATE["aotpack-py-start"], 0)
+            self.s.ledger.add(("recheck", b.model, b.label), ESTIMATE["aotpack-recheck"], 0)
             one.setdefault("notes", []).append(
                 f"host-bound in the GPU window (enqueue {one.get('host_enqueue_ms')} ms per "
                 f"forward vs {one.get('median_ms')} ms): measured again in the quiet phase")
@@ -256,6 +259,8 @@ class BundleSteps:
     def cold_starts(self) -> None:
         if self.recheck:
             todo, self.recheck = self.recheck, []
+            for key in [("recheck-start",)] + [("recheck", b.model, b.label) for b in todo]:
+                self.s.ledger.drop(key)
             self.binding(todo, window=False)
             for b in todo:  # the launcher too: the window did not prove it GPU-bound then
                 if self.s.results.row(b.model, "aotpack-run", b.label)["status"] == "ok":

@@ -196,6 +196,7 @@ def steady_state(fn, device: str, reps: int, stage=lambda name: None) -> dict:
     res = time_forward(fn, device, reps=reps)
     stage("launches")
     res.update(count_launches(fn, device))
+    stage("allocator peak")
     res.update(allocator_peak(fn, device))
     return res
 

@@ -33,20 +33,22 @@ are generous multiples. PRIORITY orders what is kept when the budget is short: a
 admitted only if every more important task still to come fits after it (Ledger.refuse); one
 refused only for that reason is retried at the end.
 
-Expected full run on the H200 (the 2026-11-30-473c0f3 run, five core models, 470 s):
+Expected full run on the H200 (the 2026-11-30-5c063bb run, five core models, 480 s):
   0-8 s       ceilings (GPU alone; the background jobs import torch and build models)
-  8-44 s      GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
+  8-50 s      GPU idle: the AOTI compiles export, lower, compile Triton kernels and autotune
               them on the GPU (2 compile threads each with five) until their markers; the
               AOTI run processes start and do aoti_load_package's device-information check
-              (35-60 s of child processes) while their packages compile
-  44-90 s     window: 9 × aotpack-run --bench ~2.5 s, one binding process ~29 s
-  90-120 s    the compiles finish (90-121 s, ViT-B/16 the last); each run process loads its
-              package as soon as it exists (seconds: the check is behind it) and parks
-  ~120-470 s  quiet: torch processes mlp-prefill ~50, mlp-decode ~42, llama-prefill ~55,
-              llama-decode ~47, vit-b16 ~60 s; aotpack cold starts 5 × ~6 s; AOTI runs 5 ×
-              ~2 s after their go; then deferred rows, the extra models' torch rows,
-              max-autotune warm starts (~28 s each), as far as they fit; the last 8 s are kept
-              for the results
+              (~70 s of child processes under that load) while their packages compile
+  50-104 s    window: 9 × aotpack-run --bench ~2.5 s, one binding process ~33 s
+  105-134 s   the compiles finish (105-134 s, ViT-B/16 the last); each run process loads its
+              package as soon as it exists and parks
+  ~134-480 s  quiet: torch processes mlp-prefill ~46, mlp-decode ~47, llama-prefill ~65,
+              llama-decode ~51, vit-b16 ~46 s without max-autotune (7-13 s of each of the
+              first four were the compile workers' shutdown, now killed instead); the host-bound
+              binding rows again ~12 s; aotpack cold starts 5 × ~2.7 s; AOTI runs 5 × ~1.7 s
+              after their go; then deferred rows, the extra models' torch rows, max-autotune
+              warm starts (~28 s each), as far as they fit; the last 8 s are kept for the
+              results
 """
 from __future__ import annotations
 
@@ -58,6 +60,9 @@ ESTIMATE = {
     "aotpack-bench": 4,        # aotpack-run --bench: load + sha256 of weights + 220 forwards
     "aotpack-py-start": 5,     # the binding process: python + import torch + CUDA context
     "aotpack-py": 3,           # per bundle in that process: load, first run, timing, check
+    "aotpack-recheck": 4,      # a bundle host-bound in the window, in the quiet phase: binding
+                               # (~1.5 s) and aotpack-run --bench (~1.5 s) again (5c063bb:
+                               # two bundles, 12 s with the binding process's start)
     "aoti-compile": 110,       # per model, in the background (72-87 s alone, 16 threads)
     # fresh processes: import torch ~5 s + aoti_load_package, whose device-information check
     # took 35-60 s per process on the H200 (benchmarks/aoti_load_probe.py; the package load
@@ -66,8 +71,8 @@ ESTIMATE = {
     "aoti-run": 65,            # cold start + timing (a run not preloaded)
     "aoti-load": 20,           # the quiet phase's wait for the preloads: one load after the
                                # last compile
-    "aoti-timed": 4,           # a preloaded run after its go: first run + timing + exit
-                               # (1.2-2.1 s in the 2026-11-30 runs 473c0f3 and 52a9d96)
+    "aoti-timed": 3,           # a preloaded run after its go: first run + timing + exit
+                               # (1.2-2.1 s in the 2026-11-30 runs 473c0f3, 52a9d96, 5c063bb)
     # the torch process of a model on the H200 (2026-11-30-18d5c7a.json): 38-49 s for eager,
     # compile and max-autotune, of which 16-22 s outside the variants (python, import torch,
     # model build, teardown)
@@ -76,7 +81,8 @@ ESTIMATE = {
     "compile": 12,             # warm-up compile (imports, 8-9 s, once per process) + first
                                # call 0.6-3 s + timing
     "compile-max-autotune": 16,  # first call 5-16 s (llama the longer), timing
-    "aotpack-cold": 5,         # aotpack-run + a binding process (1-2.5 s each) + gaps
+    "aotpack-cold": 3.5,       # aotpack-run + a binding process + gaps (5c063bb: 0.6-2.4 s
+                               # for both, five models in 13.7 s)
     "warm": 30,                # max-autotune, fresh process, warm Inductor cache
     "extra-start": 25,         # HF/torchvision model: a torch process's overhead + imports
 }

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 from suite_proc import Partial, since_process_start, stage
 
@@ -80,6 +81,7 @@ def _eager(t: dict, model, inputs, mem, state: dict) -> dict:
     stage("first forward")
     first = M.to_host(model(*inputs))
     res = {"cold_start_s": since_process_start()}
+    stage("reference, comparisons, FLOP count")
     mem.sample()
     state["ref"] = first
     if t.get("ref_path"):
@@ -147,12 +149,55 @@ def _between_variants(torch, device: str, mem) -> None:
         torch._dynamo.reset()
     workers = sys.modules.get("torch._inductor.async_compile")
     if workers is not None and hasattr(workers, "shutdown_compile_workers"):
-        workers.shutdown_compile_workers()
+        stage("stopping the compile workers")
+        stop_compile_workers(workers)
     gc.collect()
     if device == "cuda":
         torch.cuda.empty_cache()
     if mem is not None:
         mem.reset()
+
+
+def stop_compile_workers(async_compile) -> None:
+    """Inductor's compile-worker pools gone at once. Its shutdown_compile_workers alone waits
+    until the pool's workers have started (each imports torch) and exit: the 7-13 s between
+    torch.compile's launches and max-autotune in the 2026-11-30-5c063bb run, against 3-5 s
+    between eager and torch.compile (no pool then). The pool's sidecar process and its workers
+    are killed first; the shutdown then only clears torch's bookkeeping, so the next compile
+    starts a pool of its own, as in a fresh process."""
+    import logging
+
+    for pool in list(getattr(async_compile, "_pool_set", ())):
+        proc = getattr(pool, "process", None)
+        if proc is not None and proc.poll() is None:
+            kill_tree(proc.pid)
+            with contextlib.suppress(Exception):
+                proc.wait(timeout=10)
+    # its write to the dead sidecar fails; that OSError is caught and logged with a traceback
+    quiet = logging.getLogger("torch._inductor.compile_worker.subproc_pool")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        async_compile.shutdown_compile_workers()
+    finally:
+        quiet.setLevel(level)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL to pid and every process below it (Linux /proc), the parent first so that it
+    cannot start new children."""
+    import signal
+
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*/children"):
+            with contextlib.suppress(OSError, ValueError):
+                todo += [int(c) for c in task.read_text().split()]
+    for p in seen:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, signal.SIGKILL)
 
 
 @contextlib.contextmanager

@@ -181,6 +181,31 @@ def test_a_hang_is_a_timeout_and_is_killed(tmp_path):
     assert time.monotonic() - t0 < 20
 
 
+def test_compile_workers_are_killed_at_once_not_waited_for():
+    """A pool whose sidecar has a child still busy (a worker importing torch) is gone within
+    a second, and torch's bookkeeping is still cleared by its own shutdown."""
+    import types
+
+    import suite_worker_torch as wt
+
+    side = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
+    time.sleep(0.3)  # its children exist
+    children = [int(c) for c in Path(f"/proc/{side.pid}/task/{side.pid}/children")
+                .read_text().split()]
+    assert len(children) == 2
+    calls = []
+    fake = types.SimpleNamespace(_pool_set=[types.SimpleNamespace(process=side)],
+                                 shutdown_compile_workers=lambda: calls.append("shutdown"))
+    t0 = time.monotonic()
+    wt.stop_compile_workers(fake)
+    assert time.monotonic() - t0 < 2 and calls == ["shutdown"]
+    assert side.poll() is not None
+    time.sleep(0.2)
+    for pid in children:  # orphans reaped by init, or zombies at most
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().split()[2] == "Z"
+
+
 def test_an_exception_is_an_error_with_its_message(tmp_path):
     res = _run_py(tmp_path, "raise SystemExit('no bundle here')")
     assert res.status == "error" and "no bundle here" in res.error

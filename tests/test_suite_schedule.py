@@ -315,6 +315,8 @@ def test_a_host_bound_window_row_is_measured_again_in_the_quiet_phase(tmp_path):
     s.packs.binding(list(s.bundles), window=True)
     row = s.results.row("mlp-decode", "aotpack-py", "a")
     assert s.packs.recheck == s.bundles and any("host-bound" in n for n in row["notes"])
+    # the time it takes again is kept from now on (a torch process is stopped before it)
+    assert {("recheck-start",), ("recheck", "mlp-decode", "a")} <= set(s.ledger.items)
     s.packs.binding(s.packs.recheck, window=False)
     assert s.results.row("mlp-decode", "aotpack-py", "a")["details"]["window"] is False
 
