@@ -190,8 +190,9 @@ def render_markdown(doc: dict, json_link: str | None = None, png_link: str | Non
     parts += ["**Cold start**, process start → first output on the host, each in a fresh "
               "process (aotpack-run: the C++ launcher; aotpack (Python): libaotpack through "
               "ctypes, no torch; torch.compile with a warm cache; AOTInductor: Python's "
-              "aoti_load_package, whose CPU ISA check takes 35-60 s of it per process on torch "
-              "2.11 — its C++ loader loads a package in 0.33 s, "
+              "aoti_load_package, whose CPU ISA check takes 59 s of it per process on torch 2.11 "
+              "alone and up to ~70 s in the suite, where it runs beside the compiles — its C++ "
+              "loader loads a package in 0.33 s, "
               "benchmarks/results/2026-11-30-h200-aoti-load-probe.json):", "", cold_table(doc),
               ""]
     if aoti.get("conclusion"):

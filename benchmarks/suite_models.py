@@ -59,9 +59,9 @@ MODELS: tuple[ModelDef, ...] = (
     ModelDef("gpt2", f"{HERE}:gpt2", "compute", tier="extra", note="HF GPT-2 small, 4x512"),
     ModelDef("bert-base", f"{HERE}:bert_base", "compute", tier="extra", note="HF BERT-base, 8x128"),
     ModelDef("vit-b16", f"{HERE}:vit_b16", "compute", tier="extra", note="HF ViT-B/16, 8x224²",
-             # 473c0f3, 52a9d96: process 39.5-54 s for eager + compile (compile variant 21 s);
-             # max-autotune not measured yet (12 layers of 4 GEMM shapes: guessed)
-             estimates={"torch-start": 25, "compile": 22, "compile-max-autotune": 35}),
+             # 473c0f3, 52a9d96, 5c063bb: process 39.5-54 s for eager + compile (compile
+             # variant 18-21 s); 08cc9f0: max-autotune 77 s (its first call 76.6 s)
+             estimates={"torch-start": 25, "compile": 22, "compile-max-autotune": 80}),
     ModelDef("resnet50", f"{HERE}:resnet50", "compute", tier="extra",
              note="torchvision ResNet-50, 8x224²"),
 )
