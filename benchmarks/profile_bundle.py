@@ -51,6 +51,21 @@ def kernel_times(fn, iters: int) -> dict[str, float]:
     return per
 
 
+def kernel_sequence(fn) -> list[list]:
+    """[name, µs] of each kernel one forward launches, in launch order (which kernel of a
+    family is slow: a bundle's GEMMs share one kernel name)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    seq = sorted((e.time_range.start, e.name, e.device_time) for e in prof.events()
+                 if e.device_type.name == "CUDA" and e.name and "memcpy" not in e.name.lower())
+    return [[name[:60], round(us, 2)] for _, name, us in seq]
+
+
 def bundle_fn(folder: Path):
     import torch
 
@@ -98,7 +113,7 @@ def main() -> int:
         w2 = windows(fn, 0.0, 2, a.reps)
         total = sum(per.values())
         report[folder.name] = {"window_ms": w, "after_profile_ms": w2, "kernels_us": per,
-                               "kernel_sum_us": total}
+                               "kernel_sum_us": total, "sequence_us": kernel_sequence(fn)}
         print(f"\n{folder.name}: window medians ms {[round(v, 4) for v in w]}"
               f" then {[round(v, 4) for v in w2]}")
         for name, us in sorted(per.items(), key=lambda kv: -kv[1]):
@@ -115,8 +130,9 @@ def main() -> int:
             fn = lambda: model(*inputs)  # noqa: E731
             w = windows(fn, a.warmup_s, a.windows, a.reps)
             per = kernel_times(fn, 20)
+            seq = kernel_sequence(fn)
         report["eager:" + spec] = {"window_ms": w, "kernels_us": per,
-                                   "kernel_sum_us": sum(per.values())}
+                                   "kernel_sum_us": sum(per.values()), "sequence_us": seq}
         print(f"\neager {spec}: window medians ms {[round(v, 4) for v in w]}")
         for name, us in sorted(per.items(), key=lambda kv: -kv[1])[:15]:
             print(f"  {us:9.1f} us  {name[:90]}")
