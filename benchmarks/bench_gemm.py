@@ -30,8 +30,9 @@ from aotpack.dtypes import DType  # noqa: E402
 from aotpack.kernels.spec import Act, EpAct, EpBias, GemmOp, contiguous  # noqa: E402
 from aotpack.kernels.triton import gemm  # noqa: E402
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
-    CONFIG_SPACE, GemmConfig, SplitKConfig, choose_config, splitk_label,
+    GemmConfig, SplitKConfig, splitk_label,
 )
+from aotpack.kernels.triton.gemm_heuristic import CONFIG_SPACE, choose_config  # noqa: E402
 
 FLOOR_TFLOPS = 790.0  # cuBLAS-class throughput on the H200 for these shapes
 MAX_REL_ERR = 1e-2

@@ -23,7 +23,9 @@ from program_checks import (
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
     LARGE, LARGE_LONG_K, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, GemmConfig,
-    choose_config, choose_tile_config,
+)
+from aotpack.kernels.triton.gemm_heuristic import (  # noqa: E402
+    choose_config, choose_tile_config, large_tiles_win,
 )
 
 BF, F16, F32 = DType.BF16, DType.F16, DType.F32
@@ -286,6 +288,27 @@ def test_small_shapes(M_, N_, want):
     assert choose_tile_config(M_, N_, 4096, BF, SM90).BM == (64 if M_ <= 64 else 128)
     if M_ > 64:
         assert choose_config(M_, N_, 4096, BF, SM90) == want
+
+
+@pytest.mark.parametrize("M_,N_,large", [
+    (1576, 3072, False),  # ViT-B/16 fc1: 2 waves of 156 large tiles vs 3 of 312 small
+    (1576, 2304, True),   # its qkv: 1 wave of 117 large tiles vs 2 of 234 small
+    (2048, 4096, True), (2048, 14336, True), (4096, 16384, True),
+    (128, 4096, False), (512, 4096, False)])
+def test_large_tiles_only_when_they_take_fewer_waves(M_, N_, large):
+    assert large_tiles_win(M_, N_, SM90.sm_count) is large
+    assert (choose_tile_config(M_, N_, 768, BF, SM90).BN == 256) is large
+
+
+def test_an_erf_gelu_epilogue_is_not_flattened_with_128_accumulator_registers():
+    from aotpack.kernels.spec import Act, EpAct
+
+    erf = _op(2048, 4096, 4096, [EpAct(Act.GELU_ERF)])
+    tanh = _op(2048, 4096, 4096, [EpAct(Act.GELU_TANH)])
+    assert gemm.config_for(erf) == LARGE.with_(FLATTEN=False)
+    assert gemm.config_for(tanh) == LARGE
+    small = _op(1576, 3072, 768, [EpAct(Act.GELU_ERF)])  # 128x128 on 8 warps: 64 registers
+    assert gemm.config_for(small) == MEDIUM
 
 
 def test_fewer_stages_when_smem_is_short():

@@ -27,8 +27,10 @@ from program_checks import (
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton import gemm_splitk  # noqa: E402
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
-    MAX_CANDIDATES, GemmConfig, SplitKConfig, candidate_configs, cdiv, choose_config,
-    config_from_dict,
+    GemmConfig, SplitKConfig, cdiv, config_from_dict,
+)
+from aotpack.kernels.triton.gemm_heuristic import (  # noqa: E402
+    MAX_CANDIDATES, candidate_configs, choose_config,
 )
 
 BF, F16, F32 = DType.BF16, DType.F16, DType.F32

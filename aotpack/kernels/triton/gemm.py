@@ -27,7 +27,7 @@ from aotpack.kernels.triton.compile import (
     Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
 )
 from aotpack.kernels.triton import gemm_splitk
-from aotpack.kernels.triton.gemm_configs import GemmConfig, SplitKConfig, choose_config
+from aotpack.kernels.triton.gemm_configs import GemmConfig, SplitKConfig
 # The epilogue (device helpers and host-side step mapping) lives in gemm_epilogue.py.
 from aotpack.kernels.triton.gemm_epilogue import (  # noqa: F401  (re-exported)
     MAX_STEPS, MAX_TENSOR_OPERANDS, _activation, _column_block, _epilogue_step, _finish_subtile,
@@ -216,12 +216,10 @@ def grid_size(op: GemmOp, cfg: GemmConfig, sm_count: int) -> int:
 
 
 def config_for(op: GemmOp, target: Target = SM90) -> GemmConfig | SplitKConfig:
-    M, K = op.a.shape
-    cfg = choose_config(M, op.b.shape[0], K, op.a.dtype, target, op.out.dtype)
-    if isinstance(cfg, SplitKConfig):  # decode-sized M: gemm_splitk.py
-        return gemm_splitk.adapt_config(op, cfg)
-    g = swiglu_group(op)
-    return cfg if g is None else swiglu_config(cfg, g, op, target)
+    """The config `op` gets without measurements (gemm_heuristic.py, outside the tuning key)."""
+    from aotpack.kernels.triton.gemm_heuristic import config_for as heuristic
+
+    return heuristic(op, target)
 
 
 # ----------------------------------------------------------------------------- cross-compile
