@@ -70,7 +70,7 @@ def _short(v) -> str:
 
 # ----------------------------------------------------------------------------- GEMM
 def _triton_gemm_configs(op: GemmOp, target: Target) -> list[dict]:
-    from aotpack.kernels.triton import gemm, gemm_configs as gc, gemm_heuristic as gh
+    from aotpack.kernels.triton import gemm, gemm_heuristic as gh
 
     M, K = op.a.shape
     N = op.b.shape[0]

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import SM90, Act, EpAct, GemmOp, Target, swiglu_group
-from aotpack.kernels.triton import gemm, gemm_splitk
+from aotpack.kernels.triton import gemm_splitk
 from aotpack.kernels.triton.gemm_configs import (
     LARGE, LARGE_LONG_K, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, AnyGemmConfig,
     _SMEM_SLACK, GemmConfig, SplitKConfig, cdiv, fit_smem, smem_estimate,
 )
+from aotpack.kernels.triton.gemm_epilogue import swiglu_config
 
 # the tile configs aotpack tune measures (those valid for a shape and fitting shared memory)
 CONFIG_SPACE: tuple[GemmConfig, ...] = (
@@ -39,7 +40,7 @@ def config_for(op: GemmOp, target: Target = SM90) -> AnyGemmConfig:
         return gemm_splitk.adapt_config(op, cfg)
     cfg = unflatten_for_erf(op, cfg)
     g = swiglu_group(op)
-    return cfg if g is None else gemm.swiglu_config(cfg, g, op, target)
+    return cfg if g is None else swiglu_config(cfg, g, op, target)
 
 
 def unflatten_for_erf(op: GemmOp, cfg: GemmConfig) -> GemmConfig:
