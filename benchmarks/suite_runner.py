@@ -120,7 +120,17 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    for p in strays:
+    _kill(strays)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL to pid and every process below it (a process that is not a session leader,
+    e.g. Inductor's compile-worker pool inside a worker)."""
+    _kill([pid, *_descendants(pid)])
+
+
+def _kill(pids: list[int]) -> None:
+    for p in pids:
         try:
             os.kill(p, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 import traceback
-from pathlib import Path
 
 from suite_proc import Partial, since_process_start, stage
 
@@ -167,6 +166,8 @@ def stop_compile_workers(async_compile) -> None:
     starts a pool of its own, as in a fresh process."""
     import logging
 
+    from suite_runner import kill_tree
+
     for pool in list(getattr(async_compile, "_pool_set", ())):
         proc = getattr(pool, "process", None)
         if proc is not None and proc.poll() is None:
@@ -181,23 +182,6 @@ def stop_compile_workers(async_compile) -> None:
         async_compile.shutdown_compile_workers()
     finally:
         quiet.setLevel(level)
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL to pid and every process below it (Linux /proc), the parent first so that it
-    cannot start new children."""
-    import signal
-
-    todo, seen = [pid], []
-    while todo:
-        p = todo.pop()
-        seen.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*/children"):
-            with contextlib.suppress(OSError, ValueError):
-                todo += [int(c) for c in task.read_text().split()]
-    for p in seen:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p, signal.SIGKILL)
 
 
 @contextlib.contextmanager
