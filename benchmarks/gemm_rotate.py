@@ -2,7 +2,8 @@
 different copy of the weights, so no run finds its weights in L2 — and no L2-flush memset
 before each run either (the tuner's method), whose dirty lines are written back during the
 timed kernel and whose idle gap lets clocks recover. cuBLAS (F.linear) is timed the same way in
-the same process, next to the device-copy ceiling.
+the same process, next to the device-copy ceiling and a read-only kernel of the weight's size
+(the rate any kernel that reads the weight once can reach there).
 
     python benchmarks/gemm_rotate.py JOB_FOLDER [--max-m 128] [-o rotate.json]
 
@@ -68,6 +69,49 @@ def copy_tbs(torch, moved: int = 2 << 30) -> float:
     return moved / us / 1e6
 
 
+_READ_KERNEL = None
+
+
+def _read_kernel():
+    """A Triton kernel that only reads: each program sums BLOCK int64 words into one word
+    (the store is 1/BLOCK of the bytes read)."""
+    global _READ_KERNEL
+    if _READ_KERNEL is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def read_sum(src, dst, BLOCK: tl.constexpr):
+            pid = tl.program_id(0)
+            x = tl.load(src + pid * BLOCK + tl.arange(0, BLOCK))
+            tl.store(dst + pid, tl.sum(x, axis=0))
+
+        _READ_KERNEL = read_sum
+    return _READ_KERNEL
+
+
+def read_tbs(torch, nbytes: int) -> float | None:
+    """Read-only rate at `nbytes` (a weight's size), timed like the GEMMs over rotating
+    buffers: what any kernel that must read the weight once can reach at this size, launch
+    and ramp included. None when Triton cannot run here."""
+    try:
+        kernel = _read_kernel()
+    except ImportError:
+        return None
+    copies = max(4, -(-ROTATE_BYTES // nbytes))
+    srcs = [torch.empty(nbytes // 8, dtype=torch.int64, device="cuda").random_(0, 1 << 20)
+            for _ in range(copies)]
+    best = 0.0
+    for block, warps in ((4096, 8), (1024, 4)):  # int64 words per program: 32 or 8 KiB
+        words = nbytes // 8 // block * block
+        dst = torch.empty(words // block, dtype=torch.int64, device="cuda")
+        grid = (words // block,)
+        us = graph_us(torch, [lambda s=s: kernel[grid](s, dst, BLOCK=block, num_warps=warps)
+                              for s in srcs])
+        best = max(best, words * 8 / us / 1e6)
+    return best
+
+
 def problem_rows(torch, F, job: Path, prob: dict) -> dict:
     from aotpack.runtime import Model, Session
 
@@ -86,6 +130,7 @@ def problem_rows(torch, F, job: Path, prob: dict) -> dict:
     # what a copy moving the weight's bytes (half read, half written) reaches: the ceiling at
     # this size, where launch and ramp-up are not amortized
     row["copy_same_bytes_tbs"] = copy_tbs(torch, wbytes)
+    row["read_same_bytes_tbs"] = read_tbs(torch, wbytes)
     row["cublas_us"] = graph_us(torch, [lambda w=w: torch.matmul(a, w.t(), out=out) for w in ws])
     for c in prob["candidates"]:
         rec = {"name": c["name"]}
@@ -152,7 +197,8 @@ def main() -> int:
         if best:
             print(f"{row['desc'][:40]:40s} best {best['us']:7.2f} us {tbs(best['us']):5.2f} TB/s "
                   f"({tbs(best['us']) / ceiling:4.0%} of copy, "
-                  f"{tbs(best['us']) / row['copy_same_bytes_tbs']:4.0%} of same-size copy) cuBLAS {row['cublas_us']:7.2f} us "
+                  f"{tbs(best['us']) / row['copy_same_bytes_tbs']:4.0%} of same-size copy; read-only "
+                  f"{row['read_same_bytes_tbs'] or 0:.2f} TB/s) cuBLAS {row['cublas_us']:7.2f} us "
                   f"{tbs(row['cublas_us']):5.2f} TB/s  x{row['cublas_us'] / best['us']:.2f}  "
                   f"[{best['name']}] not ok: {bad}", flush=True)
         else:
