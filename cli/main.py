@@ -46,7 +46,10 @@ def _user_error_types() -> tuple[type, ...]:
     # path mistakes (an unwritable folder, a file where a folder should be) are the user's too
     types: list[type] = [BuildError, BundleError, FileNotFoundError, IsADirectoryError,
                          NotADirectoryError, FileExistsError, PermissionError]
+    # LoweringError: an op the frontend knows but no kernel implements in that form (a batched
+    # matmul of two activations): the model's to change, like an unsupported operator
     for module, name in (("aotpack.verify", "VerifyError"), ("aotpack.frontend", "UnsupportedOpError"),
+                         ("aotpack.passes.lower", "LoweringError"),
                          ("aotpack.tuning.db", "TuningDBError"),
                          ("aotpack.frontend", "ModelLoadError"), ("aotpack.runtime", "AotpackError")):
         try:
@@ -160,6 +163,10 @@ def tune(
     if import_:
         if db is None:
             err.print("[bold red]error:[/] --import needs --db (the database to update)")
+            raise typer.Exit(2)
+        if spec is not None:  # `--import a.json b.json` would drop b.json silently
+            err.print(f"[bold red]error:[/] with --import no model is read; to import "
+                      f"{escape(spec)} too, repeat the option: --import A.json --import B.json")
             raise typer.Exit(2)
         import_into_db(out, err, import_, db)
         return

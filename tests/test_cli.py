@@ -169,3 +169,20 @@ def test_doctor_reports_the_machine(monkeypatch):
     assert result.exit_code == 0, result.output
     for expected in ("python", "torch", "triton", "runtime library", "driver", "AOTPACK_LOG"):
         assert expected in result.output
+
+
+def test_op_no_kernel_implements_is_one_line(tmp_path):
+    """A graph the frontend translates but the lowering cannot (a batched matmul of two
+    activations) is an error message naming the node and what is supported, no traceback,
+    and no output folder."""
+    model = tmp_path / "m.py"
+    model.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, a, b):\n"
+        "        return a @ b\n"
+        "def make():\n"
+        "    return M(), (torch.randn(2, 4, 8), torch.randn(2, 8, 4))\n")
+    result = _run("build", f"{model}:make", "-o", tmp_path / "out")
+    _assert_friendly(result, "LoweringError: cannot lower matmul", "batched matmul")
+    assert not (tmp_path / "out").exists()

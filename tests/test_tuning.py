@@ -229,6 +229,11 @@ def test_cli_tune_import_and_usage_errors(job, workdir, tmp_path):
     assert len(TuningDB.load(tmp_path / "db.json").records) == 2
     r = runner.invoke(app, ["tune", "--import", str(res_path)])
     assert r.exit_code == 2 and "--import needs --db" in r.output
+    # a second file after the first is the positional MODEL: refused, not dropped
+    r = runner.invoke(app, ["tune", "--import", str(res_path), str(res_path), "--db",
+                            str(tmp_path / "db2.json")])
+    assert r.exit_code == 2 and "repeat the option" in " ".join(r.output.split())
+    assert not (tmp_path / "db2.json").exists()
     r = runner.invoke(app, ["tune", "examples/mlp.py:make"])
     assert r.exit_code == 2 and "-o JOB_FOLDER" in r.output
 
