@@ -45,11 +45,20 @@ def rel_err(out, ref) -> float:
 
 
 def random_like_inputs(example_inputs, seed: int):
+    """Floats ~ N(0, 1); integers uniform in the example's [min, max] (token ids stay valid:
+    eager's embedding asserts on an id out of range)."""
     import torch
 
     g = torch.Generator(device="cuda").manual_seed(seed)
-    return [torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float32).to(t.dtype)
-            for t in example_inputs]
+    out = []
+    for t in example_inputs:
+        if t.dtype.is_floating_point:
+            x = torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float32).to(t.dtype)
+        else:
+            lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 1)
+            x = torch.randint(lo, hi + 1, t.shape, generator=g, device="cuda", dtype=t.dtype)
+        out.append(x)
+    return out
 
 
 def log(msg: str) -> None:
@@ -109,7 +118,7 @@ def main() -> int:
     with torch.no_grad():
         ref = model(*inputs)
         ref = ref if isinstance(ref, (tuple, list)) else (ref,)
-        ref32 = model.float()(*[t.float() for t in inputs])
+        ref32 = model.float()(*[t.float() if t.is_floating_point() else t for t in inputs])
         ref32 = ref32 if isinstance(ref32, (tuple, list)) else (ref32,)
         model.to(torch.bfloat16)
         log("running the bundle")

@@ -59,6 +59,19 @@ static void fill_input(uint16_t* host, size_t n) {
   }
 }
 
+/* Fills an integer input (token ids) with a deterministic pattern in [0, 1000): valid ids of
+   any vocabulary of 1000 tokens or more. */
+static void fill_ids(void* host, size_t n, int is_i64) {
+  uint32_t s = 12345u;
+  for (size_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    if (is_i64)
+      ((int64_t*)host)[i] = (int64_t)((s >> 8) % 1000u);
+    else
+      ((int32_t*)host)[i] = (int32_t)((s >> 8) % 1000u);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s BUNDLE [WEIGHTS]\n", argv[0]);
@@ -79,13 +92,17 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < nin; ++i) {
     aotpack_tensor_info info;
     check(aotpack_model_input_info(model, i, &info), "input_info");
-    if (info.dtype != AOTPACK_DTYPE_BF16) {
-      fprintf(stderr, "this example feeds bf16 inputs only; %s is %s\n", info.name,
-              info.dtype_name);
+    void* host = malloc(info.nbytes);
+    if (info.dtype == AOTPACK_DTYPE_BF16) {
+      fill_input(host, info.nbytes / 2);
+    } else if (info.dtype == AOTPACK_DTYPE_I64 || info.dtype == AOTPACK_DTYPE_I32) {
+      int is_i64 = info.dtype == AOTPACK_DTYPE_I64;
+      fill_ids(host, info.nbytes / (is_i64 ? 8 : 4), is_i64);
+    } else {
+      fprintf(stderr, "this example feeds bf16 and integer (token id) inputs only; %s is %s\n",
+              info.name, info.dtype_name);
       return 1;
     }
-    uint16_t* host = malloc(info.nbytes);
-    fill_input(host, info.nbytes / 2);
     CUdeviceptr d;
     check_cu(cuMemAlloc(&d, info.nbytes), "cuMemAlloc");
     check_cu(cuMemcpyHtoD(d, host, info.nbytes), "cuMemcpyHtoD");

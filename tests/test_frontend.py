@@ -7,6 +7,7 @@ import torch
 from aotpack.frontend import ModelLoadError, UnsupportedOpError, load_model, to_graph
 from aotpack.ir import Graph, Op, VerifyError
 from aotpack.ir.interpret import run_graph
+from aotpack.passes.canonicalize import dead_code
 from program_checks import rel_err
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,25 +229,103 @@ class BufferMask(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.mask)
 
 
-@pytest.mark.parametrize("mask", ["input", "tril", "one_minus_inf"])
+@pytest.mark.parametrize("mask", ["input", "triu", "causal_but_one", "one_minus_inf", "bias"])
 def test_masks_that_mask_something_are_refused(mask):
-    """A run-time mask, and constant masks that do mask (a bool tril, an additive mask with
-    one -inf), must not be dropped."""
+    """A run-time mask, and constant masks that are neither empty nor causal (a bool triu, a
+    causal mask with one more entry masked, an additive mask with one -inf, an additive bias
+    of small values), must not be dropped."""
     q = torch.randn(1, 2, 8, 16)
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
     if mask == "input":
         class Masked(torch.nn.Module):
             def forward(self, q, m):
                 return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
 
         model, inputs = Masked(), (q, torch.rand(8, 8) > 0.5)
-    elif mask == "tril":
-        model, inputs = BufferMask(torch.ones(8, 8, dtype=torch.bool).tril()), (q,)
-    else:
+    elif mask == "triu":
+        model, inputs = BufferMask(causal.T.clone()), (q,)
+    elif mask == "causal_but_one":
+        m = causal.clone()
+        m[5, 2] = False
+        model, inputs = BufferMask(m), (q,)
+    elif mask == "one_minus_inf":
         m = torch.zeros(8, 8)
         m[3, 5] = float("-inf")
         model, inputs = BufferMask(m), (q,)
+    else:
+        model, inputs = BufferMask(torch.full((8, 8), 0.5)), (q,)
     with pytest.raises(UnsupportedOpError, match="attn_mask"):
         to_graph(model, inputs)
+
+
+class ArangeCausalMask(torch.nn.Module):
+    """GPT-2's mask code on transformers 5.x, in small: integer arithmetic on expanded aranges,
+    compared into a [B, 1, S, S] bool mask (nothing of it depends on the input's values)."""
+
+    def forward(self, q):
+        b, s = q.shape[0], q.shape[2]
+        pos = torch.arange(s, device=q.device).unsqueeze(0).expand(b, -1)
+        first = pos[:, :1] - 1  # i64 arithmetic of an expanded constant
+        kv = (pos - first - 1)[:, None, None, :]
+        qi = (pos - first - 1)[:, None, :, None]
+        mask = (kv <= qi).expand(b, 1, s, s)
+        return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+
+@pytest.mark.parametrize("mask", ["bool_tril", "additive_inf", "additive_min", "arange_code"])
+def test_causal_masks_become_is_causal(mask):
+    """A constant mask that is the causal pattern (bool, or additive with -inf / the dtype's
+    minimum above the diagonal; broadcast over batch and heads) becomes sdpa's is_causal:
+    no mask operand is left, and the graph computes what the model does."""
+    q = torch.randn(2, 2, 8, 16)
+    causal = torch.ones(8, 8, dtype=torch.bool).tril()
+    if mask == "bool_tril":
+        model = BufferMask(causal[None, None])
+    elif mask == "additive_inf":
+        model = BufferMask(torch.zeros(8, 8).masked_fill(~causal, float("-inf")))
+    elif mask == "additive_min":
+        model = BufferMask(torch.zeros(1, 8, 8).masked_fill(~causal, torch.finfo(torch.float32).min))
+    else:
+        model = ArangeCausalMask()
+    g = to_graph(model, (q,))
+    (sdpa,) = [n for n in g.nodes if n.op == Op.SDPA]
+    assert sdpa.attrs.causal and len(sdpa.inputs) == 3
+    assert not dead_code(g).constants  # the mask is unused: nothing of it is stored
+    assert rel_err(run_graph(g, [q])[0], model(q)) < 1e-5
+
+
+class Embeddings(torch.nn.Module):
+    """BERT's embedding block in small: word embedding of the ids, token types gathered from a
+    slice of a buffer (index arithmetic through views of buffers), positions from a buffer
+    slice, summed and normalized."""
+
+    def __init__(self, vocab=50, d=32, max_pos=16):
+        super().__init__()
+        self.word = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(max_pos, d)
+        self.types = torch.nn.Embedding(2, d)
+        self.norm = torch.nn.LayerNorm(d)
+        self.register_buffer("position_ids", torch.arange(max_pos).expand(1, -1))
+        self.register_buffer("token_type_ids", torch.zeros(1, max_pos, dtype=torch.long))
+
+    def forward(self, ids):
+        b, s = ids.shape
+        position_ids = self.position_ids[:, :s]
+        types = torch.gather(self.token_type_ids.expand(1, -1), 1, position_ids).expand(b, s)
+        return self.norm(self.word(ids) + self.types(types) + self.pos(position_ids))
+
+
+def test_embeddings_translate_and_index_arithmetic_folds():
+    """aten.embedding becomes EMBEDDING; the integer gather of token types from views of
+    buffers folds to a constant (the kernels never see integer arithmetic)."""
+    model, ids = Embeddings().eval(), torch.randint(0, 50, (3, 12))
+    g = to_graph(model, (ids,))
+    emb = [n for n in g.nodes if n.op == Op.EMBEDDING]
+    assert len(emb) == 3 and emb[0].inputs[1].name == "ids"
+    integer_nodes = [n for n in g.nodes if not n.output.dtype.is_float]
+    assert integer_nodes == []
+    other = torch.randint(0, 50, (3, 12))
+    assert rel_err(run_graph(g, [other])[0], model(other)) < 1e-5
 
 
 def test_folding_keeps_broadcasts_as_views_and_skips_export_checks():

@@ -19,8 +19,8 @@ pytest.importorskip("triton")
 from aotpack.dtypes import DType  # noqa: E402
 from aotpack.kernels import run_reference  # noqa: E402
 from aotpack.kernels.spec import (  # noqa: E402
-    AttentionOp, F32Slot, IntSlot, NullSlot, PointwiseOp, PtrSlot, PwConst, PwExpr, PwInput,
-    RMSNormOp, RopeOp, TensorArg, contiguous,
+    AttentionOp, EmbeddingOp, F32Slot, IntSlot, NullSlot, PointwiseOp, PtrSlot, PwConst, PwExpr,
+    PwInput, RMSNormOp, RopeOp, TensorArg, contiguous,
 )
 from aotpack.kernels.triton._interpret import run_interpreted_batch  # noqa: E402
 from program_checks import sass_or_skip  # noqa: E402
@@ -55,6 +55,15 @@ def rope_case(b, h, s, d):
     cos = contiguous("cos", BF16, (s, d))
     sin = TensorArg("sin", BF16, (s, d), (d, 1), 5 * d)  # a view into a longer table
     return RopeOp(x, cos, sin, contiguous("y", BF16, (b, h, s, d)))
+
+
+def embedding_case(vocab, d, r, c, ids_dtype=DType.I64, expanded=False):
+    """ids: a [r, c] view; `expanded`: one row of c ids broadcast over r rows (stride 0), as
+    position ids are; the table a row-offset view of a longer one."""
+    ids = (TensorArg("ids", ids_dtype, (r, c), (0, 1)) if expanded
+           else contiguous("ids", ids_dtype, (r, c)))
+    table = TensorArg("table", BF16, (vocab, d), (d, 1), 2 * d)
+    return EmbeddingOp(table, ids, contiguous("y", BF16, (r * c, d)))
 
 
 def _x(i):
@@ -120,10 +129,15 @@ def _storage_sizes(op) -> dict[str, int]:
 
 
 def make_env(op, seed):
-    """Fresh random inputs; the output storage poisoned with NaN (unwritten -> test fails)."""
+    """Fresh random inputs; the output storage poisoned with NaN (unwritten -> test fails).
+    Embedding ids: integers over the table's rows and a few past either end (clamped)."""
     gen = torch.Generator().manual_seed(seed)
     env = {name: torch.randn(n, generator=gen).to(torch.bfloat16)
            for name, n in _storage_sizes(op).items()}
+    if isinstance(op, EmbeddingOp):
+        n, vocab = env[op.ids.storage].numel(), op.table.shape[0]
+        env[op.ids.storage] = torch.randint(-3, vocab + 3, (n,), generator=gen).to(
+            op.ids.dtype.to_torch())
     env[op.out.storage].fill_(float("nan"))
     return env
 
@@ -167,6 +181,9 @@ CASES = {
     "rope/transposed_d64": (rope_case(2, 3, 37, 64), None),
     "rope/transposed_d128": (rope_case(1, 2, 20, 128), None),
     **{f"pointwise/{k}": (pointwise_case(k), None) for k in POINTWISE_EXPRS},
+    "embedding/d768_i64": (embedding_case(50, 768, 3, 7), None),
+    "embedding/d100_i32_expanded": (embedding_case(30, 100, 4, 9, DType.I32, True), None),
+    "embedding/d64_rows_tail": (embedding_case(20, 64, 1, 70), {"ROWS": 16}),
 }
 
 
@@ -342,3 +359,19 @@ def test_attention_decode_sized_queries_get_a_small_tile():
     assert attention.default_config(ATTENTION_CASES["d128_causal"])["BLOCK_M"] == 128
     (launch,) = attention.compile(op, config=cands[-1])
     assert launch.grid == (16 * 4, 1, 1) and launch.kernel.cubin[:4] == b"\x7fELF"
+
+
+def test_embedding_gpt2_cubin_and_slots():
+    """GPT-2's token lookup: 4x512 ids into a 50257x768 table; the row loads and stores are
+    16-byte vectors (the table's rows are contiguous)."""
+    from aotpack.kernels import compile as compile_op
+
+    op = EmbeddingOp(contiguous("wte", BF16, (50257, 768)), contiguous("ids", DType.I64, (4, 512)),
+                     contiguous("emb", BF16, (2048, 768)))
+    (launch,) = compile_op(op)
+    _well_formed(launch, ["wte", "ids", "emb"])
+    # n, vocab, table row stride, ids row stride (ids column stride 1 is compiled in), out stride
+    assert [s.value for s in launch.args if isinstance(s, IntSlot)] == [2048, 50257, 768, 512, 768]
+    assert launch.grid == (2048 // 4, 1, 1) and launch.kernel.fused_ops == ("embedding",)
+    sass = sass_or_skip(launch.kernel.cubin)
+    assert "LDG.E.128" in sass and "STG.E.128" in sass

@@ -15,7 +15,8 @@ from aotpack.passes import canonicalize, compile_graph
 from aotpack.passes.lower import LoweringError
 from aotpack.passes.pipeline import optimize
 from aotpack.passes.views import View, compose, layout_view
-from program_checks import check_matches_eager, kinds
+from aotpack.executor import run_reference
+from program_checks import check_matches_eager, kinds, rel_err
 from aotpack.ir import ops as O
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -291,3 +292,70 @@ def test_inspect_summary():
     assert p.summary["fused_ops"]["linear"] == 4 and p.summary["fused_ops"]["swiglu"] == 1
     assert p.summary["aten_ops"]["aten.linear.default"] == 7
 
+
+
+class Conv1D(torch.nn.Module):
+    """GPT-2's projection: y = addmm(b, x, W) with W stored [K, N]."""
+
+    def __init__(self, k=64, n=96):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(k, n) * 0.05)
+        self.b = torch.nn.Parameter(torch.randn(n) * 0.05)
+
+    def forward(self, x):
+        return torch.addmm(self.b, x.view(-1, x.shape[-1]), self.w).view(*x.shape[:-1], -1)
+
+
+def test_matmul_weight_is_stored_once_transposed():
+    """The [K, N] weight is transposed once at build time for the GEMM's [N, K] operand; the
+    original, which no kernel reads, is not stored beside it."""
+    model = Conv1D().to(torch.bfloat16)
+    program = check_matches_eager(model, (torch.randn(2, 8, 64, dtype=torch.bfloat16),), 1e-2)
+    assert kinds(program) == ["GemmOp"]
+    assert sorted(program.weights) == ["b", "w.T"] and tuple(program.weights["w.T"].shape) == (96, 64)
+    assert set(program.weights) <= set(program.storages)
+    assert not any(s.kind == "weight" and n not in program.weights
+                   for n, s in program.storages.items())
+
+
+def _hf_small(name):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100,
+                                      n_positions=32, use_cache=False, attn_implementation="sdpa")
+        model = transformers.GPT2Model(cfg)
+    else:
+        cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                      intermediate_size=128, vocab_size=100,
+                                      max_position_embeddings=32, attn_implementation="sdpa")
+        model = transformers.BertModel(cfg, add_pooling_layer=False)
+
+    class FirstOutput(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids):
+            return self.inner(ids)[0]
+
+    return FirstOutput(model).to(torch.bfloat16).eval()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_hf_gpt2_and_bert_compile_and_match_eager(name):
+    """Small HF GPT-2 and BERT (transformers' own modules): token and position embeddings
+    become EmbeddingOps or fold, GPT-2's causal mask becomes causal attention, and the
+    program (kernel references) matches eager on fresh ids."""
+    model = _hf_small(name)
+    ids = torch.randint(0, 100, (2, 16))
+    program = compile_graph(to_graph(model, (ids,)))
+    ops = kinds(program)
+    assert ops.count("EmbeddingOp") == 1 and ops.count("AttentionOp") == 2
+    assert all(op.causal == (name == "gpt2") for op in program.ops
+               if type(op).__name__ == "AttentionOp")
+    fresh = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        want = model(fresh)
+    (got,) = run_reference(program, [fresh])
+    assert rel_err(got, want) < 2e-2

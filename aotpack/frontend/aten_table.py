@@ -62,6 +62,11 @@ def _matmul(cx, a, b):
     return cx.emit(Op.MATMUL, [a, b], O.NoAttrs(), final=True)
 
 
+def _embedding(cx, table, ids, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    # padding_idx, scale_grad_by_freq and sparse only change gradients
+    return cx.emit(Op.EMBEDDING, [table, ids], O.NoAttrs(), final=True)
+
+
 def _addmm(cx, bias, a, b, beta=1, alpha=1):
     if beta != 1 or alpha != 1:
         raise Unsupported("addmm with alpha/beta")
@@ -154,9 +159,12 @@ def _layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn
 
 def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
-    if attn_mask is not None and not _mask_keeps_all(cx, attn_mask):
-        raise Unsupported("attn_mask (only is_causal=True, no mask, or a constant mask that "
-                          "masks nothing are supported)")
+    if attn_mask is not None:
+        kind = _constant_mask_kind(cx, attn_mask, q.shape[-2], k.shape[-2])
+        if kind is None:
+            raise Unsupported("attn_mask (only is_causal=True, no mask, or a constant mask "
+                              "that masks nothing or is the causal pattern are supported)")
+        is_causal = is_causal or kind == "causal"
     if dropout_p:
         raise Unsupported(f"dropout_p={dropout_p}")
     attrs = O.SdpaAttrs(bool(is_causal), None if scale is None else float(scale),
@@ -164,16 +172,31 @@ def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     return cx.emit(Op.SDPA, [q, k, v], attrs, final=True)
 
 
-def _mask_keeps_all(cx, mask) -> bool:
-    """A constant attention mask that changes nothing: all True (bool) or all 0 (additive).
-    HF models pass one built from arange even when nothing is masked (ViT, BERT without
-    padding); it folds to a constant before this rule sees it."""
+def _constant_mask_kind(cx, mask, seq_q: int, seq_k: int) -> str | None:
+    """What a constant attention mask does: "none" (all True, or all 0 when additive),
+    "causal" (query i sees keys 0..i in every batch and head: sdpa's is_causal), or None
+    (anything else, or not a constant). HF models build one from arange even when nothing or
+    only the future is masked (ViT and BERT without padding: nothing; GPT-2: causal); it folds
+    to a constant before this rule sees it. An additive mask's masked entries must be -inf or
+    a large negative number (what HF writes: the dtype's minimum)."""
     import torch
 
     t = cx.constant_source(mask)
     if t is None:
-        return False
-    return bool(t.all()) if t.dtype == torch.bool else bool((t == 0).all())
+        return None
+    if t.dtype == torch.bool:
+        keep = t
+    else:
+        keep = t == 0
+        if not bool((keep | (t <= -1e4)).all()):
+            return None  # a bias, not a mask
+    if bool(keep.all()):
+        return "none"
+    causal = torch.ones(seq_q, seq_k, dtype=torch.bool).tril()
+    if tuple(keep.shape[-2:]) in ((seq_q, seq_k), (1, seq_k), (seq_q, 1)) and bool(
+            (keep == causal).all()):
+        return "causal"
+    return None
 
 
 def _conv2d(cx, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
@@ -297,6 +320,7 @@ def _nothing(cx, *args, **kwargs):
 RULES = {
     "aten.linear.default": _linear, "aten.mm.default": _matmul, "aten.bmm.default": _matmul,
     "aten.matmul.default": _matmul, "aten.addmm.default": _addmm,
+    "aten.embedding.default": _embedding,
     "aten.add.Tensor": _binary(Op.ADD), "aten.add.Scalar": _binary(Op.ADD),
     "aten.sub.Tensor": _binary(Op.SUB), "aten.sub.Scalar": _binary(Op.SUB),
     "aten.rsub.Scalar": _rsub, "aten.rsub.Tensor": _rsub,

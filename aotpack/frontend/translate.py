@@ -143,8 +143,12 @@ class _Translator:
         `computed_only` (the op has a rule) only when every input was itself computed here and
         the result is no larger than its largest input: a mask built from arange (HF models
         build all-True ones) folds away, while views of weights stay views (folding them would
-        store a second copy of the weight) and broadcasts stay views (an expand folded would be
-        stored dense). Anything that fails to evaluate here is left to its rule."""
+        store a second copy of the weight) and float broadcasts stay views (an expand folded
+        would be stored dense). Integer and bool results of constants always fold: they are
+        index and mask arithmetic, which the kernels do not run (HF's causal-mask code expands
+        arange before it subtracts, compares and indexes; BERT gathers its token-type ids from
+        a slice of a buffer); an unused one is dropped with the dead code. Anything that fails
+        to evaluate here is left to its rule."""
         import torch
 
         name = str(n.target)
@@ -160,7 +164,7 @@ class _Translator:
             return False
         if out.numel() * out.element_size() > _FOLD_LIMIT:  # before computing it
             return False
-        if computed_only and not (
+        if computed_only and out.dtype.is_floating_point and not (
                 all(self.env[d.name].name in self.computed for d in deps)
                 and out.numel() <= max([t.numel() for t in tensors.values()] or [0])):
             return False

@@ -81,6 +81,16 @@ def _matmul(ins, a):
     return TensorType(promote(x.dtype, y.dtype), tuple(batch) + (x.shape[-2], y.shape[-1]))
 
 
+def _embedding(ins, a):
+    _arity(ins, 2)
+    table, ids = ins
+    if len(table.shape) != 2:
+        raise TypeError(f"embedding: table {table.shape} is not [V, D]")
+    if ids.dtype.is_float or ids.dtype == DType.BOOL:
+        raise TypeError(f"embedding: ids are {ids.dtype.value}, not integers")
+    return TensorType(table.dtype, tuple(ids.shape) + (table.shape[1],))
+
+
 def _reduce(ins, a: O.ReduceAttrs):
     _arity(ins, 1)
     dims = ins[0].shape
@@ -201,7 +211,8 @@ def _as_strided(ins, a: O.StridedAttrs):
 
 _RULES = {
     **{op: _binary for op in O.BINARY}, **{op: _unary for op in O.UNARY},
-    Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.MEAN: _reduce, Op.SUM: _reduce,
+    Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.EMBEDDING: _embedding,
+    Op.MEAN: _reduce, Op.SUM: _reduce,
     Op.AMAX: _reduce, Op.AMIN: _reduce,
     Op.SOFTMAX: _unary, Op.LOG_SOFTMAX: _unary, Op.RMS_NORM: _norm, Op.LAYER_NORM: _norm,
     Op.SDPA: _sdpa,

@@ -67,6 +67,7 @@ def _build():
     T = torch
     return {
         Op.LINEAR: lambda a, x, w, b=None: F.linear(x, w, b), Op.MATMUL: lambda a, x, y: x @ y,
+        Op.EMBEDDING: lambda a, table, ids: F.embedding(ids.long(), table),
         Op.ADD: _binary(lambda x, y: x + y), Op.SUB: _binary(lambda x, y: x - y),
         Op.MUL: _binary(lambda x, y: x * y), Op.DIV: _binary(lambda x, y: x / y),
         Op.MAX: _binary(lambda x, y: T.maximum(T.as_tensor(x), T.as_tensor(y))),

@@ -18,6 +18,8 @@ class Op(enum.Enum):
     # matrix products
     LINEAR = "linear"  # (x[..., K], w[N, K] [, b[N]]) -> [..., N]
     MATMUL = "matmul"  # (a[..., M, K], b[..., K, N]) -> [..., M, N]
+    # rows of a table: (table[V, D], ids[...] integer) -> [..., D] (nn.Embedding)
+    EMBEDDING = "embedding"
     # elementwise binary (a second tensor operand or a scalar in BinaryAttrs)
     ADD = "add"
     SUB = "sub"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import importlib
 
 from aotpack.kernels.spec import (
-    AttentionOp, GemmOp, KernelOp, LayerNormOp, PointwiseOp, ReduceOp, RMSNormOp, RopeOp,
-    SoftmaxOp, Target, SM90,
+    AttentionOp, EmbeddingOp, GemmOp, KernelOp, LayerNormOp, PointwiseOp, ReduceOp, RMSNormOp,
+    RopeOp, SoftmaxOp, Target, SM90,
 )
 
 _TEMPLATES = {
@@ -18,6 +18,7 @@ _TEMPLATES = {
     SoftmaxOp: "aotpack.kernels.triton.softmax",
     ReduceOp: "aotpack.kernels.triton.reduce",
     RopeOp: "aotpack.kernels.triton.rope",
+    EmbeddingOp: "aotpack.kernels.triton.embedding",
     PointwiseOp: "aotpack.kernels.triton.pointwise",
 }
 # References live beside their templates but must import without triton.

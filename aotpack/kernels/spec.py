@@ -214,6 +214,18 @@ class RopeOp:
     out: TensorArg
 
 
+@dataclass(frozen=True)
+class EmbeddingOp:
+    """out[i, :] = table[ids[i // C, i % C], :] for i < R * C: rows of a [V, D] table picked
+    by integer ids, a 2-D view [R, C] (int32 or int64) read in row-major order; out is [R * C,
+    D]. An id outside [0, V) reads row clamp(id, 0, V - 1): torch raises there, a kernel
+    cannot."""
+
+    table: TensorArg
+    ids: TensorArg
+    out: TensorArg
+
+
 # Pointwise expressions: a small tree over the op's inputs, evaluated in f32.
 @dataclass(frozen=True)
 class PwInput:
@@ -253,7 +265,7 @@ class PointwiseOp:
 
 
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
-                 PointwiseOp]
+                 EmbeddingOp, PointwiseOp]
 
 
 def op_inputs(op: KernelOp) -> list[TensorArg]:
@@ -270,6 +282,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.x]
     if isinstance(op, RopeOp):
         return [op.x, op.cos, op.sin]
+    if isinstance(op, EmbeddingOp):
+        return [op.table, op.ids]
     if isinstance(op, PointwiseOp):
         return list(op.inputs)
     raise TypeError(f"not a kernel op: {type(op).__name__}")

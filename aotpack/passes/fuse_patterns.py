@@ -5,6 +5,8 @@ and replace them by one IR node.
 - LayerNorm written out (BERT's original, ConvNeXt): (x - mean(x)) / sqrt(mean((x - mean(x))²)
   + eps) (or * rsqrt) [* w [+ b]] over the last dim → LAYER_NORM(x [, w [, b]])
 - (log_)softmax of a scaled input: softmax(x * c | x / c) → SOFTMAX(x, scale) (scaled in f32)
+- GELU, tanh form written out (GPT-2's gelu_new): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x +
+  0.044715 * x³))) → GELU(x, tanh) (one f32 evaluation instead of eight rounded steps)
 - GQA by repetition (HF repeat_kv: k[:, :, None].expand(..).reshape(..), repeat_interleave):
   sdpa(q, repeat(k), repeat(v)) → sdpa(q, k, v, gqa) — the repeated copies disappear
 Unused leftovers are removed by dead_code."""
@@ -27,6 +29,7 @@ def fuse_patterns(graph: Graph) -> Graph:
     graph = _rewrite(graph, _match_rms_weight)
     graph = _rewrite(graph, _match_rope)
     graph = _rewrite(graph, _match_softmax_scale)
+    graph = _rewrite(graph, _match_gelu_tanh)
     graph = _fold_repeat_kv(graph)
     return dead_code(graph).verify()
 
@@ -44,6 +47,38 @@ def _rewrite(graph: Graph, matcher) -> Graph:
         op, inputs, attrs = match
         b.nodes.append(Node(op, tuple(b.get(v) for v in inputs), attrs, n.outputs, n.loc))
     return b.finish()
+
+
+def _scaled(v: Value, producers, c: float) -> Value | None:
+    """x if v = x * c (or c * x), c to 1e-4 relative."""
+    n = _prod(v, producers, Op.MUL)
+    if n is None or n.attrs.scalar is None or abs(n.attrs.scalar - c) > 1e-4 * abs(c):
+        return None
+    return n.inputs[0]
+
+
+def _match_gelu_tanh(n: Node, producers):
+    """n = (0.5 * x) * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))) (either operand order,
+    and x + c*x**3 either way round)."""
+    if n.op != Op.MUL or not _tensor_binary(n):
+        return None
+    for half, one_plus in (n.inputs, n.inputs[::-1]):
+        x = _scaled(half, producers, 0.5)
+        add1 = _prod(one_plus, producers, Op.ADD)
+        if x is None or add1 is None or add1.attrs.scalar != 1.0 or x.type != n.output.type:
+            continue
+        tanh = _prod(add1.inputs[0], producers, Op.TANH)
+        inner = tanh and _scaled(tanh.inputs[0], producers, 0.7978845608028654)
+        add = inner and _prod(inner, producers, Op.ADD)
+        if not _tensor_binary(add) or x not in add.inputs:
+            continue
+        other = add.inputs[1] if add.inputs[0] == x else add.inputs[0]
+        cube = _scaled(other, producers, 0.044715)
+        pw = cube and _prod(cube, producers, Op.POW)
+        if (pw is not None and pw.inputs[0] == x and pw.attrs.scalar == 3.0
+                and not pw.attrs.scalar_first):
+            return Op.GELU, [x], O.GeluAttrs("tanh")
+    return None
 
 
 def _prod(v: Value, producers, op: Op) -> Node | None:

@@ -3,13 +3,16 @@
 From a LINEAR (or 2-D MATMUL) node the chain follows single users while they are:
 SWIGLU (first step only, fuse_swiglu.py) → EpSwiGLU, bias-like add ([N] vector) → EpBias,
 gelu/silu/relu → EpAct, add/mul with a tensor of the output's shape → EpAdd/EpMul, a multiply
-by a scale → EpScale, cast → output dtype. A scale is a Python number (x * c, x / c), or a
+by a scale → EpScale, cast → output dtype; and reshapes that keep the last dim and the
+contiguous layout (GPT-2 computes [B*S, K] @ [K, N] and views the result back to [B, S, N]
+before its bias-free residual add and GELU), which change no byte of the 2-D output. A scale is a Python number (x * c, x / c), or a
 constant, or an f32 graph input, of shape [] / [1] (per tensor) or [N] (per channel, leading 1s
 allowed). A binary op whose other operand is itself a direct GEMM output is left to *that* GEMM
 (an unfused SwiGLU becomes gate+silu, then up*gate), and an operand defined after the GEMM's
 position ends the chain (it would not exist yet)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from aotpack.dtypes import DType
@@ -24,7 +27,8 @@ _ACTS = {Op.SILU: Act.SILU, Op.RELU: Act.RELU}
 @dataclass(frozen=True)
 class Step:
     """One epilogue step: kind is "swiglu" | "bias" | "act" | "add" | "mul" | "scale" |
-    "cast". A "scale" has a tensor `operand` or a Python number `scale`."""
+    "cast" | "reshape" (nothing to compute). A "scale" has a tensor `operand` or a Python
+    number `scale`."""
 
     kind: str
     node: Node
@@ -79,12 +83,27 @@ def _follow(root, index, users, outputs, ctx: _Context) -> Chain:
             ok = not steps and root.op == Op.LINEAR and len(root.inputs) == 2
             step = Step("swiglu", n) if ok else None
         else:
-            step = _scale_step(n, value, ctx) or _step(n, value, index, ctx)
+            step = (_reshape_step(n, value) or _scale_step(n, value, ctx)
+                    or _step(n, value, index, ctx))
         if step is None:
             break
         steps.append(step)
         value = n.output
+    while steps and steps[-1].kind == "reshape":
+        steps.pop()  # a trailing view is the chain end's view, lowered as one
     return Chain(root, tuple(steps))
+
+
+def _reshape_step(n: Node, value: Value) -> Step | None:
+    """A view that only regroups the rows of a contiguous [.., N] value (same last dim)."""
+    from aotpack.ir.types import contiguous_strides
+
+    a = n.attrs
+    if (n.op != Op.AS_STRIDED or a.offset != 0 or not a.shape or not value.shape
+            or a.shape[-1] != value.shape[-1] or tuple(a.strides) != contiguous_strides(a.shape)
+            or math.prod(a.shape) != math.prod(value.shape)):
+        return None
+    return Step("reshape", n)
 
 
 def _scale_step(n: Node, value: Value, ctx: _Context) -> Step | None:

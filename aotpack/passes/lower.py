@@ -18,8 +18,8 @@ from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    AttentionOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PointwiseOp, RMSNormOp,
-    RopeOp, TensorArg, contiguous,
+    AttentionOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
+    PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous,
 )
 from aotpack.passes import lower_reductions, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
@@ -92,7 +92,8 @@ class _Lowering:
             if n.op == Op.COPY:
                 self._try_elide(n.inputs[0], n.output, None)
             elif n.op == Op.AS_STRIDED and len(outputs.get(n.output.name, [])) == 1:
-                self._try_elide(n.output, n.output, outputs[n.output.name][0])
+                if not self._try_elide_reshape(n, outputs[n.output.name][0]):
+                    self._try_elide(n.output, n.output, outputs[n.output.name][0])
             elif n.op == Op.CAT:
                 self._plan_cat(n)
 
@@ -127,6 +128,31 @@ class _Lowering:
             return row_major
         return _kernel_writes_strided(n) and v.name not in self.absorbed
 
+    def _try_elide_reshape(self, view_node: Node, output_name: str) -> bool:
+        """A graph output that is a reshape of a kernel's contiguous result (GPT-2's projection
+        [B*S, N] viewed back as [B, S, N]; the last norm of a transformer): the kernel writes
+        the output storage itself, with the same bytes, instead of a copy after it."""
+        from aotpack.ir.types import contiguous_strides
+
+        a, src = view_node.attrs, view_node.inputs[0]
+        chain = self.chain_of.get(src.name)
+        writer = self._writer(src)
+        # kernels that allocate their result with _new_storage (and so honour a preset)
+        kernel = writer is not None and (
+            src.name in self.chain_of or writer.op in O.ELEMENTWISE or writer.op in _LOWER
+            or writer.op in (Op.COPY, Op.CAT))
+        if (a.offset != 0 or tuple(a.strides) != contiguous_strides(a.shape)
+                or math.prod(a.shape) != math.prod(src.shape) or not kernel
+                or src.name in self.preset or src.name in self.absorbed
+                or src.name in self.g.output_names()
+                or len(self.users.get(src.name, [])) != 1
+                or (chain is not None and chain.end != src)):
+            return False
+        self.out_storage[view_node.output.name] = output_name
+        out = self._new_storage(view_node.output)
+        self.preset[src.name] = contiguous(out.storage, src.dtype, tuple(src.shape))
+        return True
+
     def _try_elide(self, view: Value, dest: Value, output_name: str | None) -> None:
         view_node = self.producers.get(view.name)
         if view_node is None or view_node.op != Op.AS_STRIDED:
@@ -158,8 +184,20 @@ class _Lowering:
         for n in self.g.nodes:
             self._lower_node(n)
         self._write_outputs()
+        self._drop_unread_weights()
         return Program([v.name for v in self.g.inputs], [o.name for o in self.g.outputs],
                        self.storages, self.ops, self.weights, self._summary())
+
+    def _drop_unread_weights(self) -> None:
+        """Constants no kernel reads: a matmul's [K, N] weight once its transposed copy was
+        made (GPT-2's Conv1D), a table folded away with its lookup. Kept, each would be a
+        second copy in the bundle."""
+        from aotpack.kernels.spec import op_inputs
+
+        read = {t.storage for op in self.ops for t in op_inputs(op)}
+        for name in [n for n in self.weights if n not in read]:
+            del self.weights[name]
+            del self.storages[name]
 
     def _summary(self) -> dict:
         kinds: dict[str, int] = {}
@@ -170,7 +208,7 @@ class _Lowering:
 
     def _lower_node(self, n: Node) -> None:
         name = n.output.name
-        if n.op == Op.AS_STRIDED:
+        if n.op == Op.AS_STRIDED and name not in self.chain_of:
             self.args[name] = self._view(self.args[n.inputs[0].name], n.attrs)
         elif name in self.chains:
             self._lower_gemm(self.chains[name])
@@ -187,8 +225,8 @@ class _Lowering:
             _LOWER[n.op](self, n)
         else:
             self._fail(n, "no kernel op implements it (supported after fusion: linear/matmul "
-                          "+ epilogue, sdpa, rms_norm, layer_norm, (log_)softmax, last-dim "
-                          "sum/mean/amax/amin, rope, elementwise, cat, views)")
+                          "+ epilogue, embedding, sdpa, rms_norm, layer_norm, (log_)softmax, "
+                          "last-dim sum/mean/amax/amin, rope, elementwise, cat, views)")
 
     def _fail(self, n: Node, why: str):
         raise LoweringError(f"cannot lower {n.op.value} node %{n.output.name} "
@@ -342,6 +380,13 @@ class _Lowering:
         out = self._new_storage(n.output)
         self.ops.append(RopeOp(x, _drop_leading_ones(cos), _drop_leading_ones(sin), out))
 
+    def _lower_embedding(self, n: Node) -> None:
+        table = self.args[n.inputs[0].name]
+        ids = self.args[n.inputs[1].name]
+        ids2d = _flatten_2d(ids) or _flatten_2d(self._materialize(ids, n.inputs[1].name))
+        out = _flatten_2d(self._new_storage(n.output))
+        self.ops.append(EmbeddingOp(table, ids2d, out))
+
     def _lower_rms_norm(self, n: Node) -> None:
         if n.attrs.ndim != 1:
             self._fail(n, "rms_norm over more than the last dimension")
@@ -361,6 +406,7 @@ class _Lowering:
 
 
 _LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
+          Op.EMBEDDING: _Lowering._lower_embedding,
           Op.RMS_NORM: _Lowering._lower_rms_norm, **lower_reductions.RULES}
 
 

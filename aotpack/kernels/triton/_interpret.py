@@ -28,6 +28,7 @@ _TEMPLATE_MODULE = {
     "SoftmaxOp": "aotpack.kernels.triton.softmax",
     "ReduceOp": "aotpack.kernels.triton.reduce",
     "RopeOp": "aotpack.kernels.triton.rope",
+    "EmbeddingOp": "aotpack.kernels.triton.embedding",
     "PointwiseOp": "aotpack.kernels.triton.pointwise",
 }
 
