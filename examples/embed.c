@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
     } else {
       fprintf(stderr, "this example feeds bf16 and integer (token id) inputs only; %s is %s\n",
               info.name, info.dtype_name);
+      free(host);
       return 1;
     }
     CUdeviceptr d;

@@ -229,7 +229,8 @@ class BufferMask(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=self.mask)
 
 
-@pytest.mark.parametrize("mask", ["input", "triu", "causal_but_one", "one_minus_inf", "bias"])
+@pytest.mark.parametrize("mask", ["input", "triu", "causal_but_one", "one_minus_inf", "bias",
+                                  "transposed_causal", "unsqueezed_causal"])
 def test_masks_that_mask_something_are_refused(mask):
     """A run-time mask, and constant masks that are neither empty nor causal (a bool triu, a
     causal mask with one more entry masked, an additive mask with one -inf, an additive bias
@@ -252,6 +253,19 @@ def test_masks_that_mask_something_are_refused(mask):
         m = torch.zeros(8, 8)
         m[3, 5] = float("-inf")
         model, inputs = BufferMask(m), (q,)
+    elif mask in ("transposed_causal", "unsqueezed_causal"):
+        # a causal buffer seen through a layout op: what sdpa gets is not causal (a view of
+        # a float buffer stays a view: the check must replay it)
+        class ViewedMask(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("m", torch.zeros(8, 8).masked_fill(~causal, float("-inf")))
+
+            def forward(self, q):
+                m = self.m.t() if mask == "transposed_causal" else self.m.unsqueeze(-1)
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=m)
+
+        model, inputs = ViewedMask(), (torch.randn(1, 8, 8, 16),)
     else:
         model, inputs = BufferMask(torch.full((8, 8), 0.5)), (q,)
     with pytest.raises(UnsupportedOpError, match="attn_mask"):
@@ -272,12 +286,26 @@ class ArangeCausalMask(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
 
 
-@pytest.mark.parametrize("mask", ["bool_tril", "additive_inf", "additive_min", "arange_code"])
+class CrossMask(torch.nn.Module):
+    """Queries and keys of different lengths under a constant bool mask."""
+
+    def __init__(self, mask):
+        super().__init__()
+        self.register_buffer("mask", mask)
+
+    def forward(self, q, k):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, k, attn_mask=self.mask)
+
+
+@pytest.mark.parametrize("mask", ["bool_tril", "additive_inf", "additive_min", "arange_code",
+                                  "transposed_anticausal", "sq4_sk8", "sq8_sk4"])
 def test_causal_masks_become_is_causal(mask):
     """A constant mask that is the causal pattern (bool, or additive with -inf / the dtype's
-    minimum above the diagonal; broadcast over batch and heads) becomes sdpa's is_causal:
-    no mask operand is left, and the graph computes what the model does."""
+    minimum above the diagonal; broadcast over batch and heads; through a layout op; top-left
+    aligned when query and key lengths differ, as sdpa's is_causal) becomes is_causal: no mask
+    operand is left, and the graph computes what the model does."""
     q = torch.randn(2, 2, 8, 16)
+    inputs = (q,)
     causal = torch.ones(8, 8, dtype=torch.bool).tril()
     if mask == "bool_tril":
         model = BufferMask(causal[None, None])
@@ -285,13 +313,36 @@ def test_causal_masks_become_is_causal(mask):
         model = BufferMask(torch.zeros(8, 8).masked_fill(~causal, float("-inf")))
     elif mask == "additive_min":
         model = BufferMask(torch.zeros(1, 8, 8).masked_fill(~causal, torch.finfo(torch.float32).min))
+    elif mask == "transposed_anticausal":
+        class Transposed(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("m", torch.zeros(8, 8).masked_fill(~causal.T, float("-inf")))
+
+            def forward(self, q):
+                return torch.nn.functional.scaled_dot_product_attention(q, q, q,
+                                                                        attn_mask=self.m.t())
+
+        model = Transposed()
+    elif mask in ("sq4_sk8", "sq8_sk4"):
+        sq, sk = (4, 8) if mask == "sq4_sk8" else (8, 4)
+        model = CrossMask(torch.ones(sq, sk, dtype=torch.bool).tril())
+        inputs = (torch.randn(2, 2, sq, 16), torch.randn(2, 2, sk, 16))
     else:
         model = ArangeCausalMask()
-    g = to_graph(model, (q,))
+    g = to_graph(model, inputs)
     (sdpa,) = [n for n in g.nodes if n.op == Op.SDPA]
     assert sdpa.attrs.causal and len(sdpa.inputs) == 3
     assert not dead_code(g).constants  # the mask is unused: nothing of it is stored
-    assert rel_err(run_graph(g, [q])[0], model(q)) < 1e-5
+    assert rel_err(run_graph(g, list(inputs))[0], model(*inputs)) < 1e-5
+
+
+def test_bottom_right_causal_mask_is_refused():
+    """sdpa's is_causal is top-left aligned; a bottom-right one (queries are the last keys,
+    what a KV cache gives) must not become it."""
+    bottom_right = torch.ones(4, 8, dtype=torch.bool).tril(diagonal=4)
+    with pytest.raises(UnsupportedOpError, match="attn_mask"):
+        to_graph(CrossMask(bottom_right), (torch.randn(1, 2, 4, 16), torch.randn(1, 2, 8, 16)))
 
 
 class Embeddings(torch.nn.Module):

@@ -375,3 +375,15 @@ def test_embedding_gpt2_cubin_and_slots():
     assert launch.grid == (2048 // 4, 1, 1) and launch.kernel.fused_ops == ("embedding",)
     sass = sass_or_skip(launch.kernel.cubin)
     assert "LDG.E.128" in sass and "STG.E.128" in sass
+
+
+def test_integer_copy_is_exact_past_float32_precision():
+    """A pointwise copy of int64 values (ids copied into a flat layout) keeps every bit: the
+    generated kernel does not pass them through f32 (exact only below 2**24)."""
+    src = TensorArg("ids", DType.I64, (3, 5), (1, 3))  # a transposed view: a real copy
+    op = PointwiseOp((src,), PwInput(0), contiguous("flat", DType.I64, (3, 5)))
+    values = (torch.arange(15, dtype=torch.int64) * 7919 + (1 << 40) + 1)
+    env = {"ids": values.clone(), "flat": torch.zeros(15, dtype=torch.int64)}
+    run_interpreted_batch([(op, env, None)])
+    want = torch.as_strided(values, (3, 5), (1, 3)).reshape(-1)
+    assert torch.equal(env["flat"], want)

@@ -359,3 +359,34 @@ def test_hf_gpt2_and_bert_compile_and_match_eager(name):
         want = model(fresh)
     (got,) = run_reference(program, [fresh])
     assert rel_err(got, want) < 2e-2
+
+
+class TransposedTable(torch.nn.Module):
+    """An embedding table read through a transpose (inner stride V), and a single id."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(16, 50))  # [D, V]
+
+    def forward(self, ids, one):
+        table = self.w.t()
+        return F.embedding(ids, table) + F.embedding(one, table)
+
+
+def test_embedding_of_a_strided_table_and_of_one_id_compile():
+    """The lookup reads a table with a unit inner stride (a transposed one is copied first)
+    and takes a 0-d id; both kernels compile for sm_90a and the program matches eager."""
+    from aotpack.kernels import compile as compile_op
+    from aotpack.kernels.spec import EmbeddingOp
+
+    model = TransposedTable().to(torch.bfloat16)
+    ids, one = torch.randint(0, 50, (3, 7)), torch.tensor(4)
+    program = compile_graph(to_graph(model, (ids, one)))
+    lookups = [op for op in program.ops if isinstance(op, EmbeddingOp)]
+    assert len(lookups) == 2 and all(op.table.strides[-1] == 1 for op in lookups)
+    for op in lookups:
+        compile_op(op)  # the template's own checks (unit strides, shapes) pass
+    fresh = [torch.randint(0, 50, (3, 7), generator=torch.Generator().manual_seed(5)),
+             torch.tensor(49)]
+    (got,) = run_reference(program, fresh)
+    assert rel_err(got, model(*fresh)) < 1e-2

@@ -181,7 +181,7 @@ def _constant_mask_kind(cx, mask, seq_q: int, seq_k: int) -> str | None:
     a large negative number (what HF writes: the dtype's minimum)."""
     import torch
 
-    t = cx.constant_source(mask)
+    t = cx.constant_value(mask)
     if t is None:
         return None
     if t.dtype == torch.bool:
@@ -192,9 +192,12 @@ def _constant_mask_kind(cx, mask, seq_q: int, seq_k: int) -> str | None:
             return None  # a bias, not a mask
     if bool(keep.all()):
         return "none"
-    causal = torch.ones(seq_q, seq_k, dtype=torch.bool).tril()
-    if tuple(keep.shape[-2:]) in ((seq_q, seq_k), (1, seq_k), (seq_q, 1)) and bool(
-            (keep == causal).all()):
+    causal = torch.ones(seq_q, seq_k, dtype=torch.bool).tril()  # top-left, as sdpa's
+    try:
+        full = keep.expand(*keep.shape[:-2], seq_q, seq_k) if keep.dim() >= 2 else None
+    except RuntimeError:  # its last dims do not broadcast to [seq_q, seq_k]
+        full = None
+    if full is not None and bool((full == causal).all()):
         return "causal"
     return None
 

@@ -183,19 +183,27 @@ class _Translator:
         self.env[n.name] = value
         return True
 
-    def constant_source(self, v):
-        """The constant tensor behind `v`, looking through layout ops (expand, view, unsqueeze,
-        permute) that do not change which values it holds; None if `v` is computed at run
-        time."""
+    def constant_value(self, v):
+        """The constant tensor `v` holds, through the layout ops (expand, view, unsqueeze,
+        permute) between it and a constant, replayed on that constant; None if `v` is
+        computed at run time."""
         from aotpack.ir import Op
+        from aotpack.ir.interpret import eval_node
 
         layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE)
+        chain = []
         while isinstance(v, Value) and v.name not in self.constants:
             node = next((m for m in reversed(self.nodes) if m.outputs[0].name == v.name), None)
             if node is None or node.op not in layout:
                 return None
+            chain.append(node)
             v = node.inputs[0]
-        return self.constants[v.name].tensor if isinstance(v, Value) else None
+        if not isinstance(v, Value):
+            return None
+        t = self.constants[v.name].tensor
+        for node in reversed(chain):
+            t = eval_node(node, [t])
+        return t
 
     def _map(self, a):
         import torch.fx

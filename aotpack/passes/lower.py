@@ -381,8 +381,12 @@ class _Lowering:
         self.ops.append(RopeOp(x, _drop_leading_ones(cos), _drop_leading_ones(sin), out))
 
     def _lower_embedding(self, n: Node) -> None:
-        table = self.args[n.inputs[0].name]
+        table = self._as_2d(self.args[n.inputs[0].name], n.inputs[0].name)  # unit inner stride
         ids = self.args[n.inputs[1].name]
+        if not ids.shape:  # one id
+            ids = TensorArg(ids.storage, ids.dtype, (1,), (1,), ids.offset)
+        if math.prod(ids.shape) == 0:
+            self._fail(n, "an embedding lookup of no ids")
         ids2d = _flatten_2d(ids) or _flatten_2d(self._materialize(ids, n.inputs[1].name))
         out = _flatten_2d(self._new_storage(n.output))
         self.ops.append(EmbeddingOp(table, ids2d, out))

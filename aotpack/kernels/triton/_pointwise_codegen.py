@@ -196,13 +196,16 @@ def kernel_source(name: str, expr, n_inputs: int, layout: Layout, out_dtype: DTy
     params = ", ".join(["out_ptr"] + [f"in{i}_ptr" for i in range(n_inputs)] +
                        ["BLOCK: tl.constexpr"])
     body = _index_lines(layout, wide)
+    # an integer copy (ids, index outputs) stays integer: f32 holds integers exactly only
+    # below 2**24
+    exact_copy = isinstance(expr, PwInput) and not out_dtype.is_float
     for i, strides in enumerate(layout.in_strides):
         body.append(f"    x{i} = tl.load(in{i}_ptr + ({_address(strides)}), mask=mask, "
-                    f"other=0).to(tl.float32)")
+                    f"other=0)" + ("" if exact_copy else ".to(tl.float32)"))
     emitter = _Emitter()
     result = emitter.emit(expr)
     body += emitter.lines
-    if isinstance(expr, PwInput):
+    if isinstance(expr, PwInput) and not exact_copy:
         result = f"({result} + 0.0)"
     body.append(f"    tl.store(out_ptr + ({_address(layout.out_strides)}), "
                 f"{result}.to({_TL_DTYPE[out_dtype]}), mask=mask)")

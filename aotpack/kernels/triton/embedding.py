@@ -38,6 +38,8 @@ def _check(op: EmbeddingOp) -> None:
     if op.out.shape != (r * c, d) or op.out.dtype != op.table.dtype:
         raise ValueError(f"embedding: out {op.out.shape} {op.out.dtype.value} does not match "
                          f"table {op.table.shape} {op.table.dtype.value} and ids {op.ids.shape}")
+    if r * c == 0:
+        raise ValueError("embedding: no ids")
     if op.ids.dtype.value not in ("i32", "i64"):
         raise ValueError(f"embedding: ids are {op.ids.dtype.value}, not i32/i64")
     require_unit_inner_stride("embedding table", op.table)
