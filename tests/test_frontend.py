@@ -337,6 +337,15 @@ def test_causal_masks_become_is_causal(mask):
     assert rel_err(run_graph(g, list(inputs))[0], model(*inputs)) < 1e-5
 
 
+def test_long_causal_mask_code_folds():
+    """transformers' causal-mask code at a long sequence: the [B, 1, S, S] bool mask (72 MB
+    here, over the 64 MiB float fold limit) still folds and becomes is_causal."""
+    q = torch.randn(2, 1, 6000, 8, dtype=torch.bfloat16)
+    g = to_graph(ArangeCausalMask(), (q,))
+    (sdpa,) = [n for n in g.nodes if n.op == Op.SDPA]
+    assert sdpa.attrs.causal and len(sdpa.inputs) == 3 and not dead_code(g).constants
+
+
 def test_bottom_right_causal_mask_is_refused():
     """sdpa's is_causal is top-left aligned; a bottom-right one (queries are the last keys,
     what a KV cache gives) must not become it."""

@@ -325,6 +325,12 @@ def _hf_small(name):
         cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=100,
                                       n_positions=32, use_cache=False, attn_implementation="sdpa")
         model = transformers.GPT2Model(cfg)
+    elif name == "llama":
+        cfg = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+                                       num_key_value_heads=2, intermediate_size=256, vocab_size=100,
+                                       max_position_embeddings=64, use_cache=False,
+                                       attn_implementation="sdpa")
+        model = transformers.LlamaModel(cfg)
     else:
         cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
                                       intermediate_size=128, vocab_size=100,
@@ -342,18 +348,22 @@ def _hf_small(name):
     return FirstOutput(model).to(torch.bfloat16).eval()
 
 
-@pytest.mark.parametrize("name", ["gpt2", "bert"])
-def test_hf_gpt2_and_bert_compile_and_match_eager(name):
-    """Small HF GPT-2 and BERT (transformers' own modules): token and position embeddings
-    become EmbeddingOps or fold, GPT-2's causal mask becomes causal attention, and the
-    program (kernel references) matches eager on fresh ids."""
+@pytest.mark.parametrize("name", ["gpt2", "bert", "llama"])
+def test_hf_models_compile_and_match_eager(name):
+    """Small HF GPT-2, BERT and Llama (transformers' own modules): token and position
+    embeddings become EmbeddingOps or fold, the causal masks transformers builds become causal
+    attention (GQA for Llama, its RoPE and RMSNorm recognised, gate/up fused), and the program
+    (kernel references) matches eager on fresh ids."""
     model = _hf_small(name)
     ids = torch.randint(0, 100, (2, 16))
     program = compile_graph(to_graph(model, (ids,)))
     ops = kinds(program)
     assert ops.count("EmbeddingOp") == 1 and ops.count("AttentionOp") == 2
-    assert all(op.causal == (name == "gpt2") for op in program.ops
+    assert all(op.causal == (name != "bert") for op in program.ops
                if type(op).__name__ == "AttentionOp")
+    if name == "llama":
+        assert ops.count("RopeOp") == 4 and ops.count("RMSNormOp") == 5
+        assert "PointwiseOp" not in ops and ops.count("GemmOp") == 8  # qkv, o, gate/up, down
     fresh = torch.randint(0, 100, (2, 16), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         want = model(fresh)

@@ -11,6 +11,10 @@ from aotpack.ir.infer import infer
 
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
+# integer/bool results (masks, ids) are evaluated on the host up to this; one that stays in the
+# graph is refused by its consumer (sdpa takes no run-time mask), so this bounds host memory,
+# not the bundle: transformers' [B, 1, S, S] causal mask at B=8, S=8192 is 512 MiB
+_FOLD_LIMIT_INDEX = 1 << 30
 # never evaluated on the build host: randomness, uninitialised memory, and the checks export
 # records (an _assert_tensor_metadata of a CUDA export names a device the host may not have)
 _NO_FOLD = ("rand", "normal", "bernoulli", "dropout", "empty", "_assert", "sym_constrain")
@@ -162,7 +166,8 @@ class _Translator:
         out = n.meta.get("val")
         if not isinstance(out, torch.Tensor) or not all(isinstance(d, int) for d in out.shape):
             return False
-        if out.numel() * out.element_size() > _FOLD_LIMIT:  # before computing it
+        limit = _FOLD_LIMIT if out.dtype.is_floating_point else _FOLD_LIMIT_INDEX
+        if out.numel() * out.element_size() > limit:  # before computing it
             return False
         if computed_only and out.dtype.is_floating_point and not (
                 all(self.env[d.name].name in self.computed for d in deps)
