@@ -238,6 +238,22 @@ def bert_base(batch: int = 8, seq: int = 128, seed: int = 0):
     return _hf(lambda c: BertModel(c, add_pooling_layer=False), cfg, (ids,), seed)
 
 
+def llama32_1b(batch: int = 1, seq: int = 2048, seed: int = 0):
+    """transformers' LlamaModel at Llama-3.2-1B's shape (16 layers, d=2048, GQA 32/8, ffn 8192,
+    vocab 128256), seeded weights; the hidden states of one prefill. Not in MODELS (the suite
+    does not plan it): for `scripts/gpu-check bundles` runs."""
+    import torch
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                      num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                      max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=True,
+                      use_cache=False, attn_implementation="sdpa")
+    ids = torch.randint(0, cfg.vocab_size, (batch, seq),
+                        generator=torch.Generator().manual_seed(1))
+    return _hf(LlamaModel, cfg, (ids,), seed)
+
+
 def vit_b16(batch: int = 8, seed: int = 0):
     import torch
     from transformers import ViTConfig, ViTModel
