@@ -184,6 +184,9 @@ class _Lowering:
         for n in self.g.nodes:
             self._lower_node(n)
         self._write_outputs()
+        # an op that writes nothing (a cat's empty part: Phi-3's rotary pass-through at a
+        # rotary factor of 1) would still be a launch
+        self.ops = [op for op in self.ops if math.prod(op.out.shape) != 0]
         self._drop_unread_weights()
         return Program([v.name for v in self.g.inputs], [o.name for o in self.g.outputs],
                        self.storages, self.ops, self.weights, self._summary())
