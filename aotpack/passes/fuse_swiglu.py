@@ -6,6 +6,9 @@ One GEMM with N_acc = 2N reads h once and writes N columns instead of 2 x N plus
 kernel's 3 x N. The interleaving puts a gate block and its up block in the same output tile,
 so the kernel pairs them in registers.
 
+The same holds for ONE linear over a stacked [2N, K] weight whose output is split in halves
+(Phi-3's gate_up_proj + chunk(2)): the halves are its gate and up weights.
+
 Fused only when it is exact and simple: both products read the same h, both weights are
 constants of one dtype and shape [N, K] with N a multiple of GROUP, neither has a bias (a bias
 would be added before the SwiGLU, which EpSwiGLU, the first step, cannot express), and the
@@ -36,10 +39,9 @@ def fuse_swiglu(graph: Graph) -> Graph:
         if m is None:
             b.keep(n)
             continue
-        h, wg, wu = m
-        fused = _interleave(graph.constants[wg.name].tensor, graph.constants[wu.name].tensor)
-        w = b.add_constant(fused_name([wg.name, wu.name]), fused, wg.dtype)
-        shape = tuple(h.shape[:-1]) + (fused.shape[0],)
+        h, wg, wu, name = m
+        w = b.add_constant(name, _interleave(wg, wu), h.dtype)
+        shape = tuple(h.shape[:-1]) + (w.shape[0],)
         acc = b.emit(Op.LINEAR, [h, w], O.NoAttrs(), h.dtype, shape,
                      w.name.rsplit(".", 1)[0], n.loc)
         b.nodes.append(Node(Op.SWIGLU, (acc,), O.SwiGLUAttrs(GROUP), n.outputs, n.loc))
@@ -55,8 +57,9 @@ def _interleave(wg, wu):
     return pairs.reshape(2 * n, k).contiguous()
 
 
-def _matches(graph: Graph) -> dict[str, tuple[Value, Value, Value]]:
-    """mul output name -> (h, gate weight, up weight) for every fusible SwiGLU."""
+def _matches(graph: Graph) -> dict[str, tuple]:
+    """mul output name -> (h, gate weight, up weight, fused weight's name) for every fusible
+    SwiGLU (the weights as tensors)."""
     producers, users = graph.producers(), graph.users()
     outputs = graph.output_names()
 
@@ -74,7 +77,7 @@ def _matches(graph: Graph) -> dict[str, tuple[Value, Value, Value]]:
             gate, up = producers.get(silu.inputs[0].name), producers.get(u.name)
             if gate is None or up is None or gate is up or not sole_use(gate.output, silu):
                 continue
-            m = _pair(graph, gate, up, n)
+            m = _pair(graph, gate, up, n) or _halves(graph, gate, up, n, users)
             if m is not None:
                 out[n.output.name] = m
                 break
@@ -95,4 +98,39 @@ def _pair(graph: Graph, gate: Node, up: Node, mul: Node):
     types_kept = gate.output.type == up.output.type == mul.output.type  # no promotion
     if not same or not types_kept or not isinstance(n, int) or n % GROUP:
         return None
-    return h, wg, wu
+    return (h, graph.constants[wg.name].tensor, graph.constants[wu.name].tensor,
+            fused_name([wg.name, wu.name]))
+
+
+def _halves(graph: Graph, gate: Node, up: Node, mul: Node, users):
+    """(h, wg, wu, name) if gate and up are the first and second half (either way round) of
+    the last dim of one bias-free linear's contiguous output, its weight a constant [2N, K],
+    and the halves are its only users; else None."""
+    from aotpack.ir.types import contiguous_strides
+
+    if gate.op != Op.AS_STRIDED or up.op != Op.AS_STRIDED or gate.inputs != up.inputs:
+        return None
+    lin = next((m for m in graph.nodes if m.output == gate.inputs[0]), None)
+    if lin is None or lin.op != Op.LINEAR or len(lin.inputs) != 2 \
+            or lin.output.name in graph.output_names() \
+            or sorted(id(u) for u in users.get(lin.output.name, [])) != sorted((id(gate), id(up))):
+        return None
+    h, w = lin.inputs
+    if w.name not in graph.constants or w.dtype != h.dtype or len(w.shape) != 2:
+        return None
+    n2, shape = w.shape[0], tuple(lin.output.shape)
+    n = n2 // 2
+    half = shape[:-1] + (n,)
+    for v in (gate, up):
+        a = v.attrs
+        if (tuple(a.shape) != half or tuple(a.strides) != contiguous_strides(shape)
+                or a.offset not in (0, n)):
+            return None
+    if gate.attrs.offset == up.attrs.offset or n2 % 2 or n % GROUP \
+            or lin.output.dtype != mul.output.dtype:
+        return None
+    t = graph.constants[w.name].tensor
+    first, second = t[:n], t[n:]
+    wg, wu = (first, second) if gate.attrs.offset == 0 else (second, first)
+    base, _, leaf = w.name.rpartition(".")
+    return h, wg, wu, f"{base}_swiglu.{leaf}" if base else f"{w.name}_swiglu"
