@@ -494,3 +494,29 @@ def test_stacked_gate_up_projection_fuses_to_swiglu(up_first):
     assert kinds(program) == ["GemmOp", "GemmOp"]
     assert [type(e).__name__ for e in program.ops[0].epilogue] == ["EpSwiGLU"]
     assert sorted(program.weights) == ["down.weight", "gate_up_swiglu.weight"]
+
+
+class UpcastNorm(torch.nn.Module):
+    """Norms computed on an f32 copy with f32 weights, cast back (Gemma's RMSNorm, and the
+    same for LayerNorm)."""
+
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.w = torch.nn.Parameter(torch.randn(64) * 0.1)
+        self.b = torch.nn.Parameter(torch.randn(64) * 0.1)
+
+    def forward(self, x):
+        h = x.float()
+        if self.kind == "rms":
+            y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + self.w.float())
+        else:
+            y = F.layer_norm(h, (64,), self.w.float(), self.b.float(), 1e-5)
+        return y.to(x.dtype)
+
+
+@pytest.mark.parametrize("kind", ["rms", "layer"])
+def test_norm_on_an_upcast_copy_is_one_kernel(kind):
+    model = UpcastNorm(kind).to(torch.bfloat16)
+    program = check_matches_eager(model, (torch.randn(4, 8, 64, dtype=torch.bfloat16),), 1e-2)
+    assert kinds(program) == ["RMSNormOp" if kind == "rms" else "LayerNormOp"]

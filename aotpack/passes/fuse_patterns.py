@@ -5,6 +5,9 @@ and replace them by one IR node.
 - LayerNorm written out (BERT's original, ConvNeXt): (x - mean(x)) / sqrt(mean((x - mean(x))²)
   + eps) (or * rsqrt) [* w [+ b]] over the last dim → LAYER_NORM(x [, w [, b]])
 - (log_)softmax of a scaled input: softmax(x * c | x / c) → SOFTMAX(x, scale) (scaled in f32)
+- a norm computed on an upcast copy and cast back (Gemma's RMSNorm: f32 math, f32 weight):
+  cast(norm(cast(x, f32), w...), dtype(x)) → norm(x, w...) (the kernels do f32 math and round
+  once at the store: the same numbers, without two cast kernels)
 - GELU, tanh form written out (GPT-2's gelu_new): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x +
   0.044715 * x³))) → GELU(x, tanh) (one f32 evaluation instead of eight rounded steps)
 - GQA by repetition (HF repeat_kv: k[:, :, None].expand(..).reshape(..), repeat_interleave):
@@ -12,6 +15,7 @@ and replace them by one IR node.
 Unused leftovers are removed by dead_code."""
 from __future__ import annotations
 
+from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
@@ -30,6 +34,7 @@ def fuse_patterns(graph: Graph) -> Graph:
     graph = _rewrite(graph, _match_rope)
     graph = _rewrite(graph, _match_softmax_scale)
     graph = _rewrite(graph, _match_gelu_tanh)
+    graph = _rewrite(graph, _match_upcast_norm)
     graph = _fold_repeat_kv(graph)
     return dead_code(graph).verify()
 
@@ -47,6 +52,23 @@ def _rewrite(graph: Graph, matcher) -> Graph:
         op, inputs, attrs = match
         b.nodes.append(Node(op, tuple(b.get(v) for v in inputs), attrs, n.outputs, n.loc))
     return b.finish()
+
+
+def _match_upcast_norm(n: Node, producers):
+    """n = cast(norm(cast(x, f32) [, w [, b]]), x.dtype) with norm RMS_NORM or LAYER_NORM
+    → norm(x [, w [, b]]) typed as x."""
+    if n.op != Op.CAST:
+        return None
+    norm = producers.get(n.inputs[0].name)
+    if norm is None or norm.op not in (Op.RMS_NORM, Op.LAYER_NORM):
+        return None
+    up = _prod(norm.inputs[0], producers, Op.CAST)
+    if up is None or up.output.dtype != DType.F32:
+        return None
+    x = up.inputs[0]
+    if x.dtype != n.output.dtype or not x.dtype.is_float or x.dtype == DType.F64:
+        return None
+    return norm.op, [x, *norm.inputs[1:]], norm.attrs
 
 
 def _scaled(v: Value, producers, c: float) -> Value | None:
