@@ -346,6 +346,18 @@ def test_long_causal_mask_code_folds():
     assert sdpa.attrs.causal and len(sdpa.inputs) == 3 and not dead_code(g).constants
 
 
+def test_large_computed_integer_constant_that_stays_is_refused():
+    """A folded bool constant over the 64 MiB limit that the graph still reads (a mask used as
+    a multiplier, not by attention) would be stored in the bundle: refused, with its size."""
+    class MaskMultiply(torch.nn.Module):
+        def forward(self, x):
+            i = torch.arange(x.shape[-1], device=x.device)
+            return x * (i[None, :] <= i[:, None]).to(x.dtype)
+
+    with pytest.raises(UnsupportedOpError, match="would be stored in the bundle"):
+        to_graph(MaskMultiply(), (torch.randn(1, 8200, 8200, dtype=torch.bfloat16),))
+
+
 def test_bottom_right_causal_mask_is_refused():
     """sdpa's is_causal is top-left aligned; a bottom-right one (queries are the last keys,
     what a KV cache gives) must not become it."""

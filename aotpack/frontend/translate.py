@@ -11,9 +11,10 @@ from aotpack.ir.infer import infer
 
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
-# integer/bool results (masks, ids) are evaluated on the host up to this; one that stays in the
-# graph is refused by its consumer (sdpa takes no run-time mask), so this bounds host memory,
-# not the bundle: transformers' [B, 1, S, S] causal mask at B=8, S=8192 is 512 MiB
+# integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
+# that is still read when translation ends is refused (_check_large_index_constants), so this
+# bounds host memory, not the bundle: transformers' [B, 1, S, S] causal mask at B=8, S=8192 is
+# 512 MiB
 _FOLD_LIMIT_INDEX = 1 << 30
 # never evaluated on the build host: randomness, uninitialised memory, and the checks export
 # records (an _assert_tensor_metadata of a CUDA export names a device the host may not have)
@@ -90,8 +91,22 @@ class _Translator:
         for n in self.ep.graph.nodes:
             if n.op == "call_function":
                 counts[str(n.target)] = counts.get(str(n.target), 0) + 1
+        self._check_large_index_constants(outputs)
         return Graph(self.inputs, self.constants, self.nodes, outputs,
                      {"aten_ops": counts}).verify()
+
+    def _check_large_index_constants(self, outputs) -> None:
+        """An integer/bool constant folded past the float limit is fine while nothing reads it
+        (a causal mask that became is_causal); one still read would be stored in the bundle."""
+        read = {v.name for n in self.nodes for v in n.inputs} | {o.value.name for o in outputs}
+        for name in sorted(read & self.computed):
+            t = self.constants[name].tensor
+            if t.numel() * t.element_size() > _FOLD_LIMIT:
+                raise UnsupportedOpError(
+                    f"the computed constant %{name} ({t.dtype}, {list(t.shape)}, "
+                    f"{t.numel() * t.element_size() >> 20} MiB) would be stored in the bundle: "
+                    f"aotpack stores computed constants up to {_FOLD_LIMIT >> 20} MiB. A mask "
+                    f"is dropped only when it masks nothing or is the causal pattern.")
 
     def _placeholder(self, n):
         sig = self.ep.graph_signature
@@ -166,7 +181,8 @@ class _Translator:
         out = n.meta.get("val")
         if not isinstance(out, torch.Tensor) or not all(isinstance(d, int) for d in out.shape):
             return False
-        limit = _FOLD_LIMIT if out.dtype.is_floating_point else _FOLD_LIMIT_INDEX
+        index = not (out.dtype.is_floating_point or out.dtype.is_complex)
+        limit = _FOLD_LIMIT_INDEX if index else _FOLD_LIMIT
         if out.numel() * out.element_size() > limit:  # before computing it
             return False
         if computed_only and out.dtype.is_floating_point and not (

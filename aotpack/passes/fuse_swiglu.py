@@ -77,7 +77,7 @@ def _matches(graph: Graph) -> dict[str, tuple]:
             gate, up = producers.get(silu.inputs[0].name), producers.get(u.name)
             if gate is None or up is None or gate is up or not sole_use(gate.output, silu):
                 continue
-            m = _pair(graph, gate, up, n) or _halves(graph, gate, up, n, users)
+            m = _pair(graph, gate, up, n) or _halves(graph, gate, up, n, producers, users)
             if m is not None:
                 out[n.output.name] = m
                 break
@@ -102,7 +102,7 @@ def _pair(graph: Graph, gate: Node, up: Node, mul: Node):
             fused_name([wg.name, wu.name]))
 
 
-def _halves(graph: Graph, gate: Node, up: Node, mul: Node, users):
+def _halves(graph: Graph, gate: Node, up: Node, mul: Node, producers, users):
     """(h, wg, wu, name) if gate and up are the first and second half (either way round) of
     the last dim of one bias-free linear's contiguous output, its weight a constant [2N, K],
     and the halves are its only users; else None."""
@@ -110,7 +110,7 @@ def _halves(graph: Graph, gate: Node, up: Node, mul: Node, users):
 
     if gate.op != Op.AS_STRIDED or up.op != Op.AS_STRIDED or gate.inputs != up.inputs:
         return None
-    lin = next((m for m in graph.nodes if m.output == gate.inputs[0]), None)
+    lin = producers.get(gate.inputs[0].name)
     if lin is None or lin.op != Op.LINEAR or len(lin.inputs) != 2 \
             or lin.output.name in graph.output_names() \
             or sorted(id(u) for u in users.get(lin.output.name, [])) != sorted((id(gate), id(up))):
@@ -121,10 +121,11 @@ def _halves(graph: Graph, gate: Node, up: Node, mul: Node, users):
     n2, shape = w.shape[0], tuple(lin.output.shape)
     n = n2 // 2
     half = shape[:-1] + (n,)
+    full = contiguous_strides(shape)
     for v in (gate, up):
-        a = v.attrs
-        if (tuple(a.shape) != half or tuple(a.strides) != contiguous_strides(shape)
-                or a.offset not in (0, n)):
+        a = v.attrs  # strides of size-1 dims are free (canonical views set them their way)
+        if (tuple(a.shape) != half or a.offset not in (0, n) or any(
+                d != 1 and s != c for d, s, c in zip(a.shape, a.strides, full))):
             return None
     if gate.attrs.offset == up.attrs.offset or n2 % 2 or n % GROUP \
             or lin.output.dtype != mul.output.dtype:
