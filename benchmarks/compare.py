@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from aotpack.dtypes import DType  # noqa: E402
+
 
 def median_ms(fn, warmup: int = 10, reps: int = 50) -> float:
     import torch
@@ -45,20 +47,13 @@ def rel_err(out, ref) -> float:
 
 
 def random_like_inputs(example_inputs, seed: int):
-    """Floats ~ N(0, 1); integers uniform in the example's [min, max] (token ids stay valid:
-    eager's embedding asserts on an id out of range)."""
-    import torch
+    """aotpack verify's inputs (floats ~ N(0, 1), integers in the example's [min, max]: token
+    ids stay valid, eager's embedding asserts on one out of range), on the GPU."""
+    from aotpack.verify import random_inputs
 
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    out = []
-    for t in example_inputs:
-        if t.dtype.is_floating_point:
-            x = torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float32).to(t.dtype)
-        else:
-            lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 1)
-            x = torch.randint(lo, hi + 1, t.shape, generator=g, device="cuda", dtype=t.dtype)
-        out.append(x)
-    return out
+    signature = [{"dtype": DType.from_torch(t.dtype).value, "shape": list(t.shape)}
+                 for t in example_inputs]
+    return [t.cuda() for t in random_inputs(signature, example_inputs, seed)]
 
 
 def log(msg: str) -> None:

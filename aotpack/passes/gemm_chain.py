@@ -12,13 +12,13 @@ allowed). A binary op whose other operand is itself a direct GEMM output is left
 position ends the chain (it would not exist yet)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from aotpack.dtypes import DType
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
 from aotpack.kernels.spec import Act
+from aotpack.passes.views import is_reshape
 
 GEMM_ROOTS = (Op.LINEAR, Op.MATMUL)
 _ACTS = {Op.SILU: Act.SILU, Op.RELU: Act.RELU}
@@ -96,12 +96,8 @@ def _follow(root, index, users, outputs, ctx: _Context) -> Chain:
 
 def _reshape_step(n: Node, value: Value) -> Step | None:
     """A view that only regroups the rows of a contiguous [.., N] value (same last dim)."""
-    from aotpack.ir.types import contiguous_strides
-
-    a = n.attrs
-    if (n.op != Op.AS_STRIDED or a.offset != 0 or not a.shape or not value.shape
-            or a.shape[-1] != value.shape[-1] or tuple(a.strides) != contiguous_strides(a.shape)
-            or math.prod(a.shape) != math.prod(value.shape)):
+    if (n.op != Op.AS_STRIDED or not n.attrs.shape or not value.shape
+            or n.attrs.shape[-1] != value.shape[-1] or not is_reshape(n.attrs, value.shape)):
         return None
     return Step("reshape", n)
 

@@ -19,11 +19,11 @@ from aotpack.ir.ops import Op
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
     AttentionOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
-    PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous,
+    PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous, op_inputs,
 )
 from aotpack.passes import lower_reductions, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
-from aotpack.passes.views import View, compose, normalized
+from aotpack.passes.views import View, compose, is_reshape, normalized
 from aotpack.program import Program, Storage
 
 
@@ -132,17 +132,14 @@ class _Lowering:
         """A graph output that is a reshape of a kernel's contiguous result (GPT-2's projection
         [B*S, N] viewed back as [B, S, N]; the last norm of a transformer): the kernel writes
         the output storage itself, with the same bytes, instead of a copy after it."""
-        from aotpack.ir.types import contiguous_strides
-
-        a, src = view_node.attrs, view_node.inputs[0]
+        src = view_node.inputs[0]
         chain = self.chain_of.get(src.name)
         writer = self._writer(src)
         # kernels that allocate their result with _new_storage (and so honour a preset)
         kernel = writer is not None and (
             src.name in self.chain_of or writer.op in O.ELEMENTWISE or writer.op in _LOWER
             or writer.op in (Op.COPY, Op.CAT))
-        if (a.offset != 0 or tuple(a.strides) != contiguous_strides(a.shape)
-                or math.prod(a.shape) != math.prod(src.shape) or not kernel
+        if (not is_reshape(view_node.attrs, src.shape) or not kernel
                 or src.name in self.preset or src.name in self.absorbed
                 or src.name in self.g.output_names()
                 or len(self.users.get(src.name, [])) != 1
@@ -195,8 +192,6 @@ class _Lowering:
         """Constants no kernel reads: a matmul's [K, N] weight once its transposed copy was
         made (GPT-2's Conv1D), a table folded away with its lookup. Kept, each would be a
         second copy in the bundle."""
-        from aotpack.kernels.spec import op_inputs
-
         read = {t.storage for op in self.ops for t in op_inputs(op)}
         for name in [n for n in self.weights if n not in read]:
             del self.weights[name]

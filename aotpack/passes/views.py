@@ -28,6 +28,12 @@ class View:
         return self == View.contiguous(shape)
 
 
+def is_reshape(attrs: O.StridedAttrs, src_shape) -> bool:
+    """The strided view reads every element of its (contiguous) source in order: a reshape."""
+    view = View(tuple(attrs.shape), tuple(attrs.strides), attrs.offset)
+    return view.is_identity_of(attrs.shape) and numel(attrs.shape) == numel(src_shape)
+
+
 def normalized(view: View) -> View:
     """The same view with a canonical stride for every size-1 dim (the extent of the dims
     inside it), so that equal views compare equal and no kernel sees a made-up 0 stride."""
