@@ -120,34 +120,46 @@ def use_triton_cache() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
 
 
-def load_program(spec: str):
-    """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph)."""
-    from aotpack.frontend import load_model, to_graph
+def load_program(spec: str, dynamic=()):
+    """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph);
+    `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py)."""
+    from aotpack.frontend import load_spec, to_graph
+    from aotpack.frontend.dynamic import apply_dynamic
     from aotpack.passes import compile_graph
 
-    model, example_inputs = load_model(spec)
-    return compile_graph(to_graph(model, example_inputs))
+    loaded = apply_dynamic(load_spec(spec), list(dynamic))
+    return compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
 
 
-def compile_ops(ops, target: Target, *, compile_fn=None, progress: bool = True):
-    """Launches for every op, in order, with a progress bar. Returns (launches_per_op,
-    number of distinct compiles)."""
+def default_chooser(target: Target, gemm_backend: str = "triton"):
+    """choose(op, template) -> the template's heuristic config (GEMMs on `gemm_backend`)."""
+    def choose(op, template):
+        return template.default_config(op, target, gemm_backend)
+    return choose
+
+
+def compile_ops(program, target: Target, *, choose=None, progress: bool = True):
+    """Launches for every op of `program` (every variant of a symbolic op, each with its
+    bucket's `when`), in order, with a progress bar; identical ops compile once. `choose(op,
+    template)` gives a concrete op's config (default: the heuristics). Returns
+    (launches_per_op, number of distinct compiles)."""
     use_triton_cache()
-    if compile_fn is None:
-        from aotpack.kernels import compile as compile_fn
+    from aotpack.kernels.variants import compile_variants
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    choose = choose or default_chooser(target)
     cache: dict = {}
     result = []
     columns = (TextColumn("[bold]compiling[/] {task.description:<24}"), BarColumn(),
                MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, disable=not progress, transient=False) as bar:
-        task = bar.add_task("", total=len(ops))
-        for op in ops:
+        task = bar.add_task("", total=len(program.ops))
+        for op in program.ops:
             bar.update(task, description=type(op).__name__)
             canon, back = canonical(op)
             if canon not in cache:
-                cache[canon] = list(compile_fn(canon, target))
+                cache[canon] = compile_variants(canon, target, choose, program.symbols,
+                                                program.example)
             result.append([_restore(launch, back) for launch in cache[canon]])
             bar.advance(task)
     return result, len(cache)
@@ -220,28 +232,27 @@ def _check_destination(out: Path, force: bool) -> None:
         raise BuildError(f"{out} already exists and is not empty: pass --force to replace it")
 
 
-def gemm_compiler(gemm_backend: str):
-    """The kernel compile function for `--gemm-backend` (None: the default registry)."""
-    if gemm_backend == "triton":
-        return None
-    from aotpack.kernels import compiler
+def check_gemm_backend(gemm_backend: str) -> None:
+    """Refuse an unknown `--gemm-backend`, or cutedsl without CuTeDSL, with what to do."""
+    from aotpack.kernels import check_backend
 
     try:
-        fn = compiler(gemm_backend)
+        check_backend(gemm_backend)
     except (ValueError, RuntimeError) as e:
         raise BuildError(str(e)) from None
-    return fn
 
 
 def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
           force: bool = False, progress: bool | None = None,
           command_line: str | None = None, gemm_backend: str = "triton",
-          tuning_db=None, tune: str = "none", tune_budget_s: float | None = None) -> BuildResult:
+          tuning_db=None, tune: str = "none", tune_budget_s: float | None = None,
+          dynamic=()) -> BuildResult:
     """`tuning_db`: compile measured winners from this database (docs/tuning.md).
+    `dynamic`: `--dynamic NAME.DIM=[LABEL:]LO..HI` options (dims that vary at run time).
     `tune` (fast|full): first tune on this machine's GPU and add the results to `tuning_db`
     (or to `<out>.tuning.json` beside the output folder when none is given)."""
     target = parse_arch(arch)
-    compile_fn = gemm_compiler(gemm_backend)  # refuse a missing backend before the model loads
+    check_gemm_backend(gemm_backend)  # refuse a missing backend before the model loads
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
@@ -254,18 +265,19 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     program = db = None
     if tune != "none":  # the model is loaded once, for the job and for this build
         db, program = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
-                                 progress, notes)
+                                 progress, notes, dynamic)
     elif tuning_db is not None:
         db = _load_tuning_db(tuning_db)  # refuse a missing database before the model loads
-    tuned = _tuned_compiler(db, compile_fn)
+    tuned = _tuned_chooser(db, target, gemm_backend)
     if program is None:
-        program = load_program(spec)
+        program = load_program(spec, dynamic)
     from aotpack.kernels import BackendCannotCompile
     from aotpack.passes import plan_memory
 
     try:
-        launches_per_op, distinct = compile_ops(program.ops, target,
-                                                compile_fn=tuned or compile_fn, progress=progress)
+        launches_per_op, distinct = compile_ops(
+            program, target, choose=tuned or default_chooser(target, gemm_backend),
+            progress=progress)
     except BackendCannotCompile as e:  # an op the chosen GEMM backend cannot run
         raise BuildError(str(e)) from None
     plan = plan_memory(program, launches_per_op)
@@ -288,18 +300,17 @@ def _load_tuning_db(tuning_db):
         raise BuildError(str(e)) from None
 
 
-def _tuned_compiler(db, compile_fn):
-    """A TunedCompiler over the TuningDB `db` (None when there is none)."""
+def _tuned_chooser(db, target: Target, gemm_backend: str):
+    """A TunedChooser over the TuningDB `db` (None when there is none)."""
     if db is None:
         return None
-    from aotpack.kernels import compile as default_compile
-    from aotpack.tuning.apply import TunedCompiler
+    from aotpack.tuning.apply import TunedChooser
 
-    return TunedCompiler(db, compile_fn or default_compile)
+    return TunedChooser(db, target, gemm_backend)
 
 
 def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning_db, progress,
-               notes: list[str]):
+               notes: list[str], dynamic=()):
     """`build --tune`: job → measured on this machine's GPU → merged into the database.
     Returns (the database as saved, the model's Program, which the build compiles too)."""
     from aotpack.tuning import measure
@@ -315,7 +326,7 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
         TuningDB.load(db_path)
     except TuningDBError as e:
         raise BuildError(str(e)) from None
-    program = load_program(spec)
+    program = load_program(spec, dynamic)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aotpack-tune.", dir=out.parent) as tmp:
         job = make_job(spec, Path(tmp) / "job.aotune", arch=arch, level=level,

@@ -26,6 +26,8 @@ def run_reference(program: Program, inputs: list, *, poison: bool = True) -> lis
     """Run `program` on `inputs` (torch tensors in signature order); returns the outputs."""
     if len(inputs) != len(program.inputs):
         raise ValueError(f"expected {len(program.inputs)} inputs, got {len(inputs)}")
+    if program.dynamic:  # run the program at the inputs' shapes
+        program = program.at(program.bind([tuple(t.shape) for t in inputs]))
     env = {}
     for name, t in zip(program.inputs, inputs):
         st = program.storages[name]

@@ -13,18 +13,24 @@ from aotpack.dtypes import DType
 from aotpack.kernels.spec import KernelOp
 
 
+class ShapeError(ValueError):
+    """Input shapes a program cannot run (wrong rank, a dim outside its range, dims that must
+    be equal and are not); the message names the input, the dim, the value and what is
+    allowed, as the C runtime's INVALID_ARGUMENT does."""
+
+
 @dataclass(frozen=True)
 class Storage:
     name: str
     kind: str  # "input" | "output" | "weight" | "intermediate"
     dtype: DType
-    shape: tuple[int, ...]
+    shape: tuple  # ints and symbolic Exprs (aotpack/ir/sym.py)
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self):
         n = self.dtype.nbytes
         for s in self.shape:
-            n *= s
+            n = n * s
         return n
 
 
@@ -37,6 +43,27 @@ class Program:
     weights: dict[str, Any] = field(default_factory=dict)  # name -> contiguous torch.Tensor (CPU)
     # Frontend facts kept for inspect: e.g. {"nodes": 42, "ops": {"linear": 2, ...}}
     summary: dict = field(default_factory=dict)
+    symbols: list = field(default_factory=list)  # aotpack.ir.sym.Sym: the dynamic dims
+    example: dict = field(default_factory=dict)  # symbol name -> the exported example value
+
+    @property
+    def dynamic(self) -> bool:
+        return bool(self.symbols)
+
+    def bind(self, shapes) -> dict[str, int]:
+        """The symbols' values for these input shapes (in signature order); ShapeError for
+        shapes the program cannot run."""
+        return bind_symbols([(n, self.storages[n].shape) for n in self.inputs], self.symbols,
+                            [tuple(int(d) for d in s) for s in shapes])
+
+    def at(self, env: dict) -> "Program":
+        """This program with every symbolic size evaluated at `env` (a static program)."""
+        from aotpack.ir.sym import subs_tree
+
+        out = Program(list(self.inputs), list(self.outputs),
+                      {k: subs_tree(s, env) for k, s in self.storages.items()},
+                      [subs_tree(op, env) for op in self.ops], self.weights, self.summary)
+        return out
 
     def storage(self, name: str) -> Storage:
         return self.storages[name]
@@ -58,3 +85,38 @@ class MemoryPlan:
     nbytes: dict[str, int]
     launches: list  # list[Launch]
     naive_bytes: int = 0  # sum of all intermediates + scratch (what no reuse would need)
+
+
+def bind_symbols(signature, symbols, shapes) -> dict[str, int]:
+    """Bind each symbol from the first input dim that is exactly that symbol, then check every
+    dim and range (docs/manifest.md, "Binding a shape"). `signature`: [(input name, shape)]."""
+    from aotpack.ir.sym import Expr, subs
+
+    if len(shapes) != len(signature):
+        raise ShapeError(f"expected {len(signature)} inputs, got {len(shapes)}")
+    env: dict[str, int] = {}
+    where: dict[str, str] = {}
+    by_name = {s.name: s for s in symbols}
+    for (name, dims), shape in zip(signature, shapes):
+        if len(shape) != len(dims):
+            raise ShapeError(f"input {name!r} has rank {len(shape)}, expected {len(dims)} "
+                             f"({_fmt(dims)})")
+        for k, (d, v) in enumerate(zip(dims, shape)):
+            if isinstance(d, Expr) and str(d) in by_name and str(d) not in env:
+                s = by_name[str(d)]
+                if not s.lo <= v <= s.hi:
+                    raise ShapeError(f"input {name!r} dim {k} is {v}, outside the range "
+                                     f"{s.lo}..{s.hi} of {s.name}")
+                env[s.name] = v
+                where[s.name] = f"input {name!r} dim {k}"
+    for (name, dims), shape in zip(signature, shapes):
+        for k, (d, v) in enumerate(zip(dims, shape)):
+            want = subs(d, env)
+            if want != v:
+                why = f" ({d} = {want}, as {where[str(d)]} says)" if str(d) in where else ""
+                raise ShapeError(f"input {name!r} dim {k} is {v} but must be {want}{why}")
+    return env
+
+
+def _fmt(dims) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"

@@ -23,6 +23,11 @@ app = typer.Typer(
 err = Console(stderr=True)
 out = Console()
 
+DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
+                "(input_ids.1=1..4096) or NAME.DIM=LABEL:LO..HI to name it (input_ids.0=batch:1..64)"
+                "; NAME.DIM=LABEL makes another input's dim the same one. Other inputs' dims of "
+                "the same example size follow automatically.")
+
 
 @app.callback()
 def _setup() -> None:
@@ -106,9 +111,14 @@ def build(
                              "OUTPUT.tuning.json beside the output folder"),
     tune_budget: Optional[float] = typer.Option(None, "--tune-budget", min=1,
                                                 help="seconds of GPU measuring at most"),
+    dynamic: Optional[list[str]] = typer.Option(None, "--dynamic", help=DYNAMIC_HELP),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
-    aotpack-run launcher, libaotpack, headers and a README. Needs no GPU (except --tune)."""
+    aotpack-run launcher, libaotpack, headers and a README. Needs no GPU (except --tune).
+
+    Dynamic shapes: a dim given with `--dynamic` (or a torch.export.Dim in a .pt2 or in the
+    factory's third return value) varies at run time within its range; one bundle serves
+    every shape (kernels chosen per size bucket, memory planned for the largest shape)."""
     from aotpack.build import build as run_build, command_line_from_argv, parse_arch
 
     parse_arch(arch)  # refuse a bad --arch before loading the model
@@ -119,7 +129,7 @@ def build(
                        progress=False if no_progress else None,
                        command_line=command_line_from_argv(),
                        gemm_backend=gemm_backend, tuning_db=tuning_db, tune=tune,
-                       tune_budget_s=tune_budget)
+                       tune_budget_s=tune_budget, dynamic=dynamic or ())
     for n in result.notes:
         kind = "[yellow]warning:[/]" if "stale" in n else "note:"
         err.print(f"{kind} {escape(n)}")
@@ -152,6 +162,8 @@ def tune(
                                                  "merge into --db; repeatable"),
     db: Optional[Path] = typer.Option(None, "--db", help="tuning database to create or update"),
     no_progress: bool = typer.Option(False, "--no-progress", help="hide the progress bar"),
+    dynamic: Optional[list[str]] = typer.Option(None, "--dynamic", help="as for build: "
+                                                "each dynamic op is tuned per size bucket"),
 ):
     """Offline autotuning (docs/tuning.md). On the build host (no GPU needed):
     `aotpack tune MODEL -o job.aotune` compiles every candidate config of every tunable kernel
@@ -174,7 +186,7 @@ def tune(
         err.print("[bold red]error:[/] give MODEL and -o JOB_FOLDER (or --import RESULTS --db DB)")
         raise typer.Exit(2)
     write_job(out, spec, output, arch=arch, level=level, gemm_backend=gemm_backend, jobs=jobs,
-              force=force, progress=False if no_progress else None)
+              force=force, progress=False if no_progress else None, dynamic=dynamic or ())
 
 
 @app.command()

@@ -13,7 +13,7 @@ from aotpack.build import BuildError, build, canonical
 from aotpack.bundle import read_bundle
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    CompiledKernel, GemmOp, Launch, NullSlot, PtrSlot, ScratchSlot, contiguous,
+    SM90, CompiledKernel, GemmOp, Launch, NullSlot, PtrSlot, ScratchSlot, contiguous,
 )
 from aotpack.program import MemoryPlan, Program, Storage
 
@@ -46,6 +46,27 @@ def _fake_compile(calls):
     return compile_op
 
 
+def _fake_gemm_template(monkeypatch, calls, cute_calls=None):
+    """The GEMM template's compile replaced by _fake_compile (per backend), its heuristic by
+    a fixed config: build's own job is what is checked."""
+    from aotpack.kernels.gemm_template import GemmTemplate
+
+    triton, cute = _fake_compile(calls), _fake_compile(cute_calls if cute_calls is not None
+                                                        else calls)
+
+    def compile_op(self, op, config, target):
+        return (cute if config["template"] == "gemm.cutedsl" else triton)(op, target)
+
+    monkeypatch.setattr(GemmTemplate, "compile", compile_op)
+    monkeypatch.setattr("aotpack.kernels.triton.gemm.config_for",
+                        lambda op, target=None: _FixedConfig())
+
+
+class _FixedConfig:
+    def as_dict(self):
+        return {"BM": 128}
+
+
 def _fake_plan(program, launches_per_op):
     flat, offsets, nbytes = [], {"h": 0}, {"h": 2048}
     for step, launch in enumerate(l for ls in launches_per_op for l in ls):
@@ -60,9 +81,11 @@ def _fake_plan(program, launches_per_op):
 def pipeline(monkeypatch, tmp_path):
     """Stand-in frontend/passes/compile; returns the list of ops actually compiled."""
     calls = []
+    from aotpack.frontend.load import LoadedModel
+
     frontend = types.ModuleType("aotpack.frontend")
-    frontend.load_model = lambda spec: ("model", (torch.zeros(16, 32),))
-    frontend.to_graph = lambda model, inputs: "graph"
+    frontend.load_spec = lambda spec: LoadedModel("model", (torch.zeros(16, 32),))
+    frontend.to_graph = lambda model, inputs, dynamic=None: "graph"
     passes = types.ModuleType("aotpack.passes")
     passes.compile_graph = lambda graph: _program()
     passes.plan_memory = _fake_plan
@@ -72,7 +95,7 @@ def pipeline(monkeypatch, tmp_path):
 
     monkeypatch.setattr(aotpack, "frontend", frontend, raising=False)
     monkeypatch.setattr(aotpack, "passes", passes, raising=False)
-    monkeypatch.setattr("aotpack.kernels.compile", _fake_compile(calls))
+    _fake_gemm_template(monkeypatch, calls)
     runtime = tmp_path / "runtime"
     (runtime / "bin").mkdir(parents=True)
     (runtime / "lib").mkdir()
@@ -203,25 +226,22 @@ def test_gemm_backend_choice_errors(pipeline, tmp_path, monkeypatch):
 
 
 def test_cutedsl_backend_takes_the_gemms(pipeline, tmp_path, monkeypatch):
-    """--gemm-backend cutedsl sends GemmOps to aotpack.kernels.cutedsl.compile (stand-in here:
-    CuTeDSL is not needed), refuses a GEMM it cannot run, and leaves Triton the default."""
-    from aotpack.kernels.cutedsl import build as cute_build
+    """--gemm-backend cutedsl sends GemmOps to the CuTeDSL backend (stand-in here: CuTeDSL is
+    not needed), refuses a GEMM it cannot run, and leaves Triton the default."""
+    from aotpack.kernels import gemm_template
 
-    monkeypatch.setattr(cute_build, "available", lambda: True)
-    monkeypatch.setattr(cute_build, "ensure_env", lambda: "")
     cute_calls = []
-    fake = types.ModuleType("aotpack.kernels.cutedsl.compile")
-    fake.supports = lambda op: None
-    fake.compile = _fake_compile(cute_calls)
-    monkeypatch.setitem(sys.modules, "aotpack.kernels.cutedsl.compile", fake)
-    import aotpack.kernels.cutedsl as cute_pkg
-
-    monkeypatch.setattr(cute_pkg, "compile", fake, raising=False)
+    _fake_gemm_template(monkeypatch, pipeline, cute_calls)
+    fake = types.SimpleNamespace(
+        supports=lambda op: None,
+        default_config=lambda op, **kw: types.SimpleNamespace(
+            tile_m=128, tile_n=256, cluster_m=1, cluster_n=1, raster_along_m=True, swizzle=1))
+    monkeypatch.setattr(gemm_template, "cutedsl", lambda: fake)
     spec = f"{tmp_path / 'model.py'}:make"
     build(spec, tmp_path / "o1", progress=False, command_line="t", gemm_backend="cutedsl")
     assert len(cute_calls) == 1 and pipeline == []  # two identical GEMMs, one compile
     build(spec, tmp_path / "o2", progress=False, command_line="t")
-    assert len(cute_calls) == 1 and len(pipeline) == 1  # default: the Triton registry
+    assert len(cute_calls) == 1 and len(pipeline) == 1  # default: Triton
     fake.supports = lambda op: "A and B must both be bf16 or f16"
     with pytest.raises(BuildError, match="cutedsl GEMM cannot compile.*bf16 or f16"):
         build(spec, tmp_path / "o3", progress=False, gemm_backend="cutedsl")
@@ -234,18 +254,18 @@ def test_auto_backend_picks_per_gemm(monkeypatch):
 
     if not cute_build.available():  # (importing cutlass here would pin the wrong arch)
         pytest.skip("nvidia-cutlass-dsl not installed")
-    from aotpack.kernels.cutedsl import compile as cute_gemm
+    from aotpack.kernels.gemm_template import GemmTemplate
 
     picked = []
-    monkeypatch.setattr(cute_gemm, "compile", lambda op, target: picked.append("cutedsl") or [])
-    monkeypatch.setattr(kernels, "compile", lambda op, target=None: picked.append("triton") or [])
+    monkeypatch.setattr(GemmTemplate, "compile",
+                        lambda self, op, config, target: picked.append(config["template"]) or [])
     fn = kernels.compiler("auto")
 
     def gemm(m):
         return GemmOp(contiguous("x", DType.BF16, (m, 256)), contiguous("w", DType.BF16, (512, 256)),
                       contiguous("y", DType.BF16, (m, 512)))
 
-    fn(gemm(4096), None)
-    fn(gemm(2048), None)
-    fn(gemm(16), None)
-    assert picked == ["cutedsl", "triton", "triton"]
+    fn(gemm(4096), SM90)
+    fn(gemm(2048), SM90)
+    fn(gemm(16), SM90)
+    assert picked == ["gemm.cutedsl", "gemm.triton", "gemm.triton"]

@@ -1,8 +1,11 @@
-"""Manifest v1 (docs/manifest.md): built from a Program + MemoryPlan, and checked when read.
+"""Manifest v1 and v2 (docs/manifest.md): built from a Program + MemoryPlan, and checked when
+read.
 
 The checks here are the runtime's load-time checks that need no GPU (indices in range, offsets
 and tensor-map extents inside their buffers, tensor-map rules), so a bad plan fails on the build
-host with a message naming the step and slot, not on the target GPU.
+host with a message naming the step and slot, not on the target GPU. A v2 manifest (dims that
+vary at run time: symbols, expressions, steps with `when`) is checked as the runtime checks it at
+load: evaluated at every symbol's minimum and at every symbol's maximum, each a v1 manifest.
 """
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ from aotpack.kernels.spec import (
 )
 
 FORMAT = "aotpack"
-VERSION = 1
+VERSION = 1  # static shapes
+VERSION_DYNAMIC = 2  # symbols, expressions, steps with `when`
 CUBIN_PREFIX = "__aotpack__.cubin."
 MANIFEST_KEY = "aotpack.manifest"
 SUMMARY_KEY = "aotpack.summary"  # informational: graph summary, buffer names, naive bytes
@@ -45,11 +49,25 @@ class WeightRecord:
 
 
 # ----------------------------------------------------------------------------- building
+def dim_json(x):
+    """An int as itself, a symbolic size as its expression text (docs/manifest.md)."""
+    return int(x) if isinstance(x, int) else str(x)
+
+
+def symbols_json(program) -> list[dict]:
+    return [{"name": s.name, "min": s.lo, "max": s.hi,
+             "example": int(program.example.get(s.name, s.hi))} for s in program.symbols]
+
+
+def when_json(when: tuple) -> list[dict]:
+    return [{"expr": str(e), "min": int(lo), "max": int(hi)} for e, lo, hi in when]
+
+
 def signature(program, names: list[str]) -> list[dict]:
     out = []
     for name in names:
         s = program.storage(name)
-        out.append({"name": name, "dtype": s.dtype.value, "shape": list(s.shape)})
+        out.append({"name": name, "dtype": s.dtype.value, "shape": [dim_json(d) for d in s.shape]})
     return out
 
 
@@ -102,21 +120,23 @@ def jsonable(value):
 def slot_json(slot, index: dict[str, int], where: str) -> dict:
     if isinstance(slot, PtrSlot):
         return {"kind": "ptr", "buffer": _buffer(index, slot.storage, where),
-                "offset": int(slot.offset)}
+                "offset": dim_json(slot.offset)}
     if isinstance(slot, NullSlot):
         return {"kind": "null"}
     if isinstance(slot, IntSlot):
-        return {"kind": slot.kind, "value": int(slot.value)}
+        return {"kind": slot.kind, "value": dim_json(slot.value)}
     if isinstance(slot, FastDivmodSlot):
-        return {"kind": "fastdivmod", "value": int(slot.divisor)}
+        return {"kind": "fastdivmod", "value": dim_json(slot.divisor)}
     if isinstance(slot, F32Slot):
         if not math.isfinite(slot.value):
             raise BundleError(f"{where}: f32 value {slot.value} cannot be stored in JSON")
         return {"kind": "f32", "value": float(slot.value)}
     if isinstance(slot, TensorMapSlot):
         return {"kind": "tensormap", "buffer": _buffer(index, slot.storage, where),
-                "offset": int(slot.offset), "dtype": slot.dtype.value, "dims": list(slot.dims),
-                "strides": list(slot.strides), "box": list(slot.box), "swizzle": slot.swizzle,
+                "offset": dim_json(slot.offset), "dtype": slot.dtype.value,
+                "dims": [dim_json(d) for d in slot.dims],
+                "strides": [dim_json(s) for s in slot.strides], "box": list(slot.box),
+                "swizzle": slot.swizzle,
                 "l2": slot.l2, "oob": slot.oob}
     if isinstance(slot, ScratchSlot):
         raise BundleError(f"{where}: scratch slot was not placed by the memory planner "
@@ -134,12 +154,29 @@ def _buffer(index: dict[str, int], storage: str, where: str) -> int:
 
 # ----------------------------------------------------------------------------- checking
 def check(m: dict, where: str = "manifest") -> None:
-    """Raise BundleError on anything a v1 runtime would refuse (GPU-independent part)."""
+    """Raise BundleError on anything the runtime would refuse (GPU-independent part)."""
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise BundleError(f"{where}: not an aotpack manifest (format != {FORMAT!r})")
+    if m.get("version") == VERSION_DYNAMIC:
+        symbols = parse_symbols(m, where)
+        named = {d for e in m.get("inputs", []) for d in e.get("shape", [])}
+        for name in symbols:
+            if name not in named:
+                raise BundleError(f"{where}: symbol {name!r} is no input's dim on its own: the "
+                                  f"runtime could not bind it from the input shapes")
+        for label, point in (("min", {n: s.lo for n, s in symbols.items()}),
+                             ("max", {n: s.hi for n, s in symbols.items()})):
+            _check_static(at_point(m, symbols, point, where),
+                          f"{where} (every symbol at its {label})")
+        return
     if m.get("version") != VERSION:
         raise BundleError(f"{where}: manifest version {m.get('version')!r}; this aotpack reads "
-                          f"version {VERSION}: rebuild the bundle with this aotpack")
+                          f"versions {VERSION} and {VERSION_DYNAMIC}: rebuild the bundle with "
+                          f"this aotpack")
+    _check_static(m, where)
+
+
+def _check_static(m: dict, where: str) -> None:
     for key in ("target", "inputs", "outputs", "weights", "arena_bytes", "buffers", "kernels",
                 "steps"):
         if key not in m:
@@ -296,3 +333,75 @@ def _check_tensormap(s: dict, sizes: list[int], what: str) -> None:
     if dtype == DType.BOOL or (s["oob"] == "nan" and not dtype.is_float):
         raise BundleError(f"{what}: tensor map of {dtype.value} (bool has no TMA type; "
                           f"oob 'nan' needs a float dtype)")
+
+
+# ----------------------------------------------------------------------------- v2
+def parse_symbols(m: dict, where: str = "manifest") -> dict:
+    """{name: aotpack.ir.sym.Sym} of a v2 manifest, checked as the runtime checks them."""
+    from aotpack.ir.sym import Sym
+
+    out = {}
+    for i, s in enumerate(m.get("symbols") or []):
+        what = f"{where}: symbols[{i}]"
+        name = s.get("name") if isinstance(s, dict) else None
+        if not isinstance(name, str) or not name.isidentifier() or name in ("min", "max") \
+                or name in out:
+            raise BundleError(f"{what}: name {name!r} is not a unique identifier")
+        lo, hi = _int(s.get("min"), f"{what}: min"), _int(s.get("max"), f"{what}: max")
+        if hi < lo or hi >= 1 << 31:
+            raise BundleError(f"{what}: range {lo}..{hi} is empty or too large")
+        out[name] = Sym(name, lo, hi)
+    if not out:
+        raise BundleError(f"{where}: a version {VERSION_DYNAMIC} manifest needs symbols")
+    return out
+
+
+def evaluate(v, symbols: dict, point: dict, what: str):
+    """An integer field: itself, or its expression evaluated at `point`."""
+    if not isinstance(v, str):
+        return v
+    from aotpack.ir.sym import parse, subs
+
+    try:
+        return subs(parse(v, symbols), point)
+    except (ValueError, KeyError, ZeroDivisionError) as e:
+        raise BundleError(f"{what}: bad expression {v!r}: {e}") from None
+
+
+def step_runs(step: dict, symbols: dict, point: dict, what: str) -> bool:
+    """Whether a step's `when` holds at `point` and its grid is not empty."""
+    for c in step.get("when") or []:
+        if not c["min"] <= evaluate(c["expr"], symbols, point, f"{what}: when") <= c["max"]:
+            return False
+    return all(evaluate(g, symbols, point, f"{what}: grid") != 0 for g in step["grid"])
+
+
+def at_point(m: dict, symbols: dict, point: dict, where: str = "manifest") -> dict:
+    """The v1 manifest a v2 manifest is at one point of the dims: expressions evaluated, the
+    steps that run there (in order), nothing else changed."""
+    def ev(v, what):
+        return evaluate(v, symbols, point, what)
+
+    def tensors(key):
+        return [dict(e, shape=[ev(d, f"{where}: {key} {e.get('name')}") for d in e["shape"]])
+                for e in m[key]]
+
+    def slot(s, what):
+        s = dict(s)
+        for key in ("value", "offset"):
+            if key in s:
+                s[key] = ev(s[key], f"{what}: {key}")
+        for key in ("dims", "strides"):
+            if key in s:
+                s[key] = [ev(x, f"{what}: {key}") for x in s[key]]
+        return s
+
+    steps = []
+    for i, st in enumerate(m["steps"]):
+        what = f"{where}: step {i}"
+        if step_runs(st, symbols, point, what):
+            steps.append({"kernel": st["kernel"], "grid": [ev(g, what) for g in st["grid"]],
+                          "args": [slot(s, f"{what} slot {j}")
+                                   for j, s in enumerate(st.get("args", []))]})
+    return dict(m, version=VERSION, inputs=tensors("inputs"), outputs=tensors("outputs"),
+                steps=steps)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aotpack.bundle import manifest as mf
 from aotpack.bundle.stfile import BundleError, Entry, atomic_output, write_safetensors
+from aotpack.ir.sym import upper_bound
 from aotpack.kernels.spec import CompiledKernel, Target
 
 
@@ -26,7 +27,7 @@ def write_bundle(path, program, plan, *, target: Target, provenance: dict,
     cubins, kernels, steps = _kernels_and_steps(program, plan)
     table, index, buffer_names = mf.buffers(program, plan, weights)
     manifest = {
-        "format": mf.FORMAT, "version": mf.VERSION,
+        "format": mf.FORMAT, "version": mf.VERSION_DYNAMIC if program.dynamic else mf.VERSION,
         "target": {"arch": target.arch, "cc": list(target.cc), "min_driver": target.min_driver,
                    "sm_count": target.sm_count},
         "inputs": mf.signature(program, program.inputs),
@@ -39,6 +40,8 @@ def write_bundle(path, program, plan, *, target: Target, provenance: dict,
         "steps": [_step_json(k, launch, index, i) for i, (k, launch) in enumerate(steps)],
         "provenance": mf.jsonable(provenance),
     }
+    if program.dynamic:  # v1 bundles stay byte for byte what they were
+        manifest["symbols"] = mf.symbols_json(program)
     mf.check(manifest, f"{path.name} (being written)")
     metadata = {mf.MANIFEST_KEY: _dumps(manifest),
                 mf.SUMMARY_KEY: _dumps(_summary(program, plan, buffer_names))}
@@ -133,13 +136,16 @@ def _kernel_name(k: CompiledKernel, i: int) -> str:
 
 def _step_json(kernel: int, launch, index: dict[str, int], step: int) -> dict:
     where = f"step {step} ({launch.kernel.entry})"
-    return {"kernel": kernel, "grid": [int(g) for g in launch.grid],
-            "args": [mf.slot_json(s, index, f"{where} slot {j}") for j, s in enumerate(launch.args)]}
+    out = {"kernel": kernel, "grid": [mf.dim_json(g) for g in launch.grid],
+           "args": [mf.slot_json(s, index, f"{where} slot {j}") for j, s in enumerate(launch.args)]}
+    if launch.when:
+        out["when"] = mf.when_json(launch.when)
+    return out
 
 
 def _summary(program, plan, buffer_names: list[str]) -> dict:
     """What `aotpack inspect` shows beyond the manifest; the runtime never reads it."""
-    intermediates = sum(s.nbytes for s in program.by_kind("intermediate"))
+    intermediates = sum(upper_bound(s.nbytes) for s in program.by_kind("intermediate"))
     return {"graph": mf.jsonable(program.summary), "ops": len(program.ops),
             "buffer_names": buffer_names, "intermediate_bytes": intermediates,
             "naive_bytes": int(plan.naive_bytes or intermediates)}

@@ -12,6 +12,7 @@ from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
+from aotpack.ir.sym import SymbolicError, sym_max, sym_min
 
 
 class Unsupported(Exception):
@@ -172,18 +173,33 @@ def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=Non
     return cx.emit(Op.SDPA, [q, k, v], attrs, final=True)
 
 
-def _constant_mask_kind(cx, mask, seq_q: int, seq_k: int) -> str | None:
+def _constant_mask_kind(cx, mask, seq_q, seq_k) -> str | None:
     """What a constant attention mask does: "none" (all True, or all 0 when additive),
     "causal" (query i sees keys 0..i in every batch and head: sdpa's is_causal), or None
     (anything else, or not a constant). HF models build one from arange even when nothing or
     only the future is masked (ViT and BERT without padding: nothing; GPT-2: causal); it folds
     to a constant before this rule sees it. An additive mask's masked entries must be -inf or
-    a large negative number (what HF writes: the dtype's minimum)."""
+    a large negative number (what HF writes: the dtype's minimum).
+    A mask whose size follows a dynamic dim is classified at several sizes (frontend/symbolic.py
+    probe points, each dim's maximum included, so a sliding window wider than the small sizes
+    is not mistaken for causal); every size must agree (at one query a causal mask masks
+    nothing, so "none" and "causal" agree)."""
+    from aotpack.ir.sym import subs
+
+    samples = cx.constant_samples(mask)
+    if samples is None:
+        return None
+    kinds = {_mask_kind_at(t, subs(seq_q, point), subs(seq_k, point)) for point, t in samples}
+    if kinds == {"none"}:
+        return "none"
+    if kinds <= {"none", "causal"}:
+        return "causal"
+    return None
+
+
+def _mask_kind_at(t, seq_q: int, seq_k: int) -> str | None:
     import torch
 
-    t = cx.constant_value(mask)
-    if t is None:
-        return None
     if t.dtype == torch.bool:
         keep = t
     else:
@@ -261,10 +277,19 @@ def _t(cx, x):
 def _slice_attrs(x, dim, start, end, step):
     dim = _dim(dim, len(x.shape))
     size = x.shape[dim]
-    start = 0 if start is None else (start + size if start < 0 else start)
-    end = size if end is None else (end + size if end < 0 else end)
-    start, end = max(0, min(start, size)), max(0, min(end, size))
-    return O.SliceAttrs(dim, start, max(start, end), step)
+    start = 0 if start is None else _wrap(start, size)
+    end = size if end is None else _wrap(end, size)
+    start = sym_max(0, sym_min(start, size))
+    end = sym_max(0, sym_min(end, size))
+    return O.SliceAttrs(dim, start, sym_max(start, end), step)
+
+
+def _wrap(i, size):
+    """A negative index counts from the end (a symbolic index must be decidably either)."""
+    try:
+        return i + size if i < 0 else i
+    except SymbolicError:
+        raise Unsupported(f"index {i}, which may be negative or not") from None
 
 
 def _slice(cx, x, dim=0, start=None, end=None, step=1):
@@ -273,7 +298,7 @@ def _slice(cx, x, dim=0, start=None, end=None, step=1):
 
 def _select(cx, x, dim, index):
     dim = _dim(dim, len(x.shape))
-    index = index + x.shape[dim] if index < 0 else index
+    index = _wrap(index, x.shape[dim])
     return cx.emit(Op.SELECT, [x], O.SelectAttrs(dim, index), final=True)
 
 
@@ -303,6 +328,8 @@ def _cat(cx, xs, dim=0):
 def _split(cx, x, sizes, dim=0):
     dim = _dim(dim, len(x.shape))
     total = x.shape[dim]
+    if isinstance(sizes, int) and not isinstance(total, int):
+        raise Unsupported(f"splitting the dynamic dim {total} in chunks of {sizes}")
     if isinstance(sizes, int):
         sizes = [min(sizes, total - s) for s in range(0, total, sizes)]
     outs, start = [], 0

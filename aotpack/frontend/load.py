@@ -1,8 +1,14 @@
-"""Model loading: `file.py:fn` factories and `.pt2` files written by torch.export.save."""
+"""Model loading: `file.py:fn` factories and `.pt2` files written by torch.export.save.
+
+A factory returns (model, example_inputs) or (model, example_inputs, dynamic_shapes), the
+last in torch.export's own form (a tuple in input order or a dict by argument name, each
+input's dims mapped to `torch.export.Dim`s). A `.pt2` keeps the dims it was exported with.
+"""
 from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -10,16 +16,29 @@ class ModelLoadError(Exception):
     """The model spec could not be turned into (model, example_inputs); the message says why."""
 
 
-def load_model(spec: str):
-    """(model_or_exported_program, example_inputs tuple) for `spec`:
-    `path/to/file.py:fn` (fn() returns (model, example_inputs)) or `model.pt2`."""
+@dataclass
+class LoadedModel:
+    model: object  # torch.nn.Module or torch.export.ExportedProgram
+    inputs: tuple  # example inputs (torch tensors)
+    dynamic_shapes: object = None  # torch.export's spec, or None
+
+
+def load_spec(spec: str) -> LoadedModel:
+    """The model, example inputs and dynamic dims `spec` names: `path/to/file.py:fn` or
+    `model.pt2`."""
     if spec.endswith(".pt2"):
-        return _load_pt2(Path(spec))
+        return LoadedModel(*_load_pt2(Path(spec)))
     path, sep, fn = spec.rpartition(":")
     if not sep or not path.endswith(".py") or not fn:
         raise ModelLoadError(f"model spec {spec!r} is neither `file.py:function` nor a .pt2 file "
                              f"written by torch.export.save")
     return _load_factory(Path(path), fn)
+
+
+def load_model(spec: str):
+    """(model_or_exported_program, example_inputs tuple) for `spec` (see load_spec)."""
+    loaded = load_spec(spec)
+    return loaded.model, loaded.inputs
 
 
 def _load_factory(path: Path, fn: str):
@@ -42,13 +61,18 @@ def _load_factory(path: Path, fn: str):
     return _check_factory_result(result, f"{path}:{fn}")
 
 
-def _check_factory_result(result, where: str):
+def _check_factory_result(result, where: str) -> LoadedModel:
     import torch
 
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise ModelLoadError(f"{where}() must return (model, example_inputs), got "
-                             f"{type(result).__name__}")
-    model, inputs = result
+    if not (isinstance(result, tuple) and len(result) in (2, 3)):
+        raise ModelLoadError(f"{where}() must return (model, example_inputs) or (model, "
+                             f"example_inputs, dynamic_shapes), got {type(result).__name__}")
+    model, inputs = result[:2]
+    dynamic = result[2] if len(result) == 3 else None
+    if dynamic is not None and not isinstance(dynamic, (tuple, list, dict)):
+        raise ModelLoadError(f"{where}(): dynamic_shapes must be torch.export's spec (a tuple "
+                             f"or dict of per-input {{dim: torch.export.Dim}}), got "
+                             f"{type(dynamic).__name__}")
     if not isinstance(model, (torch.nn.Module, torch.export.ExportedProgram)):
         raise ModelLoadError(f"{where}(): model is a {type(model).__name__}, expected a "
                              f"torch.nn.Module or an ExportedProgram")
@@ -57,7 +81,7 @@ def _check_factory_result(result, where: str):
     if not isinstance(inputs, (tuple, list)) or not all(
             isinstance(t, torch.Tensor) for t in inputs):
         raise ModelLoadError(f"{where}(): example_inputs must be a tuple of tensors")
-    return model, tuple(inputs)
+    return LoadedModel(model, tuple(inputs), dynamic)
 
 
 def _load_pt2(path: Path):

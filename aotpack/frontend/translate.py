@@ -6,6 +6,7 @@ import re
 
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_table import RULES, Unsupported
+from aotpack.frontend.symbolic import LazyConstants, SymbolError, SymbolTable, _is_symint
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
 
@@ -35,23 +36,52 @@ def kept_ops():
             a.layer_norm.default, a.gelu.default, a.silu.default, a.matmul.default]
 
 
-def export(model, example_inputs):
-    """ExportedProgram decomposed to core aten + kept_ops()."""
+def export(model, example_inputs, dynamic_shapes=None):
+    """ExportedProgram decomposed to core aten + kept_ops(). `dynamic_shapes` is
+    torch.export's spec (Dims per input dim); an ExportedProgram keeps its own."""
     import torch
 
     if isinstance(model, torch.export.ExportedProgram):
         ep = model
     else:
-        ep = torch.export.export(model, tuple(example_inputs), strict=False)
+        ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes,
+                                 strict=False)
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)
     return ep.run_decompositions(table)
 
 
-def to_graph(model_or_ep, example_inputs) -> Graph:
-    ep = export(model_or_ep, example_inputs)
-    return _Translator(ep).run()
+def to_graph(model_or_ep, example_inputs, dynamic_shapes=None) -> Graph:
+    """The IR graph of a model (or ExportedProgram). Dims that torch.export keeps symbolic
+    (from `dynamic_shapes` or the program itself) become symbols named after their Dims."""
+    ep = export(model_or_ep, example_inputs, dynamic_shapes)
+    names = dim_names(ep, dynamic_shapes)
+    try:
+        table = SymbolTable(ep, names, example_inputs)
+    except SymbolError as e:
+        raise UnsupportedOpError(str(e)) from None
+    return _Translator(ep, table).run()
+
+
+def dim_names(ep, dynamic_shapes) -> dict[tuple[str, int], str]:
+    """{(input name, dim): the torch.export.Dim's name} from a dynamic_shapes spec (a tuple
+    in input order, or a dict by argument name)."""
+    if not dynamic_shapes:
+        return {}
+    inputs = list(ep.graph_signature.user_inputs)
+    if isinstance(dynamic_shapes, dict):
+        per_input = [dynamic_shapes.get(name) for name in inputs]
+    else:
+        per_input = list(dynamic_shapes)
+    out = {}
+    for name, spec in zip(inputs, per_input):
+        items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
+        for d, dim in items:
+            label = getattr(dim, "__name__", None)
+            if label:
+                out[(name, int(d))] = label
+    return out
 
 
 def source_loc(fx_node) -> SourceLoc:
@@ -66,8 +96,15 @@ def source_loc(fx_node) -> SourceLoc:
 
 
 class _Translator:
-    def __init__(self, ep):
+    def __init__(self, ep, table: SymbolTable | None = None):
         self.ep = ep
+        self.table = table or SymbolTable(ep)
+        # values computed from constants and dims only (their size depends on a dim): fx node
+        # per value name, evaluated at concrete points (frontend/symbolic.py)
+        self.lazy: dict[str, object] = {}
+        self.lazy_eval = LazyConstants(table, self._known_tensor, _FOLD_LIMIT_INDEX)
+        self.materialized: dict[str, Value] = {}
+        self._data_memo: dict[str, bool] = {}
         self.env: dict[str, object] = {}  # fx node name -> Value | list[Value] | None
         self.inputs: list[Value] = []
         self.constants: dict[str, Constant] = {}
@@ -92,8 +129,9 @@ class _Translator:
             if n.op == "call_function":
                 counts[str(n.target)] = counts.get(str(n.target), 0) + 1
         self._check_large_index_constants(outputs)
-        return Graph(self.inputs, self.constants, self.nodes, outputs,
-                     {"aten_ops": counts}).verify()
+        meta = {"aten_ops": counts, "symbols": self.table.symbols,
+                "example": self.table.example_point(), "dim_sources": dict(self.table.sources)}
+        return Graph(self.inputs, self.constants, self.nodes, outputs, meta).verify()
 
     def _check_large_index_constants(self, outputs) -> None:
         """An integer/bool constant folded past the float limit is fine while nothing reads it
@@ -137,11 +175,19 @@ class _Translator:
             value = self.env.get(arg.name) if arg is not None else None
             if not isinstance(value, Value):
                 raise UnsupportedOpError(f"output {i} is not a tensor ({arg})")
+            if value.name in self.lazy:
+                self.fx_node = arg
+                value = self._materialize(value)
             outs.append(GraphOutput(f"out{i}", value))
         return outs
 
     def _call(self, n):
         self.fx_node = n
+        val = n.meta.get("val")
+        if _is_symint(val) or (isinstance(val, (int, bool)) and not isinstance(n.target,
+                                                                                _OpOverload())):
+            self.env[n.name] = self._size_value(val)  # size arithmetic: no IR node
+            return
         rule = RULES.get(str(n.target))
         if self._fold_constant_call(n, computed_only=rule is not None):
             return
@@ -155,6 +201,40 @@ class _Translator:
             raise self._error(f"{n.target} with {e} is not supported") from None
         except TypeError as e:
             raise self._error(f"{n.target} cannot be typed: {e}") from None
+        except SymbolError as e:
+            raise self._error(str(e)) from None
+
+    def _size_value(self, val):
+        """A size computed from dims (sym_size, arithmetic on sizes) as an int or Expr; a
+        symbolic bool/float (a guard) as None."""
+        import torch
+
+        if isinstance(val, (torch.SymBool, torch.SymFloat)):
+            return None
+        try:
+            return self.table.dim(val)
+        except SymbolError as e:
+            raise self._error(str(e)) from None
+
+    def _constant_like(self, d) -> bool:
+        """An input of a lazily foldable op: computed from weights and dims only (a constant,
+        a view of a weight, a lazy value, a size), never from an input's data."""
+        v = self.env.get(d.name)
+        if isinstance(v, Value):
+            return not self._reads_input_data(d)
+        return v is not None and not isinstance(v, (list, tuple))
+
+    def _reads_input_data(self, fx_node) -> bool:
+        memo = self._data_memo
+        if fx_node.name not in memo:
+            if fx_node.op == "placeholder":
+                memo[fx_node.name] = fx_node.name in self.ep.graph_signature.user_inputs
+            elif _is_symint(fx_node.meta.get("val")):
+                memo[fx_node.name] = False  # a size: its value comes from the dims
+            else:
+                memo[fx_node.name] = any(self._reads_input_data(a)
+                                         for a in fx_node.all_input_nodes)
+        return memo[fx_node.name]
 
     def _fold_constant_call(self, n, computed_only: bool = False) -> bool:
         """An op with no rule whose inputs are all weights/constants (torch.arange, a table
@@ -167,20 +247,31 @@ class _Translator:
         index and mask arithmetic, which the kernels do not run (HF's causal-mask code expands
         arange before it subtracts, compares and indexes; BERT gathers its token-type ids from
         a slice of a buffer); an unused one is dropped with the dead code. Anything that fails
-        to evaluate here is left to its rule."""
+        to evaluate here is left to its rule.
+        An op on constants whose result's size depends on a dim (or that reads such a value)
+        is not evaluated here: it becomes a lazy value (see `_materialize`)."""
         import torch
 
         name = str(n.target)
         if not isinstance(n.target, torch._ops.OpOverload) or any(w in name for w in _NO_FOLD):
             return False
         deps = [a for a in n.all_input_nodes]
-        if not all(isinstance(self.env.get(d.name), Value)
-                   and self.env[d.name].name in self.constants for d in deps):
+        if not all(self._constant_like(d) for d in deps):
             return False
-        tensors = {d.name: self.constants[self.env[d.name].name].tensor for d in deps}
         out = n.meta.get("val")
-        if not isinstance(out, torch.Tensor) or not all(isinstance(d, int) for d in out.shape):
+        if not isinstance(out, torch.Tensor):
             return False
+        lazy_in = any(self.env[d.name].name in self.lazy for d in deps
+                      if isinstance(self.env.get(d.name), Value))
+        symbolic_args = any(not isinstance(self.env.get(d.name), Value) for d in deps)
+        if lazy_in or symbolic_args or not all(isinstance(d, int) for d in out.shape):
+            value = self._new_value(n.name, out)
+            self.lazy[value.name] = n
+            self.env[n.name] = value
+            return True
+        if not all(self.env[d.name].name in self.constants for d in deps):
+            return False  # views of weights stay views (see above)
+        tensors = {d.name: self.constants[self.env[d.name].name].tensor for d in deps}
         index = not (out.dtype.is_floating_point or out.dtype.is_complex)
         limit = _FOLD_LIMIT_INDEX if index else _FOLD_LIMIT
         if out.numel() * out.element_size() > limit:  # before computing it
@@ -203,6 +294,76 @@ class _Translator:
         self.computed.add(value.name)
         self.env[n.name] = value
         return True
+
+    def _known_tensor(self, fx_node):
+        """The tensor of a weight or a folded constant (for LazyConstants), else None."""
+        v = self.env.get(fx_node.name)
+        if isinstance(v, Value) and v.name in self.constants:
+            return self.constants[v.name].tensor
+        return None
+
+    def constant_samples(self, v) -> list[tuple[dict, object]] | None:
+        """[(point, tensor)]: what `v` holds at several concrete dims (one sample, at no dims,
+        for a static constant); None if `v` is computed at run time. For masks: a value
+        computed from constants and dims is checked where it is cheap and at each dim's max."""
+        if isinstance(v, Value) and v.name in self.lazy:
+            node = self.lazy[v.name]
+            try:
+                return [(p, self.lazy_eval.value(node, p)) for p in self.table.probe_points()]
+            except SymbolError as e:
+                raise Unsupported(str(e)) from None
+        t = self.constant_value(v)
+        return None if t is None else [({}, t)]
+
+    def _materialize(self, v: Value) -> Value:
+        """A lazy value as IR: its tensor at the dims' maxima, stored once (size-1 along the
+        dims it does not vary over), read through a slice (and expand) of the symbolic size.
+        Refused unless the value at smaller dims is exactly that slice (checked at probe
+        points): a table indexed by position, not a value whose entries depend on the dims."""
+        if v.name in self.materialized:
+            return self.materialized[v.name]
+        import torch
+
+        from aotpack.ir import Op
+        from aotpack.ir import ops as O
+        from aotpack.ir.sym import subs
+
+        node = self.lazy[v.name]
+        try:
+            full = self.lazy_eval.value(node, self.table.max_point())
+            full = _reduce_broadcast(full.detach().cpu(), v.shape)
+            for p in self.table.probe_points():
+                want = _slice_to(full, subs(tuple(v.shape), p))
+                got = self.lazy_eval.value(node, p)
+                if not _same(got, want):
+                    raise SymbolError(
+                        f"%{v.name} ({node.target}) is computed from constants, and at dims "
+                        f"{p} it is not the leading part of its value at the maxima: its "
+                        f"entries depend on the dims, which aotpack cannot store as a table")
+        except SymbolError as e:
+            raise self._error(str(e)) from None
+        if full.numel() * full.element_size() > _FOLD_LIMIT:
+            raise self._error(f"%{v.name} computed from constants would be stored at the dims' "
+                              f"maxima as {list(full.shape)} ({full.numel() * full.element_size() >> 20} "
+                              f"MiB, limit {_FOLD_LIMIT >> 20} MiB): lower the maxima")
+        const = self._new_value(f"{v.name}_table", full.contiguous())
+        self.constants[const.name] = Constant(const, full.contiguous())
+        self.computed.add(const.name)
+        x = const
+        for i, d in enumerate(v.shape):
+            if full.shape[i] != 1 and not isinstance(d, int):
+                x = self._emit_raw(Op.SLICE, [x], O.SliceAttrs(i, 0, d), f"{v.name}_slice")
+        if tuple(x.shape) != tuple(v.shape):
+            x = self._emit_raw(Op.EXPAND, [x], O.ExpandAttrs(tuple(v.shape)), f"{v.name}_expand")
+        self.materialized[v.name] = x
+        return x
+
+    def _emit_raw(self, op, inputs, attrs, name) -> Value:
+        t = infer(op, [v.type for v in inputs], attrs)
+        value = Value(self._fresh(name), t.dtype, tuple(t.shape))
+        loc = source_loc(self.fx_node) if self.fx_node is not None else None
+        self.nodes.append(Node(op, tuple(inputs), attrs, (value,), loc))
+        return value
 
     def constant_value(self, v):
         """The constant tensor `v` holds, through the layout ops (expand, view, unsqueeze,
@@ -250,6 +411,7 @@ class _Translator:
     def emit(self, op, inputs, attrs, final: bool = False) -> Value:
         """Append a node; its type comes from the IR type rule and, for the node that stands
         for the fx node (`final`), must match what torch computed."""
+        inputs = [self._materialize(v) if v.name in self.lazy else v for v in inputs]
         t = infer(op, [v.type for v in inputs], attrs)
         name = self._fresh(self.fx_node.name if final else f"{self.fx_node.name}_{op.value}")
         value = Value(name, t.dtype, tuple(t.shape))
@@ -260,8 +422,8 @@ class _Translator:
         self.nodes.append(Node(op, tuple(inputs), attrs, (value,), source_loc(self.fx_node)))
         return value
 
-    def out_shape(self) -> tuple[int, ...]:
-        return self._static(self.fx_node.meta["val"].shape)
+    def out_shape(self) -> tuple:
+        return self._dims(self.fx_node.meta["val"].shape)
 
     # -------------------------------------------------------------- helpers
     def _fresh(self, name: str) -> str:
@@ -275,14 +437,51 @@ class _Translator:
     def _new_value(self, name, tensor, check_only=False) -> Value:
         if not check_only:
             name = self._fresh(name)
-        return Value(name, DType.from_torch(tensor.dtype), self._static(tensor.shape))
+        return Value(name, DType.from_torch(tensor.dtype), self._dims(tensor.shape))
 
-    def _static(self, shape) -> tuple[int, ...]:
-        dims = []
-        for d in shape:
-            if not isinstance(d, int):
-                raise UnsupportedOpError(f"dynamic dimension {d} (node "
-                                         f"{getattr(self.fx_node, 'name', '?')}): aotpack "
-                                         f"compiles static shapes only for now")
-            dims.append(d)
-        return tuple(dims)
+    def _dims(self, shape) -> tuple:
+        try:
+            return tuple(self.table.dim(d) for d in shape)
+        except SymbolError as e:
+            where = getattr(self.fx_node, "name", "?")
+            raise UnsupportedOpError(f"{e} (node {where})") from None
+
+
+def _OpOverload():
+    import torch
+
+    return torch._ops.OpOverload
+
+
+def _reduce_broadcast(t, shape):
+    """`t` with every symbolic dim along which it does not vary cut to size 1."""
+    import torch
+
+    for i, d in enumerate(shape):
+        if not isinstance(d, int) and t.shape[i] > 1:
+            first = t.narrow(i, 0, 1)
+            if _same(t, first.expand_as(t)):
+                t = first
+    return t.contiguous() if isinstance(t, torch.Tensor) else t
+
+
+def _slice_to(t, sizes):
+    """`t`'s leading part of `sizes` (dims of size 1 broadcast)."""
+    for i, n in enumerate(sizes):
+        if t.shape[i] == 1 and n != 1:
+            t = t.expand(*t.shape[:i], n, *t.shape[i + 1:])
+        elif t.shape[i] < n:
+            return None
+        else:
+            t = t.narrow(i, 0, n)
+    return t
+
+
+def _same(a, b) -> bool:
+    import torch
+
+    if b is None or not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point:
+        return torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-6, equal_nan=True)
+    return torch.equal(a, b)

@@ -5,5 +5,5 @@ from aotpack.ir.graph import (  # noqa: F401
 from aotpack.ir.infer import TensorType, infer  # noqa: F401
 from aotpack.ir.ops import *  # noqa: F401,F403
 from aotpack.ir.types import (  # noqa: F401
-    Dim, Shape, SymDim, broadcast_shapes, contiguous_strides, numel, static_shape,
+    Dim, Shape, broadcast_shapes, contiguous_strides, is_static, numel, static_shape,
 )

@@ -1,53 +1,41 @@
 """Value types of the IR: a dtype and a shape.
 
-A dimension is an `int` today. `SymDim` (a named symbol with a range) is where dynamic batch and
-sequence lengths will go: code that needs a concrete number calls `static_shape`, which refuses
+A dimension is an `int` or a symbolic `Expr` (aotpack/ir/sym.py): a polynomial over named dims
+with ranges, e.g. `B*S`. Code that needs a concrete number calls `static_shape`, which refuses
 symbols with a clear message instead of silently mis-computing.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Union
 
 from aotpack.dtypes import DType
+from aotpack.ir.sym import Expr, prod, sym_max
 
-
-@dataclass(frozen=True)
-class SymDim:
-    """A symbolic dimension `name` in [lo, hi] (not produced by the frontend yet)."""
-
-    name: str
-    lo: int = 1
-    hi: int | None = None
-
-    def __str__(self) -> str:
-        return self.name
-
-
-Dim = Union[int, SymDim]
+Dim = Union[int, Expr]
 Shape = tuple[Dim, ...]
 
 
 def static_shape(shape: Shape) -> tuple[int, ...]:
     for d in shape:
         if not isinstance(d, int):
-            raise NotImplementedError(f"symbolic dimension {d} is not supported yet "
-                                      f"(shape {shape})")
+            raise NotImplementedError(f"symbolic dimension {d} is not supported here "
+                                      f"(shape {format_shape(shape)})")
     return tuple(shape)  # type: ignore[return-value]
 
 
-def numel(shape: Shape) -> int:
-    n = 1
-    for d in static_shape(shape):
-        n *= d
-    return n
+def is_static(shape: Shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
 
 
-def contiguous_strides(shape: Shape) -> tuple[int, ...]:
+def numel(shape: Shape) -> Dim:
+    return prod(shape)
+
+
+def contiguous_strides(shape: Shape) -> tuple[Dim, ...]:
     strides, acc = [], 1
-    for d in reversed(static_shape(shape)):
+    for d in reversed(shape):
         strides.append(acc)
-        acc *= max(d, 1)
+        acc = acc * sym_max(d, 1)
     return tuple(reversed(strides))
 
 

@@ -20,19 +20,20 @@ from aotpack.dtypes import DType
 # ----------------------------------------------------------------------------- operands
 @dataclass(frozen=True)
 class TensorArg:
-    """A strided view (`shape`, `strides`, `offset` in elements) over storage `storage`."""
+    """A strided view (`shape`, `strides`, `offset` in elements) over storage `storage`.
+    Sizes are ints or symbolic expressions of the dims (aotpack/ir/sym.py)."""
 
     storage: str
     dtype: DType
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int = 0
+    shape: tuple
+    strides: tuple
+    offset: object = 0
 
     @property
-    def numel(self) -> int:
+    def numel(self):
         n = 1
         for s in self.shape:
-            n *= s
+            n = n * s
         return n
 
     def is_contiguous(self) -> bool:
@@ -377,9 +378,15 @@ class CompiledKernel:
 
 @dataclass(frozen=True)
 class Launch:
+    """One kernel launch. Sizes anywhere in it (grid, slot values, offsets, tensor-map dims
+    and strides) are ints or expressions of the dims (aotpack/ir/sym.py). `when`: the launch
+    runs only for shapes where each (expr, lo, hi) has lo <= expr <= hi (a bucket of a
+    symbolic op, kernels/variants.py); () means always."""
+
     kernel: CompiledKernel
-    grid: tuple[int, int, int]
+    grid: tuple
     args: tuple[Slot, ...]
+    when: tuple = ()
 
 
 @dataclass(frozen=True)

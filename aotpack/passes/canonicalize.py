@@ -7,6 +7,7 @@ from __future__ import annotations
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
+from aotpack.ir.types import is_static
 from aotpack.passes.views import View, compose, layout_view, strided_attrs
 
 # Constants bigger than this are never produced by folding (it would bloat the bundle).
@@ -76,7 +77,7 @@ def fold_constants(graph: Graph) -> Graph:
     known = {name: c.tensor for name, c in graph.constants.items() if not c.tensor.is_meta}
     for n in graph.nodes:
         ins = [b.get(v) for v in n.inputs]
-        if not ins or not all(v.name in known for v in ins):
+        if not ins or not all(v.name in known for v in ins) or not is_static(n.output.shape):
             b.keep(n)
             continue
         tensor = eval_node(n, [known[v.name] for v in ins])

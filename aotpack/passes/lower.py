@@ -12,6 +12,7 @@ storage.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, Node, Value
@@ -186,7 +187,8 @@ class _Lowering:
         self.ops = [op for op in self.ops if math.prod(op.out.shape) != 0]
         self._drop_unread_weights()
         return Program([v.name for v in self.g.inputs], [o.name for o in self.g.outputs],
-                       self.storages, self.ops, self.weights, self._summary())
+                       self.storages, self.ops, self.weights, self._summary(),
+                       list(self.g.meta.get("symbols", [])), dict(self.g.meta.get("example", {})))
 
     def _drop_unread_weights(self) -> None:
         """Constants no kernel reads: a matmul's [K, N] weight once its transposed copy was
@@ -452,7 +454,7 @@ def _inverse_permutation(attrs: O.StridedAttrs, src_shape) -> tuple[int, ...] | 
     from aotpack.ir.types import contiguous_strides
 
     src_strides = contiguous_strides(src_shape)
-    if attrs.offset != 0 or sorted(attrs.shape) != sorted(src_shape):
+    if attrs.offset != 0 or Counter(attrs.shape) != Counter(src_shape):
         return None
     view_strides = contiguous_strides(attrs.shape)
     out = [0] * len(src_shape)

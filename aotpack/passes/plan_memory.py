@@ -6,11 +6,16 @@ lowest offset that fits (the classic offline strategy: good on transformer graph
 large activations dominate). An op's output may take over the storage of an operand that dies at
 that op when the kernel reads and writes it element for element (pointwise inputs, GEMM
 residual/mul operands with the output's exact view): that is the "in place where safe" rule.
+
+With dynamic dims every size is its largest over the dims' ranges (a scratch region of one
+bucket's launches: its largest inside that bucket), so the offsets are plain numbers and one
+arena serves every shape: nothing is allocated per call.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from aotpack.ir.sym import bound_under, upper_bound
 from aotpack.kernels.spec import (
     EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot, TensorArg, op_inputs,
 )
@@ -64,7 +69,7 @@ def _intermediate_regions(program: Program, spans) -> dict[str, _Region]:
                 continue
             r = regions.get(st.name)
             if r is None:
-                regions[st.name] = _Region(st.name, st.nbytes, first, last)
+                regions[st.name] = _Region(st.name, upper_bound(st.nbytes), first, last)
             else:
                 r.first, r.last = min(r.first, first), max(r.last, last)
     return regions
@@ -104,21 +109,30 @@ def _place(regions: list[_Region]) -> dict[str, int]:
     return offsets
 
 
-def _scratch_region(slot: ScratchSlot, step: int, j: int, shared: dict[str, str],
+def _scratch_bytes(slot: ScratchSlot, when: tuple) -> int:
+    """A scratch request's largest size: over the dims' ranges, or inside the launch's
+    bucket (`when`), whichever is smaller."""
+    n = upper_bound(slot.nbytes)
+    for expr, _, hi in when:
+        n = min(n, bound_under(slot.nbytes, expr, hi))
+    return n
+
+
+def _scratch_region(slot: ScratchSlot, nbytes: int, step: int, j: int, shared: dict[str, str],
                     regions: dict[str, _Region]) -> str:
     """The region of one scratch slot: private to its launch, or (slot.shared) one region per
-    key of the op (`shared`: the op's key -> region), as large as the largest request and live
-    across all launches that use it."""
+    key of the op and bucket (`shared`: key -> region), as large as the largest request and
+    live across all launches that use it."""
     if slot.shared is None:
         name = f"__scratch.{step}.{j}"
-        regions[name] = _Region(name, slot.nbytes, step, step)
+        regions[name] = _Region(name, nbytes, step, step)
         return name
     name = shared.get(slot.shared)
     if name is None:
         name = shared[slot.shared] = f"__scratch.{step}.{slot.shared}"
-        regions[name] = _Region(name, slot.nbytes, step, step)
+        regions[name] = _Region(name, nbytes, step, step)
     r = regions[name]
-    r.nbytes, r.last = max(r.nbytes, slot.nbytes), step
+    r.nbytes, r.last = max(r.nbytes, nbytes), step
     return name
 
 
@@ -127,12 +141,14 @@ def _resolve_scratch(launches_per_op: list[list[Launch]],
     """The launches flattened in execution order, every ScratchSlot replaced."""
     out = []
     for launches in launches_per_op:
-        shared: dict[str, str] = {}
+        shared: dict[str, str] = {}  # an op's buckets never run together: they share too
         for la in launches:
             step, args = len(out), list(la.args)
             for j, slot in enumerate(args):
                 if isinstance(slot, ScratchSlot):
-                    args[j] = PtrSlot(_scratch_region(slot, step, j, shared, regions), 0)
+                    region = _scratch_region(slot, _scratch_bytes(slot, la.when), step, j,
+                                             shared, regions)
+                    args[j] = PtrSlot(region, 0)
             out.append(replace(la, args=tuple(args)))
     return out
 

@@ -11,14 +11,15 @@ from dataclasses import dataclass
 
 from aotpack.ir import ops as O
 from aotpack.ir.ops import Op
+from aotpack.ir.sym import Dim, decided, is_symbolic, term_quotient
 from aotpack.ir.types import contiguous_strides, numel
 
 
 @dataclass(frozen=True)
 class View:
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]
-    offset: int = 0
+    shape: tuple[Dim, ...]
+    strides: tuple[Dim, ...]
+    offset: Dim = 0
 
     @staticmethod
     def contiguous(shape) -> "View":
@@ -42,7 +43,9 @@ def normalized(view: View) -> View:
         if size == 1:
             inner = [view.shape[j] * view.strides[j] for j in range(i + 1, len(view.shape))
                      if view.shape[j] != 1]
-            strides[i] = max(inner, default=1)
+            # any stride is right for a size-1 dim; the largest extent when the ranges order
+            # them, else the innermost one's (symbolic extents may not be comparable)
+            strides[i] = decided(lambda: max(inner, default=1), inner[-1] if inner else 1)
     return View(view.shape, tuple(strides), view.offset)
 
 
@@ -82,14 +85,27 @@ def layout_view(op: Op, attrs, in_shape: tuple[int, ...]) -> View:
     raise ValueError(f"{op.value} is not a layout op")
 
 
-def _digits(flat: int, shape: tuple[int, ...]) -> list[int]:
-    """Mixed-radix digits of a flat index in the contiguous layout of `shape`."""
+def _digits(flat: Dim, shape: tuple) -> list | None:
+    """Mixed-radix digits of a flat index in the contiguous layout of `shape`; None when a
+    symbolic index has no digit decomposition valid for every value of its dims."""
+    if not is_symbolic(flat) and all(not is_symbolic(d) for d in shape):
+        out = []
+        for d in reversed(shape):
+            d = max(d, 1)
+            out.append(flat % d)
+            flat //= d
+        return list(reversed(out))
+    # Symbolic: each term goes to the outermost dim whose contiguous stride divides it exactly;
+    # compose's range check refuses a split that does not hold for every value of the dims
+    # (e.g. an offset of 64 along a dim of size S, which is 1 when S is)
     out = []
-    for d in reversed(shape):
-        d = max(d, 1)
-        out.append(flat % d)
-        flat //= d
-    return list(reversed(out))
+    for c in contiguous_strides(shape):
+        q = term_quotient(flat, c)
+        out.append(q)
+        flat = flat - q * c
+    if flat != 0 or not all(decided(lambda: q >= 0, False) for q in out):
+        return None
+    return out  # compose checks that offset + steps stay inside each dim
 
 
 def compose(inner: View, outer: View) -> View | None:
@@ -98,20 +114,27 @@ def compose(inner: View, outer: View) -> View | None:
 
     Each outer stride is written as a digit vector of inner's shape; if the offset plus every
     dimension's largest step stays inside inner's shape digit-wise, no index ever carries from
-    one inner dimension into the next, so the map is linear (a strided view)."""
-    if numel(outer.shape) == 0:
+    one inner dimension into the next, so the map is linear (a strided view). With symbolic
+    dims every step of that must hold for all values of the dims, or the answer is None (the
+    caller copies)."""
+    if decided(lambda: numel(outer.shape) == 0, False):
         return View(outer.shape, (0,) * len(outer.shape), inner.offset)
     if inner.is_identity_of(inner.shape) and inner.offset == 0:
         return normalized(outer)
     high = _digits(outer.offset, inner.shape)
+    if high is None:
+        return None
     steps = []
     for size, stride in zip(outer.shape, outer.strides):
-        d = _digits(stride, inner.shape) if size > 1 else [0] * len(inner.shape)
-        if size > 1 and stride >= numel(inner.shape):
+        big = decided(lambda: size > 1, True)
+        if big and decided(lambda: stride >= numel(inner.shape), False):
+            return None  # (symbolic: the digit check below decides)
+        d = _digits(stride, inner.shape) if big else [0] * len(inner.shape)
+        if d is None:
             return None
         steps.append(d)
         high = [h + (size - 1) * x for h, x in zip(high, d)]
-    if any(h >= max(n, 1) for h, n in zip(high, inner.shape)):
+    if not all(decided(lambda: h < max(n, 1), False) for h, n in zip(high, inner.shape)):
         return None
     base_off = sum(o * s for o, s in zip(_digits(outer.offset, inner.shape), inner.strides))
     strides = tuple(sum(x * s for x, s in zip(d, inner.strides)) for d in steps)

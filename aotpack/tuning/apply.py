@@ -1,22 +1,25 @@
-"""Build with a tuning database: every tunable op whose key has a record is compiled with the
-measured winner; every other op keeps the heuristic. What was used goes into the bundle's
-provenance (deterministic: op order, no timestamps), and the build says how many ops were
-tuned and how many records for this model's ops are stale."""
+"""Build with a tuning database: every tunable op (every bucket of a symbolic op, at its
+representative size) whose key has a record is compiled with the measured winner; every other
+op keeps the heuristic. What was used goes into the bundle's provenance (deterministic: op
+order, no timestamps), and the build says how many ops were tuned and how many records for
+this model's ops are stale."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from aotpack.kernels.spec import KernelOp, Target
-from aotpack.tuning import keys, space
+from aotpack.tuning import keys
 from aotpack.tuning.db import TuningDB
 
 
 @dataclass
-class TunedCompiler:
-    """A compile function (op, target) -> launches that consults `db` first."""
+class TunedChooser:
+    """choose(op, template) -> config: the measured winner where `db` has one, else the
+    template's heuristic (GEMMs on `backend`). `op` is concrete (a bucket's representative)."""
 
     db: TuningDB
-    base: object  # the compile function used when the database has no record
+    target: Target
+    backend: str = "triton"
     used: dict[str, dict] = field(default_factory=dict)  # key -> provenance entry
     tunable: set = field(default_factory=set)  # keys of tunable ops seen
     stale: set = field(default_factory=set)  # keys whose shape has only stale records
@@ -24,23 +27,21 @@ class TunedCompiler:
     def __post_init__(self):
         self._shape_keys = self.db.shape_keys()
 
-    def __call__(self, op: KernelOp, target: Target):
-        fam = space.family(op)
-        if fam is not None:
-            key, shape_key = keys.problem_keys(op, target, fam.template, fam.sources)
+    def __call__(self, op: KernelOp, template) -> dict:
+        if template.tunable:
+            key, shape_key = keys.problem_keys(op, self.target, template.name, template.sources)
             self.tunable.add(key)
             rec = self.db.lookup(key)
             if rec is not None:
-                launches = space.compile_candidate(op, target, rec["winner"]["config"])
                 self.used.setdefault(key, {
                     "key": key, "desc": rec.get("desc", ""), "winner": rec["winner"]["name"],
                     "median_us": rec["winner"]["median_us"],
                     "baseline_us": (rec.get("baseline") or {}).get("median_us"),
                     "device": rec["device"].get("name"), "driver": rec["device"].get("driver")})
-                return launches
+                return rec["winner"]["config"]
             if shape_key in self._shape_keys:
                 self.stale.add(key)
-        return self.base(op, target)
+        return template.default_config(op, self.target, self.backend)
 
     def provenance(self) -> dict:
         return {"records": list(self.used.values())}

@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aotpack import knobs
-from aotpack.kernels.spec import AttentionOp, GemmOp, KernelOp, Target, op_inputs
+from aotpack.ir.sym import subs, subs_tree
+from aotpack.kernels.spec import KernelOp, Target, op_inputs
+from aotpack.kernels.templates import template_for
+from aotpack.kernels.variants import buckets
 from aotpack.program import Program, Storage
 from aotpack.tuning import keys, space
 
@@ -42,24 +45,13 @@ class Problem:
 
 
 def describe(op: KernelOp) -> str:
-    if isinstance(op, GemmOp):
-        (M, K), N = op.a.shape, op.b.shape[0]
-        epi = ",".join(type(s).__name__[2:].lower() +
-                       (f":{s.act.value}" if hasattr(s, "act") else "") for s in op.epilogue)
-        return (f"gemm M={M} N={N} K={K} {op.a.dtype.value}->{op.out.dtype.value}"
-                f" epilogue=[{epi}]")
-    if isinstance(op, AttentionOp):
-        b, hq, sq, d = op.q.shape
-        return (f"attention B={b} Hq={hq} Hkv={op.k.shape[1]} Sq={sq} Skv={op.k.shape[2]} "
-                f"D={d}{' causal' if op.causal else ''}")
-    shape = "x".join(str(n) for n in getattr(getattr(op, "x", None), "shape", ()))
-    name = type(op).__name__.removesuffix("Op").lower()
-    return f"{name} {shape} {op.out.dtype.value}" if shape else name
+    return template_for(op).describe(op)
 
 
-def _one_op_storages(program: Program, canon: KernelOp, back: dict[str, str]):
-    """Storages of the one-op bundle: every operand an input, the result the output; None
-    when the op writes a storage it also reads (its result would depend on stale bytes)."""
+def _one_op_storages(program: Program, canon: KernelOp, back: dict[str, str], env: dict):
+    """Storages of the one-op bundle at the dims `env`: every operand an input, the result the
+    output; None when the op writes a storage it also reads (its result would depend on stale
+    bytes)."""
     ins = [a.storage for a in op_inputs(canon)]
     out = canon.out.storage
     if out in ins:
@@ -67,30 +59,37 @@ def _one_op_storages(program: Program, canon: KernelOp, back: dict[str, str]):
     st = {}
     for name in [*ins, out]:
         real = program.storages[back[name]]
-        st[name] = Storage(name, "output" if name == out else "input", real.dtype, real.shape)
+        st[name] = Storage(name, "output" if name == out else "input", real.dtype,
+                           tuple(subs(real.shape, env)))
     return st
 
 
 def find_problems(program: Program, target: Target, *, level: str,
                   gemm_backend: str) -> list[Problem]:
+    """One problem per distinct tunable op; a symbolic op gives one per bucket of its sizes
+    (kernels/variants.py), at the bucket's representative shape: the shape a build looks its
+    config up at."""
     from aotpack.build import canonical
 
     problems: dict[str, Problem] = {}
     for op in program.ops:
-        fam = space.family(op)
-        if fam is None:
+        template = template_for(op)
+        if not template.tunable:
             continue
         canon, back = canonical(op)
-        key, shape_key = keys.problem_keys(canon, target, fam.template, fam.sources)
-        if key in problems:
-            problems[key].count += 1
-            continue
-        storages = _one_op_storages(program, canon, back)
-        cands = space.candidates(canon, target, level=level, gemm_backend=gemm_backend)
-        if storages is None or len(cands) < 2:
-            continue
-        problems[key] = Problem(key, shape_key, fam.template, describe(canon), canon, storages,
-                                cands)
+        for b in buckets(canon, template, program.symbols, program.example):
+            concrete = subs_tree(canon, b.env)
+            key, shape_key = keys.problem_keys(concrete, target, template.name,
+                                               template.sources)
+            if key in problems:
+                problems[key].count += 1
+                continue
+            storages = _one_op_storages(program, canon, back, b.env)
+            cands = space.candidates(concrete, target, level=level, gemm_backend=gemm_backend)
+            if storages is None or len(cands) < 2:
+                continue
+            problems[key] = Problem(key, shape_key, template.name, describe(concrete),
+                                    concrete, storages, cands)
     return list(problems.values())
 
 
@@ -243,8 +242,9 @@ class JobSummary:
 def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
              gemm_backend: str = "auto", jobs: int | None = None, force: bool = False,
              progress: bool | None = None, command_line: str = "",
-             program: Program | None = None) -> JobSummary:
-    """`program`: the model `spec` names, already loaded (`build --tune` compiles it too)."""
+             program: Program | None = None, dynamic=()) -> JobSummary:
+    """`program`: the model `spec` names, already loaded (`build --tune` compiles it too);
+    `dynamic`: `--dynamic` options (a symbolic op is tuned at each bucket's size)."""
     from aotpack.build import (BuildError, _check_destination, load_program, parse_arch,
                                provenance, source_file)
 
@@ -261,7 +261,7 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
         raise BuildError(f"--gemm-backend {gemm_backend!r}: use {', '.join(GEMM_BACKENDS)}")
     progress = knobs.show_progress() if progress is None else progress
     if program is None:
-        program = load_program(spec)
+        program = load_program(spec, dynamic)
     _own_cute_dump_dir()  # listing CuTeDSL candidates would otherwise make a folder never removed
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)

@@ -22,6 +22,7 @@ import functools
 import re
 
 from aotpack.dtypes import DType
+from aotpack.ir.sym import cdiv, divisible, sym_min
 from aotpack.kernels.cutedsl.slots import i32_pair
 from aotpack.kernels.spec import (
     SM90, Act, CompiledKernel, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, FastDivmodSlot,
@@ -67,9 +68,11 @@ def supports(op: GemmOp) -> str | None:
     for t in (a, b, o):
         if len(t.shape) != 2 or t.strides[1] != 1:
             return "operands must be 2-D with unit inner stride"
-        if (t.strides[0] * t.dtype.nbytes) % 16 or (t.offset * t.dtype.nbytes) % 16:
+        if not (divisible(t.strides[0] * t.dtype.nbytes, 16)
+                and divisible(t.offset * t.dtype.nbytes, 16)):
             return "TMA needs 16-byte aligned rows and base addresses"
-    if (a.shape[1] * a.dtype.nbytes) % 16 or (o.shape[1] * o.dtype.nbytes) % 16:
+    if not (divisible(a.shape[1] * a.dtype.nbytes, 16)
+            and divisible(o.shape[1] * o.dtype.nbytes, 16)):
         return "K and N must span a multiple of 16 bytes"
     why = _swiglu_problem(op)
     if why:
@@ -88,6 +91,8 @@ def supports(op: GemmOp) -> str | None:
                     "(EpScale: f32)")
     return None
 
+
+_INT_BYTES = {"i32": 4, "u32": 4, "i64": 8, "u64": 8}
 
 # steps whose operand is a pointer parameter (epilogue.OPERAND_KINDS; kept here so that this
 # module does not import cutlass)
@@ -177,19 +182,19 @@ def compile(op: GemmOp, target: Target = SM90, cfg=None) -> list[Launch]:
     return [Launch(kernel, grid(op, cfg, target), tuple(slots))]
 
 
-def grid(op: GemmOp, cfg, target: Target) -> tuple[int, int, int]:
+def grid(op: GemmOp, cfg, target: Target) -> tuple:
     cm, cn = _clusters(op, cfg)
-    return (cfg.cluster_m, cfg.cluster_n, min(cm * cn, max_clusters(cfg, target)))
+    return (cfg.cluster_m, cfg.cluster_n, sym_min(cm * cn, max_clusters(cfg, target)))
 
 
-def _tiles(op: GemmOp, cfg) -> tuple[int, int]:
+def _tiles(op: GemmOp, cfg) -> tuple:
     m, n = op.out.shape
-    return -(-m // cfg.tile_m), -(-n // cfg.out_tile_n)  # = B's rows / tile_n with SwiGLU
+    return cdiv(m, cfg.tile_m), cdiv(n, cfg.out_tile_n)  # = B's rows / tile_n with SwiGLU
 
 
-def _clusters(op: GemmOp, cfg) -> tuple[int, int]:
+def _clusters(op: GemmOp, cfg) -> tuple:
     tm, tn = _tiles(op, cfg)
-    return -(-tm // cfg.cluster_m), -(-tn // cfg.cluster_n)
+    return cdiv(tm, cfg.cluster_m), cdiv(tn, cfg.cluster_n)
 
 
 def param_slots(op: GemmOp, cfg, built) -> list:
@@ -242,13 +247,11 @@ def _tmap(t: TensorArg, box: tuple[int, int], swizzle: str) -> TensorMapSlot:
 
 def _check_sizes(slots: list, built) -> None:
     """The slot list must match the cubin's parameter list one to one, size for size."""
-    from aotpack.kernels.cutedsl.slots import pack
-
     if len(slots) != len(built.params):
         raise RuntimeError(f"{built.entry}: {len(slots)} slots for {len(built.params)} parameters")
     for s, p in zip(slots, built.params):
         size = (128 if isinstance(s, TensorMapSlot) else 8 if isinstance(s, (PtrSlot, NullSlot))
-                else len(pack(s)))
+                else 12 if isinstance(s, FastDivmodSlot) else _INT_BYTES[s.kind])
         if size != p.size:
             raise RuntimeError(f"{built.entry}: parameter {p.index} is {p.size} B, "
                                f"slot {s} is {size} B")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 
+from aotpack.ir.sym import bounds
 from aotpack.kernels.spec import FastDivmodSlot, IntSlot
 
 _FMT = {"i32": "<i", "u32": "<I", "i64": "<q", "u64": "<Q"}
@@ -29,12 +30,14 @@ def fastdivmod(divisor: int) -> tuple[int, int, int, int]:
     return divisor, mult & 0xFFFFFFFF, min(l, 1), max(l - 1, 0)
 
 
-def i32_pair(a: int, b: int) -> IntSlot:
-    """A by-value struct {i32 a, i32 b} as the u64 with the same little-endian bytes."""
+def i32_pair(a, b) -> IntSlot:
+    """A by-value struct {i32 a, i32 b} as the u64 with the same little-endian bytes
+    (a + b * 2^32: an expression when a size is symbolic)."""
     for v in (a, b):
-        if not 0 <= v < 2**31:
+        lo, hi = bounds(v)
+        if not (0 <= lo and hi < 2**31):
             raise ValueError(f"struct field out of range: {v}")
-    return IntSlot("u64", a | (b << 32))
+    return IntSlot("u64", a + b * (1 << 32))
 
 
 def pack(slot) -> bytes:

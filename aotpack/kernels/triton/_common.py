@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aotpack.ir.sym import bounds, divisible
 from aotpack.kernels.spec import SM90, Launch, Target, TensorArg
 from aotpack.kernels.triton.compile import (
     F32, I32, I64, ArgValue, Const, Desc, Ptr, TritonKernel, compile_kernel, launch,
@@ -30,12 +31,14 @@ class KernelPlan:
     config: dict = field(default_factory=dict)
 
 
-def int_arg(value: int) -> ArgValue:
+def int_arg(value) -> ArgValue:
     """An integer parameter the way Triton's JIT would specialise it: 1 is compiled in (so a unit
-    stride vectorises), everything else is a runtime slot, i64 only when i32 cannot hold it."""
+    stride vectorises), everything else is a runtime slot, i64 only when i32 cannot hold it
+    (for a symbolic size: at any value of its dims)."""
     if value == 1:
         return Const(1)
-    return I32(value) if -_I32_MAX - 1 <= value <= _I32_MAX else I64(value)
+    lo, hi = bounds(value)
+    return I32(value) if -_I32_MAX - 1 <= lo and hi <= _I32_MAX else I64(value)
 
 
 def strides_args(prefix: str, arg: TensorArg, names: tuple[str, ...]) -> dict[str, ArgValue]:
@@ -61,11 +64,11 @@ def _specialisation_key(plan: KernelPlan, target: Target) -> tuple:
         if isinstance(v, Const):
             parts.append((name, "c", repr(v.value)))
         elif isinstance(v, Ptr):
-            parts.append((name, "p", v.arg.dtype.value, v.byte_offset % 16 == 0))
+            parts.append((name, "p", v.arg.dtype.value, divisible(v.byte_offset, 16)))
         elif isinstance(v, Desc):
             parts.append((name, "d", v.arg.dtype.value, tuple(v.block)))
         elif isinstance(v, I32):
-            parts.append((name, "i32", v.value % 16 == 0 and v.value != 0))
+            parts.append((name, "i32", divisible(v.value, 16) and v.value != 0))
         else:
             parts.append((name, type(v).__name__))
     return (plan.fn.fn.__module__, plan.fn.fn.__name__, tuple(parts), plan.num_warps,

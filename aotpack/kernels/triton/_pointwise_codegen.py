@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aotpack.dtypes import DType
+from aotpack.ir.sym import upper_bound
 from aotpack.kernels.spec import PwConst, PwExpr, PwInput
 
 _TL_DTYPE = {
@@ -72,18 +73,39 @@ def _pow(a, b):
 
 @dataclass(frozen=True)
 class Layout:
-    """Coalesced iteration space: extents (outermost first) and per-operand element strides."""
+    """Coalesced iteration space: extents (outermost first) and per-operand element strides.
+    A symbolic extent or stride (an Expr of the dims) is a kernel parameter, not a constant."""
 
-    sizes: tuple[int, ...]
-    out_strides: tuple[int, ...]
-    in_strides: tuple[tuple[int, ...], ...]
+    sizes: tuple
+    out_strides: tuple
+    in_strides: tuple
 
     @property
-    def numel(self) -> int:
+    def numel(self):
         n = 1
         for s in self.sizes:
-            n *= s
+            n = n * s
         return n
+
+    def params(self) -> list:
+        """The distinct symbolic values the kernel takes as parameters, in order of use
+        (extents, element count, strides)."""
+        out: list = []
+        for v in (*self.sizes, self.numel, *self.out_strides,
+                  *(s for st in self.in_strides for s in st)):
+            if not isinstance(v, int) and v not in out:
+                out.append(v)
+        return out
+
+    def template(self) -> "Layout":
+        """The layout with each symbolic value replaced by its parameter name: what decides
+        the kernel's code (two ops differing only in symbolic values share a kernel)."""
+        names = {v: f"p{i}" for i, v in enumerate(self.params())}
+
+        def name(v):
+            return names[v] if not isinstance(v, int) else v
+        return Layout(tuple(map(name, self.sizes)), tuple(map(name, self.out_strides)),
+                      tuple(tuple(map(name, st)) for st in self.in_strides))
 
 
 def _broadcast_strides(out_shape, shape, strides) -> list[int]:
@@ -166,50 +188,59 @@ class _Emitter:
         raise ValueError(f"pointwise: unsupported function {node.fn!r} with {len(node.args)} args")
 
 
-def _index_lines(layout: Layout, wide: bool) -> list[str]:
+def _index_lines(layout: Layout, wide: bool, names: dict) -> list[str]:
     pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
     lines = [f"    offs = {pid} * BLOCK + tl.arange(0, BLOCK)",
-             f"    mask = offs < {layout.numel}"]
+             f"    mask = offs < {_text(layout.numel, names)}"]
     dims = len(layout.sizes)
     if dims == 1:
         return lines + ["    i0 = offs"]
     lines.append("    rest = offs")
-    for d in range(dims - 1, 0, -1):  # innermost first; division by constants
-        lines.append(f"    i{d} = rest % {layout.sizes[d]}")
-        lines.append(f"    rest = rest // {layout.sizes[d]}")
+    for d in range(dims - 1, 0, -1):  # innermost first; division by constants (or params)
+        lines.append(f"    i{d} = rest % {_text(layout.sizes[d], names)}")
+        lines.append(f"    rest = rest // {_text(layout.sizes[d], names)}")
     return lines + ["    i0 = rest"]
 
 
-def _address(strides: tuple[int, ...]) -> str:
-    terms = [f"i{d}" if s == 1 else f"i{d} * {s}" for d, s in enumerate(strides) if s != 0]
+def _text(v, names: dict) -> str:
+    return str(v) if isinstance(v, int) else names[v]
+
+
+def _address(strides: tuple, names: dict) -> str:
+    terms = [f"i{d}" if s == 1 else f"i{d} * {_text(s, names)}"
+             for d, s in enumerate(strides) if s != 0]
     return " + ".join(terms) if terms else "offs * 0"
 
 
 def _max_offset(layout: Layout) -> int:
+    """The largest element offset any operand reaches (at the dims' maxima)."""
     spans = [layout.out_strides] + list(layout.in_strides)
-    return max(sum(abs(s) * (n - 1) for s, n in zip(st, layout.sizes)) for st in spans)
+    return max(sum(upper_bound(abs(s) * (n - 1)) for s, n in zip(st, layout.sizes))
+               for st in spans)
 
 
 def kernel_source(name: str, expr, n_inputs: int, layout: Layout, out_dtype: DType,
                   block: int) -> str:
-    wide = max(layout.numel + block, _max_offset(layout)) >= 2**31
+    wide = max(upper_bound(layout.numel) + block, _max_offset(layout)) >= 2**31
+    names = {v: f"p{i}" for i, v in enumerate(layout.params())}
     params = ", ".join(["out_ptr"] + [f"in{i}_ptr" for i in range(n_inputs)] +
-                       ["BLOCK: tl.constexpr"])
-    body = _index_lines(layout, wide)
+                       list(names.values()) + ["BLOCK: tl.constexpr"])
+    body = _index_lines(layout, wide, names)
     # an integer copy (ids, index outputs) stays integer: f32 holds integers exactly only
     # below 2**24
     exact_copy = isinstance(expr, PwInput) and not out_dtype.is_float
     for i, strides in enumerate(layout.in_strides):
-        body.append(f"    x{i} = tl.load(in{i}_ptr + ({_address(strides)}), mask=mask, "
+        body.append(f"    x{i} = tl.load(in{i}_ptr + ({_address(strides, names)}), mask=mask, "
                     f"other=0)" + ("" if exact_copy else ".to(tl.float32)"))
     emitter = _Emitter()
     result = emitter.emit(expr)
     body += emitter.lines
     if isinstance(expr, PwInput) and not exact_copy:
         result = f"({result} + 0.0)"
-    body.append(f"    tl.store(out_ptr + ({_address(layout.out_strides)}), "
+    body.append(f"    tl.store(out_ptr + ({_address(layout.out_strides, names)}), "
                 f"{result}.to({_TL_DTYPE[out_dtype]}), mask=mask)")
-    header = (f'"""Generated by aotpack (pointwise codegen): {expr!r}; layout {layout!r}."""\n'
+    header = (f'"""Generated by aotpack (pointwise codegen): {expr!r}; '
+              f'layout {layout.template()!r}."""\n'
               "import triton\nimport triton.language as tl\n")
     return (header + _HELPERS + f"\n\n@triton.jit\ndef {name}({params}):\n"
             + "\n".join(body) + "\n")

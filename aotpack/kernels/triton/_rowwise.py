@@ -12,6 +12,7 @@ constexpr), so the contiguous case vectorises, and any strided view still works.
 """
 from __future__ import annotations
 
+from aotpack.ir.sym import upper_bound
 from aotpack.kernels.spec import TensorArg
 from aotpack.kernels.triton._common import _I32_MAX, int_arg
 from aotpack.kernels.triton.compile import I64, ArgValue
@@ -21,14 +22,16 @@ LOOP_BLOCK = 4096  # chunk of the looped form (8 warps x 16 elements per thread)
 ROW_ELEMS = 2048  # short rows: pack rows until a program holds this many elements
 
 
-def next_pow2(n: int) -> int:
+def next_pow2(n) -> int:
+    """The smallest power of two >= n (>= the largest value of a symbolic n)."""
+    n = upper_bound(n)
     return 1 << max(0, (max(n, 1) - 1).bit_length())
 
 
-def default_config(n_cols: int, n_rows: int | None = None) -> dict:
+def default_config(n_cols, n_rows=None) -> dict:
     """Whole rows (packed up to ROW_ELEMS elements, never more rows than there are) or the
-    looped form."""
-    if n_cols > MAX_COLS:
+    looped form (symbolic sizes: as for their largest values)."""
+    if upper_bound(n_cols) > MAX_COLS:
         return {"BLOCK_C": LOOP_BLOCK, "ROWS": 1, "LOOP": True, "num_warps": 8,
                 "num_stages": 1}
     block = next_pow2(n_cols)
@@ -41,7 +44,7 @@ def default_config(n_cols: int, n_rows: int | None = None) -> dict:
 
 def config(n_rows: int, n_cols: int, override: dict | None) -> dict:
     cfg = dict(default_config(n_cols, n_rows), **(override or {}))
-    if not cfg["LOOP"] and cfg["BLOCK_C"] < n_cols:
+    if not cfg["LOOP"] and cfg["BLOCK_C"] < upper_bound(n_cols):
         raise ValueError(f"BLOCK_C={cfg['BLOCK_C']} < {n_cols} columns without LOOP")
     return cfg
 
@@ -66,7 +69,7 @@ def view_args(prefix: str, arg: TensorArg) -> dict[str, ArgValue]:
 def _col_stride(n_cols: int, stride: int) -> ArgValue:
     """Kernels index columns in i32 (rows in i64); a column stride whose span does not fit in
     i32 (a transposed view of a huge tensor) is passed as i64 so the products widen."""
-    return I64(stride) if (n_cols - 1) * abs(stride) > _I32_MAX else int_arg(stride)
+    return I64(stride) if upper_bound((n_cols - 1) * abs(stride)) > _I32_MAX else int_arg(stride)
 
 
 def plan_config(cfg: dict) -> dict:

@@ -29,6 +29,7 @@ from aotpack.kernels.spec import AttentionOp
 from aotpack.kernels.triton._common import (
     KernelPlan, entry_points, int_arg, require_unit_inner_stride, strides_args,
 )
+from aotpack.ir.sym import divisible, upper_bound
 from aotpack.kernels.triton.compile import F32, Const, Desc, Ptr, cdiv
 
 _LOG2E = 1.4426950408889634
@@ -207,6 +208,9 @@ def default_config(op: AttentionOp) -> dict:
     return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "TMA": False}
 
 
+_CONFIG_KEYS = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA"}
+
+
 def candidate_configs(op: AttentionOp) -> list[dict]:
     """Configs worth measuring on the target (offline tuning); the first is the default."""
     base = default_config(op)
@@ -232,7 +236,8 @@ def tma_possible(op: AttentionOp) -> bool:
     """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides."""
     for t in (op.q, op.k, op.v, op.out):
         nbytes = t.dtype.nbytes
-        if (t.offset * nbytes) % 16 or any((s * nbytes) % 16 for s in t.strides[:-1]):
+        if not divisible(t.offset * nbytes, 16) or any(not divisible(s * nbytes, 16)
+                                                       for s in t.strides[:-1]):
             return False
     return True
 
@@ -254,14 +259,16 @@ def _check(op: AttentionOp) -> None:
     for name in ("q", "k", "v", "out"):
         require_unit_inner_stride(f"attention {name}", getattr(op, name))
     for name, t in (("q", op.q), ("k", op.k), ("v", op.v), ("out", op.out)):
-        if t.shape[2] * abs(t.strides[2]) >= 2**31:  # row offsets are i32 in the kernel
+        if upper_bound(t.shape[2] * abs(t.strides[2])) >= 2**31:  # i32 row offsets
             raise ValueError(f"attention {name}: sequence extent exceeds 2^31 elements")
 
 
 def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
     """The launch for `op` (config defaults to `default_config`)."""
     _check(op)
-    cfg = dict(default_config(op), **(config or {}))
+    config = config or {}
+    # a complete config (what a build passes) needs no default: a symbolic op has none
+    cfg = dict(config) if _CONFIG_KEYS <= set(config) else dict(default_config(op), **config)
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:  # the causal split puts the diagonal on a key tile edge
         raise ValueError(f"attention: BLOCK_M {cfg['BLOCK_M']} not a multiple of "
                          f"BLOCK_N {cfg['BLOCK_N']}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from aotpack.dtypes import DType
+from aotpack.ir.sym import cdiv, divisible
 from aotpack.kernels.spec import (
     SM90, CompiledKernel, IntSlot, F32Slot, Launch, NullSlot, PtrSlot, ScratchSlot, Slot,
     Target, TensorArg, TensorMapSlot,
@@ -35,7 +36,7 @@ class Ptr:
     arg: TensorArg
 
     @property
-    def byte_offset(self) -> int:
+    def byte_offset(self):
         return self.arg.offset * self.arg.dtype.nbytes
 
 
@@ -50,12 +51,12 @@ class Desc:
 
 @dataclass(frozen=True)
 class I32:
-    value: int
+    value: object  # int, or a symbolic Expr evaluated by the runtime
 
 
 @dataclass(frozen=True)
 class I64:
-    value: int
+    value: object
 
 
 @dataclass(frozen=True)
@@ -91,14 +92,14 @@ def _signature(fn, args: dict[str, ArgValue]) -> tuple[dict, dict, dict]:
             constexprs[name] = v.value
         elif isinstance(v, Ptr):
             sig[name] = "*" + _TRITON_DTYPE[v.arg.dtype]
-            if v.byte_offset % 16 == 0:
+            if divisible(v.byte_offset, 16):
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(v, Desc):
             blk = ",".join(str(b) for b in v.block)
             sig[name] = f"tensordesc<{_TRITON_DTYPE[v.arg.dtype]}[{blk}]>"
         elif isinstance(v, I32):
             sig[name] = "i32"
-            if v.value % 16 == 0 and v.value != 0:
+            if divisible(v.value, 16) and v.value != 0:  # for every value of a symbolic size
                 attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(v, I64):
             sig[name] = "i64"
@@ -113,7 +114,8 @@ def compile_kernel(fn, args: dict[str, ArgValue], *, num_warps: int, num_stages:
                    target: Target = SM90, fused_ops: tuple[str, ...] = (),
                    config: dict | None = None, maxnreg: int | None = None) -> TritonKernel:
     """Compile `fn` specialised for `args` (integer args divisible by 16 are specialised as
-    such, so shapes are baked in as facts, not values). Triton caches compiles on disk."""
+    such, so shapes are baked in as facts, not values; a symbolic size only when it is a
+    multiple of 16 for every value of its dims). Triton caches compiles on disk."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -191,5 +193,4 @@ def _desc_slots(d: Desc, meta: dict, entry: str, name: str) -> list[Slot]:
     return ([tm] + [IntSlot("i32", s) for s in a.shape] + [IntSlot("i64", s) for s in a.strides])
 
 
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+__all__ = ["cdiv"]  # re-exported: ceil division of ints and symbolic sizes alike

@@ -10,6 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from aotpack.ir.sym import decided
 from aotpack.kernels.spec import EmbeddingOp
 from aotpack.kernels.triton._common import (
     KernelPlan, entry_points, int_arg, require_unit_inner_stride,
@@ -19,12 +20,12 @@ from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
 @triton.jit
 def embedding_kernel(table_ptr, ids_ptr, out_ptr, n, vocab, table_stride, ids_stride_r,
-                     ids_stride_c, out_stride, IDS_COLS: tl.constexpr, D: tl.constexpr,
+                     ids_stride_c, out_stride, ids_cols, D: tl.constexpr,
                      BLOCK_D: tl.constexpr, ROWS: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n
-    id_offset = (rows // IDS_COLS).to(tl.int64) * ids_stride_r \
-        + (rows % IDS_COLS).to(tl.int64) * ids_stride_c
+    id_offset = (rows // ids_cols).to(tl.int64) * ids_stride_r \
+        + (rows % ids_cols).to(tl.int64) * ids_stride_c
     ids = tl.load(ids_ptr + id_offset, mask=row_ok, other=0).to(tl.int64)
     ids = tl.minimum(tl.maximum(ids, 0), vocab - 1)
     cols = tl.arange(0, BLOCK_D)
@@ -38,7 +39,7 @@ def _check(op: EmbeddingOp) -> None:
     if op.out.shape != (r * c, d) or op.out.dtype != op.table.dtype:
         raise ValueError(f"embedding: out {op.out.shape} {op.out.dtype.value} does not match "
                          f"table {op.table.shape} {op.table.dtype.value} and ids {op.ids.shape}")
-    if r * c == 0:
+    if decided(lambda: r * c == 0, False):
         raise ValueError("embedding: no ids")
     if op.ids.dtype.value not in ("i32", "i64"):
         raise ValueError(f"embedding: ids are {op.ids.dtype.value}, not i32/i64")
@@ -56,7 +57,7 @@ def plan(op: EmbeddingOp, config: dict | None = None) -> KernelPlan:
     args = {"table_ptr": Ptr(op.table), "ids_ptr": Ptr(op.ids), "out_ptr": Ptr(op.out),
             "n": int_arg(n), "vocab": int_arg(vocab), "table_stride": int_arg(op.table.strides[0]),
             "ids_stride_r": int_arg(op.ids.strides[0]), "ids_stride_c": int_arg(op.ids.strides[1]),
-            "out_stride": int_arg(op.out.strides[0]), "IDS_COLS": Const(c), "D": Const(d),
+            "out_stride": int_arg(op.out.strides[0]), "ids_cols": int_arg(c), "D": Const(d),
             "BLOCK_D": Const(block_d), "ROWS": Const(rows["ROWS"])}
     return KernelPlan(embedding_kernel, args, (cdiv(n, rows["ROWS"]), 1, 1), rows["num_warps"], 1,
                       ("embedding",), {"ROWS": rows["ROWS"]})

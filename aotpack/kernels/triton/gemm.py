@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from aotpack.dtypes import DType
+from aotpack.ir.sym import bounds, decided, divisible, sym_max, sym_min, upper_bound
 from aotpack.kernels.spec import SM90, GemmOp, Launch, Target, TensorArg, swiglu_group
 from aotpack.kernels.triton.compile import (
     Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
@@ -109,7 +110,7 @@ def check_op(op: GemmOp) -> None:
         N //= 2  # B holds interleaved gate and up rows: 2N accumulator columns, N outputs
     if Kb != K or tuple(out.shape) != (M, N):
         raise ValueError(f"gemm: shapes do not match: a {a.shape}, b {b.shape}, out {out.shape}")
-    if min(M, N, K) <= 0:
+    if decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm: empty problem M={M} N={N} K={K} is not supported")
     if a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
         raise ValueError(f"gemm: a and b must both be bf16 or f16, got {a.dtype.value}, "
@@ -129,22 +130,25 @@ def tma_problem(arg: TensorArg) -> str | None:
     nb = arg.dtype.nbytes
     if arg.strides[-1] != 1:
         return f"inner stride is {arg.strides[-1]}, not 1"
-    if (arg.offset * nb) % _TMA_ALIGN:
+    if not divisible(arg.offset * nb, _TMA_ALIGN):
         return f"base offset {arg.offset * nb} B is not a multiple of {_TMA_ALIGN}"
-    if any((s * nb) % _TMA_ALIGN or s <= 0 for s in arg.strides[:-1]):
+    if any(not divisible(s * nb, _TMA_ALIGN) or bounds(s)[0] <= 0 for s in arg.strides[:-1]):
         return f"outer strides {arg.strides[:-1]} x {nb} B are not positive multiples of 16 B"
     return None
 
 
-def _int_arg(v: int):
+def _int_arg(v):
     # 0 and 1 compile in (unit inner strides let loads/stores vectorise); others stay runtime
     if v in (0, 1):
         return Const(v)
-    return I32(v) if -2**31 <= v < 2**31 else I64(v)
+    lo, hi = bounds(v)
+    return I32(v) if -2**31 <= lo and hi < 2**31 else I64(v)
 
 
 def _max_offset(arg: TensorArg) -> int:
-    return sum((d - 1) * abs(s) for d, s in zip(arg.shape, arg.strides))
+    """The largest element offset the view reaches (at the dims' maxima)."""
+    return sum(upper_bound((d - 1) * s) if bounds(s)[0] >= 0 else upper_bound((d - 1) * -s)
+               for d, s in zip(arg.shape, arg.strides))
 
 
 def uses_tma_store(op: GemmOp, cfg: GemmConfig) -> bool:
@@ -205,14 +209,15 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
     return args
 
 
-def num_tiles(op: GemmOp, cfg: GemmConfig) -> int:
+def num_tiles(op: GemmOp, cfg: GemmConfig):
     M, N = op.out.shape[0], op.b.shape[0]  # accumulator columns (2x the output's with SwiGLU)
     return cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
 
 
-def grid_size(op: GemmOp, cfg: GemmConfig, sm_count: int) -> int:
-    """Persistent grid: one CTA per SM at most, never more CTAs than tiles."""
-    return max(1, min(num_tiles(op, cfg), sm_count))
+def grid_size(op: GemmOp, cfg: GemmConfig, sm_count: int):
+    """Persistent grid: one CTA per SM at most, never more CTAs than tiles (an expression of
+    the dims when M is symbolic: the runtime evaluates it per shape)."""
+    return sym_max(1, sym_min(num_tiles(op, cfg), sm_count))
 
 
 def config_for(op: GemmOp, target: Target = SM90) -> GemmConfig | SplitKConfig:
@@ -231,11 +236,11 @@ def _arg_key(v) -> tuple:
     if isinstance(v, Const):
         return ("const", v.value)
     if isinstance(v, Ptr):
-        return ("ptr", v.arg.dtype, v.byte_offset % 16 == 0)
+        return ("ptr", v.arg.dtype, divisible(v.byte_offset, 16))
     if isinstance(v, Desc):
         return ("desc", v.arg.dtype, tuple(v.block))
     if isinstance(v, I32):
-        return ("i32", v.value % 16 == 0 and v.value != 0)
+        return ("i32", divisible(v.value, 16) and v.value != 0)
     return (type(v).__name__,)
 
 
@@ -256,9 +261,13 @@ def compile_config(op: GemmOp, cfg: GemmConfig, target: Target = SM90) -> list[L
 
 
 def compile(op: GemmOp, target: Target = SM90) -> list[Launch]:
-    """Cubin + launch for `op` with the heuristic config; if the compiled kernel needs more
-    shared memory than the target has, retry with fewer pipeline stages."""
-    cfg = config_for(op, target)
+    """Cubin + launch for `op` with the heuristic config (see compile_fitting)."""
+    return compile_fitting(op, config_for(op, target), target)
+
+
+def compile_fitting(op: GemmOp, cfg, target: Target = SM90) -> list[Launch]:
+    """Launches of `op` with `cfg`; if the compiled kernel needs more shared memory than the
+    target has, retry with fewer pipeline stages."""
     if not isinstance(cfg, SplitKConfig):  # split-K checks the op itself (it needs less)
         check_op(op)
     while True:

@@ -24,6 +24,7 @@ from aotpack.kernels.spec import (
     SM90, GemmOp, Launch, PtrSlot, ScratchSlot, Target, TensorArg, swiglu_group,
 )
 from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
+from aotpack.ir.sym import bounds, decided, upper_bound
 from aotpack.kernels.triton.compile import Const, Desc, I32, Ptr, cdiv
 from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import (
@@ -133,7 +134,7 @@ def check(op: GemmOp, cfg: SplitKConfig) -> None:
         raise ValueError("gemm split-K: a, b and out must be 2-D views")
     (M, K), (n_acc, kb) = a.shape, b.shape
     N = n_acc // 2 if swiglu_group(op) else n_acc
-    if kb != K or tuple(out.shape) != (M, N) or min(M, N, K) <= 0:
+    if kb != K or tuple(out.shape) != (M, N) or decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm split-K: shapes do not match: a {a.shape}, b {b.shape}, "
                          f"out {out.shape}")
     if a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype or out.dtype not in _OUTPUT_DTYPES:
@@ -159,7 +160,7 @@ def _check_tiles(cfg: SplitKConfig, M: int, n_acc: int, K: int) -> None:
     if not 1 <= cfg.SPLIT_K <= cdiv(K, cfg.BK):
         raise ValueError(f"gemm split-K: SPLIT_K={cfg.SPLIT_K} must be 1..{cdiv(K, cfg.BK)} "
                          f"(the number of K tiles of {cfg.BK})")
-    if cfg.SPLIT_K * M * n_acc >= _I32_LIMIT:
+    if upper_bound(cfg.SPLIT_K * M * n_acc) >= _I32_LIMIT:
         raise ValueError(f"gemm split-K: {cfg.SPLIT_K} x {M} x {n_acc} partial sums pass 2^31 "
                          "elements; use fewer splits")
 
@@ -187,7 +188,7 @@ def is_direct(op: GemmOp, cfg: SplitKConfig) -> bool:
     return cfg.SPLIT_K == 1 and swiglu_group(op) is None
 
 
-def workspace_bytes(op: GemmOp, cfg: SplitKConfig) -> int:
+def workspace_bytes(op: GemmOp, cfg: SplitKConfig):
     return 0 if is_direct(op, cfg) else cfg.SPLIT_K * op.a.shape[0] * op.b.shape[0] * 4
 
 
@@ -201,7 +202,10 @@ def _stride_arg(v: int):
 
 
 def _max_offset(arg: TensorArg) -> int:
-    return arg.offset + sum((d - 1) * abs(s) for d, s in zip(arg.shape, arg.strides))
+    """The largest element offset the view reaches (at the dims' maxima)."""
+    return upper_bound(arg.offset) + sum(
+        upper_bound((d - 1) * s) if bounds(s)[0] >= 0 else upper_bound((d - 1) * -s)
+        for d, s in zip(arg.shape, arg.strides))
 
 
 def _epilogue_args(op: GemmOp) -> dict:
@@ -258,10 +262,11 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
                       cfg.as_dict())
 
 
-def reduce_blocks(M: int) -> tuple[int, int]:
-    """(BLOCK_M, BLOCK_N) of the reduce: up to 4 rows, _REDUCE_ELEMS outputs per program."""
+def reduce_blocks(M) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_N) of the reduce: up to 4 rows, _REDUCE_ELEMS outputs per program
+    (rows for the largest M of a symbolic one)."""
     block_m = 1
-    while block_m < min(M, 4):
+    while block_m < min(upper_bound(M), 4):
         block_m *= 2
     return block_m, _REDUCE_ELEMS // block_m
 
@@ -288,7 +293,7 @@ def plans(op: GemmOp, cfg: SplitKConfig) -> list[KernelPlan]:
 
 
 # ----------------------------------------------------------------------------- compile
-def _workspace_to_scratch(launch: Launch, nbytes: int) -> Launch:
+def _workspace_to_scratch(launch: Launch, nbytes) -> Launch:
     """The workspace pointer becomes a scratch slot that both launches of the op share."""
     args = tuple(ScratchSlot(nbytes, 256, shared=SHARED_SCRATCH_KEY)
                  if isinstance(s, PtrSlot) and s.storage == WORKSPACE else s for s in launch.args)

@@ -24,7 +24,8 @@ from aotpack import knobs
 from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput
 from aotpack.kernels.triton._common import KernelPlan, entry_points
 from aotpack.kernels.triton._pointwise_codegen import Layout, coalesce, kernel_source
-from aotpack.kernels.triton.compile import Const, Ptr, cdiv
+from aotpack.ir.sym import sym_max, upper_bound
+from aotpack.kernels.triton.compile import I32, I64, Const, Ptr, cdiv
 
 CODEGEN_VERSION = 1
 BLOCK = 2048
@@ -39,7 +40,7 @@ def _layout(op: PointwiseOp) -> Layout:
 def kernel_name(op: PointwiseOp) -> str:
     layout = _layout(op)
     key = repr((CODEGEN_VERSION, BLOCK, op.expr, [a.dtype.value for a in op.inputs],
-                op.out.dtype.value, layout))
+                op.out.dtype.value, layout.template()))
     return "pointwise_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -90,9 +91,11 @@ def plan(op: PointwiseOp, config: dict | None = None) -> KernelPlan:
     fn = generated_kernel(op)
     args = {"out_ptr": Ptr(op.out)}
     args.update({f"in{i}_ptr": Ptr(a) for i, a in enumerate(op.inputs)})
+    args.update({f"p{i}": I64(v) if upper_bound(abs(v)) >= 2**31 else I32(v)
+                 for i, v in enumerate(_layout(op).params())})
     args["BLOCK"] = Const(BLOCK)
-    grid = (max(1, cdiv(op.out.numel, BLOCK)), 1, 1)
-    if grid[0] >= 2**31:
+    grid = (sym_max(1, cdiv(op.out.numel, BLOCK)), 1, 1)
+    if upper_bound(grid[0]) >= 2**31:
         raise ValueError(f"pointwise: {op.out.numel} elements is too many for one grid")
     fused = ("pointwise",) + tuple(_fn_names(op.expr, []))
     return KernelPlan(fn, args, grid, NUM_WARPS, 1, fused, {"BLOCK": BLOCK})

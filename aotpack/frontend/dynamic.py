@@ -1,0 +1,127 @@
+"""`--dynamic NAME.DIM=[LABEL:]LO..HI`: dynamic dims from the command line, as torch.export
+Dims.
+
+Each option makes one dim of one input dynamic in LO..HI. A LABEL names the dim (it is the
+symbol's name in the bundle, `aotpack inspect` and error messages; default `NAME_DIM`); the
+same label on another input's dim (`--dynamic mask.0=B`, no range) makes the two one dim.
+Dims of the other inputs whose example size equals a labelled dim's example size (and is not
+1 or shared by two dynamic dims) are made that dim too, since models nearly always need them
+equal (an attention mask beside its token ids): if torch.export refuses that, the model is
+exported without those links.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+
+from aotpack.frontend.load import LoadedModel, ModelLoadError
+
+_SPEC = re.compile(r"^(?P<input>[A-Za-z_]\w*)\.(?P<dim>-?\d+)="
+                   r"(?:(?P<label>[A-Za-z_]\w*)(?::|$))?(?:(?P<lo>\d+)\.\.(?P<hi>\d+))?$")
+
+
+def parse_dynamic(specs: list[str]) -> list[tuple[str, int, str | None, int | None, int | None]]:
+    """[(input, dim, label, lo, hi)]; ModelLoadError naming a malformed option."""
+    out = []
+    for s in specs:
+        m = _SPEC.match(s.strip())
+        if m is None or (m["label"] is None and m["lo"] is None):
+            raise ModelLoadError(f"--dynamic {s!r}: expected NAME.DIM=LO..HI or "
+                                 f"NAME.DIM=LABEL:LO..HI (e.g. input_ids.1=1..4096, "
+                                 f"input_ids.0=batch:1..64), or NAME.DIM=LABEL to reuse a dim")
+        lo = int(m["lo"]) if m["lo"] is not None else None
+        hi = int(m["hi"]) if m["hi"] is not None else None
+        if lo is not None and not 1 <= lo <= hi:
+            raise ModelLoadError(f"--dynamic {s!r}: the range must be 1 <= LO <= HI")
+        out.append((m["input"], int(m["dim"]), m["label"], lo, hi))
+    return out
+
+
+def input_names(model, n: int) -> list[str]:
+    """Names of the model's first `n` inputs: forward's parameters, or an exported program's
+    user inputs."""
+    sig = getattr(model, "graph_signature", None)
+    if sig is not None:
+        return list(sig.user_inputs)[:n]
+    params = [p.name for p in inspect.signature(model.forward).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return params[:n] + [f"arg{i}" for i in range(len(params), n)]
+
+
+def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
+    """`loaded` with the `--dynamic` options applied: the model exported with them (a .pt2
+    again from its module), and the spec kept for naming the dims. No options: unchanged."""
+    if not specs:
+        return loaded
+    import torch
+
+    parsed = parse_dynamic(specs)
+    names = input_names(loaded.model, len(loaded.inputs))
+    dims, labels = _declared(parsed, names, loaded.inputs)
+    model = loaded.model.module() if hasattr(loaded.model, "graph_signature") else loaded.model
+    linked = _linked(dims, loaded.inputs)
+    for attempt in ([linked, dims] if linked != dims else [dims]):
+        spec = tuple({d: labels[key] for (i, d), key in attempt.items() if i == k} or None
+                     for k in range(len(loaded.inputs)))
+        try:
+            ep = torch.export.export(model, tuple(loaded.inputs), dynamic_shapes=spec,
+                                     strict=False)
+        except Exception as e:  # noqa: BLE001 — torch.export's own message says why
+            error = e
+            continue
+        return LoadedModel(ep, loaded.inputs, spec)  # exported once, here
+    raise ModelLoadError(f"torch.export refused the --dynamic dims: "
+                         f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
+                         f"\n{_hint(str(error))}")
+
+
+def _declared(parsed, names, inputs):
+    """{(input index, dim): label} and {label: Dim} for the options."""
+    import torch
+
+    dims, labels, ranges = {}, {}, {}
+    for name, d, label, lo, hi in parsed:
+        if name not in names:
+            raise ModelLoadError(f"--dynamic {name}.{d}: the model has no input {name!r} "
+                                 f"(inputs: {', '.join(names)})")
+        i = names.index(name)
+        rank = inputs[i].dim()
+        if not -rank <= d < rank:
+            raise ModelLoadError(f"--dynamic {name}.{d}: input {name!r} has {rank} dims")
+        d %= rank
+        label = label or f"{name}_{d}"
+        if lo is not None:
+            if label in ranges and ranges[label] != (lo, hi):
+                raise ModelLoadError(f"--dynamic: dim {label} given two ranges")
+            example = int(inputs[i].shape[d])
+            if not lo <= example <= hi:
+                raise ModelLoadError(f"--dynamic {name}.{d}={lo}..{hi}: the example input's "
+                                     f"size {example} is outside the range")
+            ranges[label] = (lo, hi)
+        dims[(i, d)] = label
+    for label in set(dims.values()):
+        if label not in ranges:
+            raise ModelLoadError(f"--dynamic: dim {label} has no range (give LO..HI once)")
+        labels[label] = torch.export.Dim(label, min=ranges[label][0], max=ranges[label][1])
+    return dims, labels
+
+
+def _linked(dims: dict, inputs) -> dict:
+    """`dims` plus every undeclared dim of the same example size as one declared dim."""
+    by_size: dict[int, set] = {}
+    for (i, d), label in dims.items():
+        by_size.setdefault(int(inputs[i].shape[d]), set()).add(label)
+    out = dict(dims)
+    for i, t in enumerate(inputs):
+        for d, n in enumerate(t.shape):
+            labels = by_size.get(int(n), set())
+            if (i, d) not in out and n > 1 and len(labels) == 1:
+                out[(i, d)] = next(iter(labels))
+    return out
+
+
+def _hint(message: str) -> str:
+    if "specialized" in message:
+        return ("The model's code fixes that dim to the example's size (a shape check, a "
+                "Python branch on it, a buffer of that size): it cannot be dynamic as written.")
+    return "Run with TORCH_LOGS=+dynamic to see why."

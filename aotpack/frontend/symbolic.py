@@ -1,0 +1,221 @@
+"""Dynamic dims from torch.export: symbols, sympy → Expr, and values computed from constants
+whose size depends on a symbol.
+
+torch.export names its dims s0, s27, ... and keeps their ranges in `range_constraints`;
+`SymbolTable` gives each one the user's name (the `torch.export.Dim` name when aotpack exported
+the model itself, else `<input>_<dim>`) and an aotpack `Expr` (aotpack/ir/sym.py).
+
+A value computed only from constants and dims (`arange(S)`, a rotary table for S positions, a
+causal mask [B, 1, S, S]) cannot be folded into one constant: its size changes with the dims.
+`LazyConstants` keeps the exported node instead and evaluates the exported graph at concrete
+points (a value per dim) when a rule needs it: masks are classified at several points, tables
+are stored once at the dims' maxima and read through a slice of the symbolic size, after
+checking at smaller points that a smaller table is a prefix of the largest one.
+"""
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from aotpack.ir import sym
+from aotpack.ir.sym import Dim, Sym
+
+# Points with these values per dim (clipped to each range) check prefix tables and masks; they
+# differ per dim, so a table that swaps two dims is not mistaken for a prefix.
+_PROBES = ((2, 3), (5, 7), (11, 13))
+
+
+class SymbolError(Exception):
+    """A dynamic dim aotpack cannot use as declared (no upper bound, only derived, ...)."""
+
+
+def _is_symint(x) -> bool:
+    import torch
+
+    return isinstance(x, (torch.SymInt, torch.SymBool, torch.SymFloat))
+
+
+def _clean_name(name: str) -> str:
+    name = re.sub(r"\W", "_", name)
+    if not name or name[0].isdigit() or name in ("min", "max"):
+        name = "d_" + name
+    return name
+
+
+class SymbolTable:
+    """torch.export's sympy symbols ↔ aotpack symbols (name, range, example value)."""
+
+    def __init__(self, ep, dim_names: Mapping[tuple[str, int], str] | None = None,
+                 example_inputs=None):
+        self.by_torch: dict[str, Sym] = {}  # sympy symbol name -> Sym
+        self.examples: dict[str, int] = {}
+        self.sources: dict[str, tuple[str, int]] = {}  # aotpack name -> (input, dim)
+        self._sympy = {str(k): k for k in ep.range_constraints}  # with torch's assumptions
+        self._build(ep, dict(dim_names or {}), example_inputs)
+
+    def _build(self, ep, dim_names, example_inputs) -> None:
+        import sympy
+
+        ranges = {str(k): v for k, v in ep.range_constraints.items()}
+        placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"
+                        and n.name in ep.graph_signature.user_inputs]
+        taken: set[str] = set()
+        for i, node in enumerate(placeholders):
+            shape = getattr(node.meta.get("val"), "shape", ())
+            for d, size in enumerate(shape):
+                if not _is_symint(size) or not isinstance(size.node.expr, sympy.Symbol):
+                    continue
+                tname = str(size.node.expr)
+                if tname in self.by_torch:
+                    continue
+                name = _clean_name(dim_names.get((node.name, d)) or f"{node.name}_{d}")
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+                vr = ranges.get(tname)
+                lo, hi = (int(vr.lower), vr.upper) if vr is not None else (1, None)
+                if hi is None or not isinstance(hi, (int, sympy.Integer)) or hi == sympy.oo \
+                        or str(hi) in ("int_oo", "oo"):
+                    raise SymbolError(
+                        f"dim {d} of input {node.name!r} is dynamic with no upper bound: aotpack "
+                        f"plans memory for the largest shape, so give it a maximum "
+                        f"(--dynamic {node.name}.{d}=1..N, or torch.export.Dim(..., max=N))")
+                self.by_torch[tname] = Sym(name, max(lo, 1), int(hi))
+                self.sources[name] = (node.name, d)
+                if example_inputs is not None and i < len(example_inputs):
+                    self.examples[name] = int(example_inputs[i].shape[d])
+                else:
+                    self.examples[name] = int(size.node.hint) if size.node.hint is not None \
+                        else max(lo, 1)
+
+    @property
+    def symbols(self) -> list[Sym]:
+        return list(self.by_torch.values())
+
+    # -------------------------------------------------------------- conversion
+    def dim(self, d) -> Dim:
+        """A torch size (int or SymInt) as an aotpack Dim."""
+        if isinstance(d, int):
+            return d
+        if _is_symint(d):
+            return self.expr(d.node.expr)
+        raise TypeError(f"not a size: {d!r}")
+
+    def expr(self, e) -> Dim:
+        """A sympy expression over torch's symbols as an aotpack Dim."""
+        import sympy
+
+        if isinstance(e, (int, sympy.Integer)):
+            return int(e)
+        if isinstance(e, sympy.Symbol):
+            s = self.by_torch.get(str(e))
+            if s is None:
+                raise SymbolError(f"the size {e} is derived from the input data or from a dim "
+                                  f"no input has on its own; aotpack needs every dynamic dim "
+                                  f"to be an input dim")
+            return sym.Expr._atom(s)
+        args = [self.expr(a) for a in e.args]
+        kind = type(e).__name__
+        if isinstance(e, sympy.Add):
+            return sum(args[1:], args[0])
+        if isinstance(e, sympy.Mul):
+            return sym.prod(args)
+        if isinstance(e, sympy.Pow) and isinstance(args[1], int) and args[1] >= 0:
+            return args[0] ** args[1]
+        if kind in ("FloorDiv",):
+            return sym.floordiv(args[0], args[1])
+        if kind in ("CeilDiv",):
+            return sym.cdiv(args[0], args[1])
+        if kind in ("Mod", "PythonMod"):
+            return sym.mod(args[0], args[1])
+        if kind in ("Max",):
+            return _fold(sym.sym_max, args)
+        if kind in ("Min",):
+            return _fold(sym.sym_min, args)
+        raise SymbolError(f"size expression {e} ({kind}) is not supported")
+
+    # -------------------------------------------------------------- points
+    def max_point(self) -> dict[str, int]:
+        return {s.name: s.hi for s in self.symbols}
+
+    def example_point(self) -> dict[str, int]:
+        return dict(self.examples)
+
+    def probe_points(self) -> list[dict[str, int]]:
+        """Small points (each dim at its minimum, then distinct small values per dim) and, per
+        dim, that dim at its maximum with the others at their minimum: what a mask or a table
+        must look like at every size, checked where it is cheap."""
+        syms = self.symbols
+        points = [{s.name: s.lo for s in syms}]
+        for probe in _PROBES:
+            points.append({s.name: min(max(probe[i % 2] + i // 2, s.lo), s.hi)
+                           for i, s in enumerate(syms)})
+        for s in syms:
+            points.append({t.name: (t.hi if t is s else t.lo) for t in syms})
+        unique = []
+        for p in points:
+            if p not in unique:
+                unique.append(p)
+        return unique
+
+    def torch_env(self, point: Mapping[str, int]) -> dict:
+        """sympy substitutions {torch symbol: value} for an aotpack point."""
+        return {self._sympy[t]: point[s.name] for t, s in self.by_torch.items()}
+
+
+def _fold(fn, args):
+    out = args[0]
+    for a in args[1:]:
+        out = fn(out, a)
+    return out
+
+
+class LazyConstants:
+    """Values computed from constants and dims only, evaluated at concrete points on demand
+    by replaying the exported graph (memoised per point)."""
+
+    def __init__(self, table: SymbolTable, constant_tensor, limit_bytes: int):
+        self.table = table
+        self.constant_tensor = constant_tensor  # fx node -> tensor for weights/static constants
+        self.limit = limit_bytes
+        self._memo: dict[tuple, object] = {}
+
+    def value(self, node, point: Mapping[str, int]):
+        key = (node.name, tuple(sorted(point.items())))
+        if key not in self._memo:
+            self._memo[key] = self._compute(node, point)
+        return self._memo[key]
+
+    def _compute(self, node, point):
+        import torch
+        import torch.fx
+
+        known = self.constant_tensor(node)
+        if known is not None:
+            return known
+        val = node.meta.get("val")
+        if _is_symint(val):
+            return self.size(val, point)
+        if node.op != "call_function":
+            raise SymbolError(f"{node.name} depends on run-time data")
+        if isinstance(val, torch.Tensor):
+            nbytes = val.element_size()
+            for d in val.shape:
+                nbytes *= self.size(d, point)
+            if nbytes > self.limit:
+                raise SymbolError(
+                    f"{node.name} ({node.target}) computed from constants would take "
+                    f"{nbytes >> 20} MiB at dims {dict(point)} on the build host (more than "
+                    f"{self.limit >> 20} MiB): lower the dims' maxima")
+
+        def arg(a):
+            return self.value(a, point) if isinstance(a, torch.fx.Node) else a
+
+        args = torch.fx.node.map_aggregate(node.args, arg)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, arg)
+        return node.target(*args, **kwargs)
+
+    def size(self, d, point) -> int:
+        if isinstance(d, int):
+            return d
+        return int(d.node.expr.xreplace(self.table.torch_env(point)))

@@ -1,0 +1,217 @@
+"""One contract for every kind of kernel op, registered in one place.
+
+A `Template` says, for its op kind:
+ - `supports(op)`: None, or why it cannot run the op;
+ - `bucket_size(op)`: the size that splits a symbolic op into variants (GEMM: M; attention:
+   the query length; row-wise kernels: the rows), or None when one variant serves every size;
+ - `default_config(op, target, backend)`: the config a build compiles without measurements,
+   for a concrete op (a symbolic op is asked at each bucket's representative size);
+ - `candidates(op, target, backend)`: the configs `aotpack tune` measures, default first;
+ - `compile(op, config, target)`: launches (cubins + slots) of exactly that config; the op may
+   be symbolic: sizes become expressions the runtime evaluates;
+ - `reference(op, env)`: the semantics in torch (CPU);
+ - `describe(op)`: one line for inspect and tuning jobs.
+A config is a JSON-able dict whose "template" names the backend ("gemm.triton"), the form the
+tuning database stores. Build, tuning, inspect and verify go through `template_for(op)` /
+`template_named(config)` and never dispatch on op types themselves. A new kernel kind is one
+module with its kernel plus one Template here (or beside it, registered in `_REGISTRY`).
+
+Templates' own heuristics (this file, gemm_template.py) are outside the tuning key: editing
+them keeps measured records valid; `sources` lists what is inside it.
+"""
+from __future__ import annotations
+
+import importlib
+
+from aotpack.kernels.spec import (
+    AttentionOp, EmbeddingOp, KernelOp, LayerNormOp, PointwiseOp, ReduceOp, RMSNormOp, RopeOp,
+    SoftmaxOp, Target,
+)
+
+# Source files (relative to aotpack/kernels/) that make each family's kernels: an edit to one
+# invalidates the family's tuning records (aotpack/tuning/keys.py).
+TRITON_COMMON = ("spec.py", "triton/compile.py", "triton/_common.py")
+_ROWWISE = ("triton/_rowwise.py", "triton/_rowwise_jit.py")
+
+
+class BackendCannotCompile(ValueError):
+    """The chosen backend cannot run this op (a user choice to revisit, not a compiler bug)."""
+
+
+class Template:
+    name = ""  # family: the tuning key's template component
+    op_type: type = object
+    module = ""  # aotpack.kernels.triton.<module> (plan / compile)
+    sources: tuple[str, ...] = TRITON_COMMON
+    tunable = False
+    fast = 4  # candidates per backend that `aotpack tune --level fast` measures
+
+    # ------------------------------------------------------------------ contract
+    def supports(self, op: KernelOp) -> str | None:
+        return None
+
+    def bucket_size(self, op: KernelOp):
+        return None
+
+    def default_config(self, op: KernelOp, target: Target, backend: str = "triton") -> dict:
+        return {"template": f"{self.name}.triton"}
+
+    def candidates(self, op: KernelOp, target: Target, backend: str = "auto") -> list[dict]:
+        return [self.default_config(op, target)]
+
+    def compile(self, op: KernelOp, config: dict, target: Target) -> list:
+        self._check_template(config)
+        return self.triton().compile(op, target, _fields(config))
+
+    def reference(self, op: KernelOp, env) -> None:
+        importlib.import_module(f"aotpack.kernels.reference.{self.module}").reference(op, env)
+
+    def describe(self, op: KernelOp) -> str:
+        shape = "x".join(str(n) for n in getattr(getattr(op, "x", None), "shape", ()))
+        name = type(op).__name__.removesuffix("Op").lower()
+        return f"{name} {shape} {op.out.dtype.value}" if shape else name
+
+    def fast_limit(self, backend_template: str) -> int:
+        """How many candidates of one backend `aotpack tune --level fast` measures."""
+        return self.fast
+
+    # ------------------------------------------------------------------ helpers
+    def triton(self):
+        return importlib.import_module(f"aotpack.kernels.triton.{self.module}")
+
+    def _check_template(self, config: dict) -> None:
+        want = f"{self.name}.triton"
+        if config.get("template", want) != want:
+            raise ValueError(f"{self.name}: config of another template: {config}")
+
+
+def _fields(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != "template"}
+
+
+class AttentionTemplate(Template):
+    name, op_type, module, tunable = "attention", AttentionOp, "attention", True
+    sources = ("spec.py", "triton/attention.py", "triton/compile.py", "triton/_common.py")
+
+    def bucket_size(self, op):
+        return op.q.shape[2]  # the decode-sized tiles depend on the query length
+
+    def default_config(self, op, target, backend="triton"):
+        return {"template": "attention.triton", **self.triton().default_config(op)}
+
+    def candidates(self, op, target, backend="auto"):
+        return [{"template": "attention.triton", **c}
+                for c in self.triton().candidate_configs(op)]
+
+    def describe(self, op):
+        b, hq, sq, d = op.q.shape
+        return (f"attention B={b} Hq={hq} Hkv={op.k.shape[1]} Sq={sq} Skv={op.k.shape[2]} "
+                f"D={d}{' causal' if op.causal else ''}")
+
+
+class RowwiseTemplate(Template):
+    """RMSNorm, LayerNorm, softmax and last-dim reductions: rows per program and warps."""
+
+    tunable = True
+
+    def __init__(self, name: str, op_type: type, extra_sources=()):
+        self.name, self.op_type, self.module = name, op_type, name
+        self.fast = 3 if name == "rmsnorm" else 4
+        self.sources = TRITON_COMMON + (f"triton/{name}.py",) + tuple(extra_sources)
+
+    def bucket_size(self, op):
+        return op.x.shape[0]  # short rows are packed several per program, up to the rows
+
+    def default_config(self, op, target, backend="triton"):
+        if isinstance(op, RMSNormOp):
+            return {"template": "rmsnorm.triton", **self.triton().default_config(op.x.shape[1])}
+        return {"template": f"{self.name}.triton"}  # block shapes follow the row length
+
+    def candidates(self, op, target, backend="auto"):
+        base = self.default_config(op, target)
+        if isinstance(op, RMSNormOp):
+            rows, block = base["ROWS"], base["BLOCK_C"]
+            variants = [{"num_warps": w} for w in (4, 8, 16)]
+            if block * rows * 2 <= 8192:
+                variants += [{"ROWS": rows * 2}, {"ROWS": rows * 2, "num_warps": 8}]
+            if rows > 1:
+                variants.append({"ROWS": rows // 2})
+        else:
+            variants = [{"num_warps": w} for w in (2, 4, 8, 16)]
+        return _with_variants(base, variants)
+
+
+
+class RopeTemplate(Template):
+    name, op_type, module, tunable, fast = "rope", RopeOp, "rope", True, 3
+    sources = TRITON_COMMON + ("triton/rope.py",)
+
+    def default_config(self, op, target, backend="triton"):
+        return {"template": "rope.triton", **self.triton().default_config(op.x.shape[3])}
+
+    def candidates(self, op, target, backend="auto"):
+        base = self.default_config(op, target)
+        return _with_variants(base, [{"num_warps": 8}, {"BLOCK_S": base["BLOCK_S"] * 2},
+                                     {"BLOCK_S": max(1, base["BLOCK_S"] // 2)},
+                                     {"BLOCK_S": base["BLOCK_S"] * 2, "num_warps": 8}])
+
+
+
+class EmbeddingTemplate(Template):
+    name, op_type, module = "embedding", EmbeddingOp, "embedding"
+    sources = TRITON_COMMON + ("triton/embedding.py",)
+
+
+class PointwiseTemplate(Template):
+    name, op_type, module = "pointwise", PointwiseOp, "pointwise"
+    sources = TRITON_COMMON + ("triton/pointwise.py", "triton/_pointwise_codegen.py")
+
+
+def _with_variants(base: dict, variants: list[dict]) -> list[dict]:
+    out = [base]
+    for v in variants:
+        c = {**base, **v}
+        if c not in out:
+            out.append(c)
+    return out
+
+
+# ---------------------------------------------------------------------------- registry
+def _registry() -> dict[type, Template]:
+    from aotpack.kernels.gemm_template import GemmTemplate
+
+    templates = [GemmTemplate(), AttentionTemplate(),
+                 RowwiseTemplate("rmsnorm", RMSNormOp, _ROWWISE),
+                 RowwiseTemplate("layernorm", LayerNormOp, _ROWWISE),
+                 RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),
+                 RowwiseTemplate("reduce", ReduceOp, _ROWWISE),
+                 RopeTemplate(), EmbeddingTemplate(), PointwiseTemplate()]
+    return {t.op_type: t for t in templates}
+
+
+_REGISTRY: dict[type, Template] | None = None
+
+
+def templates() -> list[Template]:
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = _registry()
+    return list(_REGISTRY.values())
+
+
+def template_for(op: KernelOp) -> Template:
+    templates()
+    try:
+        return _REGISTRY[type(op)]
+    except KeyError:
+        raise TypeError(f"no kernel template for {type(op).__name__}") from None
+
+
+def template_named(config: dict) -> Template:
+    """The template whose configs look like `config` ({"template": "gemm.cutedsl", ...})."""
+    family = str(config.get("template", "")).split(".")[0]
+    for t in templates():
+        if t.name == family:
+            return t
+    raise ValueError(f"unknown kernel template {config.get('template')!r} "
+                     f"(a tuning database from a newer aotpack?)")
