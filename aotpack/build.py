@@ -281,8 +281,14 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     except BackendCannotCompile as e:  # an op the chosen GEMM backend cannot run
         raise BuildError(str(e)) from None
     plan = plan_memory(program, launches_per_op)
+    extra = {}
+    if program.dynamic:  # inspect: the planned arena serves the largest shape; this, one
+        from aotpack.passes.plan_memory import arena_at
+
+        extra["arena_bytes_example"] = arena_at(program, launches_per_op, program.example)
     result = _write_folder(out, program, plan, target, spec, command_line, external_weights,
-                           distinct, tuning=tuned.provenance() if tuned else None)
+                           distinct, tuning=tuned.provenance() if tuned else None,
+                           summary=extra)
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
@@ -348,7 +354,8 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
 
 
 def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,
-                  external_weights: bool, distinct: int, tuning: dict | None = None) -> BuildResult:
+                  external_weights: bool, distinct: int, tuning: dict | None = None,
+                  summary: dict | None = None) -> BuildResult:
     from aotpack.bundle import read_bundle, write_bundle
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -357,7 +364,8 @@ def _write_folder(out: Path, program, plan, target: Target, spec: str, command_l
         bundle = write_bundle(tmp / BUNDLE_NAME, program, plan, target=target,
                               provenance=dict(provenance(spec, command_line),
                                               **({"tuning": tuning} if tuning else {})),
-                              external_weights=WEIGHTS_NAME if external_weights else None)
+                              external_weights=WEIGHTS_NAME if external_weights else None,
+                              summary=summary)
         # read back what the runtime will parse (structure and manifest; the sha256s were taken
         # from the very bytes written, re-hashing gigabytes would only double the time)
         manifest = read_bundle(bundle).manifest

@@ -4,6 +4,9 @@ reference="cpu": re-run frontend + passes on the model spec (a bundle stores no 
 references), run the plan with each kernel's torch reference on the CPU, compare with eager
 PyTorch. reference="gpu": run the bundle itself through the C runtime binding and compare with
 eager PyTorch on the GPU. Both draw fresh random inputs (not the example inputs) from `seed`.
+A bundle with dynamic dims is checked at several shapes (`shape_points`): the example, every
+dim at its minimum, every dim at its maximum, each dim alone at its maximum, and random sizes
+inside the ranges (odd and prime ones among them), or at the shapes the caller names.
 Error per output: ‖out − ref‖ / ‖ref‖ in f64; an output passes at ≤ `tolerance`.
 A bf16/f16 model's eager output carries rounding error of its own (a 12-layer ViT-B/16 in
 bf16 is ~1e-2 from its float32 self), so two correct implementations can differ by more than
@@ -32,7 +35,7 @@ class VerifyError(Exception):
 
 @dataclass
 class OutputCheck:
-    name: str
+    name: str  # "out0", or "out0 @ B=2 S=17" for a dynamic bundle
     rel_error: float
     max_abs_error: float
     ok: bool
@@ -65,29 +68,149 @@ def default_reference() -> str:
 
 
 def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int = 0,
-           tolerance: float = DEFAULT_TOLERANCE, weights_path=None) -> VerifyReport:
+           tolerance: float = DEFAULT_TOLERANCE, weights_path=None,
+           points: list[dict] | None = None) -> VerifyReport:
+    """`points`: for a dynamic bundle, the dims' values to check at ({name: value} each);
+    default `shape_points`."""
     reference = reference or default_reference()
     if reference not in ("cpu", "gpu"):
         raise VerifyError(f"reference must be 'cpu' or 'gpu', not {reference!r}")
     b = read_bundle(bundle, weights_path=weights_path)
     notes = _source_check(b.manifest.get("provenance") or {}, model_spec)
-    from aotpack.frontend import load_model
+    loaded = _load(model_spec, b.manifest)
+    model, examples = loaded.model, loaded.inputs
+    symbols = b.manifest.get("symbols") or []
+    if symbols:
+        points = points or shape_points(symbols, seed)
+    elif points:
+        raise VerifyError("the bundle has no dynamic dims: it runs only its own shapes")
+    run = _cpu_runner(b.manifest, loaded) if reference == "cpu" else \
+        _gpu_runner(Path(bundle), weights_path, model)
+    checks = []
+    for k, point in enumerate(points or [None]):
+        signature = _signature_at(b.manifest["inputs"], point)
+        inputs = random_inputs(signature, examples, seed + k)
+        outs, refs = run(inputs)
+        label = "" if point is None else " @ " + " ".join(f"{n}={v}" for n, v in point.items())
+        checks += _checks(b.manifest["outputs"], outs, refs, model, inputs, tolerance, label)
+    return VerifyReport(reference, seed, tolerance, checks, notes)
 
-    model, examples = load_model(model_spec)
-    inputs = random_inputs(b.manifest["inputs"], examples, seed)
-    if reference == "cpu":
-        outs, refs = _run_cpu(b.manifest, model, examples, inputs)
-    else:
-        outs, refs = _run_gpu(Path(bundle), weights_path, model, inputs)
-    checks = [compare(spec["name"], o, r, tolerance)
-              for spec, o, r in zip(b.manifest["outputs"], outs, refs)]
+
+def _checks(outputs, outs, refs, model, inputs, tolerance, label: str) -> list[OutputCheck]:
+    checks = [compare(spec["name"] + label, o, r, tolerance)
+              for spec, o, r in zip(outputs, outs, refs)]
     low = [i for i, (c, r) in enumerate(zip(checks, refs))
            if not c.ok and DType.from_torch(r.dtype) in (DType.BF16, DType.F16)]
     if low:
         precise = _upcast_eager(model, inputs, refs[0].device)
         for i in low:
             checks[i] = compare(checks[i].name, outs[i], refs[i], tolerance, precise[i])
-    return VerifyReport(reference, seed, tolerance, checks, notes)
+    return checks
+
+
+def _load(model_spec: str, manifest: dict):
+    """The model as the bundle was built from it: a dynamic bundle's dims re-declared from its
+    manifest when the spec itself declares none (it was built with --dynamic)."""
+    from aotpack.frontend import load_spec
+
+    loaded = load_spec(model_spec)
+    if manifest.get("symbols") and loaded.dynamic_shapes is None:
+        from aotpack.frontend.dynamic import apply_dynamic
+
+        loaded = apply_dynamic(loaded, dynamic_options(manifest))
+    return loaded
+
+
+def dynamic_options(manifest: dict) -> list[str]:
+    """`--dynamic` options that declare a v2 manifest's dims again: each symbol on every input
+    dim that is exactly it."""
+    ranges = {s["name"]: (s["min"], s["max"]) for s in manifest.get("symbols") or []}
+    out, seen = [], set()
+    for spec in manifest["inputs"]:
+        for d, dim in enumerate(spec["shape"]):
+            if dim in ranges:
+                rng = "" if dim in seen else ":{}..{}".format(*ranges[dim])
+                out.append(f"{spec['name']}.{d}={dim}{rng}")
+                seen.add(dim)
+    return out
+
+
+def shape_points(symbols: list[dict], seed: int = 0, random_points: int = 2) -> list[dict]:
+    """The dims' values a dynamic bundle is checked at: the example, all at their minimum,
+    all at their maximum, each alone at its maximum, then random values in the ranges (odd
+    ones, and primes where the range has one)."""
+    import random
+
+    rng = random.Random(seed)
+    lo = {s["name"]: s["min"] for s in symbols}
+    hi = {s["name"]: s["max"] for s in symbols}
+    points = [{s["name"]: s.get("example", s["max"]) for s in symbols}, lo, hi]
+    if len(symbols) > 1:
+        points += [{**lo, n: hi[n]} for n in hi]
+    for _ in range(random_points):
+        points.append({n: _odd_or_prime(rng, lo[n], hi[n]) for n in lo})
+    unique = []
+    for p in points:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def _odd_or_prime(rng, lo: int, hi: int) -> int:
+    primes = [n for n in range(max(lo, 2), min(hi, 10_000) + 1)
+              if all(n % k for k in range(2, int(n ** 0.5) + 1))]
+    if primes and rng.random() < 0.5:
+        return rng.choice(primes)
+    odd = [n for n in (rng.randint(lo, hi) | 1, rng.randint(lo, hi)) if lo <= n <= hi]
+    return odd[0] if odd else rng.randint(lo, hi)
+
+
+def points_from_shapes(manifest: dict, shapes: list[str]) -> list[dict]:
+    """Each `NAME=AxB[,NAME2=CxD]` (input shapes, as aotpack-run --shape takes them) as the
+    dims' values it binds; inputs not named keep their example shape."""
+    from aotpack.bundle.manifest import evaluate, parse_symbols
+    from aotpack.program import ShapeError, bind_symbols
+
+    symbols = parse_symbols(manifest)
+    example = {s["name"]: s.get("example", s["max"]) for s in manifest["symbols"]}
+    names = [s["name"] for s in manifest["inputs"]]
+    signature = [(s["name"], [_expr(d, symbols) for d in s["shape"]]) for s in manifest["inputs"]]
+    points = []
+    for text in shapes:
+        given = {}
+        for part in text.split(","):
+            name, _, dims = part.partition("=")
+            if name.strip() not in names or not dims:
+                raise VerifyError(f"--shape {text!r}: expected NAME=AxB with NAME one of "
+                                  f"{', '.join(names)}")
+            try:
+                given[name.strip()] = tuple(int(x) for x in dims.lower().split("x"))
+            except ValueError:
+                raise VerifyError(f"--shape {text!r}: {dims!r} is not like 4x128") from None
+        shapes_ = [given.get(n) or tuple(evaluate(d, symbols, example, n) for d in s["shape"])
+                   for n, s in zip(names, manifest["inputs"])]
+        try:
+            points.append(bind_symbols(signature, symbols.values(), shapes_))
+        except ShapeError as e:
+            raise VerifyError(f"--shape {text!r}: {e}") from None
+    return points
+
+
+def _expr(d, symbols):
+    from aotpack.ir.sym import parse
+
+    return parse(d, symbols) if isinstance(d, str) else d
+
+
+def _signature_at(inputs: list[dict], point: dict | None) -> list[dict]:
+    if point is None:
+        return inputs
+    from aotpack.bundle.manifest import evaluate
+    from aotpack.ir.sym import Sym
+
+    symbols = {n: Sym(n, v, v) for n, v in point.items()}
+    return [dict(s, shape=[evaluate(d, symbols, point, s["name"]) for d in s["shape"]])
+            for s in inputs]
 
 
 def _source_check(prov: dict, model_spec: str) -> list[str]:
@@ -148,14 +271,16 @@ def _eager(model, inputs: list) -> list:
     return [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]
 
 
-def _run_cpu(manifest: dict, model, examples, inputs: list) -> tuple[list, list]:
+def _cpu_runner(manifest: dict, loaded):
+    """run(inputs) -> (outputs of the plan with torch references, eager outputs); the plan is
+    compiled once and run at any shape its dims allow."""
     from aotpack.executor import run_reference
     from aotpack.frontend import to_graph
     from aotpack.passes import compile_graph
 
-    program = compile_graph(to_graph(model, examples))
+    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
     _check_signature(manifest, program)
-    return run_reference(program, inputs), _eager(model, inputs)
+    return lambda inputs: (run_reference(program, inputs), _eager(loaded.model, inputs))
 
 
 def _upcast_eager(model, inputs: list, device) -> list:
@@ -176,8 +301,11 @@ def _upcast_eager(model, inputs: list, device) -> list:
 
 
 def _check_signature(manifest: dict, program) -> None:
+    from aotpack.bundle.manifest import dim_json
+
     def sig(names):
-        return [(program.storage(n).dtype.value, list(program.storage(n).shape)) for n in names]
+        return [(program.storage(n).dtype.value, [dim_json(d) for d in program.storage(n).shape])
+                for n in names]
 
     for side, names in (("inputs", program.inputs), ("outputs", program.outputs)):
         want = [(s["dtype"], s["shape"]) for s in manifest[side]]
@@ -186,7 +314,9 @@ def _check_signature(manifest: dict, program) -> None:
                               f"{want}: is this the model the bundle was built from?")
 
 
-def _run_gpu(bundle: Path, weights_path, model, inputs: list) -> tuple[list, list]:
+def _gpu_runner(bundle: Path, weights_path, model):
+    """run(inputs) -> (the bundle's outputs through the C runtime, eager outputs on the GPU);
+    one model and session for every shape."""
     import torch
 
     if not torch.cuda.is_available():
@@ -194,11 +324,17 @@ def _run_gpu(bundle: Path, weights_path, model, inputs: list) -> tuple[list, lis
     from aotpack.runtime import Model, Session
 
     rt = Model(str(bundle), weights_path=str(weights_path) if weights_path else None)
-    cuda_inputs = [t.cuda() for t in inputs]
-    outs = Session(rt).run(cuda_inputs)
-    refs = _eager(_as_module(model).to("cuda"), cuda_inputs)
-    torch.cuda.synchronize()
-    return outs, refs
+    session = Session(rt)
+    module = _as_module(model).to("cuda")
+
+    def run(inputs):
+        cuda_inputs = [t.cuda() for t in inputs]
+        outs = session.run(cuda_inputs)
+        refs = _eager(module, cuda_inputs)
+        torch.cuda.synchronize()
+        return outs, refs
+
+    return run
 
 
 def _rel(out, ref) -> tuple[float, float]:

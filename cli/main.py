@@ -222,18 +222,30 @@ def verify(
     seed: int = typer.Option(0, "--seed", help="seed of the random inputs"),
     tolerance: float = typer.Option(1e-2, "--tolerance", help="max ‖out−ref‖/‖ref‖ per output"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file"),
+    shape: Optional[list[str]] = typer.Option(None, "--shape", help="a dynamic bundle: check "
+                                              "at these input shapes (NAME=AxB[,NAME2=CxD], "
+                                              "repeatable) instead of the default set"),
 ):
     """Compare against eager PyTorch on fresh random inputs; exit status 1 if any output's
-    relative error exceeds the tolerance."""
-    from aotpack.verify import verify as run_verify
+    relative error exceeds the tolerance. A bundle with dynamic dims is checked at the example
+    shape, both ends of every range and random sizes inside (odd and prime ones)."""
+    from aotpack.bundle import read_bundle
+    from aotpack.verify import points_from_shapes, verify as run_verify
 
     if reference is not None and reference not in ("cpu", "gpu"):
         err.print(f"[bold red]error:[/] --reference must be cpu or gpu, not {escape(reference)}")
         raise typer.Exit(2)
+    points = None
+    if shape:
+        manifest = read_bundle(bundle, weights_path=weights, require_weights=False).manifest
+        if not manifest.get("symbols"):
+            err.print("[bold red]error:[/] --shape: this bundle has no dynamic dims")
+            raise typer.Exit(2)
+        points = points_from_shapes(manifest, shape)
     with warnings.catch_warnings():  # the report prints them once, as part of the table
         warnings.simplefilter("ignore", UserWarning)
         rep = run_verify(bundle, model, reference=reference, seed=seed, tolerance=tolerance,
-                         weights_path=weights)
+                         weights_path=weights, points=points)
     report.print_verify(out, rep)
     if not rep.passed:
         raise typer.Exit(1)

@@ -45,7 +45,29 @@ def inspect_document(b) -> dict:
                    "naive_bytes": summary.get("naive_bytes"),
                    "regions": sum(1 for x in m["buffers"] if x["kind"] == "arena")},
         "provenance": m.get("provenance", {}),
+        "dynamic": _dynamic(m, summary),
     }
+
+
+def _dynamic(m: dict, summary: dict) -> dict | None:
+    """Symbols (range, example, where from), recorded guards, the kernel variants per bucket
+    and the arena at the example shape; None for a static bundle."""
+    if not m.get("symbols"):
+        return None
+    graph = summary.get("graph", {}) if isinstance(summary.get("graph"), dict) else {}
+    sources = graph.get("dims", {})
+    symbols = [dict(s, source=sources.get(s["name"])) for s in m["symbols"]]
+    variants: dict[tuple, list] = {}
+    for s in m["steps"]:
+        for c in s.get("when") or []:
+            key = (c["expr"], c["min"], c["max"])
+            name = m["kernels"][s["kernel"]]["name"]
+            if name not in variants.setdefault(key, []):
+                variants[key].append(name)
+    return {"symbols": symbols, "guards": graph.get("guards", []),
+            "arena_bytes_example": summary.get("arena_bytes_example"),
+            "variants": [{"size": k[0], "min": k[1], "max": k[2], "kernels": v}
+                         for k, v in variants.items()]}
 
 
 def _counts(counts) -> str:
@@ -88,12 +110,32 @@ def print_inspect(out: Console, d: dict) -> None:
     regions = f"{mem['regions']} region" + ("" if mem["regions"] == 1 else "s")
     out.print(f"memory plan: arena {human_bytes(mem['arena_bytes'])} in {regions}{saving}; "
               f"intermediates total {human_bytes(mem['intermediate_bytes'] or 0)}")
+    if d.get("dynamic"):
+        _print_dynamic(out, d["dynamic"], mem["arena_bytes"])
     prov = {k: v for k, v in d["provenance"].items() if k != "tuning"}
     out.print("provenance: " + escape(", ".join(f"{k}={v}" for k, v in sorted(prov.items())
                                                if v is not None)))
     records = (d["provenance"].get("tuning") or {}).get("records") or []
     if records:
         out.print(_tuning_table(records))
+
+
+def _print_dynamic(out: Console, dyn: dict, arena: int) -> None:
+    for s in dyn["symbols"]:
+        src = f" (input {s['source']})" if s.get("source") else ""
+        out.print(f"dynamic dim {escape(s['name'])}: {s['min']}..{s['max']}, example "
+                  f"{s.get('example')}{escape(src)}")
+    for g in dyn["guards"]:
+        out.print(f"guard recorded by torch.export (holds over the ranges): {escape(g)}")
+    if dyn.get("arena_bytes_example") is not None:
+        out.print(f"arena: {human_bytes(arena)} planned for the largest shape; the example "
+                  f"shape alone needs {human_bytes(dyn['arena_bytes_example'])}")
+    table = Table(title="kernel variants per size bucket", show_lines=False)
+    for col in ("size", "range", "kernels"):
+        table.add_column(col, overflow="fold")
+    for v in dyn["variants"]:
+        table.add_row(escape(v["size"]), f"{v['min']}..{v['max']}", escape(", ".join(v["kernels"])))
+    out.print(table)
 
 
 def _tuning_table(records: list[dict]) -> Table:

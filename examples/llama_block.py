@@ -77,3 +77,14 @@ def make_decode(**kw):
     """Decode-sized step: 16 sequences × 1 new token each (no KV cache in this example: every
     sequence attends to its one token). Weight streaming (436 MB at full size) dominates."""
     return make(**{"batch": 16, "seq": 1, **kw})
+
+
+def make_dynamic(max_batch: int = 64, max_seq: int = 4096, batch: int = 1, seq: int = 2048,
+                 **kw):
+    """The block for any batch in 1..max_batch and sequence in 1..max_seq (one bundle, dims
+    named B and S); rotary tables sized for max_seq."""
+    model, (x,) = make(batch=batch, seq=max_seq, **kw)
+    x = x[:, :seq].contiguous()
+    dims = ({0: torch.export.Dim("B", min=1, max=max_batch),
+             1: torch.export.Dim("S", min=1, max=max_seq)},)
+    return model, (x,), dims

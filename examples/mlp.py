@@ -34,3 +34,11 @@ def make(d: int = 4096, f: int = 16384, batch: int = 8, seq: int = 512,
 def make_decode(**kw):
     """Decode-sized MLP: 16 sequences × 1 token (weight streaming dominates)."""
     return make(**{"batch": 16, "seq": 1, **kw})
+
+
+def make_dynamic(max_batch: int = 64, max_seq: int = 4096, **kw):
+    """The MLP for any batch in 1..max_batch and sequence in 1..max_seq (dims B and S)."""
+    model, inputs = make(**kw)
+    dims = ({0: torch.export.Dim("B", min=1, max=max_batch),
+             1: torch.export.Dim("S", min=1, max=max_seq)},)
+    return model, inputs, dims

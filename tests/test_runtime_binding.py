@@ -207,10 +207,28 @@ except AotpackError as e:
     assert "NVIDIA" in message and "driver" in message
 
 
+def _fake_build() -> Path | None:
+    """A CMake build folder (`build/` or `build/<name>/`, the newest; not a sanitizer build,
+    which a plain Python cannot load) holding libaotpack.so and the tests' fake libcuda."""
+    found = []
+    for d in [REPO / "build", *sorted((REPO / "build").glob("*"))]:
+        fake = d / "runtime_cpp" / "tests" / "libfake_cuda.so"
+        cache = d / "CMakeCache.txt"
+        if fake.is_file() and (d / "libaotpack.so").is_file() and cache.is_file() and \
+                "AOTPACK_SANITIZE:BOOL=ON" not in cache.read_text(errors="replace"):
+            found.append(d)
+    return max(found, key=lambda d: (d / "libaotpack.so").stat().st_mtime, default=None)
+
+
 def _fake_driver() -> Path | None:
-    """The fake libcuda of the top-level CMake build (`cmake -S . -B build`), if built."""
-    p = REPO / "build" / "runtime_cpp" / "tests" / "libfake_cuda.so"
-    return p if p.is_file() and (REPO / "build" / "libaotpack.so").is_file() else None
+    """The fake libcuda of that build, if built."""
+    d = _fake_build()
+    return d / "runtime_cpp" / "tests" / "libfake_cuda.so" if d else None
+
+
+def _fake_env() -> dict:
+    """Environment of a subprocess that runs on the fake driver with the same build's library."""
+    return {"AOTPACK_LIBCUDA": str(_fake_driver()), "AOTPACK_LIB": str(_fake_build() / "libaotpack.so")}
 
 
 @pytest.mark.skipif(_fake_driver() is None, reason="fake driver not built (CMake tests)")
@@ -220,8 +238,7 @@ def test_run_on_fake_driver(tmp_path):
     m = manifest()
     m["kernels"][0]["pdl"] = True  # so programmatic_launch shows in the driver's counters
     path = write_bundle(tmp_path, m)
-    env = {"AOTPACK_LIBCUDA": str(_fake_driver()),
-           "AOTPACK_LIB": str(REPO / "build" / "libaotpack.so")}  # the same build's library
+    env = _fake_env()
     r = _run_py(f"""
 import array, ctypes, os
 from aotpack.runtime import Model, Session
@@ -254,6 +271,185 @@ print("ok")
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
 
 
+# ------------------------------------------------------------- bundle format v2 (dynamic dims)
+
+
+def _lib_has_v2() -> bool:
+    from aotpack.runtime import load_library
+    from aotpack.runtime._lib import has_dynamic_shapes
+
+    return has_dynamic_shapes(load_library())
+
+
+needs_v2 = pytest.mark.skipif(not _lib_available() or not _lib_has_v2(),
+                              reason="this libaotpack.so predates bundle format v2: rebuild it")
+
+
+def manifest_v2(entry_small: str = "dyn_add_small", entry_big: str = "dyn_add_big",
+                cubin: bytes = FAKE_CUBIN, cc=(9, 0), tensormap: bool = True) -> dict:
+    """runtime_cpp's TestBundle::dynamic(): B in 1..64 (example 4); x f32[B, 64], aux
+    f32[B, 2*B] (unused) -> y f32[B, 64] = x + 1.5 * w. Step 0 (B <= 8) runs the `small`
+    kernel on grid [B, 1, 1], step 1 (B >= 9) the `big` one on [(B + 7)/8, 1, 1]; both take
+    ptr x, ptr w, ptr y, a tensor map of x [B, 64] (the fake kernels check it), i32 64*B and
+    f32 1.5."""
+    m = manifest(cubin, cc=cc)
+    tmap = [{"kind": "tensormap", "buffer": 0, "offset": 0, "dtype": "f32", "dims": ["B", 64],
+             "strides": [64, 1], "box": [1, 32], "swizzle": "128B"}] if tensormap else []
+    args = ([{"kind": "ptr", "buffer": 0}, {"kind": "ptr", "buffer": 2},
+             {"kind": "ptr", "buffer": 1}] + tmap +
+            [{"kind": "i32", "value": "64*B"}, {"kind": "f32", "value": 1.5}])
+    kernel = m["kernels"][0]
+    m.update(
+        version=2, symbols=[{"name": "B", "min": 1, "max": 64, "example": 4}], arena_bytes=0,
+        inputs=[{"name": "x", "dtype": "f32", "shape": ["B", 64]},
+                {"name": "aux", "dtype": "f32", "shape": ["B", "2*B"]}],
+        outputs=[{"name": "y", "dtype": "f32", "shape": ["B", 64]}],
+        buffers=m["buffers"][:3],
+        kernels=[dict(kernel, name="dyn_small", entry=entry_small),
+                 dict(kernel, name="dyn_big", entry=entry_big)],
+        steps=[{"kernel": 0, "grid": ["B", 1, 1], "args": args,
+                "when": [{"expr": "B", "min": 1, "max": 8}]},
+               {"kernel": 1, "grid": ["(B + 7)/8", 1, 1], "args": args,
+                "when": [{"expr": "B", "min": 9, "max": 64}]}])
+    return m
+
+
+@needs_v2
+def test_ctypes_structs_match_header(tmp_path):
+    """The ctypes mirrors of aotpack.h's structs have its sizes and offsets, as a C compiler
+    sees them (skipped when there is none)."""
+    import ctypes
+    import shutil
+
+    from aotpack.runtime import _lib
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to read the header's layout")
+    structs = {"aotpack_tensor_info": _lib.TensorInfoC, "aotpack_shape": _lib.ShapeC,
+               "aotpack_symbol_info": _lib.SymbolInfoC,
+               "aotpack_model_options": _lib.ModelOptionsC,
+               "aotpack_session_options": _lib.SessionOptionsC}
+    lines = []
+    for cname, ct in structs.items():
+        lines.append(f'printf("{cname} size %zu\\n", sizeof({cname}));')
+        for field, _ in ct._fields_:
+            lines.append(f'printf("{cname} {field} %zu\\n", offsetof({cname}, {field}));')
+    src = tmp_path / "layout.c"
+    src.write_text('#include <stddef.h>\n#include <stdio.h>\n#include "aotpack/aotpack.h"\n'
+                   "int main(void) {\n" + "\n".join(lines) + "\nreturn 0;\n}\n")
+    exe = tmp_path / "layout"
+    include = REPO / "runtime_cpp" / "include"
+    subprocess.run([cc, "-std=c99", f"-I{include}", str(src), "-o", str(exe)], check=True)
+    got = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout
+    want = []
+    for cname, ct in structs.items():
+        want.append(f"{cname} size {ctypes.sizeof(ct)}")
+        want += [f"{cname} {f} {getattr(ct, f).offset}" for f, _ in ct._fields_]
+    assert got.split("\n")[:-1] == want
+
+
+@needs_v2
+@pytest.mark.parametrize("change, code, needle", [
+    (None, "OK", ""),
+    ("unbindable", "CORRUPT_BUNDLE", "symbol 'T' is not the whole of any input dim"),
+    ("expr_in_block", "CORRUPT_BUNDLE", "kernels[0].block[0]: expected an integer"),
+    ("unknown_symbol", "CORRUPT_BUNDLE", "inputs[1].shape[1]: expression '2*T'"),
+    ("escapes_at_max", "CORRUPT_BUNDLE", "at shape B=64: steps[1] (kernel 'dyn_big') args[3]"),
+    ("v1_string", "UNSUPPORTED_VERSION", "symbolic"),
+])
+def test_check_file_v2(tmp_path, change, code, needle):
+    from aotpack.runtime import AotpackError, Model, StatusCode
+
+    m = manifest_v2()
+    if change == "unbindable":
+        m["symbols"].append({"name": "T", "min": 1, "max": 8})
+        m["inputs"][1]["shape"][1] = "2*T"
+    elif change == "expr_in_block":
+        m["kernels"][0]["block"][0] = "B"
+    elif change == "unknown_symbol":
+        m["inputs"][1]["shape"][1] = "2*T"
+    elif change == "escapes_at_max":
+        m["steps"][1]["args"] = [dict(a) for a in m["steps"][1]["args"]]
+        m["steps"][1]["args"][3]["dims"] = ["B*B", 64]
+    elif change == "v1_string":
+        m["version"] = 1
+    path = write_bundle(tmp_path, m)
+    if code == "OK":
+        Model.check_file(path)
+        return
+    with pytest.raises(AotpackError) as e:
+        Model.check_file(path)
+    assert e.value.code == StatusCode[code] and needle in e.value.message, str(e.value)
+
+
+@needs_v2
+@pytest.mark.skipif(_fake_driver() is None, reason="fake driver not built (CMake tests)")
+def test_dynamic_run_on_fake_driver(tmp_path):
+    """A v2 bundle through the binding on the fake driver: symbols and dims, output shapes,
+    runs at several shapes (the `when` group each picks, from the driver's launch log),
+    binding errors that leave the session usable, and a plan cache of one."""
+    path = write_bundle(tmp_path, manifest_v2())
+    r = _run_py(f"""
+import array, ctypes, os
+from aotpack.runtime import AotpackError, DimInfo, Model, Session, StatusCode, Symbol
+m = Model({str(path)!r})
+assert m.is_dynamic and m.symbols == [Symbol("B", 1, 64, 4)], m.symbols
+x, aux = m.inputs
+assert x.shape == (-1, 64) and x.nbytes == 64 * 64 * 4 and not x.is_static
+assert x.dims == (DimInfo("B", 1, 64), DimInfo(None, 64, 64))
+assert aux.dims[1] == DimInfo("2*B", 2, 128) and m.outputs[0].shape == (-1, 64)
+assert m.output_shapes([(3, 64), (3, 6)]) == [(3, 64)]
+def expect_error(fn, needle):
+    try:
+        fn()
+    except AotpackError as e:
+        assert e.code == StatusCode.INVALID_ARGUMENT and needle in e.message, str(e)
+        return
+    raise AssertionError("no error: " + needle)
+expect_error(lambda: m.output_shapes([(65, 64), (65, 130)]), "outside the range 1..64 of symbol B")
+def buf(nfloats, vals=None):
+    raw = ctypes.create_string_buffer(nfloats * 4 + 256)
+    addr = (ctypes.addressof(raw) + 255) // 256 * 256
+    if vals:
+        ctypes.memmove(addr, array.array("f", vals).tobytes(), len(vals) * 4)
+    return raw, addr
+driver = ctypes.CDLL(os.environ["AOTPACK_LIBCUDA"])
+def log():
+    out = (ctypes.c_int * 30)()
+    n = driver.fake_cuda_launch_log(out, 30)
+    return list(out[:n])
+def captures():
+    stats = (ctypes.c_int * 6)()
+    driver.fake_cuda_stats(stats)
+    return stats[2]
+xs = [float(i % 11) - 5.0 for i in range(64 * 64)]
+w = [0.25 * i - 3.0 for i in range(64)]
+xr, xa = buf(64 * 64, xs)
+ar, aa = buf(64 * 128)
+for max_plans, want_captures in ((0, 2), (1, 4)):
+    s = Session(m, max_cached_plans=max_plans)
+    before = captures()
+    for B in (3, 20, 3, 20):
+        yr, ya = buf(64 * 64)
+        log()
+        s.run_pointers([xa, aa], [ya], input_shapes=[(B, 64), (B, 2 * B)])
+        assert log() == ([5, B, 64 * B] if B <= 8 else [6, (B + 7) // 8, 64 * B]), B
+        y = array.array("f", ctypes.string_at(ya, 64 * 64 * 4))
+        n = 64 * B
+        assert all(y[i] == xs[i] + 1.5 * w[i % 64] for i in range(n)) and y[n] == 0.0
+    assert captures() - before == want_captures, (max_plans, captures() - before)
+expect_error(lambda: s.run_pointers([xa, aa], [ya], input_shapes=[(3, 64), (2, 6)]),
+             "input 'aux' dim 0 is 2 but must equal B = 3 (as input 'x' dim 0 says)")
+expect_error(lambda: s.run_pointers([xa, aa], [ya]), "symbols B")
+assert log() == []
+s.run_pointers([xa, aa], [ya], input_shapes=[(2, 64), (2, 4)])  # still usable
+assert len(log()) == 3
+print("ok")
+""", **_fake_env())
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr
+
+
 def test_error_str_has_code_name():
     from aotpack.runtime import AotpackError, StatusCode
 
@@ -278,9 +474,8 @@ def add_scale(x_ptr, w_ptr, y_ptr, n, alpha, BLOCK: tl.constexpr):
 '''
 
 
-def _triton_bundle(folder: Path) -> Path:
-    """Compiles add_scale for this GPU and bundles it (Triton's hidden scratch pointers are
-    null: the kernel needs no scratch)."""
+def _compile_add_scale(folder: Path):
+    """add_scale compiled for this GPU: (cubin, metadata, (major, minor))."""
     import importlib.util
 
     import torch
@@ -302,9 +497,28 @@ def _triton_bundle(folder: Path) -> Path:
                               options={"num_warps": 4})
     md = compiled.metadata
     assert int(getattr(md, "global_scratch_size", 0)) == 0
-    cubin = bytes(compiled.asm["cubin"])
-    m = manifest(cubin, entry=md.name, cc=(major, minor), tensormap=False,
+    return bytes(compiled.asm["cubin"]), md, (major, minor)
+
+
+def _triton_bundle(folder: Path) -> Path:
+    """Bundles add_scale for this GPU (Triton's hidden scratch pointers are null: the kernel
+    needs no scratch)."""
+    cubin, md, cc = _compile_add_scale(folder)
+    m = manifest(cubin, entry=md.name, cc=cc, tensormap=False,
                  block=32 * md.num_warps, grid=2, smem=int(md.shared))
+    return write_bundle(folder, m, cubin=cubin)
+
+
+def _triton_dynamic_bundle(folder: Path) -> Path:
+    """manifest_v2 with add_scale in both step groups: 128 elements per program, so the grid
+    is ceil(64*B / 128) in both."""
+    cubin, md, cc = _compile_add_scale(folder)
+    m = manifest_v2(md.name, md.name, cubin=cubin, cc=cc, tensormap=False)
+    for k in m["kernels"]:
+        k.update(block=[32 * md.num_warps, 1, 1], smem=int(md.shared))
+    for st in m["steps"]:  # + Triton's two hidden scratch pointers (null: none needed)
+        st.update(grid=["(64*B + 127)/128", 1, 1],
+                  args=st["args"] + [{"kind": "null"}, {"kind": "null"}])
     return write_bundle(folder, m, cubin=cubin)
 
 
@@ -359,3 +573,29 @@ def test_gpu_wrong_compute_capability(tmp_path):
     with pytest.raises(AotpackError) as e:
         Model(path)
     assert e.value.code == StatusCode.DEVICE_MISMATCH and "rebuild" in e.value.message
+
+
+@pytest.mark.gpu
+@needs_v2
+def test_gpu_dynamic_shapes(tmp_path):
+    """Session.run on a v2 bundle takes inputs of any shape in range, sizes the outputs, and
+    refuses shapes out of range without launching."""
+    import torch
+
+    from aotpack.runtime import AotpackError, Model, Session, StatusCode
+
+    model = Model(_triton_dynamic_bundle(tmp_path))
+    session = Session(model)
+    w = torch.tensor(struct.unpack("<64f", WEIGHT), device="cuda")
+    for b in (1, 3, 8, 9, 64, 3):
+        x = torch.randn(b, 64, device="cuda")
+        (y,) = session.run([x, torch.zeros(b, 2 * b, device="cuda")])
+        assert y.shape == (b, 64)
+        torch.testing.assert_close(y, x + 1.5 * w)
+    assert model.output_shapes([(5, 64), (5, 10)]) == [(5, 64)]
+    with pytest.raises(AotpackError) as e:
+        session.run([torch.randn(65, 64, device="cuda"), torch.zeros(65, 130, device="cuda")])
+    assert e.value.code == StatusCode.INVALID_ARGUMENT and "symbol B" in e.value.message
+    out = torch.empty(4, 64, device="cuda")
+    with pytest.raises(AotpackError, match="has shape"):
+        session.run([torch.randn(3, 64, device="cuda"), torch.zeros(3, 6, device="cuda")], [out])

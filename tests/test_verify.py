@@ -42,9 +42,11 @@ def setup(monkeypatch, tmp_path):
     stand-in frontend/passes; returns (bundle path, spec, state) — set state['corrupt']."""
     state = {"corrupt": False}
     model = _model()
+    from aotpack.frontend.load import LoadedModel
+
     frontend = types.ModuleType("aotpack.frontend")
-    frontend.load_model = lambda spec: (model, (torch.randn(8, 32),))
-    frontend.to_graph = lambda m, inputs: "graph"
+    frontend.load_spec = lambda spec: LoadedModel(model, (torch.randn(8, 32),))
+    frontend.to_graph = lambda m, inputs, dynamic=None: "graph"
     passes = types.ModuleType("aotpack.passes")
     passes.compile_graph = lambda graph: _program(model, state["corrupt"])
     monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)

@@ -18,7 +18,7 @@ from aotpack.kernels.spec import CompiledKernel, Target
 
 
 def write_bundle(path, program, plan, *, target: Target, provenance: dict,
-                 external_weights: str | None = None) -> Path:
+                 external_weights: str | None = None, summary: dict | None = None) -> Path:
     """Write the bundle for `program` run as `plan` to `path`. With `external_weights` (a file
     name relative to the bundle's folder, e.g. "weights.safetensors") the weights go to that
     safetensors file and the bundle records only their name, dtype, shape, size and sha256."""
@@ -44,7 +44,8 @@ def write_bundle(path, program, plan, *, target: Target, provenance: dict,
         manifest["symbols"] = mf.symbols_json(program)
     mf.check(manifest, f"{path.name} (being written)")
     metadata = {mf.MANIFEST_KEY: _dumps(manifest),
-                mf.SUMMARY_KEY: _dumps(_summary(program, plan, buffer_names))}
+                mf.SUMMARY_KEY: _dumps({**_summary(program, plan, buffer_names),
+                                        **(summary or {})})}
     cubin_entries = [Entry(f"{mf.CUBIN_PREFIX}{i}", "U8", (len(c),), c) for i, c in enumerate(cubins)]
     weight_entries = [Entry(w.name, w.dtype.safetensors, w.shape, d)
                       for w, d in zip(weights, weight_data)]

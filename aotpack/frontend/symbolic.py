@@ -92,6 +92,11 @@ class SymbolTable:
     def symbols(self) -> list[Sym]:
         return list(self.by_torch.values())
 
+    def rename(self, text: str) -> str:
+        """torch's symbol names (s27) in `text` replaced by aotpack's (S)."""
+        return re.sub(r"\b[su]\d+\b", lambda m: self.by_torch[m.group()].name
+                      if m.group() in self.by_torch else m.group(), text)
+
     # -------------------------------------------------------------- conversion
     def dim(self, d) -> Dim:
         """A torch size (int or SymInt) as an aotpack Dim."""

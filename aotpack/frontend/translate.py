@@ -43,9 +43,14 @@ def export(model, example_inputs, dynamic_shapes=None):
 
     if isinstance(model, torch.export.ExportedProgram):
         ep = model
+    elif dynamic_shapes is None:
+        ep = torch.export.export(model, tuple(example_inputs), strict=False)
     else:
-        ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes,
-                                 strict=False)
+        try:
+            ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes,
+                                     strict=False)
+        except torch._dynamo.exc.UserError as e:  # the dims do not fit the model's code
+            raise UnsupportedOpError(f"torch.export refused the dynamic dims: {e}") from None
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)
@@ -105,6 +110,7 @@ class _Translator:
         self.lazy_eval = LazyConstants(table, self._known_tensor, _FOLD_LIMIT_INDEX)
         self.materialized: dict[str, Value] = {}
         self._data_memo: dict[str, bool] = {}
+        self.guards: list[str] = []  # conditions on the dims torch.export recorded
         self.env: dict[str, object] = {}  # fx node name -> Value | list[Value] | None
         self.inputs: list[Value] = []
         self.constants: dict[str, Constant] = {}
@@ -130,7 +136,8 @@ class _Translator:
                 counts[str(n.target)] = counts.get(str(n.target), 0) + 1
         self._check_large_index_constants(outputs)
         meta = {"aten_ops": counts, "symbols": self.table.symbols,
-                "example": self.table.example_point(), "dim_sources": dict(self.table.sources)}
+                "example": self.table.example_point(), "dim_sources": dict(self.table.sources),
+                "guards": list(self.guards)}
         return Graph(self.inputs, self.constants, self.nodes, outputs, meta).verify()
 
     def _check_large_index_constants(self, outputs) -> None:
@@ -188,6 +195,9 @@ class _Translator:
                                                                                 _OpOverload())):
             self.env[n.name] = self._size_value(val)  # size arithmetic: no IR node
             return
+        if str(n.target) == "aten._assert_scalar.default":
+            self._guard(n)
+            return
         rule = RULES.get(str(n.target))
         if self._fold_constant_call(n, computed_only=rule is not None):
             return
@@ -203,6 +213,26 @@ class _Translator:
             raise self._error(f"{n.target} cannot be typed: {e}") from None
         except SymbolError as e:
             raise self._error(str(e)) from None
+
+    def _guard(self, n) -> None:
+        """A condition on the dims the model's code asserts (torch.export records it): kept
+        for inspect when it holds at every probe point of the ranges, else the build stops
+        (a bundle checks ranges only)."""
+        import torch
+
+        cond = n.args[0].meta.get("val") if n.args and hasattr(n.args[0], "meta") else None
+        if not isinstance(cond, torch.SymBool):
+            return
+        expr = cond.node.expr
+        text = self.table.rename(str(expr))
+        for point in self.table.probe_points():
+            if not bool(expr.xreplace(self.table.torch_env(point))):
+                raise self._error(
+                    f"the model requires {text} (a condition torch.export recorded), which "
+                    f"does not hold at dims {point}: a bundle checks ranges only; narrow the "
+                    f"dims' ranges to where it holds or make the model not depend on it")
+        if text not in self.guards:
+            self.guards.append(text)
 
     def _size_value(self, val):
         """A size computed from dims (sym_size, arithmetic on sizes) as an int or Expr; a

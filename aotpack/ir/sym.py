@@ -60,14 +60,21 @@ class _Fn:
 
     def __str__(self) -> str:
         a = self.args
+        divisor = a[1] if isinstance(a[1], int) or _is_symbol(a[1]) else f"({a[1]})"
         if self.fn == "floordiv":
-            return f"({a[0]})/{a[1]}"
+            return f"({a[0]})/{divisor}"
         if self.fn == "mod":
-            return f"({a[0]})%{a[1]}"
+            return f"({a[0]})%{divisor}"
         return f"{self.fn}({a[0]}, {a[1]})"
 
 
 Atom = Union[Sym, _Fn]
+
+
+def _is_symbol(x) -> bool:
+    return isinstance(x, Expr) and len(x.terms) == 1 and x.terms[0][1] == 1 \
+        and len(x.terms[0][0]) == 1 and x.terms[0][0][0][1] == 1 \
+        and isinstance(x.terms[0][0][0][0], Sym)
 Monomial = tuple  # ((atom, power), ...) sorted by atom key; () is the constant term
 
 
@@ -88,6 +95,10 @@ class Expr:
     def __init__(self, terms: tuple):
         self.terms = terms  # ((monomial, coeff), ...) sorted, coeff != 0
         self._hash = hash(terms)
+
+    def __reduce__(self):
+        # the cached hash must not travel: string hashes differ between processes
+        return (Expr, (self.terms,))
 
     # -------------------------------------------------------------- construction
     @staticmethod

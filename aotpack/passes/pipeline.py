@@ -26,4 +26,8 @@ def compile_graph(graph: Graph):
     # the fused graph (fused_nodes, fused_ops) and the kernel ops by kind (kernel_ops)
     program.summary = {"nodes": len(graph.nodes), "ops": graph.count_ops(),
                        "aten_ops": dict(graph.meta.get("aten_ops", {})), **program.summary}
+    if graph.meta.get("symbols"):  # for inspect: where each dynamic dim comes from
+        program.summary["dims"] = {s.name: "{}.{}".format(*graph.meta["dim_sources"][s.name])
+                                   for s in graph.meta["symbols"]}
+        program.summary["guards"] = list(graph.meta.get("guards", []))
     return program

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from aotpack.ir.sym import bound_under, upper_bound
+from aotpack.ir.sym import bound_under, subs, subs_tree, upper_bound
 from aotpack.kernels.spec import (
     EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot, TensorArg, op_inputs,
 )
@@ -173,3 +173,16 @@ def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> Memory
         launches=flat,
         naive_bytes=sum(_align(r.nbytes) for r in regions.values()),
     )
+
+
+def runs_at(launch: Launch, env: dict) -> bool:
+    """Whether a launch's bucket condition holds at one point of the dims."""
+    return all(lo <= subs(e, env) <= hi for e, lo, hi in launch.when)
+
+
+def arena_at(program: Program, launches_per_op: list[list[Launch]], env: dict) -> int:
+    """The arena one shape would need on its own (inspect shows it beside the planned one,
+    which serves the largest shape)."""
+    per_op = [[subs_tree(la, env) for la in launches if runs_at(la, env)]
+              for launches in launches_per_op]
+    return plan_memory(program.at(env), per_op).arena_bytes

@@ -6,10 +6,14 @@
 
 `Model.check_file(path)` verifies a bundle without a GPU. Errors raise AotpackError(code,
 message). Importing this package imports neither torch nor triton.
+
+A bundle whose dims vary at run time (format v2) lists its `model.symbols`; inputs of any
+shape in their ranges run as they are (`Session.run` reads the shapes from the tensors), and
+`model.output_shapes(input_shapes)` gives the output shapes ahead of a run.
 """
 from aotpack.runtime._lib import library_path, load_library
 from aotpack.runtime.errors import AotpackError, StatusCode
-from aotpack.runtime.model import Model, Session, TensorInfo
+from aotpack.runtime.model import DimInfo, Model, Session, Symbol, TensorInfo
 
 
 def version() -> str:
@@ -17,5 +21,5 @@ def version() -> str:
     return load_library().aotpack_version().decode()
 
 
-__all__ = ["AotpackError", "Model", "Session", "StatusCode", "TensorInfo", "library_path",
-           "load_library", "version"]
+__all__ = ["AotpackError", "DimInfo", "Model", "Session", "StatusCode", "Symbol", "TensorInfo",
+           "library_path", "load_library", "version"]

@@ -33,6 +33,26 @@ class TensorInfoC(ctypes.Structure):
     ]
 
 
+class ShapeC(ctypes.Structure):
+    """aotpack_shape."""
+
+    _fields_ = [
+        ("rank", ctypes.c_int32),
+        ("dims", ctypes.c_int64 * MAX_RANK),
+    ]
+
+
+class SymbolInfoC(ctypes.Structure):
+    """aotpack_symbol_info."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("min", ctypes.c_int64),
+        ("max", ctypes.c_int64),
+        ("example", ctypes.c_int64),
+    ]
+
+
 class ModelOptionsC(ctypes.Structure):
     """aotpack_model_options."""
 
@@ -52,6 +72,7 @@ class SessionOptionsC(ctypes.Structure):
         ("workspace_bytes", ctypes.c_size_t),
         ("use_cuda_graph", ctypes.c_int),
         ("disable_programmatic_launch", ctypes.c_int),
+        ("max_cached_plans", ctypes.c_int),
     ]
 
 
@@ -87,6 +108,7 @@ def library_path() -> Path:
 
 def _declare(lib: ctypes.CDLL) -> None:
     vp, u64, sz, cint = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_int
+    i64 = ctypes.c_int64
     sigs = {
         "aotpack_status_code": (cint, [vp]),
         "aotpack_status_message": (ctypes.c_char_p, [vp]),
@@ -107,14 +129,38 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_model_kernel_name": (ctypes.c_char_p, [vp, sz]),
         "aotpack_model_kernel_entry": (ctypes.c_char_p, [vp, sz]),
         "aotpack_model_device": (cint, [vp]),
+        "aotpack_model_num_symbols": (sz, [vp]),
+        "aotpack_model_symbol_info": (vp, [vp, sz, ctypes.POINTER(SymbolInfoC)]),
+        "aotpack_model_input_dim": (vp, [vp, sz, ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p),
+                                         ctypes.POINTER(i64), ctypes.POINTER(i64)]),
+        "aotpack_model_output_dim": (vp, [vp, sz, ctypes.c_int32, ctypes.POINTER(ctypes.c_char_p),
+                                          ctypes.POINTER(i64), ctypes.POINTER(i64)]),
+        "aotpack_model_output_shapes": (vp, [vp, ctypes.POINTER(ShapeC), sz,
+                                             ctypes.POINTER(ShapeC), sz]),
         "aotpack_session_create": (vp, [vp, ctypes.POINTER(SessionOptionsC), ctypes.POINTER(vp)]),
         "aotpack_session_run": (vp, [vp, ctypes.POINTER(u64), ctypes.POINTER(u64), vp]),
+        "aotpack_session_run_shaped": (vp, [vp, ctypes.POINTER(u64), ctypes.POINTER(ShapeC),
+                                            ctypes.POINTER(u64), vp]),
         "aotpack_session_free": (None, [vp]),
     }
     for name, (res, args) in sigs.items():
+        if name in _SINCE_V2 and not hasattr(lib, name):
+            continue  # an older library: has_dynamic_shapes() says so
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+
+
+# Entry points added with bundle format v2 (dims that vary at run time). A libaotpack.so built
+# before them still loads: static bundles run as before, and v2 calls raise a clear error.
+_SINCE_V2 = frozenset({"aotpack_model_num_symbols", "aotpack_model_symbol_info",
+                       "aotpack_model_input_dim", "aotpack_model_output_dim",
+                       "aotpack_model_output_shapes", "aotpack_session_run_shaped"})
+
+
+def has_dynamic_shapes(lib: ctypes.CDLL) -> bool:
+    """Whether `lib` has the v2 (dynamic shape) entry points."""
+    return all(hasattr(lib, name) for name in _SINCE_V2)
 
 
 def load_library() -> ctypes.CDLL:

@@ -2,6 +2,10 @@
 
 torch is imported lazily, only by Session.run (which takes and returns torch CUDA tensors);
 Model, Model.check_file and Session.run_pointers work without torch.
+
+A bundle whose dims vary at run time (format v2, `Model.symbols` not empty) runs at any shape
+in its symbols' ranges: `Session.run` takes the shapes from the tensors, `run_pointers` from
+its `input_shapes` argument, and `Model.output_shapes` says how large the outputs are.
 """
 from __future__ import annotations
 
@@ -10,18 +14,47 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from aotpack.runtime._lib import (ModelOptionsC, SessionOptionsC, TensorInfoC, load_library)
+from aotpack.runtime._lib import (ModelOptionsC, SessionOptionsC, ShapeC, SymbolInfoC,
+                                  TensorInfoC, has_dynamic_shapes, load_library)
 from aotpack.runtime.errors import AotpackError, StatusCode, raise_if_error
 
 
 @dataclass(frozen=True)
+class DimInfo:
+    """One dim of an input or output: `expr` is its expression over the symbols ("2*S") or
+    None when static; `min` / `max` its value with every symbol at its min / at its max."""
+
+    expr: str | None
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
 class TensorInfo:
-    """One input or output of a model: manifest dtype spelling ("bf16"), static shape."""
+    """One input or output of a model: manifest dtype spelling ("bf16"), shape (-1 for a dim
+    that varies at run time, as in the C API), bytes (at every symbol's max when dims vary),
+    and per dim its expression and range."""
 
     name: str
     dtype: str
     shape: tuple[int, ...]
     nbytes: int
+    dims: tuple[DimInfo, ...] = ()
+
+    @property
+    def is_static(self) -> bool:
+        return all(d >= 0 for d in self.shape)
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """A run-time integer of a v2 bundle, in [min, max]; example is -1 when the bundle has
+    none (mirrors aotpack_symbol_info)."""
+
+    name: str
+    min: int
+    max: int
+    example: int
 
 
 def _model_options(weights_path, device: int) -> ModelOptionsC:
@@ -30,6 +63,20 @@ def _model_options(weights_path, device: int) -> ModelOptionsC:
     o.weights_path = os.fsencode(weights_path) if weights_path is not None else None
     o.device_ordinal = int(device)
     return o
+
+
+def _c_shapes(shapes: Sequence[Sequence[int]], what: str):
+    arr = (ShapeC * max(len(shapes), 1))()
+    for i, shape in enumerate(shapes):
+        dims = [int(d) for d in shape]
+        if len(dims) > len(arr[i].dims):
+            raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                               f"{what} {i} has rank {len(dims)}, more than the runtime's "
+                               f"{len(arr[i].dims)}")
+        arr[i].rank = len(dims)
+        for k, d in enumerate(dims):
+            arr[i].dims[k] = d
+    return arr
 
 
 class Model:
@@ -45,6 +92,8 @@ class Model:
         raise_if_error(self._lib, self._lib.aotpack_model_load(
             os.fsencode(self.path), ctypes.byref(opts), ctypes.byref(self._handle)))
         self.device = int(self._lib.aotpack_model_device(self._handle))
+        self._v2 = has_dynamic_shapes(self._lib)
+        self.symbols = self._symbols()
         self.inputs = self._infos(True)
         self.outputs = self._infos(False)
         self.arena_bytes = int(self._lib.aotpack_model_arena_bytes(self._handle))
@@ -60,9 +109,58 @@ class Model:
         raise_if_error(lib, lib.aotpack_model_check_file(os.fsencode(os.fspath(path)),
                                                           ctypes.byref(opts)))
 
+    @property
+    def is_dynamic(self) -> bool:
+        """Whether some input/output dims vary at run time (the model has symbols)."""
+        return bool(self.symbols)
+
     def kernel_names(self) -> list[str]:
         return [self._lib.aotpack_model_kernel_name(self._handle, i).decode()
                 for i in range(self.num_kernels)]
+
+    def output_shapes(self, input_shapes: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+        """The output shapes for these input shapes, checked as a run checks them
+        (AotpackError INVALID_ARGUMENT naming the input, dim and allowed values)."""
+        n_in, n_out = len(self.inputs), len(self.outputs)
+        if len(input_shapes) != n_in:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                               f"expected {n_in} input shapes, got {len(input_shapes)}")
+        if not self._v2:
+            shapes = [tuple(int(d) for d in s) for s in input_shapes]
+            for info, shape in zip(self.inputs, shapes):
+                if shape != info.shape:
+                    raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                                       f"input '{info.name}' has shape {shape}, expected "
+                                       f"{info.shape}")
+            return [t.shape for t in self.outputs]
+        ins, outs = _c_shapes(input_shapes, "input shape"), (ShapeC * max(n_out, 1))()
+        raise_if_error(self._lib, self._lib.aotpack_model_output_shapes(
+            self._handle, ins, n_in, outs, n_out))
+        return [tuple(int(outs[i].dims[k]) for k in range(outs[i].rank)) for i in range(n_out)]
+
+    def _symbols(self) -> list[Symbol]:
+        if not self._v2:
+            return []
+        lib, h, out = self._lib, self._handle, []
+        for i in range(lib.aotpack_model_num_symbols(h)):
+            info = SymbolInfoC()
+            raise_if_error(lib, lib.aotpack_model_symbol_info(h, i, ctypes.byref(info)))
+            out.append(Symbol(info.name.decode(), int(info.min), int(info.max),
+                              int(info.example)))
+        return out
+
+    def _dims(self, inputs: bool, index: int, shape: tuple[int, ...]) -> tuple[DimInfo, ...]:
+        if not self._v2:
+            return tuple(DimInfo(None, d, d) for d in shape)
+        get = self._lib.aotpack_model_input_dim if inputs else self._lib.aotpack_model_output_dim
+        dims = []
+        for k in range(len(shape)):
+            expr, lo, hi = ctypes.c_char_p(), ctypes.c_int64(), ctypes.c_int64()
+            raise_if_error(self._lib, get(self._handle, index, k, ctypes.byref(expr),
+                                          ctypes.byref(lo), ctypes.byref(hi)))
+            dims.append(DimInfo(expr.value.decode() if expr.value is not None else None,
+                                int(lo.value), int(hi.value)))
+        return tuple(dims)
 
     def _infos(self, inputs: bool) -> list[TensorInfo]:
         lib, h = self._lib, self._handle
@@ -72,9 +170,9 @@ class Model:
         for i in range(n):
             info = TensorInfoC()
             raise_if_error(lib, get(h, i, ctypes.byref(info)))
-            out.append(TensorInfo(info.name.decode(), info.dtype_name.decode(),
-                                  tuple(int(info.dims[k]) for k in range(info.rank)),
-                                  int(info.nbytes)))
+            shape = tuple(int(info.dims[k]) for k in range(info.rank))
+            out.append(TensorInfo(info.name.decode(), info.dtype_name.decode(), shape,
+                                  int(info.nbytes), self._dims(inputs, i, shape)))
         return out
 
     def close(self) -> None:
@@ -87,8 +185,12 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
-        sig = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.inputs)
-        return f"Model({self.path!r}, inputs=[{sig}], device={self.device})"
+        def dims(t: TensorInfo) -> str:
+            return "[" + ", ".join(d.expr if d.expr is not None else str(d.min)
+                                   for d in t.dims) + "]"
+        sig = ", ".join(f"{t.name}: {t.dtype}{dims(t)}" for t in self.inputs)
+        syms = "".join(f", {s.name} in {s.min}..{s.max}" for s in self.symbols)
+        return f"Model({self.path!r}, inputs=[{sig}]{syms}, device={self.device})"
 
 
 class Session:
@@ -96,11 +198,12 @@ class Session:
     Not thread-safe: use one Session per thread."""
 
     def __init__(self, model: Model, workspace=None, use_cuda_graph: bool = True,
-                 programmatic_launch: bool = True):
+                 programmatic_launch: bool = True, max_cached_plans: int = 0):
         """workspace: None (the session allocates model.arena_bytes), a torch CUDA tensor,
         or (device_pointer, nbytes). A caller-provided workspace must outlive the session.
         programmatic_launch: False launches every kernel only after the previous one ends
-        (aotpack_session_options.disable_programmatic_launch; for A/B timing)."""
+        (aotpack_session_options.disable_programmatic_launch; for A/B timing).
+        max_cached_plans: (shape, pointer set) plans kept, each with its CUDA graph; 0: 8."""
         self.model = model  # keeps the Python handle alive as long as the session
         self._lib = model._lib
         self._workspace_ref = workspace
@@ -108,6 +211,7 @@ class Session:
         o.struct_size = ctypes.sizeof(SessionOptionsC)
         o.use_cuda_graph = 1 if use_cuda_graph else 0
         o.disable_programmatic_launch = 0 if programmatic_launch else 1
+        o.max_cached_plans = int(max_cached_plans)
         if workspace is not None:
             if isinstance(workspace, tuple):
                 o.workspace, o.workspace_bytes = int(workspace[0]), int(workspace[1])
@@ -119,8 +223,11 @@ class Session:
             model._handle, ctypes.byref(o), ctypes.byref(self._handle)))
 
     def run_pointers(self, input_ptrs: Sequence[int], output_ptrs: Sequence[int],
-                     stream: int = 0) -> None:
-        """Enqueues one run on raw device pointers (no checks beyond the C runtime's)."""
+                     stream: int = 0, input_shapes: Sequence[Sequence[int]] | None = None
+                     ) -> None:
+        """Enqueues one run on raw device pointers (no checks beyond the C runtime's).
+        `input_shapes` (one per input) is required when the model has symbols; for a static
+        model it is optional and then checked."""
         n_in, n_out = len(self.model.inputs), len(self.model.outputs)
         if len(input_ptrs) != n_in or len(output_ptrs) != n_out:
             raise AotpackError(StatusCode.INVALID_ARGUMENT,
@@ -128,28 +235,56 @@ class Session:
                                f"{len(input_ptrs)} and {len(output_ptrs)}")
         ins = (ctypes.c_uint64 * max(n_in, 1))(*[int(p) for p in input_ptrs])
         outs = (ctypes.c_uint64 * max(n_out, 1))(*[int(p) for p in output_ptrs])
-        raise_if_error(self._lib, self._lib.aotpack_session_run(
-            self._handle, ins, outs, ctypes.c_void_p(int(stream) or None)))
+        handle = ctypes.c_void_p(int(stream) or None)
+        if input_shapes is None and not self.model.is_dynamic:
+            raise_if_error(self._lib, self._lib.aotpack_session_run(self._handle, ins, outs,
+                                                                    handle))
+            return
+        if input_shapes is None:
+            names = ", ".join(s.name for s in self.model.symbols)
+            raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                               f"the model has dims that vary at run time (symbols {names}): "
+                               f"pass input_shapes")
+        if len(input_shapes) != n_in:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                               f"expected {n_in} input shapes, got {len(input_shapes)}")
+        if not self.model._v2:  # an older library: a static model's shapes checked here
+            self.model.output_shapes(input_shapes)
+            raise_if_error(self._lib, self._lib.aotpack_session_run(self._handle, ins, outs,
+                                                                    handle))
+            return
+        shapes = _c_shapes(input_shapes, "input shape")
+        raise_if_error(self._lib, self._lib.aotpack_session_run_shaped(
+            self._handle, ins, shapes, outs, handle))
 
     def run(self, inputs, outputs=None, stream=None):
         """Runs the model on torch CUDA tensors; returns the outputs (allocated when None).
+
+        A model whose dims vary takes inputs of any shape in its symbols' ranges (the shapes
+        are read from the tensors) and gives outputs of the matching shapes.
 
         Work is enqueued on `stream` (a torch.cuda.Stream, a raw CUstream int, or None for
         torch.cuda.current_stream()) and not waited for, like any torch CUDA op. On a stream
         other than the tensors' allocation stream, keep them alive (or `record_stream`) until
         the work is done. Runs of one Session share its workspace: do not overlap them on two
-        streams. Reusing the same input/output tensors replays a cached CUDA graph."""
+        streams. Reusing the same input/output tensors (and shapes) replays a cached CUDA
+        graph."""
         import torch
 
         from aotpack.dtypes import DType
 
         device = torch.device("cuda", self.model.device)
-        self._check_tensors("input", inputs, self.model.inputs, device, DType)
+        dynamic = self.model.is_dynamic
+        self._check_tensors("input", inputs, self.model.inputs, device, DType,
+                            None if dynamic else [t.shape for t in self.model.inputs])
+        in_shapes = [tuple(t.shape) for t in inputs]
+        out_shapes = (self.model.output_shapes(in_shapes) if dynamic
+                      else [t.shape for t in self.model.outputs])
         if outputs is None:
-            outputs = [torch.empty(t.shape, dtype=DType(t.dtype).to_torch(), device=device)
-                       for t in self.model.outputs]
+            outputs = [torch.empty(shape, dtype=DType(t.dtype).to_torch(), device=device)
+                       for shape, t in zip(out_shapes, self.model.outputs)]
         else:
-            self._check_tensors("output", outputs, self.model.outputs, device, DType)
+            self._check_tensors("output", outputs, self.model.outputs, device, DType, out_shapes)
         if stream is None:
             handle = torch.cuda.current_stream(device).cuda_stream
         elif isinstance(stream, int):
@@ -157,17 +292,19 @@ class Session:
         else:
             handle = stream.cuda_stream
         self.run_pointers([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
-                          handle)
+                          handle, in_shapes if dynamic else None)
         return list(outputs)
 
     @staticmethod
-    def _check_tensors(kind, tensors, infos, device, DType) -> None:
+    def _check_tensors(kind, tensors, infos, device, DType, shapes) -> None:
+        """Count, type, device, dtype and contiguity of `tensors`; their shapes against
+        `shapes` when given (a dynamic model's input shapes are checked by the runtime)."""
         import torch
 
         if len(tensors) != len(infos):
             raise AotpackError(StatusCode.INVALID_ARGUMENT,
                                f"expected {len(infos)} {kind}s, got {len(tensors)}")
-        for t, info in zip(tensors, infos):
+        for i, (t, info) in enumerate(zip(tensors, infos)):
             where = f"{kind} '{info.name}'"
             if not isinstance(t, torch.Tensor):
                 raise AotpackError(StatusCode.INVALID_ARGUMENT,
@@ -179,9 +316,10 @@ class Session:
             if t.dtype != want:
                 raise AotpackError(StatusCode.INVALID_ARGUMENT,
                                    f"{where} has dtype {t.dtype}, expected {want}")
-            if tuple(t.shape) != info.shape:
+            if shapes is not None and tuple(t.shape) != tuple(shapes[i]):
                 raise AotpackError(StatusCode.INVALID_ARGUMENT,
-                                   f"{where} has shape {tuple(t.shape)}, expected {info.shape}")
+                                   f"{where} has shape {tuple(t.shape)}, expected "
+                                   f"{tuple(shapes[i])}")
             if not t.is_contiguous():
                 raise AotpackError(StatusCode.INVALID_ARGUMENT,
                                    f"{where} must be contiguous (call .contiguous())")

@@ -1,8 +1,10 @@
 // c_api.cpp — the C API boundary: converts C++ exceptions into aotpack_status objects and
 // opaque handles into internal objects. Nothing thrown inside may escape from here.
 #include <cstring>
+#include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "aotpack/aotpack.h"
 #include "bundle.hpp"
@@ -10,6 +12,7 @@
 #include "error.hpp"
 #include "model.hpp"
 #include "session.hpp"
+#include "shape_plan.hpp"
 
 struct aotpack_status {
   aotpack_code code;
@@ -78,16 +81,69 @@ void fill_info(const aotpack::TensorSpec& t, aotpack_tensor_info* info) {
   info->nbytes = t.nbytes;
 }
 
+// Input or output `index` of the model; INVALID_ARGUMENT when out of range.
+const aotpack::TensorSpec& tensor_spec(const aotpack_model* model, size_t index, bool input) {
+  if (!model) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "model must not be NULL");
+  const auto& list = input ? model->impl->manifest().inputs : model->impl->manifest().outputs;
+  if (index >= list.size())
+    aotpack::fail(AOTPACK_INVALID_ARGUMENT, input ? "input" : "output", " index ", index,
+                  " out of range (", list.size(), ")");
+  return list[index];
+}
+
 aotpack_status* tensor_info(const aotpack_model* model, size_t index, aotpack_tensor_info* info,
                             bool input) {
   return guard([&] {
-    if (!model || !info) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "model and info must be set");
-    const auto& list = input ? model->impl->manifest().inputs : model->impl->manifest().outputs;
-    if (index >= list.size())
-      aotpack::fail(AOTPACK_INVALID_ARGUMENT, input ? "input" : "output", " index ", index,
-                    " out of range (", list.size(), ")");
-    fill_info(list[index], info);
+    if (!info) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "info must not be NULL");
+    fill_info(tensor_spec(model, index, input), info);
   });
+}
+
+aotpack_status* tensor_dim(const aotpack_model* model, size_t index, int32_t dim,
+                           const char** expr, int64_t* min, int64_t* max, bool input) {
+  return guard([&] {
+    const aotpack::TensorSpec& t = tensor_spec(model, index, input);
+    if (dim < 0 || size_t(dim) >= t.dims.size())
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, input ? "input" : "output", " '", t.name,
+                    "' has rank ", t.dims.size(), ": no dim ", dim);
+    const aotpack::Manifest& m = model->impl->manifest();
+    const aotpack::IntExpr& e = t.dims[size_t(dim)];
+    if (expr) *expr = e.is_const() ? nullptr : m.exprs[size_t(e.expr)].text().c_str();
+    const auto& lo = input ? m.min_plan->inputs : m.min_plan->outputs;
+    const auto& hi = input ? m.max_plan->inputs : m.max_plan->outputs;
+    if (min) *min = lo[index][size_t(dim)];
+    if (max) *max = hi[index][size_t(dim)];
+  });
+}
+
+void fill_shapes(const std::vector<std::vector<int64_t>>& dims, aotpack_shape* out) {
+  for (size_t i = 0; i < dims.size(); ++i) {
+    std::memset(&out[i], 0, sizeof(out[i]));
+    out[i].rank = int32_t(dims[i].size());
+    for (size_t k = 0; k < dims[i].size(); ++k) out[i].dims[k] = dims[i][k];
+  }
+}
+
+// Session options from a caller's (possibly older, shorter) struct.
+aotpack::Session::Options session_options(const aotpack_session_options* in) {
+  aotpack_session_options o;
+  std::memset(&o, 0, sizeof(o));
+  o.use_cuda_graph = 1;
+  if (in) {
+    if (in->struct_size < sizeof(size_t))
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.struct_size is not set");
+    std::memcpy(&o, in, in->struct_size < sizeof(o) ? in->struct_size : sizeof(o));
+  }
+  if (o.max_cached_plans < 0)
+    aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.max_cached_plans is ",
+                  o.max_cached_plans, ": use 0 (the default, 8) or a positive count");
+  aotpack::Session::Options so;
+  so.workspace = o.workspace;
+  so.workspace_bytes = o.workspace_bytes;
+  so.use_cuda_graph = o.use_cuda_graph != 0;
+  so.programmatic_launch = o.disable_programmatic_launch == 0;
+  so.max_cached_plans = size_t(o.max_cached_plans);
+  return so;
 }
 
 }  // namespace
@@ -175,25 +231,67 @@ const char* aotpack_model_kernel_entry(const aotpack_model* m, size_t i) {
 }
 int aotpack_model_device(const aotpack_model* m) { return m ? m->impl->device_ordinal() : -1; }
 
+size_t aotpack_model_num_symbols(const aotpack_model* m) {
+  return m ? m->impl->manifest().symbols.size() : 0;
+}
+
+aotpack_status* aotpack_model_symbol_info(const aotpack_model* m, size_t i,
+                                          aotpack_symbol_info* info) {
+  return guard([&] {
+    if (!m || !info) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "model and info must be set");
+    const auto& syms = m->impl->manifest().symbols;
+    if (i >= syms.size())
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "symbol index ", i, " out of range (the model has ",
+                    syms.size(), " symbols)");
+    info->name = syms[i].name.c_str();
+    info->min = syms[i].min;
+    info->max = syms[i].max;
+    info->example = syms[i].example;
+  });
+}
+
+aotpack_status* aotpack_model_input_dim(const aotpack_model* m, size_t i, int32_t dim,
+                                        const char** expr, int64_t* min, int64_t* max) {
+  return tensor_dim(m, i, dim, expr, min, max, true);
+}
+
+aotpack_status* aotpack_model_output_dim(const aotpack_model* m, size_t i, int32_t dim,
+                                         const char** expr, int64_t* min, int64_t* max) {
+  return tensor_dim(m, i, dim, expr, min, max, false);
+}
+
+aotpack_status* aotpack_model_output_shapes(const aotpack_model* m,
+                                            const aotpack_shape* input_shapes, size_t num_inputs,
+                                            aotpack_shape* output_shapes, size_t num_outputs) {
+  return guard([&] {
+    if (!m) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "model must not be NULL");
+    const aotpack::Manifest& man = m->impl->manifest();
+    if (num_inputs != man.inputs.size() || num_outputs != man.outputs.size())
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "the model has ", man.inputs.size(), " inputs and ",
+                    man.outputs.size(), " outputs, got num_inputs = ", num_inputs,
+                    " and num_outputs = ", num_outputs);
+    if ((!input_shapes && !man.inputs.empty() && !man.symbols.empty()) ||
+        (!output_shapes && num_outputs))
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "output_shapes must not be NULL, nor input_shapes "
+                    "for a model with symbols");
+    std::shared_ptr<const aotpack::ShapePlan> plan = man.max_plan;
+    if (input_shapes) {
+      std::vector<int64_t> syms(man.symbols.size());
+      aotpack::bind_symbols(man, input_shapes, syms.data());
+      if (syms.empty()) aotpack::check_input_dims(man, *plan, input_shapes);
+      else plan = aotpack::build_shape_plan(man, syms.data(), input_shapes);
+    }
+    fill_shapes(plan->outputs, output_shapes);
+  });
+}
+
 aotpack_status* aotpack_session_create(aotpack_model* model,
                                        const aotpack_session_options* options,
                                        aotpack_session** out) {
   if (out) *out = nullptr;
   return guard([&] {
     if (!model || !out) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "model and out must be set");
-    aotpack_session_options o;
-    std::memset(&o, 0, sizeof(o));
-    o.use_cuda_graph = 1;
-    if (options) {
-      if (options->struct_size < sizeof(size_t))
-        aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.struct_size is not set");
-      std::memcpy(&o, options, options->struct_size < sizeof(o) ? options->struct_size : sizeof(o));
-    }
-    aotpack::Session::Options so;
-    so.workspace = o.workspace;
-    so.workspace_bytes = o.workspace_bytes;
-    so.use_cuda_graph = o.use_cuda_graph != 0;
-    so.programmatic_launch = o.disable_programmatic_launch == 0;
+    aotpack::Session::Options so = session_options(options);
     std::unique_ptr<aotpack_session> h(new aotpack_session);
     h->impl.reset(new aotpack::Session(model->impl, so));
     *out = h.release();
@@ -204,7 +302,22 @@ aotpack_status* aotpack_session_run(aotpack_session* session, const uint64_t* in
                                     const uint64_t* output_ptrs, void* stream) {
   return guard([&] {
     if (!session) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "session must not be NULL");
-    session->impl->run(input_ptrs, output_ptrs, static_cast<aotpack::cu::CUstream>(stream));
+    session->impl->run(input_ptrs, nullptr, output_ptrs,
+                       static_cast<aotpack::cu::CUstream>(stream));
+  });
+}
+
+aotpack_status* aotpack_session_run_shaped(aotpack_session* session, const uint64_t* input_ptrs,
+                                           const aotpack_shape* input_shapes,
+                                           const uint64_t* output_ptrs, void* stream) {
+  return guard([&] {
+    if (!session) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "session must not be NULL");
+    const aotpack::Manifest& m = session->impl->model().manifest();
+    if (!input_shapes && !m.symbols.empty())
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "input_shapes must not be NULL: the model has "
+                    "dims that vary at run time (symbols ", aotpack::symbol_names(m), ")");
+    session->impl->run(input_ptrs, input_shapes, output_ptrs,
+                       static_cast<aotpack::cu::CUstream>(stream));
   });
 }
 

@@ -1,26 +1,45 @@
-// manifest.hpp — typed model of the bundle manifest v1 (docs/manifest.md).
+// manifest.hpp — typed model of the bundle manifest, v1 and v2 (docs/manifest.md).
 //
-// parse_manifest() turns JSON into these structs, checking types and value ranges;
-// validate_manifest() checks cross references and bounds (indices, extents, tensor-map rules).
-// Neither touches files or the driver.
+// parse_manifest() turns JSON into these structs, checking types and value ranges and
+// compiling v2 expressions; validate_manifest() checks cross references and bounds (indices,
+// extents, tensor-map rules) at every shape the load checks. Neither touches files or the
+// driver. The values a run uses for one shape live in a ShapePlan (shape_plan.hpp).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "aotpack/aotpack.h"
+#include "expr.hpp"
 #include "json.hpp"
 
 namespace aotpack {
 
-// An input, output or weight: dtype + static shape (outermost first).
+// A run-time integer of a v2 bundle (docs/manifest.md, "Symbols").
+struct SymbolSpec {
+  std::string name;
+  int64_t min = 0, max = 0;
+  int64_t example = -1;  // -1: absent
+};
+
+// An input, output or weight: dtype + shape (outermost first).
 struct TensorSpec {
   std::string name;
   aotpack_dtype dtype = AOTPACK_DTYPE_F32;
-  std::vector<int64_t> shape;
-  uint64_t nbytes = 0;  // prod(shape) × dtype size (checked against "nbytes" for weights)
-  std::string sha256;   // weights only: lower-case hex
+  std::vector<IntExpr> dims;   // v2 inputs/outputs may hold expressions; weights never do
+  std::vector<int64_t> shape;  // the constant dims; -1 where dims[k] is an expression
+  // prod(shape) × dtype size (checked against "nbytes" for weights); for a tensor with
+  // expressions, its size with every symbol at its max (filled by validate_manifest).
+  uint64_t nbytes = 0;
+  std::string sha256;  // weights only: lower-case hex
+  bool is_static() const {
+    for (const IntExpr& d : dims)
+      if (!d.is_const()) return false;
+    return true;
+  }
 };
 
 enum class BufferKind { Input, Output, Weight, Arena };
@@ -30,7 +49,9 @@ struct BufferSpec {
   BufferKind kind = BufferKind::Arena;
   uint32_t index = 0;   // input/output/weight index
   uint64_t offset = 0;  // arena only: offset in the workspace
-  uint64_t nbytes = 0;  // size of the region (filled for every kind by validate_manifest)
+  // Size of the region: arena and weights; inputs/outputs at every symbol's max (filled by
+  // validate_manifest). Per-shape sizes live in ShapePlan::buffer_nbytes.
+  uint64_t nbytes = 0;
 };
 
 struct KernelSpec {
@@ -53,29 +74,38 @@ enum class SlotKind { Ptr, Null, I32, I64, U32, U64, F32, FastDivmod, TensorMap 
 // CUtensorMapEncodeTiled parameters, as the manifest states them (outermost first).
 struct TensorMapSpec {
   aotpack_dtype dtype = AOTPACK_DTYPE_BF16;
-  std::vector<uint64_t> dims;
-  std::vector<uint64_t> strides;  // elements
+  std::vector<IntExpr> dims;     // elements, 1 .. 2^32
+  std::vector<IntExpr> strides;  // elements
   std::vector<uint32_t> box;
   int swizzle = 0;  // CUtensorMapSwizzle: 0 none, 1 32B, 2 64B, 3 128B
   int l2 = 0;       // CUtensorMapL2promotion: 0 none, 1 64B, 2 128B, 3 256B
   int oob = 0;      // CUtensorMapFloatOOBfill: 0 zero, 1 nan
 };
 
-// One kernel parameter.
-struct Slot {
+// One kernel parameter as the manifest states it (ShapePlan holds the evaluated Slot).
+struct SlotSpec {
   SlotKind kind = SlotKind::Null;
-  uint32_t buffer = 0;  // ptr / tensormap
-  uint64_t offset = 0;  // ptr / tensormap: bytes from the buffer start
-  uint64_t bits = 0;    // integer / f32 value, already in the parameter's bit pattern
-  uint32_t fdm[3] = {};  // fastdivmod: the 12 parameter bytes as 3 little-endian words
-  TensorMapSpec tmap;   // tensormap only
+  uint32_t buffer = 0;    // ptr / tensormap
+  IntExpr offset;         // ptr / tensormap: bytes from the buffer start
+  IntExpr value;          // integer kinds; fastdivmod: the divisor
+  uint32_t f32_bits = 0;  // f32
+  TensorMapSpec tmap;     // tensormap only
+};
+
+// steps[].when[]: the step runs only where `expr` lies in [min, max].
+struct Condition {
+  IntExpr expr;
+  int64_t min = 0, max = 0;
 };
 
 struct StepSpec {
   uint32_t kernel = 0;
-  uint32_t grid[3] = {1, 1, 1};
-  std::vector<Slot> args;
+  IntExpr grid[3];
+  std::vector<SlotSpec> args;
+  std::vector<Condition> when;
 };
+
+struct ShapePlan;  // shape_plan.hpp
 
 struct Manifest {
   int64_t version = 0;
@@ -83,6 +113,8 @@ struct Manifest {
   int cc_major = 0, cc_minor = 0;
   int64_t min_driver = 0;
   int64_t sm_count = 0;
+  std::vector<SymbolSpec> symbols;  // v2; empty in v1
+  std::vector<Expr> exprs;          // compiled expressions, indexed by IntExpr::expr
   std::vector<TensorSpec> inputs, outputs, weights;
   bool external_weights = false;
   std::string external_weights_file;
@@ -90,7 +122,19 @@ struct Manifest {
   std::vector<BufferSpec> buffers;
   std::vector<KernelSpec> kernels;
   std::vector<StepSpec> steps;
+
+  // Filled by validate_manifest.
+  // Where symbol s is read from at run time: input binders[s].first, dim binders[s].second.
+  std::vector<std::pair<uint32_t, uint32_t>> binders;
+  // The validated plans with every symbol at its min / at its max (one and the same plan
+  // when the manifest has no symbols: then it is the plan of every run).
+  std::shared_ptr<const ShapePlan> min_plan, max_plan;
 };
+
+// Allowed values of an integer slot kind's "value" (i32: int32 range; fastdivmod: 1 .. 2^31-1;
+// u64: < 2^63 as JSON integers are int64). Applied to constants at parse time and to
+// expressions at every shape.
+void slot_value_range(SlotKind kind, int64_t* lo, int64_t* hi);
 
 // CuTe's fast_divmod_divisor<32> for `divisor` (1 .. 2^31-1), as the kernel reads it:
 // words[0] = divisor, words[1] = multiplier, words[2] = shift1 | shift2 << 8 (upper bytes 0).
@@ -98,15 +142,19 @@ struct Manifest {
 // shift2 = max(l - 1, 0). Computed here, not read from the bundle: one source of truth.
 void fastdivmod_fields(uint32_t divisor, uint32_t words[3]);
 
-// Parses the manifest JSON text. Throws Error: CORRUPT_BUNDLE (bad JSON/types/values),
-// UNSUPPORTED_VERSION (unknown version, symbolic shapes, unknown slot kinds).
+// Parses the manifest JSON text (version 1 or 2). Throws Error: CORRUPT_BUNDLE (bad
+// JSON/types/values/expressions), UNSUPPORTED_VERSION (unknown version, a string where v1
+// needs an integer, unknown slot kinds).
 Manifest parse_manifest(const std::string& text);
 
-// Cross-reference and bounds checks (see docs/manifest.md "Load-time validation", the
-// structural part). Fills BufferSpec::nbytes. Throws Error(CORRUPT_BUNDLE) naming the item.
+// The load-time checks of docs/manifest.md: cross references and bounds that hold for every
+// shape (validate_static, validate.cpp), every symbol bindable from an input dim, then every
+// per-shape check at the all-min and all-max shapes (shape_plan.cpp). Fills the fields marked
+// "filled by validate_manifest". Throws Error(CORRUPT_BUNDLE) naming the item.
 void validate_manifest(Manifest& m);
 
-// Byte size of the global memory a tensor map can touch: (sum (dims-1)×strides + 1) × esize.
-uint64_t tensormap_extent_bytes(const TensorMapSpec& t);
+// The shape-independent half of validate_manifest: names, indices, arena regions, launch
+// shape limits of kernels, tensor-map rules that do not depend on dims or strides.
+void validate_static(Manifest& m);
 
 }  // namespace aotpack

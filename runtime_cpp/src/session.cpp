@@ -1,5 +1,6 @@
-// session.cpp — run a model: resolve buffers, encode tensor maps, pack kernel parameters
-// (cached per pointer set), launch with cuLaunchKernelEx or replay a captured CUDA graph.
+// session.cpp — run a model: bind the shape (v2), resolve buffers, encode tensor maps, pack
+// kernel parameters (cached per shape and pointer set), launch with cuLaunchKernelEx or replay
+// a captured CUDA graph.
 #include "session.hpp"
 
 #include <algorithm>
@@ -12,24 +13,9 @@ namespace aotpack {
 
 namespace {
 
-// Pointer sets kept per session; each holds an instantiated graph. Callers normally reuse
-// a few buffers, so a small LRU is enough and bounds device memory held by graphs.
-constexpr size_t kMaxCachedPlans = 8;
-
-size_t slot_size(SlotKind k) {
-  switch (k) {
-    case SlotKind::I32: case SlotKind::U32: case SlotKind::F32: return 4;
-    case SlotKind::FastDivmod: return 12;  // 3 x u32 words (CuTe's fast_divmod_divisor<32>)
-    case SlotKind::TensorMap: return sizeof(cu::CUtensorMap);
-    default: return 8;
-  }
-}
-
-// Each slot is stored at its natural alignment; tensor maps at 128 (driver needs >= 64).
-size_t slot_align(SlotKind k) {
-  if (k == SlotKind::FastDivmod) return 4;
-  return k == SlotKind::TensorMap ? alignof(cu::CUtensorMap) : slot_size(k);
-}
+// ShapePlan lays parameters out with 128-byte tensor maps at 128-byte alignment (slot_size).
+static_assert(sizeof(cu::CUtensorMap) == 128 && alignof(cu::CUtensorMap) == 128,
+              "the parameter layout of shape_plan.cpp assumes 128-byte tensor maps");
 
 cu::CUtensorMapDataType tma_dtype(aotpack_dtype d) {
   switch (d) {
@@ -46,9 +32,9 @@ cu::CUtensorMapDataType tma_dtype(aotpack_dtype d) {
 
 // Encodes one tensor map. The manifest lists dims outermost first; the driver wants them
 // innermost first, with rank-1 byte strides (the innermost stride is implicitly 1 element).
-void encode_tensormap(cu::CUtensorMap* out, const TensorMapSpec& t, uint64_t address,
+void encode_tensormap(cu::CUtensorMap* out, const TensorMap& t, uint64_t address,
                       const std::string& where) {
-  const size_t r = t.dims.size();
+  const size_t r = t.rank;
   const uint64_t es = dtype_size(t.dtype);
   cu::cuuint64_t dims[5], strides[5] = {0};
   cu::cuuint32_t box[5], estr[5];
@@ -69,14 +55,18 @@ void encode_tensormap(cu::CUtensorMap* out, const TensorMapSpec& t, uint64_t add
             "cuTensorMapEncodeTiled", where);
 }
 
-std::string step_name(const Manifest& m, size_t s) {
-  return cat("step ", s, " (kernel '", m.kernels[m.steps[s].kernel].name, "')");
+std::string step_name(const Manifest& m, const Step& st) {
+  return cat("step ", st.index, " (kernel '", m.kernels[st.kernel].name, "')");
 }
 
 }  // namespace
 
 Session::Session(std::shared_ptr<const Model> model, const Options& opts)
-    : model_(std::move(model)), use_graph_(opts.use_cuda_graph), pdl_(opts.programmatic_launch) {
+    : model_(std::move(model)),
+      use_graph_(opts.use_cuda_graph),
+      pdl_(opts.programmatic_launch),
+      max_plans_(opts.max_cached_plans ? opts.max_cached_plans : 8),
+      syms_(model_->manifest().symbols.size()) {
   const cu::Driver& d = cu::driver();
   const uint64_t need = model_->manifest().arena_bytes;
   model_->make_current();
@@ -100,7 +90,6 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
     if (r != cu::CUDA_SUCCESS && owns_workspace_) d.cuMemFree(workspace_);
     cu::check(r, "cuStreamCreate", "creating the capture stream");
   }
-  compute_layout();
 }
 
 Session::~Session() {
@@ -110,21 +99,6 @@ Session::~Session() {
     if (p->exec) d.cuGraphExecDestroy(p->exec);  // freed asynchronously if still running
   if (capture_stream_) d.cuStreamDestroy(capture_stream_);
   if (owns_workspace_) d.cuMemFree(workspace_);  // cuMemFree waits for pending work
-}
-
-void Session::compute_layout() {
-  size_t off = 0;
-  for (const StepSpec& st : model_->manifest().steps) {
-    std::vector<size_t> offs;
-    for (const Slot& s : st.args) {
-      size_t a = slot_align(s.kind);
-      off = (off + a - 1) / a * a;
-      offs.push_back(off);
-      off += slot_size(s.kind);
-    }
-    slot_offsets_.push_back(std::move(offs));
-  }
-  storage_bytes_ = off;
 }
 
 uint64_t Session::buffer_address(uint32_t buffer, const uint64_t* inputs,
@@ -139,17 +113,18 @@ uint64_t Session::buffer_address(uint32_t buffer, const uint64_t* inputs,
   return 0;
 }
 
-void Session::build_plan(Plan& p, const uint64_t* inputs, const uint64_t* outputs) {
+void Session::build_params(Plan& p, const uint64_t* inputs, const uint64_t* outputs) {
   const Manifest& m = model_->manifest();
-  p.storage.assign((storage_bytes_ + sizeof(cu::CUtensorMap) - 1) / sizeof(cu::CUtensorMap) + 1,
+  const ShapePlan& sp = *p.shape;
+  p.storage.assign((sp.storage_bytes + sizeof(cu::CUtensorMap) - 1) / sizeof(cu::CUtensorMap) + 1,
                    cu::CUtensorMap{});
   uint8_t* base = reinterpret_cast<uint8_t*>(p.storage.data());
-  p.params.assign(m.steps.size(), {});
-  for (size_t s = 0; s < m.steps.size(); ++s) {
-    const StepSpec& st = m.steps[s];
+  p.params.assign(sp.steps.size(), {});
+  for (size_t s = 0; s < sp.steps.size(); ++s) {
+    const Step& st = sp.steps[s];
     for (size_t a = 0; a < st.args.size(); ++a) {
       const Slot& slot = st.args[a];
-      uint8_t* dst = base + slot_offsets_[s][a];
+      uint8_t* dst = base + st.offsets[a];
       p.params[s].push_back(dst);
       if (slot.kind == SlotKind::Ptr) {
         uint64_t addr = buffer_address(slot.buffer, inputs, outputs) + slot.offset;
@@ -157,9 +132,9 @@ void Session::build_plan(Plan& p, const uint64_t* inputs, const uint64_t* output
       } else if (slot.kind == SlotKind::TensorMap) {
         uint64_t addr = buffer_address(slot.buffer, inputs, outputs) + slot.offset;
         encode_tensormap(reinterpret_cast<cu::CUtensorMap*>(dst), slot.tmap, addr,
-                         cat(step_name(m, s), " args[", a, "]"));
+                         cat(step_name(m, st), " args[", a, "]"));
       } else if (slot.kind == SlotKind::FastDivmod) {
-        std::memcpy(dst, slot.fdm, 12);  // fields computed from the divisor at load time
+        std::memcpy(dst, slot.fdm, 12);  // fields computed from the divisor with the plan
       } else if (slot_size(slot.kind) == 4) {
         uint32_t v = uint32_t(slot.bits);
         std::memcpy(dst, &v, 4);
@@ -170,29 +145,72 @@ void Session::build_plan(Plan& p, const uint64_t* inputs, const uint64_t* output
   }
 }
 
-Session::Plan& Session::plan_for(const uint64_t* inputs, const uint64_t* outputs) {
+Session::Plan* Session::find_plan(const uint64_t* inputs, const uint64_t* outputs) {
   const Manifest& m = model_->manifest();
-  const size_t n_in = m.inputs.size(), n_out = m.outputs.size();
-  ++clock_;
-  // Compared in place: the hot path (same pointers every run) allocates nothing.
-  for (auto& p : cache_)
-    if (std::equal(inputs, inputs + n_in, p->key.begin()) &&
-        std::equal(outputs, outputs + n_out, p->key.begin() + long(n_in))) {
-      p->last_used = clock_;
-      return *p;
-    }
-  std::unique_ptr<Plan> p(new Plan);
-  p->key.assign(inputs, inputs + n_in);
-  p->key.insert(p->key.end(), outputs, outputs + n_out);
-  p->last_used = clock_;
-  build_plan(*p, inputs, outputs);  // may throw: nothing cached yet
-  if (cache_.size() >= kMaxCachedPlans) {
-    size_t lru = 0;
-    for (size_t i = 1; i < cache_.size(); ++i)
-      if (cache_[i]->last_used < cache_[lru]->last_used) lru = i;
-    if (cache_[lru]->exec) cu::driver().cuGraphExecDestroy(cache_[lru]->exec);
-    cache_.erase(cache_.begin() + long(lru));
+  const size_t n_sym = syms_.size(), n_in = m.inputs.size(), n_out = m.outputs.size();
+  // Compared in place: the hot path (same shape and pointers every run) allocates nothing.
+  for (auto& p : cache_) {
+    auto k = p->key.begin();
+    if (std::equal(syms_.begin(), syms_.end(), k,
+                   [](int64_t a, uint64_t b) { return uint64_t(a) == b; }) &&
+        std::equal(inputs, inputs + n_in, k + long(n_sym)) &&
+        std::equal(outputs, outputs + n_out, k + long(n_sym + n_in)))
+      return p.get();
   }
+  return nullptr;
+}
+
+// The evaluated, validated manifest for this run's shape: shared with any cached plan of the
+// same shape, else built (once per shape while cached). A model without symbols has one.
+std::shared_ptr<const ShapePlan> Session::shape_plan(const aotpack_shape* shapes) {
+  const Manifest& m = model_->manifest();
+  std::shared_ptr<const ShapePlan> sp;
+  if (syms_.empty()) sp = m.max_plan;
+  for (size_t i = 0; !sp && i < cache_.size(); ++i)
+    if (cache_[i]->shape->symbols == syms_) sp = cache_[i]->shape;
+  if (!sp) return build_shape_plan(m, syms_.data(), shapes);  // checks `shapes` itself
+  if (shapes) check_input_dims(m, *sp, shapes);
+  return sp;
+}
+
+void Session::check_pointers(const ShapePlan& sp, const uint64_t* inputs,
+                             const uint64_t* outputs) const {
+  const Manifest& m = model_->manifest();
+  for (size_t i = 0; i < m.inputs.size(); ++i)
+    if (!inputs[i] && sp.input_nbytes[i])
+      fail(AOTPACK_INVALID_ARGUMENT, "input ", i, " ('", m.inputs[i].name, "') is a null pointer");
+  for (size_t i = 0; i < m.outputs.size(); ++i)
+    if (!outputs[i] && sp.output_nbytes[i])
+      fail(AOTPACK_INVALID_ARGUMENT, "output ", i, " ('", m.outputs[i].name,
+           "') is a null pointer");
+}
+
+void Session::evict_lru() {
+  size_t lru = 0;
+  for (size_t i = 1; i < cache_.size(); ++i)
+    if (cache_[i]->last_used < cache_[lru]->last_used) lru = i;
+  if (cache_[lru]->exec) cu::driver().cuGraphExecDestroy(cache_[lru]->exec);
+  cache_.erase(cache_.begin() + long(lru));
+}
+
+Session::Plan& Session::plan_for(const uint64_t* inputs, const aotpack_shape* shapes,
+                                 const uint64_t* outputs) {
+  const Manifest& m = model_->manifest();
+  ++clock_;
+  if (Plan* hit = find_plan(inputs, outputs)) {
+    if (shapes) check_input_dims(m, *hit->shape, shapes);  // compares; evaluates nothing
+    hit->last_used = clock_;
+    return *hit;
+  }
+  std::unique_ptr<Plan> p(new Plan);
+  p->shape = shape_plan(shapes);
+  check_pointers(*p->shape, inputs, outputs);
+  for (int64_t v : syms_) p->key.push_back(uint64_t(v));
+  p->key.insert(p->key.end(), inputs, inputs + m.inputs.size());
+  p->key.insert(p->key.end(), outputs, outputs + m.outputs.size());
+  p->last_used = clock_;
+  build_params(*p, inputs, outputs);  // may throw: nothing cached yet
+  if (cache_.size() >= max_plans_) evict_lru();
   cache_.push_back(std::move(p));
   return *cache_.back();
 }
@@ -200,8 +218,8 @@ Session::Plan& Session::plan_for(const uint64_t* inputs, const uint64_t* outputs
 void Session::launch_steps(const Plan& p, cu::CUstream stream) const {
   const Manifest& m = model_->manifest();
   const cu::Driver& d = cu::driver();
-  for (size_t s = 0; s < m.steps.size(); ++s) {
-    const StepSpec& st = m.steps[s];
+  for (size_t s = 0; s < p.shape->steps.size(); ++s) {
+    const Step& st = p.shape->steps[s];
     const KernelSpec& k = m.kernels[st.kernel];
     cu::CUlaunchAttribute attrs[2];
     std::memset(attrs, 0, sizeof(attrs));
@@ -229,7 +247,7 @@ void Session::launch_steps(const Plan& p, cu::CUstream stream) const {
     }
     void** params = const_cast<void**>(p.params[s].data());
     cu::check(d.cuLaunchKernelEx(&cfg, model_->function(st.kernel), params, nullptr),
-              "cuLaunchKernelEx", step_name(m, s));
+              "cuLaunchKernelEx", step_name(m, st));
   }
 }
 
@@ -255,19 +273,18 @@ void Session::capture(Plan& p) {
   cu::check(r, "cuGraphInstantiateWithFlags", "instantiating the CUDA graph");
 }
 
-void Session::run(const uint64_t* inputs, const uint64_t* outputs, cu::CUstream stream) {
+void Session::run(const uint64_t* inputs, const aotpack_shape* shapes, const uint64_t* outputs,
+                  cu::CUstream stream) {
   const Manifest& m = model_->manifest();
   if ((!inputs && !m.inputs.empty()) || (!outputs && !m.outputs.empty()))
     fail(AOTPACK_INVALID_ARGUMENT, "input_ptrs/output_ptrs must not be NULL");
-  for (size_t i = 0; i < m.inputs.size(); ++i)
-    if (!inputs[i] && m.inputs[i].nbytes)
-      fail(AOTPACK_INVALID_ARGUMENT, "input ", i, " ('", m.inputs[i].name, "') is a null pointer");
-  for (size_t i = 0; i < m.outputs.size(); ++i)
-    if (!outputs[i] && m.outputs[i].nbytes)
-      fail(AOTPACK_INVALID_ARGUMENT, "output ", i, " ('", m.outputs[i].name,
-           "') is a null pointer");
+  if (!shapes && !m.symbols.empty())
+    fail(AOTPACK_INVALID_ARGUMENT, "the model has dims that vary at run time (symbols ",
+         symbol_names(m), "): call aotpack_session_run_shaped with the input shapes");
+  if (shapes) bind_symbols(m, shapes, syms_.data());
   model_->make_current();
-  Plan& p = plan_for(inputs, outputs);
+  Plan& p = plan_for(inputs, shapes, outputs);
+  if (p.shape->steps.empty()) return;  // every step skipped at this shape: nothing to launch
   if (!use_graph_) return launch_steps(p, stream);
   // If the caller is itself capturing this stream (e.g. a torch CUDA graph), launch the
   // kernels directly so they become part of the caller's graph.

@@ -1,12 +1,18 @@
-// validate.cpp — structural checks of a parsed manifest (no files, no driver): every index
-// in range, every region inside its buffer, tensor-map rules, launch shape limits.
+// validate.cpp — structural checks of a manifest (no files, no driver): every index in range,
+// every region inside its buffer, tensor-map rules, launch shape limits.
 // A wrong tensor-map box or an out-of-range pointer can hang or corrupt the GPU, so these
-// run once at load and the hot path trusts them.
+// run before any launch and the hot path trusts them.
+//
+// Two halves, one set of rules: validate_static checks what holds for every shape (once, at
+// load); validate_shape checks the values of one evaluated shape (ShapePlan). A v1 bundle has
+// one shape, checked at load; a v2 bundle is checked at its all-min and all-max shapes at
+// load and at every other shape the first time a session meets it.
 #include <set>
 
 #include "dtype.hpp"
 #include "error.hpp"
 #include "manifest.hpp"
+#include "shape_plan.hpp"
 
 namespace aotpack {
 
@@ -38,7 +44,7 @@ void validate_buffers(Manifest& m) {
       if (b.index >= list->size())
         bad(w, cat(kind_name(b.kind), " index ", b.index, " out of range (the model has ",
                    list->size(), " ", kind_name(b.kind), "s)"));
-      b.nbytes = (*list)[b.index].nbytes;
+      b.nbytes = (*list)[b.index].nbytes;  // inputs/outputs: per shape in ShapePlan
       continue;
     }
     uint64_t end;
@@ -64,9 +70,14 @@ void validate_kernels(const Manifest& m) {
   }
 }
 
-// Tensor-map rules of docs/manifest.md (and of cuTensorMapEncodeTiled itself, so a bundle
-// that passes never fails to encode for a well-aligned pointer).
-void validate_tensormap(const Manifest& m, const Slot& s, const std::string& w) {
+bool is_float(aotpack_dtype d) {
+  return d == AOTPACK_DTYPE_BF16 || d == AOTPACK_DTYPE_F16 || d == AOTPACK_DTYPE_F32 ||
+         d == AOTPACK_DTYPE_F64;
+}
+
+// The tensor-map rules of docs/manifest.md (and of cuTensorMapEncodeTiled itself) that do not
+// depend on dims, strides or offset: rank, box, dtype, swizzle span, OOB fill.
+void validate_tensormap_static(const Manifest& m, const SlotSpec& s, const std::string& w) {
   const TensorMapSpec& t = s.tmap;
   const size_t rank = t.dims.size();
   const uint64_t es = dtype_size(t.dtype);
@@ -85,57 +96,32 @@ void validate_tensormap(const Manifest& m, const Slot& s, const std::string& w) 
   if (t.swizzle != 0 && uint64_t(t.box[rank - 1]) * es > kSwizzleSpan[t.swizzle])
     bad(w, cat("tensormap innermost box ", t.box[rank - 1] * es, " bytes exceeds the ",
                kSwizzleSpan[t.swizzle], "-byte swizzle span"));
-  const bool is_float = t.dtype == AOTPACK_DTYPE_BF16 || t.dtype == AOTPACK_DTYPE_F16 ||
-                        t.dtype == AOTPACK_DTYPE_F32 || t.dtype == AOTPACK_DTYPE_F64;
-  if (t.oob == 1 && !is_float)
+  if (t.oob == 1 && !is_float(t.dtype))
     bad(w, "tensormap oob \"nan\" needs a floating-point dtype (the driver refuses it otherwise)");
-  if (t.strides[rank - 1] != 1) bad(w, "tensormap innermost stride must be 1");
-  for (size_t k = 0; k + 1 < rank; ++k) {
-    uint64_t bytes = t.strides[k] * es;
-    if (t.strides[k] == 0 || bytes % 16 != 0 || bytes >= (uint64_t(1) << 40))
-      bad(w, cat("tensormap stride[", k, "] = ", t.strides[k], " elements (", bytes,
-                 " bytes) must be a positive multiple of 16 bytes below 2^40"));
-  }
-  if (s.offset % 16 != 0)
-    bad(w, cat("tensormap offset ", s.offset, " is not 16-byte aligned"));
   const BufferSpec& b = m.buffers[s.buffer];
   if (b.kind == BufferKind::Arena && b.offset % 16 != 0)
     bad(w, cat("tensormap arena region offset ", b.offset, " is not 16-byte aligned"));
-  uint64_t ext = tensormap_extent_bytes(t);
-  uint64_t end;
-  if (ext == 0 || __builtin_add_overflow(s.offset, ext, &end) || end > b.nbytes)
-    bad(w, cat("tensormap covers bytes [", s.offset, ", ", s.offset + ext, ") but buffer ",
-               s.buffer, " (", kind_name(b.kind), ") has ", b.nbytes, " bytes"));
 }
 
-void validate_steps(const Manifest& m) {
+std::string step_where(const Manifest& m, size_t i, uint32_t kernel) {
+  return cat("steps[", i, "] (kernel '", m.kernels[kernel].name, "')");
+}
+
+void validate_steps_static(const Manifest& m) {
   for (size_t i = 0; i < m.steps.size(); ++i) {
     const StepSpec& st = m.steps[i];
-    std::string w = cat("steps[", i, "]");
     if (st.kernel >= m.kernels.size())
-      bad(w, cat("kernel index ", st.kernel, " out of range (", m.kernels.size(), " kernels)"));
-    const KernelSpec& k = m.kernels[st.kernel];
-    w += cat(" (kernel '", k.name, "')");
-    if (st.grid[1] > 65535 || st.grid[2] > 65535)
-      bad(w, "grid y and z must be <= 65535");
-    for (int d = 0; d < 3; ++d)
-      if (st.grid[d] % k.cluster[d] != 0)
-        bad(w, cat("grid[", d, "] = ", st.grid[d], " is not a multiple of cluster[", d,
-                   "] = ", k.cluster[d]));
+      bad(cat("steps[", i, "]"), cat("kernel index ", st.kernel, " out of range (",
+                                     m.kernels.size(), " kernels)"));
+    std::string w = step_where(m, i, st.kernel);
     for (size_t a = 0; a < st.args.size(); ++a) {
-      const Slot& s = st.args[a];
-      std::string sw = cat(w, " args[", a, "]");
+      const SlotSpec& s = st.args[a];
       if (s.kind != SlotKind::Ptr && s.kind != SlotKind::TensorMap) continue;
+      std::string sw = cat(w, " args[", a, "]");
       if (s.buffer >= m.buffers.size())
         bad(sw, cat("buffer index ", s.buffer, " out of range (", m.buffers.size(),
                     " buffers)"));
-      if (s.kind == SlotKind::TensorMap) {
-        validate_tensormap(m, s, sw);
-      } else if (s.offset > m.buffers[s.buffer].nbytes) {
-        bad(sw, cat("ptr offset ", s.offset, " is past the end of buffer ", s.buffer, " (",
-                    kind_name(m.buffers[s.buffer].kind), ", ", m.buffers[s.buffer].nbytes,
-                    " bytes)"));
-      }
+      if (s.kind == SlotKind::TensorMap) validate_tensormap_static(m, s, sw);
     }
   }
 }
@@ -147,12 +133,52 @@ void validate_names(const std::vector<TensorSpec>& list, const char* what) {
       bad(what, cat("duplicate name '", t.name, "'"));
 }
 
+// v2: each symbol is read at run time from the first input dim that is exactly its name.
+void find_binders(Manifest& m) {
+  m.binders.assign(m.symbols.size(), {UINT32_MAX, 0});
+  for (size_t i = 0; i < m.inputs.size(); ++i)
+    for (size_t k = 0; k < m.inputs[i].dims.size(); ++k) {
+      const IntExpr& d = m.inputs[i].dims[k];
+      int s = d.is_const() ? -1 : m.exprs[size_t(d.expr)].single_symbol();
+      if (s >= 0 && m.binders[size_t(s)].first == UINT32_MAX)
+        m.binders[size_t(s)] = {uint32_t(i), uint32_t(k)};
+    }
+  for (size_t s = 0; s < m.symbols.size(); ++s)
+    if (m.binders[s].first == UINT32_MAX)
+      bad(cat("symbols[", s, "]"),
+          cat("symbol '", m.symbols[s].name, "' is not the whole of any input dim, so a run "
+              "cannot tell its value (some input's shape must list \"", m.symbols[s].name,
+              "\" itself as a dim); the bundle is malformed: rebuild it"));
+}
+
+// Tensor-map rules on the evaluated strides, offset and extent.
+void validate_tensormap_values(const Slot& s, uint64_t buffer_nbytes, const std::string& kind,
+                               const std::string& w) {
+  const TensorMap& t = s.tmap;
+  const uint64_t es = dtype_size(t.dtype);
+  if (t.strides[t.rank - 1] != 1) bad(w, "tensormap innermost stride must be 1");
+  for (size_t k = 0; k + 1 < t.rank; ++k) {
+    uint64_t bytes = t.strides[k] * es;
+    if (t.strides[k] == 0 || bytes % 16 != 0 || bytes >= (uint64_t(1) << 40) ||
+        t.strides[k] >= (uint64_t(1) << 40))
+      bad(w, cat("tensormap stride[", k, "] = ", t.strides[k], " elements (", bytes,
+                 " bytes) must be a positive multiple of 16 bytes below 2^40"));
+  }
+  if (s.offset % 16 != 0)
+    bad(w, cat("tensormap offset ", s.offset, " is not 16-byte aligned"));
+  uint64_t ext = tensormap_extent_bytes(t);
+  uint64_t end;
+  if (ext == 0 || __builtin_add_overflow(s.offset, ext, &end) || end > buffer_nbytes)
+    bad(w, cat("tensormap covers bytes [", s.offset, ", ", s.offset + ext, ") but buffer ",
+               s.buffer, " (", kind, ") has ", buffer_nbytes, " bytes"));
+}
+
 }  // namespace
 
-uint64_t tensormap_extent_bytes(const TensorMapSpec& t) {
+uint64_t tensormap_extent_bytes(const TensorMap& t) {
   // Offset of the last element + 1, in elements; saturates on overflow (then refused).
   uint64_t last = 0;
-  for (size_t k = 0; k < t.dims.size() && k < t.strides.size(); ++k) {
+  for (size_t k = 0; k < t.rank; ++k) {
     if (t.dims[k] == 0) return 0;
     uint64_t term;
     if (__builtin_mul_overflow(t.dims[k] - 1, t.strides[k], &term) ||
@@ -164,13 +190,40 @@ uint64_t tensormap_extent_bytes(const TensorMapSpec& t) {
   return bytes;
 }
 
-void validate_manifest(Manifest& m) {
+void validate_static(Manifest& m) {
   validate_names(m.inputs, "inputs");
   validate_names(m.outputs, "outputs");
   validate_names(m.weights, "weights");
   validate_buffers(m);
   validate_kernels(m);
-  validate_steps(m);
+  validate_steps_static(m);
+  find_binders(m);
+}
+
+void validate_shape(const Manifest& m, const ShapePlan& p, const std::string& at) {
+  for (const Step& st : p.steps) {
+    const KernelSpec& k = m.kernels[st.kernel];
+    std::string w = at + step_where(m, st.index, st.kernel);
+    if (st.grid[1] > 65535 || st.grid[2] > 65535)
+      bad(w, cat("grid y and z must be <= 65535 (grid ", st.grid[0], "x", st.grid[1], "x",
+                 st.grid[2], ")"));
+    for (int d = 0; d < 3; ++d)
+      if (st.grid[d] % k.cluster[d] != 0)
+        bad(w, cat("grid[", d, "] = ", st.grid[d], " is not a multiple of cluster[", d,
+                   "] = ", k.cluster[d]));
+    for (size_t a = 0; a < st.args.size(); ++a) {
+      const Slot& s = st.args[a];
+      if (s.kind != SlotKind::Ptr && s.kind != SlotKind::TensorMap) continue;
+      const uint64_t nbytes = p.buffer_nbytes[s.buffer];
+      const char* kind = kind_name(m.buffers[s.buffer].kind);
+      std::string sw = cat(w, " args[", a, "]");
+      if (s.kind == SlotKind::TensorMap)
+        validate_tensormap_values(s, nbytes, kind, sw);
+      else if (s.offset > nbytes)
+        bad(sw, cat("ptr offset ", s.offset, " is past the end of buffer ", s.buffer, " (",
+                    kind, ", ", nbytes, " bytes)"));
+    }
+  }
 }
 
 }  // namespace aotpack

@@ -102,6 +102,37 @@ const char* kManifestTemplate = R"JSON({
   "provenance": {"aotpack": "0.1.0", "created_by": "runtime_cpp tests"}
 })JSON";
 
+const char* kDynamicTemplate = R"JSON({
+  "format": "aotpack", "version": 2,
+  "symbols": [{"name": "B", "min": 1, "max": 64, "example": 4}],
+  "target": {"arch": "sm_90a", "cc": [9, 0], "min_driver": 12080, "sm_count": 132},
+  "inputs": [{"name": "x", "dtype": "f32", "shape": ["B", 64]},
+             {"name": "aux", "dtype": "f32", "shape": ["B", "2*B"]}],
+  "outputs": [{"name": "y", "dtype": "f32", "shape": ["B", 64]}],
+  "weights": [{"name": "w", "dtype": "f32", "shape": [64], "nbytes": 256, "sha256": ""}],
+  "external_weights": null,
+  "arena_bytes": 0,
+  "buffers": [{"kind": "input", "index": 0}, {"kind": "output", "index": 0},
+              {"kind": "weight", "index": 0}],
+  "kernels": [{"name": "dyn_small", "entry": "dyn_add_small", "cubin": 0, "cubin_sha256": "",
+               "block": [128, 1, 1]},
+              {"name": "dyn_big", "entry": "dyn_add_big", "cubin": 0, "cubin_sha256": "",
+               "block": [128, 1, 1]}],
+  "steps": [
+    {"kernel": 0, "grid": ["B", 1, 1], "when": [{"expr": "B", "min": 1, "max": 8}], "args": [
+      {"kind": "ptr", "buffer": 0}, {"kind": "ptr", "buffer": 2}, {"kind": "ptr", "buffer": 1},
+      {"kind": "tensormap", "buffer": 0, "offset": 0, "dtype": "f32", "dims": ["B", 64],
+       "strides": [64, 1], "box": [1, 32], "swizzle": "128B"},
+      {"kind": "i32", "value": "64*B"}, {"kind": "f32", "value": 1.5}]},
+    {"kernel": 1, "grid": ["(B + 7)/8", 1, 1],
+     "when": [{"expr": "B", "min": 9, "max": 64}], "args": [
+      {"kind": "ptr", "buffer": 0}, {"kind": "ptr", "buffer": 2}, {"kind": "ptr", "buffer": 1},
+      {"kind": "tensormap", "buffer": 0, "offset": 0, "dtype": "f32", "dims": ["B", 64],
+       "strides": [64, 1], "box": [1, 32], "swizzle": "128B"},
+      {"kind": "i32", "value": "64*B"}, {"kind": "f32", "value": 1.5}]}],
+  "provenance": {"aotpack": "0.1.0", "created_by": "runtime_cpp tests"}
+})JSON";
+
 std::string sha_of(const void* p, size_t n) { return aotpack::sha256_hex(p, n); }
 
 }  // namespace
@@ -119,6 +150,17 @@ TestBundle::TestBundle(bool external_weights) : external(external_weights) {
     at(ext, "file") = jstr("weights.safetensors");
     at(manifest, "external_weights") = ext;
   }
+}
+
+TestBundle TestBundle::dynamic() {
+  TestBundle b;
+  b.manifest = aotpack::json::parse(kDynamicTemplate, std::strlen(kDynamicTemplate), "template");
+  at(at(at(b.manifest, "weights"), 0), "sha256") =
+      jstr(sha_of(b.weight.data(), b.weight.size() * 4));
+  for (size_t k = 0; k < 2; ++k)
+    at(at(at(b.manifest, "kernels"), k), "cubin_sha256") =
+        jstr(sha_of(b.cubin.data(), b.cubin.size()));
+  return b;
 }
 
 std::string TestBundle::write(const std::string& dir, const std::string& file) const {

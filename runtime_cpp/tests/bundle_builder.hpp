@@ -43,6 +43,13 @@ struct TestBundle {
   std::vector<int64_t> file_weight_shape = {64};
 
   explicit TestBundle(bool external_weights = false);
+  // A v2 bundle (dims that vary at run time) for the fake driver's dyn_add kernels:
+  //   symbols B in 1..64 (example 4); inputs x f32[B, 64], aux f32[B, 2*B] (unused);
+  //   output y f32[B, 64] = x + 1.5 * w; step 0 kernel dyn_small (entry dyn_add_small)
+  //   when B in 1..8, grid [B, 1, 1]; step 1 kernel dyn_big (dyn_add_big) when B in 9..64,
+  //   grid [(B + 7)/8, 1, 1]; both: ptr x, ptr w, ptr y, tensormap x [B, 64], i32 64*B,
+  //   f32 1.5.
+  static TestBundle dynamic();
   // Writes <dir>/<file> (and <dir>/weights.safetensors when external); returns the bundle
   // path.
   std::string write(const std::string& dir, const std::string& file = "model.aotpack") const;

@@ -11,8 +11,12 @@
 //   add_kernel_fault  fails with CUDA_ERROR_ILLEGAL_ADDRESS, which then sticks to every later
 //                     launch/copy/sync call, like a poisoned context
 //
+// Kernels of the dynamic-shape (v2) test bundle, `dyn_add_small` / `dyn_add_big` (same code,
+// two names so tests see which step group ran): parameters ptr x, ptr w, ptr y, tensor map
+// over x, i32 n, f32 alpha; y[i] = x[i] + alpha * w[i % 64] for i < n.
+//
 // Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000).
-// fake_cuda_stats() reports counters to tests.
+// fake_cuda_stats() reports counters to tests; fake_cuda_launch_log() the executed launches.
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -36,11 +40,12 @@ constexpr CUresult kInvalidValue = 1, kNotFound = 500, kInvalidImage = 200,
                    kIllegalAddress = 700;
 
 // Kernel variants, selected by entry name; a CUfunction points at one of these.
-enum Variant { kAdd, kWrong, kHang, kCrash, kFault, kNumVariants };
+enum Variant { kAdd, kWrong, kHang, kCrash, kFault, kDynSmall, kDynBig, kNumVariants };
 const char* const kVariantNames[kNumVariants] = {"add_kernel", "add_kernel_wrong",
                                                  "add_kernel_hang", "add_kernel_crash",
-                                                 "add_kernel_fault"};
-int g_variant_ids[kNumVariants] = {kAdd, kWrong, kHang, kCrash, kFault};
+                                                 "add_kernel_fault", "dyn_add_small",
+                                                 "dyn_add_big"};
+int g_variant_ids[kNumVariants] = {kAdd, kWrong, kHang, kCrash, kFault, kDynSmall, kDynBig};
 CUresult g_sticky = 0;  // a sticky error (set by add_kernel_fault)
 
 struct Launch {
@@ -65,8 +70,13 @@ const char* g_error = "no error";
 FakeStream g_default_stream;
 
 // The test kernel's parameter sizes (ptr x, ptr w, ptr y, tensormap, ptr arena, i32 n,
-// f32 alpha, null, null).
-const size_t kAddParams[] = {8, 8, 8, 128, 8, 4, 4, 8, 8};
+// f32 alpha, null, null), and the dynamic kernels' (ptr x, ptr w, ptr y, tensormap, i32 n,
+// f32 alpha).
+const std::vector<size_t> kAddParams = {8, 8, 8, 128, 8, 4, 4, 8, 8};
+const std::vector<size_t> kDynParams = {8, 8, 8, 128, 4, 4};
+
+// Executed launches: variant, grid x, the i32 parameter n (see fake_cuda_launch_log).
+std::vector<int> g_launch_log;
 
 int env_int(const char* name, int dflt) {
   const char* v = std::getenv(name);
@@ -106,9 +116,32 @@ CUresult run_variant(int variant, const float* x, const float* w, float* y, int3
   return 0;
 }
 
+// Executes dyn_add_small/big on the CPU: the tensor map must cover x as [rows, 64] with
+// rows * 64 >= n (the bundle's tensor map dims are [B, 64]).
+CUresult execute_dyn(const Launch& l) {
+  float* x = param<float*>(l, 0);
+  const float* w = param<const float*>(l, 1);
+  float* y = param<float*>(l, 2);
+  const uint64_t* tmap = reinterpret_cast<const uint64_t*>(l.params[3].data());
+  int32_t n = param<int32_t>(l, 4);
+  float alpha = param<float>(l, 5);
+  // Reserved up front: the hot-path test counts allocations during runs, ours included.
+  if (g_launch_log.capacity() == 0) g_launch_log.reserve(1 << 16);
+  if (g_launch_log.size() + 3 <= g_launch_log.capacity())
+    g_launch_log.insert(g_launch_log.end(), {l.variant, int(l.grid[0]), n});
+  if (!x || !w || !y) return fail_with("null tensor pointer");
+  if (tmap[0] != 0xA07A07 || tmap[1] != reinterpret_cast<uint64_t>(x))
+    return fail_with("tensor map not encoded for input x");
+  if (tmap[2] != 2 || tmap[3] != 64 || tmap[4] * 64 != uint64_t(n) || tmap[5] != 256)
+    return fail_with("dynamic tensor map dims/strides do not match n");
+  for (int32_t i = 0; i < n; ++i) y[i] = x[i] + alpha * w[i % 64];
+  return 0;
+}
+
 // Executes add_kernel on the CPU after checking every parameter the bundle defines.
 CUresult execute(const Launch& l) {
   ++g_stats.launches;
+  if (l.variant == kDynSmall || l.variant == kDynBig) return execute_dyn(l);
   float* x = param<float*>(l, 0);
   const float* w = param<const float*>(l, 1);
   float* y = param<float*>(l, 2);
@@ -146,6 +179,15 @@ __attribute__((visibility("default"))) void fake_cuda_stats(int* out6) {
   out6[3] = g_stats.encodes;
   out6[4] = g_stats.last_cluster_x;
   out6[5] = g_stats.pdl_launches;
+}
+// Copies up to `max` ints of the launch log (triples: variant — 5 dyn_add_small, 6
+// dyn_add_big —, grid x, parameter n) to `out`, clears the log, returns the ints it held.
+__attribute__((visibility("default"))) int fake_cuda_launch_log(int* out, int max) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  int n = int(g_launch_log.size());
+  for (int i = 0; i < n && i < max; ++i) out[i] = g_launch_log[size_t(i)];
+  g_launch_log.clear();
+  return n;
 }
 
 #define API extern "C" __attribute__((visibility("default"))) CUresult
@@ -284,11 +326,13 @@ API cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void*
     l.cluster[2] = c->attrs[i].value.clusterDim.z;
   }
   g_stats.last_cluster_x = int(l.cluster[0]);
-  for (size_t i = 0; i < sizeof(kAddParams) / sizeof(kAddParams[0]); ++i) {
+  const std::vector<size_t>& sizes =
+      l.variant == kDynSmall || l.variant == kDynBig ? kDynParams : kAddParams;
+  for (size_t i = 0; i < sizes.size(); ++i) {
     const uint8_t* p = static_cast<const uint8_t*>(params[i]);
-    if (kAddParams[i] == 128 && reinterpret_cast<uintptr_t>(p) % 64 != 0)
+    if (sizes[i] == 128 && reinterpret_cast<uintptr_t>(p) % 64 != 0)
       return fail_with("tensor map parameter not 64-aligned");
-    l.params.emplace_back(p, p + kAddParams[i]);
+    l.params.emplace_back(p, p + sizes[i]);
   }
   FakeStream* s = stream_of(c->hStream);
   if (s->capturing) {

@@ -122,8 +122,10 @@ TEST(wrong_format_name) {
 
 TEST(unknown_version) {
   TestBundle b;
-  at(b.manifest, "version") = jint(2);
-  expect_status(write(b, "ver"), AOTPACK_UNSUPPORTED_VERSION, "version 2");
+  at(b.manifest, "version") = jint(3);
+  expect_status(write(b, "ver"), AOTPACK_UNSUPPORTED_VERSION, "version 3");
+  at(b.manifest, "version") = jint(0);
+  expect_status(write(b, "ver0"), AOTPACK_UNSUPPORTED_VERSION, "version 0");
 }
 
 TEST(cubin_checksum_mismatch) {

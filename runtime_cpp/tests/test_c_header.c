@@ -13,5 +13,26 @@ int main(int argc, char** argv) {
          aotpack_status_message(status));
   int code = (int)aotpack_status_code(status);
   aotpack_status_free(status);
-  return code == AOTPACK_IO ? 0 : 1;
+  /* The v2 (dynamic shape) declarations are C too; NULL handles are refused, never crash. */
+  aotpack_shape in_shape = {2, {4, 64}}, out_shape;
+  aotpack_symbol_info symbol;
+  aotpack_session_options session_options;
+  memset(&session_options, 0, sizeof(session_options));
+  session_options.max_cached_plans = 4;
+  const char* expr = NULL;
+  int64_t lo = 0, hi = 0;
+  aotpack_status* s1 = aotpack_model_output_shapes(NULL, &in_shape, 1, &out_shape, 1);
+  aotpack_status* s2 = aotpack_model_symbol_info(NULL, 0, &symbol);
+  aotpack_status* s3 = aotpack_model_input_dim(NULL, 0, 0, &expr, &lo, &hi);
+  aotpack_status* s4 = aotpack_session_run_shaped(NULL, NULL, &in_shape, NULL, NULL);
+  int refused = aotpack_status_code(s1) == AOTPACK_INVALID_ARGUMENT &&
+                aotpack_status_code(s2) == AOTPACK_INVALID_ARGUMENT &&
+                aotpack_status_code(s3) == AOTPACK_INVALID_ARGUMENT &&
+                aotpack_status_code(s4) == AOTPACK_INVALID_ARGUMENT &&
+                aotpack_model_num_symbols(NULL) == 0 && AOTPACK_BUNDLE_FORMAT_VERSION == 2;
+  aotpack_status_free(s1);
+  aotpack_status_free(s2);
+  aotpack_status_free(s3);
+  aotpack_status_free(s4);
+  return code == AOTPACK_IO && refused ? 0 : 1;
 }

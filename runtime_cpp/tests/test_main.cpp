@@ -5,6 +5,20 @@
 #include <cstring>
 
 #include "bundle_builder.hpp"
+#include "safetensors.hpp"
+
+namespace {
+// Inputs of the dynamic test bundle at B = 5 (x f32[5, 64], aux f32[5, 10]) for
+// `aotpack-run --inputs`.
+void write_dynamic_inputs(const std::string& dir) {
+  std::vector<float> x(5 * 64), aux(5 * 10, 0.5f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i % 7);
+  aotpack::write_safetensors(dir + "/inputs.safetensors",
+                             {{"x", "F32", {5, 64}, x.data(), x.size() * 4},
+                              {"aux", "F32", {5, 10}, aux.data(), aux.size() * 4}},
+                             {}, 64);
+}
+}  // namespace
 
 namespace aotpack_test {
 std::map<std::string, std::function<void()>>& registry() {
@@ -19,11 +33,16 @@ int main(int argc, char** argv) {
     for (auto& kv : r) std::printf("%s\n", kv.first.c_str());
     return 0;
   }
-  if (argc > 2 && std::strcmp(argv[1], "--write-bundle") == 0) {
-    // Fixture for the aotpack-run tests: a valid bundle in the given (created) directory.
+  bool dynamic = argc > 2 && std::strcmp(argv[1], "--write-dynamic-bundle") == 0;
+  if (dynamic || (argc > 2 && std::strcmp(argv[1], "--write-bundle") == 0)) {
+    // Fixture for the aotpack-run tests: a valid bundle (v1, or the v2 one with dims that
+    // vary at run time) in the given (created) directory.
     std::string cmd = std::string("mkdir -p '") + argv[2] + "'";
     if (std::system(cmd.c_str()) != 0) return 1;
-    std::printf("%s\n", aotpack_test::TestBundle().write(argv[2]).c_str());
+    aotpack_test::TestBundle b = dynamic ? aotpack_test::TestBundle::dynamic()
+                                         : aotpack_test::TestBundle();
+    std::printf("%s\n", b.write(argv[2]).c_str());
+    if (dynamic) write_dynamic_inputs(argv[2]);
     return 0;
   }
   if (argc > 2 && std::strcmp(argv[1], "--write-tune-jobs") == 0) {

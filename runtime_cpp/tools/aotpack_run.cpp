@@ -1,8 +1,8 @@
 // aotpack-run — run, benchmark or inspect an aotpack bundle with only the NVIDIA driver.
 //
 //   aotpack-run BUNDLE [--weights FILE] [--device N] [--inputs in.safetensors]
-//               [--outputs out.safetensors] [--bench N] [--warmup N] [--no-graph] [--no-pdl]
-//               [--info] [--check]
+//               [--outputs out.safetensors] [--shape NAME=AxB[,...]]... [--bench N]
+//               [--warmup N] [--no-graph] [--no-pdl] [--info] [--check]
 //   aotpack-run --tune JOB_DIR -o results.json [--budget S] [--reps N] [--warmup N]
 //               [--candidate-timeout S] [--device N]          (tuner: tools/tune.cpp)
 //
@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@
 #include "dtype.hpp"
 #include "error.hpp"
 #include "host_tensor.hpp"
+#include "run_info.hpp"
+#include "run_shapes.hpp"
 #include "safetensors.hpp"
 #include "tune.hpp"
 
@@ -30,8 +33,10 @@ namespace cu = aotpack::cu;
 using aotpack::cat;
 using aotpack::fail;
 using aotpack_run::check_status;
+using aotpack_run::Dims;
 using aotpack_run::ModelHandle;
 using aotpack_run::outputs_to_host;
+using aotpack_run::ShapeArg;
 using aotpack_run::tensor_infos;
 
 const char* kUsage =
@@ -41,15 +46,24 @@ const char* kUsage =
     "options:\n"
     "  --weights FILE     external weights file (default: the bundle's external_weights.file)\n"
     "  --device N         CUDA device ordinal (default 0)\n"
-    "  --inputs FILE      read inputs by name from a safetensors file (default: random)\n"
-    "  --outputs FILE     write the outputs to a safetensors file\n"
-    "  --bench N          time N runs (after --warmup runs); prints median/p10/p90 ms\n"
+    "  --inputs FILE      read inputs by name from a safetensors file (default: random); a\n"
+    "                     bundle whose dims vary runs at the shapes of the file's tensors\n"
+    "  --outputs FILE     write the outputs (with their shapes) to a safetensors file\n"
+    "  --shape NAME=AxB[,NAME2=CxD...]\n"
+    "                     input shapes of a bundle whose dims vary at run time (format v2);\n"
+    "                     repeat it to run (and bench) several shapes in turn. Inputs not\n"
+    "                     named get their dims from the symbols the named ones set, else\n"
+    "                     from the symbols' example (else max) values, which is also the\n"
+    "                     shape used without --shape\n"
+    "  --bench N          time N runs (after --warmup runs); prints median/p10/p90 ms, one\n"
+    "                     line per --shape, ending in shape=NAME=AxB,... for such bundles\n"
     "  --warmup N         warm-up runs before timing (default 10)\n"
     "  --no-graph         launch kernels one by one instead of replaying a CUDA graph\n"
     "  --no-pdl           no programmatic dependent launch: each kernel starts only after the\n"
     "                     previous one ends (for A/B timing)\n"
     "  --seed N           seed of the random inputs (default 0)\n"
-    "  --info             print signature, kernels and arena size (no GPU needed), then exit\n"
+    "  --info             print signature (with symbols and their ranges), kernels and arena\n"
+    "                     size (no GPU needed), then exit\n"
     "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
     "  -h, --help         this text\n"
     "tuning (docs/tuning.md): measure every candidate of a job made by `aotpack tune`\n"
@@ -77,6 +91,7 @@ struct Args {
   int reps = -1;
   bool warmup_set = false;
   std::vector<std::string> run_only;  // flags given that --tune does not take
+  std::vector<ShapeArg> shapes;       // one per --shape
 };
 
 // Timed runs per candidate: each needs two CUDA events, all alive until the last one.
@@ -127,12 +142,18 @@ Args parse_args(int argc, char** argv) {
     };
     static const char* const kRunOnly[] = {"--weights", "--inputs", "--outputs", "--bench",
                                            "--seed", "--no-graph", "--no-pdl", "--info",
-                                           "--check"};
+                                           "--check", "--shape"};
     for (const char* f : kRunOnly)
       if (s == f) a.run_only.push_back(s);
     if (s == "--weights") a.weights = value();
     else if (s == "--inputs") a.inputs = value();
     else if (s == "--outputs") a.outputs = value();
+    else if (s == "--shape") {
+      ShapeArg arg;
+      std::string err = aotpack_run::parse_shape_arg(value(), &arg);
+      if (!err.empty()) throw UsageError{err};
+      a.shapes.push_back(arg);
+    }
     else if (s == "--device") a.device = int(parse_count("--device", value(), 0));
     else if (s == "--bench") a.bench = int(parse_count("--bench", value(), 1));
     else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0)), a.warmup_set = true;
@@ -153,6 +174,10 @@ Args parse_args(int argc, char** argv) {
   }
   check_tune_args(a);
   if (a.bundle.empty() && a.tune.empty()) throw UsageError{"missing BUNDLE"};
+  if (!a.inputs.empty() && !a.shapes.empty())
+    throw UsageError{"--shape cannot be used with --inputs (the file's tensors give the shapes)"};
+  if (!a.outputs.empty() && a.shapes.size() > 1)
+    throw UsageError{"--outputs takes one shape: give a single --shape"};
   return a;
 }
 
@@ -160,36 +185,6 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += cat(i ? ", " : "", shape[i]);
   return s + "]";
-}
-
-// --info: describe the bundle from the host-side verification (no driver needed).
-void print_info(const Args& a) {
-  auto b = aotpack::open_bundle(a.bundle, a.weights);
-  const aotpack::Manifest& m = b->manifest;
-  std::printf("bundle: %s (format v%lld, target %s cc %d.%d, min driver %lld)\n",
-              a.bundle.c_str(), (long long)m.version, m.arch.c_str(), m.cc_major, m.cc_minor,
-              (long long)m.min_driver);
-  for (const auto& t : m.inputs)
-    std::printf("input  %-24s %-5s %s\n", t.name.c_str(), aotpack::dtype_manifest_name(t.dtype),
-                shape_str(t.shape).c_str());
-  for (const auto& t : m.outputs)
-    std::printf("output %-24s %-5s %s\n", t.name.c_str(), aotpack::dtype_manifest_name(t.dtype),
-                shape_str(t.shape).c_str());
-  uint64_t wbytes = 0;
-  for (const auto& w : m.weights) wbytes += w.nbytes;
-  std::printf("weights: %zu tensors, %llu bytes%s\n", m.weights.size(),
-              (unsigned long long)wbytes, m.external_weights ? " (external)" : "");
-  std::printf("arena: %llu bytes\n", (unsigned long long)m.arena_bytes);
-  for (size_t i = 0; i < m.kernels.size(); ++i) {
-    const auto& k = m.kernels[i];
-    std::printf("kernel %zu %-20s entry=%s block=%ux%ux%u cluster=%ux%ux%u smem=%u %s\n", i,
-                k.name.c_str(), k.entry.c_str(), k.block[0], k.block[1], k.block[2],
-                k.cluster[0], k.cluster[1], k.cluster[2], k.smem, k.backend.c_str());
-  }
-  for (size_t i = 0; i < m.steps.size(); ++i)
-    std::printf("step %zu kernel=%s grid=%ux%ux%u args=%zu\n", i,
-                m.kernels[m.steps[i].kernel].name.c_str(), m.steps[i].grid[0],
-                m.steps[i].grid[1], m.steps[i].grid[2], m.steps[i].args.size());
 }
 
 // Device buffers of one tensor each, freed at scope exit.
@@ -207,27 +202,35 @@ struct DeviceBuffers {
   }
 };
 
-// Host bytes of every input: from --inputs (checked) or random.
-std::vector<std::vector<uint8_t>> host_inputs(const Args& a,
+// The input shapes the --inputs file gives (dtype, and every static dim, checked).
+std::vector<Dims> file_shapes(const Args& a, const aotpack::SafetensorsFile& f,
+                              const std::vector<aotpack_tensor_info>& ins) {
+  std::vector<Dims> out;
+  for (const auto& t : ins) {
+    const aotpack::TensorEntry* e = f.find(t.name);
+    if (!e) fail(AOTPACK_INVALID_ARGUMENT, "input '", t.name, "' is not in ", a.inputs);
+    std::vector<int64_t> shape(t.dims, t.dims + t.rank);
+    bool fits = e->shape.size() == shape.size();
+    for (size_t k = 0; fits && k < shape.size(); ++k)
+      fits = shape[k] < 0 || shape[k] == e->shape[k];  // -1: the dim varies (bundle v2)
+    if (e->dtype != aotpack::dtype_safetensors_name(t.dtype) || !fits)
+      fail(AOTPACK_INVALID_ARGUMENT, "input '", t.name, "' in ", a.inputs, " is ", e->dtype,
+           " ", shape_str(e->shape), " but the model expects ",
+           aotpack::dtype_safetensors_name(t.dtype), " ", shape_str(shape));
+    out.push_back(e->shape);
+  }
+  return out;
+}
+
+// Host bytes of every input (of the concrete shapes in `ins`): from the --inputs file or random.
+std::vector<std::vector<uint8_t>> host_inputs(const Args& a, const aotpack::SafetensorsFile* f,
                                               const std::vector<aotpack_tensor_info>& ins) {
   std::vector<std::vector<uint8_t>> out;
-  std::unique_ptr<aotpack::SafetensorsFile> f;
-  if (!a.inputs.empty()) f.reset(new aotpack::SafetensorsFile(a.inputs, "inputs file"));
   aotpack_run::Rng rng(a.seed * 7919 + 1);
   for (const auto& t : ins) {
     std::vector<uint8_t> bytes(size_t(t.nbytes));
-    std::vector<int64_t> shape(t.dims, t.dims + t.rank);
-    if (!f) {
-      aotpack_run::fill_random(t.dtype, bytes, rng);
-    } else {
-      const aotpack::TensorEntry* e = f->find(t.name);
-      if (!e) fail(AOTPACK_INVALID_ARGUMENT, "input '", t.name, "' is not in ", a.inputs);
-      if (e->dtype != aotpack::dtype_safetensors_name(t.dtype) || e->shape != shape)
-        fail(AOTPACK_INVALID_ARGUMENT, "input '", t.name, "' in ", a.inputs, " is ", e->dtype,
-             " ", shape_str(e->shape), " but the model expects ",
-             aotpack::dtype_safetensors_name(t.dtype), " ", shape_str(shape));
-      std::memcpy(bytes.data(), f->tensor_data(*e), bytes.size());
-    }
+    if (f) std::memcpy(bytes.data(), f->tensor_data(*f->find(t.name)), bytes.size());
+    else aotpack_run::fill_random(t.dtype, bytes, rng);
     out.push_back(std::move(bytes));
   }
   return out;
@@ -291,8 +294,24 @@ void write_outputs(const std::string& path, const std::vector<aotpack_tensor_inf
   std::printf("wrote %s\n", path.c_str());
 }
 
-void run(const Args& a) {
+// Everything a run needs that does not depend on the shape.
+struct Runner {
+  const Args& a;
   ModelHandle h;
+  cu::CUstream stream = nullptr;
+  std::vector<aotpack_tensor_info> ins, outs;  // dims -1 where they vary
+  bool dynamic = false;                         // the model has symbols
+  std::unique_ptr<aotpack::SafetensorsFile> file;  // --inputs
+
+  explicit Runner(const Args& args) : a(args) {}
+  ~Runner() {
+    if (stream) cu::driver().cuStreamDestroy(stream);
+  }
+  void open();
+  void run_shape(const std::vector<Dims>& in_shapes, bool announce);
+};
+
+void Runner::open() {
   aotpack_model_options mo{};
   mo.struct_size = sizeof(mo);
   mo.weights_path = a.weights.empty() ? nullptr : a.weights.c_str();
@@ -303,33 +322,51 @@ void run(const Args& a) {
   so.use_cuda_graph = a.graph ? 1 : 0;
   so.disable_programmatic_launch = a.pdl ? 0 : 1;
   check_status(aotpack_session_create(h.m, &so, &h.s));
-  const cu::Driver& d = cu::driver();  // already loaded by the model; same context is current
+  // The driver is already loaded by the model; the model's context is current.
+  cu::check(cu::driver().cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate",
+            "");
+  ins = tensor_infos(h.m, true);
+  outs = tensor_infos(h.m, false);
+  dynamic = aotpack_model_num_symbols(h.m) > 0;
+  if (!a.inputs.empty()) file.reset(new aotpack::SafetensorsFile(a.inputs, "inputs file"));
+}
 
-  auto ins = tensor_infos(h.m, true), outs = tensor_infos(h.m, false);
-  auto host_in = host_inputs(a, ins);
+// Runs (and with --bench times) the model at one set of input shapes.
+void Runner::run_shape(const std::vector<Dims>& in_shapes, bool announce) {
+  const cu::Driver& d = cu::driver();
+  std::vector<aotpack_shape> c_in = aotpack_run::c_shapes(in_shapes);
+  std::vector<aotpack_shape> c_out(outs.size());
+  check_status(aotpack_model_output_shapes(h.m, c_in.data(), c_in.size(), c_out.data(),
+                                           c_out.size()));
+  std::vector<Dims> out_shapes;
+  for (const auto& s : c_out) out_shapes.emplace_back(s.dims, s.dims + s.rank);
+  auto in_t = aotpack_run::with_shapes(ins, in_shapes);
+  auto out_t = aotpack_run::with_shapes(outs, out_shapes);
+  const std::string label = aotpack_run::shape_label(ins, in_shapes);
+  if (announce) std::printf("shape %s\n", label.c_str());
+
+  auto host_in = host_inputs(a, file.get(), in_t);
   DeviceBuffers bufs;
   std::vector<uint64_t> in_ptrs, out_ptrs;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    in_ptrs.push_back(bufs.alloc(ins[i].nbytes, cat("input '", ins[i].name, "'")));
-    if (ins[i].nbytes)
+  for (size_t i = 0; i < in_t.size(); ++i) {
+    in_ptrs.push_back(bufs.alloc(in_t[i].nbytes, cat("input '", in_t[i].name, "'")));
+    if (in_t[i].nbytes)
       cu::check(d.cuMemcpyHtoD(in_ptrs.back(), host_in[i].data(), host_in[i].size()),
-                "cuMemcpyHtoD", cat("input '", ins[i].name, "'"));
+                "cuMemcpyHtoD", cat("input '", in_t[i].name, "'"));
   }
-  for (const auto& t : outs) out_ptrs.push_back(bufs.alloc(t.nbytes, cat("output '", t.name, "'")));
-
-  cu::CUstream stream = nullptr;
-  cu::check(d.cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate", "");
-  struct StreamGuard {
-    cu::CUstream s;
-    ~StreamGuard() { cu::driver().cuStreamDestroy(s); }
-  } guard{stream};
-  auto run_once = [&] { check_status(aotpack_session_run(h.s, in_ptrs.data(), out_ptrs.data(), stream)); };
+  for (const auto& t : out_t) out_ptrs.push_back(bufs.alloc(t.nbytes, cat("output '", t.name, "'")));
+  // A model without symbols keeps the plain run (the path every static caller takes).
+  auto run_once = [&] {
+    check_status(dynamic ? aotpack_session_run_shaped(h.s, in_ptrs.data(), c_in.data(),
+                                                      out_ptrs.data(), stream)
+                         : aotpack_session_run(h.s, in_ptrs.data(), out_ptrs.data(), stream));
+  };
 
   run_once();
   cu::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "first run");
-  std::vector<std::vector<uint8_t>> host_out = outputs_to_host(outs, out_ptrs.data());
-  summarize_outputs(outs, host_out);
-  if (!a.outputs.empty()) write_outputs(a.outputs, outs, host_out);
+  std::vector<std::vector<uint8_t>> host_out = outputs_to_host(out_t, out_ptrs.data());
+  summarize_outputs(out_t, host_out);
+  if (!a.outputs.empty()) write_outputs(a.outputs, out_t, host_out);
   if (a.bench <= 0) return;
 
   for (int i = 0; i < a.warmup; ++i) run_once();
@@ -337,9 +374,20 @@ void run(const Args& a) {
   std::vector<float> ms = time_runs(a.bench, stream, run_once);
   std::sort(ms.begin(), ms.end());
   std::printf("aotpack-run: median_ms=%.4f p10_ms=%.4f p90_ms=%.4f min_ms=%.4f runs=%d "
-              "warmup=%d graph=%d pdl=%d\n",
+              "warmup=%d graph=%d pdl=%d%s\n",
               percentile(ms, 0.5), percentile(ms, 0.1), percentile(ms, 0.9), ms.front(),
-              a.bench, a.warmup, a.graph ? 1 : 0, a.pdl ? 1 : 0);
+              a.bench, a.warmup, a.graph ? 1 : 0, a.pdl ? 1 : 0,
+              label.empty() ? "" : cat(" shape=", label).c_str());
+}
+
+void run(const Args& a) {
+  Runner r(a);
+  r.open();
+  if (r.file) return r.run_shape(file_shapes(a, *r.file, r.ins), false);
+  if (a.shapes.empty())  // static shapes, or the example shape
+    return r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, {}), false);
+  for (const ShapeArg& arg : a.shapes)
+    r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, arg), a.shapes.size() > 1);
 }
 
 }  // namespace
@@ -378,7 +426,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (a.info) {
-      print_info(a);
+      aotpack_run::print_info(a.bundle, a.weights);
       return 0;
     }
     run(a);

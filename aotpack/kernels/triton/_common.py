@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aotpack.ir.sym import bounds, divisible
+from aotpack.ir.sym import bounds, divisible, subs_tree
 from aotpack.kernels.spec import SM90, Launch, Target, TensorArg
 from aotpack.kernels.triton.compile import (
     F32, I32, I64, ArgValue, Const, Desc, Ptr, TritonKernel, compile_kernel, launch,
@@ -141,8 +141,12 @@ def entry_points(plan_fn):
     def run_interpreted(op, env, config: dict | None = None) -> None:
         run_interpreted_batch([(op, env, config)])
 
-    def run_plan_interpreted_here(op, env, config: dict | None = None) -> None:
-        run_plan_here(plan_fn(op, config), env)
+    def run_plan_interpreted_here(op, env, config: dict | None = None,
+                                  point: dict | None = None) -> None:
+        """`point`: the dims' values a symbolic op runs at (its plan's sizes evaluated there,
+        as the runtime evaluates the bundle's expressions)."""
+        plan = plan_fn(op, config)
+        run_plan_here(subs_tree(plan, point) if point else plan, env)
 
     def run_jit(op, env, config: dict | None = None) -> None:
         run_plan(plan_fn(op, config), env)

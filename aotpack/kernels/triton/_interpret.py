@@ -121,14 +121,15 @@ def _run_jobs_here(jobs) -> None:
     _patch_scalar_index()
     _patch_bf16_dot()
     _patch_bf16_rounding()
-    for op, env, config in jobs:
+    for op, env, config, *point in jobs:  # point: the dims of a symbolic op
         module = importlib.import_module(_TEMPLATE_MODULE[type(op).__name__])
-        module.run_plan_interpreted_here(op, env, config)
+        module.run_plan_interpreted_here(op, env, config, *point)
 
 
 def run_interpreted_batch(jobs, timeout: float = 1800) -> None:
-    """jobs: [(op, env, config or None)]; every env (storage -> flat CPU tensor) is updated in
-    place with what the kernel wrote."""
+    """jobs: [(op, env, config or None[, point])]; every env (storage -> flat CPU tensor) is
+    updated in place with what the kernel wrote. A symbolic op needs its `point` (the dims'
+    values) and a complete config."""
     jobs = list(jobs)
     if not jobs:
         return
@@ -150,7 +151,7 @@ def run_interpreted_batch(jobs, timeout: float = 1800) -> None:
         if proc.returncode != 0:
             raise RuntimeError("interpreter child failed:\n" + proc.stderr[-6000:])
         envs = torch.load(result_file, weights_only=False)
-    for (_, env, _), result in zip(jobs, envs):
+    for (_, env, *_), result in zip(jobs, envs):
         for name, tensor in env.items():
             tensor.copy_(result[name])
 
@@ -162,7 +163,7 @@ def _child_main(job_file: str, result_file: str) -> None:
         raise SystemExit("aotpack interpreter child: TRITON_INTERPRET=1 was not in effect")
     jobs = torch.load(job_file, weights_only=False)
     _run_jobs_here(jobs)
-    torch.save([env for _, env, _ in jobs], result_file)
+    torch.save([env for _, env, *_ in jobs], result_file)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ import triton
 import triton.language as tl
 
 from aotpack.dtypes import DType
-from aotpack.ir.sym import bounds, decided, divisible, sym_max, sym_min, upper_bound
+from aotpack.ir.sym import (
+    bounds, decided, divisible, subs, subs_tree, sym_max, sym_min, upper_bound,
+)
 from aotpack.kernels.spec import SM90, GemmOp, Launch, Target, TensorArg, swiglu_group
 from aotpack.kernels.triton.compile import (
     Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
@@ -311,21 +313,24 @@ def runtime_args(args: dict, env) -> dict:
     return {name: value(v) for name, v in args.items()}
 
 
-def jit_runner(op: GemmOp, env, cfg: GemmConfig, sm_count: int):
+def jit_runner(op: GemmOp, env, cfg: GemmConfig, sm_count: int, point: dict | None = None):
     """A no-argument function that runs `op` through Triton's own launcher: GPU tensors in the
     benchmark, CPU tensors under the interpreter in tests. Same source and arguments as the
     cross-compiled cubin; descriptors are built once, here. A split-K config runs
-    gemm_splitk's launches (its grid is fixed by the config: sm_count is not used)."""
+    gemm_splitk's launches (its grid is fixed by the config: sm_count is not used). A
+    symbolic op runs at `point` (the dims' values): its arguments and grid are evaluated there,
+    as the runtime evaluates the bundle's expressions."""
     if isinstance(cfg, SplitKConfig):
-        return gemm_splitk.jit_runner(op, env, cfg)
+        return gemm_splitk.jit_runner(op, env, cfg, point)
     check_op(op)
-    args = runtime_args(kernel_args(op, cfg), env)
+    args = kernel_args(op, cfg)
+    args = runtime_args(subs_tree(args, point) if point else args, env)
     # Triton's interpreter computes bf16 dots on the raw bits (triton-lang/triton#11584, "not
     # supported yet"): give it f32 tiles; compiled kernels never take this branch.
     args["UPCAST_DOT"] = _is_interpreted(gemm_kernel) and op.a.dtype is DType.BF16
     if _is_interpreted(gemm_kernel):
         _fix_interpreter_index()
-    grid = (grid_size(op, cfg, sm_count),)
+    grid = (subs(grid_size(op, cfg, sm_count), point or {}),)
 
     def run():
         gemm_kernel[grid](**args, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
@@ -359,8 +364,8 @@ def run_interpreted_many(cases) -> None:
     imported. If this process was not started that way, the cases run in one child process
     that was (inputs and outputs travel through a temporary file)."""
     if _is_interpreted(gemm_kernel):
-        for op, env, cfg, nprog in cases:
-            jit_launch(op, env, cfg or config_for(op), nprog)
+        for op, env, cfg, nprog, *point in cases:
+            jit_runner(op, env, cfg or config_for(op), nprog, *point)()
         return
     _run_in_child(cases)
 
@@ -404,7 +409,7 @@ def _run_in_child(cases) -> None:
             raise RuntimeError(f"interpreted gemm failed (exit {proc.returncode}):\n"
                                f"{proc.stderr[-4000:]}")
         outputs = torch.load(result, weights_only=False)
-    for (op, env_, _, _), out in zip(cases, outputs):
+    for (op, env_, *_), out in zip(cases, outputs):
         env_[op.out.storage].copy_(out)
 
 
@@ -413,7 +418,7 @@ def _child_main(job: str, result: str) -> None:
 
     cases = torch.load(job, weights_only=False)
     run_interpreted_many(cases)
-    torch.save([env[op.out.storage] for op, env, _, _ in cases], result)
+    torch.save([env[op.out.storage] for op, env, *_ in cases], result)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from aotpack.kernels.spec import (
     SM90, GemmOp, Launch, PtrSlot, ScratchSlot, Target, TensorArg, swiglu_group,
 )
 from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
-from aotpack.ir.sym import bounds, decided, upper_bound
+from aotpack.ir.sym import bounds, decided, subs_tree, upper_bound
 from aotpack.kernels.triton.compile import Const, Desc, I32, Ptr, cdiv
 from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import (
@@ -318,7 +318,7 @@ def _env_with_workspace(op: GemmOp, env, cfg: SplitKConfig) -> dict:
     return env
 
 
-def jit_runner(op: GemmOp, env, cfg: SplitKConfig):
+def jit_runner(op: GemmOp, env, cfg: SplitKConfig, point: dict | None = None):
     """A no-argument function running the op's launches through Triton's own launcher (GPU
     tensors in benchmarks) or its interpreter (CPU tensors, in an interpreter process): the
     same plans, arguments and workspace layout the cross-compiled bundle uses."""
@@ -326,6 +326,9 @@ def jit_runner(op: GemmOp, env, cfg: SplitKConfig):
     from aotpack.kernels.triton._common import jit_launcher
 
     op_plans = plans(op, cfg)
+    if point:  # a symbolic op at one point of its dims
+        op_plans = [subs_tree(p, point) for p in op_plans]
+        op = subs_tree(op, point)
     env = _env_with_workspace(op, env, cfg)
     if _interpret.in_interpreter_process():
         # Triton 3.6 interpreter fixes (scalar index, bf16 dot, bf16 rounding): see _interpret

@@ -34,9 +34,10 @@
 extern "C" {
 #endif
 
-/* Version of the bundle format this runtime reads (manifest "version"). */
-#define AOTPACK_BUNDLE_FORMAT_VERSION 1
-/* Maximum tensor rank the query API reports (aotpack_tensor_info.dims). */
+/* Newest bundle format this runtime reads (manifest "version"); it reads every older one too
+ * (version 1: static shapes; version 2: dims that vary at run time, see "Dynamic shapes"). */
+#define AOTPACK_BUNDLE_FORMAT_VERSION 2
+/* Maximum tensor rank (aotpack_tensor_info.dims, aotpack_shape.dims). */
 #define AOTPACK_MAX_RANK 8
 
 /* ------------------------------------------------------------------------------------------
@@ -112,9 +113,29 @@ typedef struct aotpack_tensor_info {
   aotpack_dtype dtype;
   const char* dtype_name; /* manifest spelling: "bf16", ... */
   int32_t rank;
-  int64_t dims[AOTPACK_MAX_RANK]; /* outermost first; entries >= rank are 0 */
-  uint64_t nbytes;                /* bytes of the contiguous tensor */
+  /* Outermost first; entries >= rank are 0. A dim that varies at run time (bundle v2) is -1:
+   * aotpack_model_input_dim / output_dim give its expression and range. */
+  int64_t dims[AOTPACK_MAX_RANK];
+  /* Bytes of the contiguous tensor; for a tensor with dims that vary, its size with every
+   * symbol at its max (the most a run can need). */
+  uint64_t nbytes;
 } aotpack_tensor_info;
+
+/* The shape of one tensor at run time (aotpack_session_run_shaped,
+ * aotpack_model_output_shapes): dims[0 .. rank-1], outermost first. */
+typedef struct aotpack_shape {
+  int32_t rank;
+  int64_t dims[AOTPACK_MAX_RANK];
+} aotpack_shape;
+
+/* A symbol of a bundle with dims that vary at run time (manifest v2 "symbols"): an integer
+ * every run binds from its input shapes, in [min, max]. `name` lives as long as the model. */
+typedef struct aotpack_symbol_info {
+  const char* name;
+  int64_t min;
+  int64_t max;
+  int64_t example; /* the shape the model was exported with; -1 when the bundle has none */
+} aotpack_symbol_info;
 
 /* Parses and validates the bundle at `path`, initializes the driver, checks the device
  * (compute capability, shared memory, driver version), loads every cubin and uploads the
@@ -151,6 +172,37 @@ AOTPACK_API const char* aotpack_model_kernel_entry(const aotpack_model* model, s
 AOTPACK_API int aotpack_model_device(const aotpack_model* model);
 
 /* ------------------------------------------------------------------------------------------
+ * Dynamic shapes (bundle format v2, docs/manifest.md "Manifest v2"). A model has symbols when
+ * some input/output dims vary at run time; every run then passes the input shapes
+ * (aotpack_session_run_shaped). A v1 bundle has none and every call below still works.
+ * ---------------------------------------------------------------------------------------- */
+
+/* Number of symbols (0 for a model whose shapes are all static, and when model is NULL). */
+AOTPACK_API size_t aotpack_model_num_symbols(const aotpack_model* model);
+/* Fills *info for symbol `index`; INVALID_ARGUMENT when out of range. */
+AOTPACK_API aotpack_status* aotpack_model_symbol_info(const aotpack_model* model, size_t index,
+                                                      aotpack_symbol_info* info);
+/* Dim `dim` of input/output `index`: *expr = its expression ("2*S"; it lives as long as the
+ * model) or NULL for a static dim; *min / *max = its value with every symbol at its min / at
+ * its max (both the dim itself when static). Any of expr, min, max may be NULL.
+ * INVALID_ARGUMENT when index or dim is out of range. */
+AOTPACK_API aotpack_status* aotpack_model_input_dim(const aotpack_model* model, size_t index,
+                                                    int32_t dim, const char** expr,
+                                                    int64_t* min, int64_t* max);
+AOTPACK_API aotpack_status* aotpack_model_output_dim(const aotpack_model* model, size_t index,
+                                                     int32_t dim, const char** expr,
+                                                     int64_t* min, int64_t* max);
+/* Output shapes for the given input shapes, so callers can allocate before running.
+ * `input_shapes` has num_inputs entries, `output_shapes` num_outputs (both must equal the
+ * model's counts). The input shapes are checked as aotpack_session_run_shaped does (same
+ * INVALID_ARGUMENT messages). input_shapes may be NULL only for a model without symbols. */
+AOTPACK_API aotpack_status* aotpack_model_output_shapes(const aotpack_model* model,
+                                                        const aotpack_shape* input_shapes,
+                                                        size_t num_inputs,
+                                                        aotpack_shape* output_shapes,
+                                                        size_t num_outputs);
+
+/* ------------------------------------------------------------------------------------------
  * Session: per-thread execution state (workspace, tensor-map cache, CUDA graphs).
  * ---------------------------------------------------------------------------------------- */
 
@@ -165,7 +217,7 @@ typedef struct aotpack_session_options {
   uint64_t workspace;
   /* Size of `workspace` in bytes; must be >= aotpack_model_arena_bytes(). */
   size_t workspace_bytes;
-  /* 1: capture the steps in a CUDA graph once per pointer set and replay it (default);
+  /* 1: capture the steps in a CUDA graph once per (shape, pointer set), replay it (default);
    * 0: launch each step with cuLaunchKernelEx on every run. */
   int use_cuda_graph;
   /* 0 (default): kernels the bundle marks as waiting on their predecessor (manifest "pdl")
@@ -174,6 +226,9 @@ typedef struct aotpack_session_options {
    * to finish (for A/B timing). Zero means the default because this field sits where the
    * structure of earlier releases had padding: their zeroed structures keep the default. */
   int disable_programmatic_launch;
+  /* How many (shape, pointer set) plans the session caches, each with its tensor maps and
+   * CUDA graph; the least recently used is evicted. 0 (default): 8. */
+  int max_cached_plans;
 } aotpack_session_options;
 
 /* Creates a session for `model` (the session keeps the model alive). */
@@ -188,10 +243,27 @@ AOTPACK_API aotpack_status* aotpack_session_create(aotpack_model* model,
  * 16-byte aligned (INVALID_ARGUMENT otherwise). Runs of one session share its workspace:
  * enqueue them on one stream, or order them yourself (events), never concurrently.
  * The first run with a new set of pointers encodes tensor maps and captures a CUDA graph
- * (a few hundred microseconds); later runs with the same pointers only replay it. */
+ * (a few hundred microseconds); later runs with the same pointers only replay it.
+ * A model with symbols (aotpack_model_num_symbols() > 0) needs aotpack_session_run_shaped:
+ * this call returns INVALID_ARGUMENT for it. */
 AOTPACK_API aotpack_status* aotpack_session_run(aotpack_session* session,
                                                 const uint64_t* input_ptrs,
                                                 const uint64_t* output_ptrs, void* stream);
+
+/* aotpack_session_run with the shape of every input (input_shapes[i], one per input): needed
+ * for a model with symbols, where each run may have another shape within the symbols' ranges.
+ * The runtime binds the symbols from the input dims, checks every dim (INVALID_ARGUMENT naming
+ * the input, dim, value and what was expected; nothing is launched and the session stays
+ * usable), and the outputs get the shapes aotpack_model_output_shapes gives. Buffers may be
+ * larger than the shape needs (e.g. allocated once at the maxima). The first run of a shape
+ * also evaluates and checks the bundle at that shape (CORRUPT_BUNDLE if malformed there); it
+ * is cached with the pointer set, so a repeated (shape, pointers) run costs what a static run
+ * costs. input_shapes may be NULL only for a model without symbols. */
+AOTPACK_API aotpack_status* aotpack_session_run_shaped(aotpack_session* session,
+                                                       const uint64_t* input_ptrs,
+                                                       const aotpack_shape* input_shapes,
+                                                       const uint64_t* output_ptrs,
+                                                       void* stream);
 
 /* Releases the session (waits for nothing: synchronize the stream first). */
 AOTPACK_API void aotpack_session_free(aotpack_session* session);

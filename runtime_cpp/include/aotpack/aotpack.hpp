@@ -5,6 +5,11 @@
 //   aotpack::Model model("model.aotpack");             // load + verify on device 0
 //   aotpack::Session session(model);                    // workspace + CUDA graphs
 //   session.run({x_ptr}, {y_ptr}, stream);              // async on `stream`
+//
+// A model whose dims vary at run time (bundle v2, model.symbols() not empty) runs with the
+// input shapes; output_shapes() says how large the outputs are:
+//   auto outs = model.output_shapes({{2, 128}});
+//   session.run({ids_ptr}, {{2, 128}}, {logits_ptr}, stream);
 #ifndef AOTPACK_AOTPACK_HPP_
 #define AOTPACK_AOTPACK_HPP_
 
@@ -42,13 +47,31 @@ inline void check(aotpack_status* status) {
   throw Exception(code, message);
 }
 
+// The dims of one tensor, outermost first.
+using Shape = std::vector<int64_t>;
+
+// One dim of an input or output: its expression over the symbols ("2*S"; empty when static)
+// and its value with every symbol at its min / at its max.
+struct DimInfo {
+  std::string expr;
+  int64_t min = 0, max = 0;
+  bool is_static() const { return expr.empty(); }
+};
+
 // Description of an input or output (copied out of the model).
 struct TensorInfo {
   std::string name;
   aotpack_dtype dtype;
   std::string dtype_name;
-  std::vector<int64_t> shape;
-  uint64_t nbytes;
+  Shape shape;                // -1 for a dim that varies at run time
+  uint64_t nbytes;            // at every symbol's max for a tensor with such dims
+  std::vector<DimInfo> dims;  // per dim: expression and range
+};
+
+// A symbol of a model with dims that vary at run time: in [min, max]; example -1 if none.
+struct SymbolInfo {
+  std::string name;
+  int64_t min, max, example;
 };
 
 // Options of Model::Model / Model::check_file.
@@ -86,6 +109,41 @@ class Model {
   size_t num_steps() const { return aotpack_model_num_steps(handle_); }
   aotpack_model* get() const { return handle_; }
 
+  // The symbols (empty for a model whose shapes are all static).
+  std::vector<SymbolInfo> symbols() const {
+    std::vector<SymbolInfo> out;
+    for (size_t i = 0; i < aotpack_model_num_symbols(handle_); ++i) {
+      aotpack_symbol_info s;
+      check(aotpack_model_symbol_info(handle_, i, &s));
+      out.push_back({s.name, s.min, s.max, s.example});
+    }
+    return out;
+  }
+
+  // The output shapes for these input shapes (checked as a run checks them).
+  std::vector<Shape> output_shapes(const std::vector<Shape>& inputs) const {
+    std::vector<aotpack_shape> in = c_shapes(inputs);
+    std::vector<aotpack_shape> out(aotpack_model_num_outputs(handle_));
+    check(aotpack_model_output_shapes(handle_, in.data(), in.size(), out.data(), out.size()));
+    std::vector<Shape> result;
+    for (const aotpack_shape& s : out) result.emplace_back(s.dims, s.dims + s.rank);
+    return result;
+  }
+
+  // C shapes of `shapes`; INVALID_ARGUMENT for a rank above AOTPACK_MAX_RANK.
+  static std::vector<aotpack_shape> c_shapes(const std::vector<Shape>& shapes) {
+    std::vector<aotpack_shape> out(shapes.size());
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (shapes[i].size() > AOTPACK_MAX_RANK)
+        throw Exception(AOTPACK_INVALID_ARGUMENT, "shape " + std::to_string(i) + " has rank " +
+                        std::to_string(shapes[i].size()) + ", more than AOTPACK_MAX_RANK");
+      out[i] = aotpack_shape{};
+      out[i].rank = int32_t(shapes[i].size());
+      for (size_t k = 0; k < shapes[i].size(); ++k) out[i].dims[k] = shapes[i][k];
+    }
+    return out;
+  }
+
  private:
   static aotpack_model_options c_options(const ModelOptions& opts) {
     aotpack_model_options o{};
@@ -101,8 +159,17 @@ class Model {
       aotpack_tensor_info t;
       check(input ? aotpack_model_input_info(handle_, i, &t)
                   : aotpack_model_output_info(handle_, i, &t));
-      out.push_back({t.name, t.dtype, t.dtype_name,
-                     std::vector<int64_t>(t.dims, t.dims + t.rank), t.nbytes});
+      TensorInfo info{t.name, t.dtype, t.dtype_name, Shape(t.dims, t.dims + t.rank), t.nbytes,
+                      {}};
+      for (int32_t k = 0; k < t.rank; ++k) {
+        const char* expr = nullptr;
+        DimInfo d;
+        check(input ? aotpack_model_input_dim(handle_, i, k, &expr, &d.min, &d.max)
+                    : aotpack_model_output_dim(handle_, i, k, &expr, &d.min, &d.max));
+        d.expr = expr ? expr : "";
+        info.dims.push_back(d);
+      }
+      out.push_back(std::move(info));
     }
     return out;
   }
@@ -115,6 +182,7 @@ struct SessionOptions {
   size_t workspace_bytes = 0;
   bool use_cuda_graph = true;
   bool programmatic_launch = true;  // see aotpack_session_options
+  int max_cached_plans = 0;         // 0: the default (8)
 };
 
 // Per-thread execution state (move-only). Keeps the model alive.
@@ -127,6 +195,7 @@ class Session {
     o.workspace_bytes = opts.workspace_bytes;
     o.use_cuda_graph = opts.use_cuda_graph ? 1 : 0;
     o.disable_programmatic_launch = opts.programmatic_launch ? 0 : 1;
+    o.max_cached_plans = opts.max_cached_plans;
     check(aotpack_session_create(model.get(), &o, &handle_));
   }
   ~Session() { aotpack_session_free(handle_); }
@@ -142,6 +211,16 @@ class Session {
   void run(const std::vector<uint64_t>& inputs, const std::vector<uint64_t>& outputs,
            void* stream = nullptr) {
     check(aotpack_session_run(handle_, inputs.data(), outputs.data(), stream));
+  }
+  // The same with the shape of every input (needed when the model has symbols).
+  void run(const std::vector<uint64_t>& inputs, const std::vector<Shape>& input_shapes,
+           const std::vector<uint64_t>& outputs, void* stream = nullptr) {
+    if (input_shapes.size() != inputs.size())
+      throw Exception(AOTPACK_INVALID_ARGUMENT, "got " + std::to_string(inputs.size()) +
+                      " input pointers but " + std::to_string(input_shapes.size()) + " shapes");
+    std::vector<aotpack_shape> shapes = Model::c_shapes(input_shapes);
+    check(aotpack_session_run_shaped(handle_, inputs.data(), shapes.data(), outputs.data(),
+                                     stream));
   }
   aotpack_session* get() const { return handle_; }
 

@@ -1,0 +1,128 @@
+"""One dynamic bundle against static bundles built for single shapes, eager PyTorch and
+torch.compile(dynamic=True), at several shapes, in one process on one GPU.
+
+    python benchmarks/dynamic_bench.py MODEL DYN_DIR [STATIC_DIR ...] [--compile MODE]
+
+MODEL is a name in benchmarks/dynamic_models.py. Each DIR holds model.aotpack built with
+--external-weights and spec.txt (its factory); the weights are written here from the seeded
+factories (as scripts/make-weights does). For every shape of the model: the dynamic bundle's
+relative error against eager (fresh inputs), and the median latency (CUDA events, warm-up) of
+the dynamic bundle, the static bundle of that shape (when one was given), eager and the
+compiled model. Prints a table and writes $OUT/dynamic-<MODEL>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from compare import median_ms  # noqa: E402
+
+import dynamic_models as dm  # noqa: E402
+
+
+def write_weights(folder: Path) -> float:
+    """The folder's external weights from its factory (the dims its manifest declares
+    applied); seconds taken. Fails loudly when a weight's sha256 differs from the bundle's."""
+    from aotpack.bundle import MANIFEST_KEY
+    from aotpack.bundle.stfile import Entry, atomic_output, read_header, write_safetensors
+    from aotpack.bundle.writer import _weights
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+    from aotpack.verify import _load
+
+    t0 = time.time()
+    manifest = json.loads(read_header(folder / "model.aotpack")[1][MANIFEST_KEY])
+    loaded = _load((folder / "spec.txt").read_text().strip(), manifest)
+    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    records, data = _weights(program)
+    want = {w["name"]: w["sha256"] for w in manifest["weights"]}
+    if want != {r.name: r.sha256 for r in records}:
+        raise SystemExit(f"{folder}: weights differ from the bundle's")
+    entries = [Entry(r.name, r.dtype.safetensors, r.shape, d) for r, d in zip(records, data)]
+    with atomic_output(folder / manifest["external_weights"]["file"]) as out:
+        write_safetensors(out, entries, {"aotpack.weights_of": "model.aotpack"})
+    return time.time() - t0
+
+
+def inputs_for(model_name: str, b: int, s: int | None, seed: int):
+    """Fresh inputs of one shape: images, hidden states, or token ids in the vocabulary."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    if model_name == "vit_b16":
+        return [torch.randn(b, 3, 224, 224, generator=g).to(torch.bfloat16)]
+    if model_name.startswith("llama"):
+        return [torch.randn(b, s, 4096, generator=g).to(torch.bfloat16)]
+    vocab = 50257 if model_name == "gpt2" else 30522
+    return [torch.randint(0, vocab, (b, s), generator=g)]
+
+
+def rel_err(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def main() -> int:
+    import torch
+
+    p = argparse.ArgumentParser()
+    p.add_argument("model", choices=sorted(dm.MODELS))
+    p.add_argument("dynamic", type=Path)
+    p.add_argument("static", type=Path, nargs="*")
+    p.add_argument("--compile", default="default", help="torch.compile mode (dynamic=True), "
+                   "or none")
+    p.add_argument("--reps", type=int, default=50)
+    args = p.parse_args()
+    from aotpack.runtime import Model, Session
+
+    factory, _, example, shapes = dm.MODELS[args.model]
+    result = {"model": args.model, "gpu": torch.cuda.get_device_name(),
+              "torch": torch.__version__, "compile_mode": args.compile, "rows": []}
+    weights_s = {str(d): write_weights(d) for d in [args.dynamic, *args.static]}
+    result["weights_s"] = weights_s
+    eager, _ = factory(*example)
+    eager = eager.cuda()
+    dyn = Session(Model(str(args.dynamic / "model.aotpack")))
+    static = {}
+    for d in args.static:
+        name = (d / "spec.txt").read_text().strip().rsplit(":", 1)[1]
+        static[name] = Session(Model(str(d / "model.aotpack")))
+    compiled, compile_s = None, None
+    if args.compile != "none":
+        mode = None if args.compile == "default" else args.compile
+        compiled = torch.compile(eager, dynamic=True, mode=mode)
+    for k, (b, s) in enumerate(shapes):
+        x = [t.cuda() for t in inputs_for(args.model, b, s, seed=k)]
+        with torch.no_grad():
+            want = eager(*x)
+            got = dyn.run(x)[0]
+            row = {"shape": dm.shape_name(b, s), "rel_err_vs_eager": rel_err(got, want),
+                   "dynamic_ms": median_ms(lambda: dyn.run(x), reps=args.reps),
+                   "eager_ms": median_ms(lambda: eager(*x), reps=args.reps)}
+            key = f"{args.model}_{dm.shape_name(b, s)}"
+            if key in static:
+                row["static_ms"] = median_ms(lambda: static[key].run(x), reps=args.reps)
+                row["dynamic_over_static"] = row["dynamic_ms"] / row["static_ms"]
+            if compiled is not None:
+                t0 = time.time()
+                compiled(*x)
+                torch.cuda.synchronize()
+                row["compile_first_call_s"] = time.time() - t0
+                row["compiled_ms"] = median_ms(lambda: compiled(*x), reps=args.reps)
+        result["rows"].append(row)
+        print(json.dumps(row), flush=True)
+    out = Path(os.environ.get("OUT", "."))
+    (out / f"dynamic-{args.model}.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,240 @@
+"""Dynamic shapes on the CPU: models exported with dynamic dims compile to one symbolic program
+whose kernel references match eager PyTorch at every shape of the ranges; every kernel
+template's symbolic launch, evaluated at a shape the way the runtime evaluates the bundle's
+expressions, matches its reference under Triton's interpreter; a dynamic bundle is a checked
+v2 manifest in which exactly one variant of each op runs at any shape; shapes the program
+cannot run are refused with the input, dim, value and range named."""
+import random
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aotpack.executor import run_reference
+from aotpack.frontend import UnsupportedOpError, to_graph
+from aotpack.frontend.dynamic import apply_dynamic
+from aotpack.frontend.load import LoadedModel
+from aotpack.ir.sym import free_symbols, restrict, subs, subs_tree
+from aotpack.kernels.spec import GemmOp, TensorArg
+from aotpack.kernels.templates import template_for
+from aotpack.kernels.variants import buckets
+from aotpack.passes import compile_graph
+from aotpack.program import ShapeError
+from program_checks import kinds, rel_err
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+import llama_block  # noqa: E402
+import mlp  # noqa: E402
+
+SMALL_LLAMA = dict(d=128, heads=4, kv_heads=2, head_dim=32, ffn=256)
+
+
+def _dynamic_llama(max_batch=4, max_seq=64):
+    model, inputs, dims = llama_block.make_dynamic(max_batch=max_batch, max_seq=max_seq,
+                                                   batch=2, seq=16, **SMALL_LLAMA)
+    return model, inputs, dims
+
+
+def _program(model, inputs, dims):
+    return compile_graph(to_graph(model, inputs, dims))
+
+
+def _matches_eager(model, program, shape, tol=2e-2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g).to(torch.bfloat16)
+    with torch.no_grad():
+        want = model(x)
+    (got,) = run_reference(program, [x])
+    assert got.shape == want.shape
+    assert rel_err(got, want) < tol, (shape, rel_err(got, want))
+
+
+@pytest.fixture(scope="module")
+def llama():
+    model, inputs, dims = _dynamic_llama()
+    return model, _program(model, inputs, dims)
+
+
+def test_llama_block_one_program_for_every_shape(llama):
+    """The block's static fusion, with sizes that are expressions of B and S: both ends of
+    both ranges, the example, and odd and prime sizes all match eager."""
+    model, program = llama
+    static = compile_graph(to_graph(*llama_block.make(batch=2, seq=16, **SMALL_LLAMA)))
+    assert kinds(program) == kinds(static)
+    assert [s.name for s in program.symbols] == ["B", "S"] and program.example == {"B": 2, "S": 16}
+    for b, s in [(1, 1), (2, 16), (4, 64), (3, 17), (1, 63), (4, 1)]:
+        _matches_eager(model, program, (b, s, 128), seed=b * 100 + s)
+
+
+def test_shape_fuzz(llama):
+    model, program = llama
+    rng = random.Random(7)
+    for i in range(6):
+        _matches_eager(model, program, (rng.randint(1, 4), rng.randint(1, 64), 128), seed=i)
+
+
+def test_bad_shapes_are_refused_with_the_dim_and_range(llama):
+    _, program = llama
+    with pytest.raises(ShapeError, match=r"input 'x' dim 1 is 65, outside the range 1\.\.64 of S"):
+        program.bind([(2, 65, 128)])
+    with pytest.raises(ShapeError, match=r"input 'x' has rank 2, expected 3"):
+        program.bind([(2, 16)])
+    with pytest.raises(ShapeError, match=r"input 'x' dim 2 is 64 but must be 128"):
+        program.bind([(2, 16, 64)])
+    assert program.bind([(3, 5, 128)]) == {"B": 3, "S": 5}
+
+
+def test_mlp_dynamic_and_cli_dims():
+    """The same dims declared from the command line (--dynamic) on a plain factory."""
+    model, inputs = mlp.make(d=64, f=256, batch=2, seq=8)
+    loaded = apply_dynamic(LoadedModel(model, inputs), ["x.0=B:1..8", "x.1=S:1..32"])
+    program = _program(loaded.model, loaded.inputs, loaded.dynamic_shapes)
+    assert [(s.name, s.lo, s.hi) for s in program.symbols] == [("B", 1, 8), ("S", 1, 32)]
+    for shape in [(1, 1, 64), (8, 32, 64), (3, 7, 64)]:
+        _matches_eager(model, program, shape, seed=shape[1])
+
+
+def test_cli_dims_are_checked():
+    from aotpack.frontend import ModelLoadError
+
+    model, inputs = mlp.make(d=64, f=256, batch=2, seq=8)
+    for bad, why in [("x.5=1..8", "has 3 dims"), ("y.0=1..8", "no input 'y'"),
+                     ("x.0=3..8", "outside the range"), ("x.0", "expected NAME.DIM"),
+                     ("x.0=B", "has no range")]:
+        with pytest.raises(ModelLoadError, match=why):
+            apply_dynamic(LoadedModel(model, inputs), [bad])
+
+
+def test_other_inputs_follow_a_named_dim():
+    """An attention-mask-like second input of the same example size gets the same dim."""
+    class Two(torch.nn.Module):
+        def forward(self, x, mask):
+            return x * mask
+
+    x, mask = torch.randn(2, 8), torch.ones(2, 8)
+    loaded = apply_dynamic(LoadedModel(Two(), (x, mask)), ["x.1=S:1..16"])
+    g = to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes)
+    assert [str(d) for v in g.inputs for d in v.shape] == ["2", "S", "2", "S"]
+
+
+def test_dims_the_model_restricts_are_refused_with_the_reason():
+    """torch.export's own refusal (a dim the code needs even) is an UnsupportedOpError that
+    says why; its suggested fix (a dim derived from another, 2*_S) is refused because the
+    runtime binds dims from inputs that are exactly a dim."""
+    class Even(torch.nn.Module):
+        def forward(self, x):
+            torch._check(x.shape[1] % 2 == 0)
+            return x * 2
+
+    S = torch.export.Dim("S", min=2, max=64)
+    with pytest.raises(UnsupportedOpError, match="(?s)refused the dynamic dims.*% 2"):
+        to_graph(Even(), (torch.randn(2, 8),), ({1: S},))
+    half = torch.export.Dim("half", min=1, max=32)
+    with pytest.raises(UnsupportedOpError, match="every dynamic dim to be an input dim"):
+        to_graph(Even(), (torch.randn(2, 8),), ({1: 2 * half},))
+
+
+def test_window_mask_is_not_taken_for_causal():
+    """A sliding-window mask equals the causal one for short sequences only: it is classified
+    at each dim's maximum too, and refused (not silently made causal)."""
+    class Windowed(torch.nn.Module):
+        def forward(self, q):
+            s = q.shape[2]
+            i = torch.arange(s)
+            mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < 8)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+    S = torch.export.Dim("S", min=1, max=64)
+    with pytest.raises(UnsupportedOpError, match="attn_mask"):
+        to_graph(Windowed(), (torch.randn(1, 2, 4, 16),), ({2: S},))
+    causal = compile_graph(to_graph(Windowed(), (torch.randn(1, 2, 4, 16),),
+                                    ({2: torch.export.Dim("S", min=1, max=8)},)))
+    assert [op.causal for op in causal.ops if type(op).__name__ == "AttentionOp"] == [True]
+
+
+# --------------------------------------------------------------------------- kernels
+def _needed(arg: TensorArg) -> int:
+    return arg.offset + sum((d - 1) * s for d, s in zip(arg.shape, arg.strides)) + 1
+
+
+def _args(obj, out=None):
+    import dataclasses
+
+    out = [] if out is None else out
+    if isinstance(obj, TensorArg):
+        out.append(obj)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _args(getattr(obj, f.name), out)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _args(x, out)
+    return out
+
+
+def _env(op, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    sizes = {}
+    for a in _args(op):
+        sizes[a.storage] = (max(sizes.get(a.storage, (0,))[0], _needed(a)), a.dtype)
+    env = {}
+    for name, (n, dtype) in sizes.items():
+        if dtype.is_float:
+            env[name] = (torch.randn(n, generator=g) * 0.5).to(dtype.to_torch())
+        else:
+            env[name] = torch.randint(0, 50, (n,), generator=g).to(dtype.to_torch())
+    env[op.out.storage].fill_(float("nan") if op.out.dtype.is_float else -1)
+    return env
+
+
+def _symbolic_cases(program, points):
+    """(op compiled for its bucket at `point`, config, point, concrete op) per op and point,
+    the way a build chooses and the runtime runs them."""
+    from aotpack.kernels import SM90
+
+    cases = []
+    for op in program.ops:
+        t = template_for(op)
+        for point in points:
+            for b in buckets(op, t, program.symbols, program.example):
+                if b.size == 0 or b.lo <= subs(b.size, point) <= b.hi:
+                    break
+            config = t.default_config(subs_tree(op, b.env), SM90)
+            narrowed = subs_tree(op, restrict(program.symbols, b.size, b.lo, b.hi)) \
+                if free_symbols(b.size) else op
+            cases.append((narrowed, config, point, subs_tree(op, point)))
+    return cases
+
+
+def _run_cases(cases):
+    from aotpack.kernels import run_reference as reference
+    from aotpack.kernels.triton import _interpret, gemm
+    from aotpack.kernels.triton.gemm_configs import config_from_dict
+
+    gemm_runs, other_runs, checks = [], [], []
+    for i, (op, config, point, concrete) in enumerate(cases):
+        env = _env(concrete, seed=i)
+        want = {k: v.clone() for k, v in env.items()}
+        reference(concrete, want)
+        fields = {k: v for k, v in config.items() if k != "template"}
+        if isinstance(op, GemmOp):
+            gemm_runs.append((op, env, config_from_dict(fields), 3, point))
+        else:
+            other_runs.append((op, env, fields, point))
+        checks.append((concrete, env, want, point))
+    gemm.run_interpreted_many(gemm_runs)
+    _interpret.run_interpreted_batch(other_runs)
+    return checks
+
+
+@pytest.mark.parametrize("points", [[{"B": 1, "S": 1}, {"B": 3, "S": 17}, {"B": 4, "S": 64}]])
+def test_every_symbolic_kernel_matches_its_reference(llama, points):
+    _, program = llama
+    for concrete, env, want, point in _run_cases(_symbolic_cases(program, points)):
+        out = concrete.out
+        got = torch.as_strided(env[out.storage], out.shape, out.strides, out.offset)
+        ref = torch.as_strided(want[out.storage], out.shape, out.strides, out.offset)
+        assert not got.float().isnan().any(), (type(concrete).__name__, point)
+        assert rel_err(got, ref) < 2e-2, (type(concrete).__name__, point, rel_err(got, ref))
