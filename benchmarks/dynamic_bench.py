@@ -65,6 +65,25 @@ def inputs_for(model_name: str, b: int, s: int | None, seed: int):
     return [torch.randint(0, vocab, (b, s), generator=g)]
 
 
+def _ends(model_name: str) -> list[tuple]:
+    """Both ends of the dims' ranges (correctness only: the measured shapes are in MODELS)."""
+    _, dims, example, _ = dm.MODELS[model_name]
+    lo, hi = list(example), list(example)
+    for d in dims:
+        i = int(d.split(".")[1].split("=")[0])
+        lo[i], hi[i] = (int(v) for v in d.rsplit(":", 1)[1].split(".."))
+    return [tuple(lo), tuple(hi)]
+
+
+def _check_end(model_name, dyn, eager, shape) -> dict:
+    import torch
+
+    x = [t.cuda() for t in inputs_for(model_name, shape[0], shape[1], seed=99)]
+    with torch.no_grad():
+        err = rel_err(dyn.run(x)[0], eager(*x))
+    return {"shape": dm.shape_name(*shape), "rel_err_vs_eager": err}
+
+
 def rel_err(a, b) -> float:
     a, b = a.double(), b.double()
     return float((a - b).norm() / b.norm())
@@ -80,14 +99,20 @@ def main() -> int:
     p.add_argument("--compile", default="default", help="torch.compile mode (dynamic=True), "
                    "or none")
     p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--weights-only", action="store_true",
+                   help="write every folder's weights and stop (run these in parallel first)")
     args = p.parse_args()
+    dirs = [args.dynamic, *args.static]
+    if args.weights_only:
+        print(json.dumps({str(d): round(write_weights(d), 1) for d in dirs}))
+        return 0
     from aotpack.runtime import Model, Session
 
     factory, _, example, shapes = dm.MODELS[args.model]
     result = {"model": args.model, "gpu": torch.cuda.get_device_name(),
               "torch": torch.__version__, "compile_mode": args.compile, "rows": []}
-    weights_s = {str(d): write_weights(d) for d in [args.dynamic, *args.static]}
-    result["weights_s"] = weights_s
+    result["weights_s"] = {str(d): write_weights(d) for d in dirs
+                           if not (d / "weights.safetensors").is_file()}
     eager, _ = factory(*example)
     eager = eager.cuda()
     dyn = Session(Model(str(args.dynamic / "model.aotpack")))
@@ -99,6 +124,8 @@ def main() -> int:
     if args.compile != "none":
         mode = None if args.compile == "default" else args.compile
         compiled = torch.compile(eager, dynamic=True, mode=mode)
+    result["ends"] = [_check_end(args.model, dyn, eager, point) for point in _ends(args.model)]
+    print(json.dumps({"ends": result["ends"]}), flush=True)
     for k, (b, s) in enumerate(shapes):
         x = [t.cuda() for t in inputs_for(args.model, b, s, seed=k)]
         with torch.no_grad():
@@ -119,9 +146,13 @@ def main() -> int:
                 row["compiled_ms"] = median_ms(lambda: compiled(*x), reps=args.reps)
         result["rows"].append(row)
         print(json.dumps(row), flush=True)
-    out = Path(os.environ.get("OUT", "."))
-    (out / f"dynamic-{args.model}.json").write_text(json.dumps(result, indent=1))
+        _save(result)  # after every row: a call stopped at its time limit keeps what it measured
     return 0
+
+
+def _save(result: dict) -> None:
+    out = Path(os.environ.get("OUT", "."))
+    (out / f"dynamic-{result['model']}.json").write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -38,7 +38,8 @@ def _llama(batch: int, seq: int):
     if seq == 1:
         return llama_block.make(batch=batch, seq=1)
     # rotary tables for the longest sequence: a bundle for S <= 4096 slices them
-    return llama_block.make_dynamic(max_batch=1, max_seq=4096, batch=batch, seq=seq)[:2]
+    model, (x,) = llama_block.make(batch=batch, seq=4096)
+    return model, (x[:, :seq].contiguous(),)
 
 
 def shape_name(b: int, s: int | None) -> str:
