@@ -206,6 +206,7 @@ class Session:
         max_cached_plans: (shape, pointer set) plans kept, each with its CUDA graph; 0: 8."""
         self.model = model  # keeps the Python handle alive as long as the session
         self._lib = model._lib
+        self._out_shapes: dict = {}  # input shapes -> output shapes (dynamic models)
         self._workspace_ref = workspace
         o = SessionOptionsC()
         o.struct_size = ctypes.sizeof(SessionOptionsC)
@@ -278,8 +279,15 @@ class Session:
         self._check_tensors("input", inputs, self.model.inputs, device, DType,
                             None if dynamic else [t.shape for t in self.model.inputs])
         in_shapes = [tuple(t.shape) for t in inputs]
-        out_shapes = (self.model.output_shapes(in_shapes) if dynamic
-                      else [t.shape for t in self.model.outputs])
+        if not dynamic:
+            out_shapes = [t.shape for t in self.model.outputs]
+        else:  # asked of the runtime once per input shape (a bad shape is refused there)
+            key = tuple(in_shapes)
+            out_shapes = self._out_shapes.get(key)
+            if out_shapes is None:
+                out_shapes = self._out_shapes[key] = self.model.output_shapes(in_shapes)
+                if len(self._out_shapes) > 64:
+                    self._out_shapes.pop(next(iter(self._out_shapes)))
         if outputs is None:
             outputs = [torch.empty(shape, dtype=DType(t.dtype).to_torch(), device=device)
                        for shape, t in zip(out_shapes, self.model.outputs)]

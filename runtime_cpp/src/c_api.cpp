@@ -279,7 +279,7 @@ aotpack_status* aotpack_model_output_shapes(const aotpack_model* m,
       std::vector<int64_t> syms(man.symbols.size());
       aotpack::bind_symbols(man, input_shapes, syms.data());
       if (syms.empty()) aotpack::check_input_dims(man, *plan, input_shapes);
-      else plan = aotpack::build_shape_plan(man, syms.data(), input_shapes);
+      else plan = aotpack::build_io_shapes(man, syms.data(), input_shapes);
     }
     fill_shapes(plan->outputs, output_shapes);
   });

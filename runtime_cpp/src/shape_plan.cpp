@@ -190,13 +190,15 @@ std::string shape_label(const Manifest& m, const int64_t* syms) {
 namespace {
 
 std::shared_ptr<const ShapePlan> build(const Manifest& m, const int64_t* syms,
-                                       const aotpack_shape* check, const std::string& at) {
+                                       const aotpack_shape* check, const std::string& at,
+                                       bool with_steps = true) {
   Evaluator ev{m, syms, at};
   auto p = std::make_shared<ShapePlan>();
   p->symbols.assign(syms, syms + m.symbols.size());
   eval_tensors(ev, m.inputs, "inputs", p->inputs, p->input_nbytes);
   if (check) check_input_dims(m, *p, check);  // the caller's mistake before the bundle's
   eval_tensors(ev, m.outputs, "outputs", p->outputs, p->output_nbytes);
+  if (!with_steps) return p;
   for (const BufferSpec& b : m.buffers)
     p->buffer_nbytes.push_back(b.kind == BufferKind::Input    ? p->input_nbytes[b.index]
                                : b.kind == BufferKind::Output ? p->output_nbytes[b.index]
@@ -207,6 +209,11 @@ std::shared_ptr<const ShapePlan> build(const Manifest& m, const int64_t* syms,
 }
 
 }  // namespace
+
+std::shared_ptr<const ShapePlan> build_io_shapes(const Manifest& m, const int64_t* syms,
+                                                 const aotpack_shape* check) {
+  return build(m, syms, check, cat("at shape ", shape_label(m, syms), ": "), false);
+}
 
 std::shared_ptr<const ShapePlan> build_shape_plan(const Manifest& m, const int64_t* syms,
                                                   const aotpack_shape* check) {

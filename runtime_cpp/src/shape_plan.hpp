@@ -68,6 +68,11 @@ std::string shape_label(const Manifest& m, const int64_t* syms);
 std::shared_ptr<const ShapePlan> build_shape_plan(const Manifest& m, const int64_t* syms,
                                                   const aotpack_shape* check = nullptr);
 
+// Only the input and output shapes at `syms` (inputs checked against `check` when given): what
+// aotpack_model_output_shapes needs, without evaluating a single step (callers ask per run).
+std::shared_ptr<const ShapePlan> build_io_shapes(const Manifest& m, const int64_t* syms,
+                                                 const aotpack_shape* check);
+
 // Binding, step 1 of docs/manifest.md "Binding a shape": checks every input's rank, reads each
 // symbol from its binding input dim into syms[s] and checks its range. Throws
 // Error(INVALID_ARGUMENT) naming the input, dim, value and allowed range. No allocation
