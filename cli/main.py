@@ -38,6 +38,10 @@ def _setup() -> None:
 
     from aotpack import knobs
 
+    # torch's own deprecation notices (its pytree, reached by torch.export) are not the
+    # user's to act on: they would be printed on every build and verify
+    warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
     level = getattr(logging, knobs.log_level().upper(), logging.WARNING)
     logging.basicConfig(level=level, format="%(message)s",
                         handlers=[RichHandler(console=err, show_path=False)])

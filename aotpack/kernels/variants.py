@@ -1,9 +1,10 @@
 """Variants of one kernel op over the range of its symbolic sizes (dynamic shapes).
 
 A template names the size that decides its config (`Template.bucket_size`: GEMM M, attention's
-query length, the rows of a row-wise kernel). That size's range is split at powers of two into
-buckets; each bucket's config is chosen (heuristic, or the tuning database) at a representative
-size, the bucket's largest, and adjacent buckets with the same config are merged. Each merged
+query length, the rows of a row-wise kernel). That size's range is split at powers of two, and
+again where the heuristic changes its mind, into buckets; each bucket's config is chosen
+(heuristic, or the tuning database) at a representative size, the bucket's largest, and
+adjacent buckets with the same config are merged. Each merged
 bucket is compiled once, with the dims' ranges narrowed to it (so index widths and scratch
 sizes fit the bucket, not the whole range), and its launches carry a `when` condition: the
 runtime launches exactly one bucket's launches for any shape. A static op, or a symbolic op
@@ -58,7 +59,13 @@ def representative_point(size, target: int, symbols, example: dict) -> dict[str,
     return point
 
 
-def buckets(op: KernelOp, template: Template, symbols, example: dict) -> list[Bucket]:
+def buckets(op: KernelOp, template: Template, symbols, example: dict,
+            target: Target | None = None) -> list[Bucket]:
+    """The op's buckets: its bucket size's range cut at powers of two, and each piece cut again
+    where the template's heuristic changes its config (found by bisection), so that every
+    size gets the config a static build for that size would (GEMM tiles follow waves of SMs:
+    M = 2464 and M = 4096 want different tiles). A bucket's representative is its largest
+    size. The cuts depend on the heuristic only: `aotpack tune` and the build agree on them."""
     size = template.bucket_size(op)
     free = sym.free_symbols(op)
     if not free:
@@ -68,13 +75,47 @@ def buckets(op: KernelOp, template: Template, symbols, example: dict) -> list[Bu
         return [Bucket(0, 0, 0, 0, tuple(sorted(point.items())))]
     lo, hi = sym.bounds(size)
     ends = [e for e in EDGES if lo <= e < hi] + [hi]
+
+    def bucket(start: int, end: int) -> Bucket:
+        point = representative_point(size, end, symbols, example)
+        return Bucket(size, start, end, sym.subs(size, point), tuple(sorted(point.items())))
+
+    heuristic = _heuristic(op, template, target)
     out, start = [], lo
     for end in ends:
-        point = representative_point(size, end, symbols, example)
-        rep = sym.subs(size, point)
-        out.append(Bucket(size, start, end, rep, tuple(sorted(point.items()))))
+        out += _cut(bucket, heuristic, start, end)
         start = end + 1
     return out
+
+
+_MAX_CUTS = 8  # per power-of-two range: a heuristic that flips more often gets no more
+
+
+def _heuristic(op, template: Template, target):
+    from aotpack.kernels.spec import SM90
+
+    def config(b: Bucket):
+        try:
+            return template.default_config(sym.subs_tree(op, b.env), target or SM90)
+        except Exception:  # noqa: BLE001 — a size the heuristic cannot decide: no cut there
+            return None
+    return config
+
+
+def _cut(bucket, heuristic, lo: int, hi: int) -> list[Bucket]:
+    """[lo, hi] as buckets of constant heuristic config (bisection from the top end)."""
+    out = []
+    for _ in range(_MAX_CUTS):
+        first = bucket(lo, lo)
+        if lo == hi or heuristic(first) == heuristic(bucket(lo, hi)):
+            break
+        want, a, b = heuristic(first), lo, hi - 1  # the largest size still configured as lo
+        while a < b:
+            mid = (a + b + 1) // 2
+            a, b = (mid, b) if heuristic(bucket(lo, mid)) == want else (a, mid - 1)
+        out.append(bucket(lo, a))
+        lo = a + 1
+    return out + [bucket(lo, hi)]
 
 
 def compile_variants(op: KernelOp, target: Target, choose: Callable, symbols,
@@ -83,7 +124,7 @@ def compile_variants(op: KernelOp, target: Target, choose: Callable, symbols,
     `choose(op_at_rep, template)` gives a concrete op's config (heuristic or tuned)."""
     template = template or template_for(op)
     groups: list[tuple[Bucket, dict]] = []
-    for b in buckets(op, template, symbols, example):
+    for b in buckets(op, template, symbols, example, target):
         config = choose(sym.subs_tree(op, b.env), template)
         if groups and groups[-1][1] == config:
             first = groups[-1][0]

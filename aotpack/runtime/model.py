@@ -206,7 +206,7 @@ class Session:
         max_cached_plans: (shape, pointer set) plans kept, each with its CUDA graph; 0: 8."""
         self.model = model  # keeps the Python handle alive as long as the session
         self._lib = model._lib
-        self._out_shapes: dict = {}  # input shapes -> output shapes (dynamic models)
+        self._shaped: dict = {}  # input shapes -> (output shapes, C shapes): dynamic models
         self._workspace_ref = workspace
         o = SessionOptionsC()
         o.struct_size = ctypes.sizeof(SessionOptionsC)
@@ -283,11 +283,14 @@ class Session:
             out_shapes = [t.shape for t in self.model.outputs]
         else:  # asked of the runtime once per input shape (a bad shape is refused there)
             key = tuple(in_shapes)
-            out_shapes = self._out_shapes.get(key)
-            if out_shapes is None:
-                out_shapes = self._out_shapes[key] = self.model.output_shapes(in_shapes)
-                if len(self._out_shapes) > 64:
-                    self._out_shapes.pop(next(iter(self._out_shapes)))
+            cached = self._shaped.get(key)
+            if cached is None:
+                cached = (self.model.output_shapes(in_shapes),
+                          _c_shapes(in_shapes, "input shape"))
+                self._shaped[key] = cached
+                if len(self._shaped) > 64:
+                    self._shaped.pop(next(iter(self._shaped)))
+            out_shapes, c_shapes = cached
         if outputs is None:
             outputs = [torch.empty(shape, dtype=DType(t.dtype).to_torch(), device=device)
                        for shape, t in zip(out_shapes, self.model.outputs)]
@@ -299,8 +302,15 @@ class Session:
             handle = stream
         else:
             handle = stream.cuda_stream
-        self.run_pointers([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
-                          handle, in_shapes if dynamic else None)
+        if dynamic:  # the shapes were checked and converted once, above
+            n_in, n_out = len(inputs), len(outputs)
+            ins = (ctypes.c_uint64 * max(n_in, 1))(*[t.data_ptr() for t in inputs])
+            outs = (ctypes.c_uint64 * max(n_out, 1))(*[t.data_ptr() for t in outputs])
+            raise_if_error(self._lib, self._lib.aotpack_session_run_shaped(
+                self._handle, ins, c_shapes, outs, ctypes.c_void_p(int(handle) or None)))
+        else:
+            self.run_pointers([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
+                              handle)
         return list(outputs)
 
     @staticmethod
