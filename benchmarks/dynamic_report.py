@@ -1,0 +1,117 @@
+"""The README's dynamic-shapes table and the latency-vs-shape chart, from a results JSON written
+from benchmarks/dynamic_bench.py runs (benchmarks/results/*-dynamic-shapes.json).
+
+    python benchmarks/dynamic_report.py benchmarks/results/2026-12-01-h200-dynamic-shapes.json
+
+Writes <json stem>.png beside the JSON and replaces the README's block between
+`<!-- dynamic-table -->` and `<!-- /dynamic-table -->`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BEGIN, END = "<!-- dynamic-table -->", "<!-- /dynamic-table -->"
+ORDER = ("llama_prefill", "llama_decode", "gpt2", "bert_base", "vit_b16")
+
+
+def _run_rows(model: dict) -> dict:
+    return {r["shape"]: r for r in model.get("aotpack_run", [])}
+
+
+def _compiled(doc: dict, name: str, shape: str):
+    """torch.compile's time at a shape: the final run's, else the latest earlier run's."""
+    for run in [doc["final"], *doc.get("earlier", [])]:
+        for r in run["models"].get(name, {}).get("rows", []):
+            if r["shape"] == shape and "compiled_ms" in r:
+                return r["compiled_ms"], run["commit"] != doc["final"]["commit"]
+    return None, False
+
+
+def table(doc: dict, json_name: str) -> str:
+    lines = ["| model (dims) | shape | dynamic ms | static ms | dynamic ÷ static "
+             "(aotpack-run) | eager ms | torch.compile(dynamic=True) ms | rel. error |",
+             "|---|---|---|---|---|---|---|---|"]
+    models = doc["final"]["models"]
+    for name in ORDER:
+        m = models.get(name)
+        if m is None:
+            continue
+        runs = _run_rows(m)
+        dims = ", ".join(d.split("=", 1)[1] for d in doc["dims"][name])
+        for i, r in enumerate(m["rows"]):
+            run = runs.get(r["shape"])
+            ratio = f"{r['dynamic_ms'] / r['static_ms']:.2f}" if "static_ms" in r else "—"
+            if run:
+                r_med = run["dynamic_ms"] / run["static_ms"]
+                r_p10 = run["dynamic_p10_ms"] / run["static_p10_ms"]
+                # a median over 5 % off with equal p10s is a throttled window, not the kernels
+                ratio += (f" ({r_med:.2f}; p10 {r_p10:.2f})" if abs(r_med - 1) > 0.05
+                          else f" ({r_med:.2f})")
+            compiled, earlier = _compiled(doc, name, r["shape"])
+            comp = "—" if compiled is None else f"{compiled:.3f}" + ("*" if earlier else "")
+            lines.append(f"| {name if i == 0 else ''}{f' ({dims})' if i == 0 else ''} | "
+                         f"{r['shape']} | {r['dynamic_ms']:.3f} | "
+                         f"{r.get('static_ms', float('nan')):.3f} | {ratio} | "
+                         f"{r['eager_ms']:.3f} | {comp} | {r['rel_err_vs_eager']:.1e} |")
+    lines.append("")
+    lines.append(f"{doc['gpu']}, driver {doc['driver']}, torch {doc['torch']}, "
+                 f"{doc['date']}, bundles of commit {doc['final']['commit']} "
+                 f"([{json_name}](benchmarks/results/{json_name}), chart beside it). Latencies "
+                 "through the Python binding (CUDA events, inputs and outputs as torch tensors); "
+                 "in brackets the same two bundles through `aotpack-run`. * torch.compile "
+                 "measured in the run before (same model and shapes, "
+                 f"{doc['earlier'][0]['commit']}). Rel. error: the dynamic bundle against "
+                 "eager bf16.")
+    return "\n".join(lines)
+
+
+def chart(doc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = [m for m in ORDER if m in doc["final"]["models"]]
+    fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.6))
+    for ax, name in zip(axes, models):
+        rows = doc["final"]["models"][name]["rows"]
+        x = list(range(len(rows)))
+        series = [("dynamic bundle", "dynamic_ms", "o-"), ("static bundles", "static_ms", "s--"),
+                  ("eager", "eager_ms", "^:")]
+        for label, key, style in series:
+            ax.plot(x, [r.get(key) for r in rows], style, label=label)
+        compiled = [_compiled(doc, name, r["shape"])[0] for r in rows]
+        if any(c is not None for c in compiled):
+            ax.plot(x, compiled, "d-.", label="torch.compile(dynamic=True)")
+        ax.set_xticks(x, [r["shape"] for r in rows], rotation=45, fontsize=8)
+        ax.set_yscale("log")
+        ax.set_title(name, fontsize=10)
+        ax.set_ylabel("ms (log)")
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"one dynamic bundle per model vs a static bundle per shape "
+                 f"({doc['gpu']}, {doc['date']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    path = Path(sys.argv[1])
+    doc = json.loads(path.read_text())
+    chart(doc, path.with_suffix(".png"))
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    block = f"{BEGIN}\n{table(doc, path.name)}\n{END}"
+    if BEGIN in text:
+        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
+    else:
+        raise SystemExit(f"README.md has no {BEGIN} block")
+    readme.write_text(text)
+    print(f"wrote {path.with_suffix('.png')} and README.md's dynamic-shapes table")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
