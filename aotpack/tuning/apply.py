@@ -23,6 +23,7 @@ class TunedChooser:
     used: dict[str, dict] = field(default_factory=dict)  # key -> provenance entry
     tunable: set = field(default_factory=set)  # keys of tunable ops seen
     stale: set = field(default_factory=set)  # keys whose shape has only stale records
+    missing_backend: set = field(default_factory=set)  # winners this install cannot compile
 
     def __post_init__(self):
         self._shape_keys = self.db.shape_keys()
@@ -32,6 +33,9 @@ class TunedChooser:
             key, shape_key = keys.problem_keys(op, self.target, template.name, template.sources)
             self.tunable.add(key)
             rec = self.db.lookup(key)
+            if rec is not None and not _can_compile(rec["winner"]["config"]):
+                self.missing_backend.add(key)  # a CuTeDSL winner here without CuTeDSL
+                rec = None
             if rec is not None:
                 self.used.setdefault(key, {
                     "key": key, "desc": rec.get("desc", ""), "winner": rec["winner"]["name"],
@@ -50,8 +54,20 @@ class TunedChooser:
         """What the build should tell the user (the stale line is a warning in substance)."""
         out = [f"tuning database: {len(self.used)} of {len(self.tunable)} tunable kernel ops "
                f"compiled with measured winners"]
+        if self.missing_backend:
+            out.append(f"tuning database: {len(self.missing_backend)} op(s) won by a CuTeDSL "
+                       f"config compiled with the heuristic instead: nvidia-cutlass-dsl is not "
+                       f"installed (pip install nvidia-cutlass-dsl==4.8.1)")
         if self.stale:
             out.append(f"tuning database: {len(self.stale)} op(s) have only stale records "
                        f"(measured with other kernel sources or toolchain versions): ignored; "
                        f"re-run `aotpack tune` and `aotpack-run --tune` to refresh them")
         return out
+
+
+def _can_compile(config: dict) -> bool:
+    if config.get("template") != "gemm.cutedsl":
+        return True
+    from aotpack.kernels.gemm_template import cutedsl
+
+    return cutedsl() is not None

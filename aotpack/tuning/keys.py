@@ -115,11 +115,13 @@ def spec_closure(rel_paths: tuple[str, ...]) -> tuple[str, ...]:
 
 @lru_cache(maxsize=None)
 def toolchain() -> dict:
+    """What compiles every candidate: aotpack and Triton. CuTeDSL is not in the key (a plain
+    install without it would match no record): a record won by a CuTeDSL config is used only
+    where CuTeDSL is installed (tuning/apply.py)."""
     from aotpack.build import _version
     import aotpack
 
-    return {"aotpack": aotpack.__version__, "triton": _version("triton"),
-            "cutedsl": _version("nvidia-cutlass-dsl")}
+    return {"aotpack": aotpack.__version__, "triton": _version("triton")}
 
 
 def problem_keys(op: KernelOp, target: Target, template: str,
