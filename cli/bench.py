@@ -5,26 +5,33 @@ import statistics
 from pathlib import Path
 
 
-def run_bench(bundle: Path, *, iters: int, warmup: int, weights: Path | None = None) -> dict:
+def run_bench(bundle: Path, *, iters: int, warmup: int, weights: Path | None = None,
+              point: dict | None = None) -> dict:
     """Median/min/p90 latency in ms of `Session.run` on random inputs, each run timed with CUDA
     events on the current stream. The same input and output tensors are reused, so after the
-    first run the session replays its cached CUDA graph (what a serving loop would do)."""
+    first run the session replays its cached CUDA graph (what a serving loop would do). A
+    dynamic bundle runs at `point` (its dims' values), by default its example shape."""
     import torch
 
     from aotpack.bundle import read_bundle
     from aotpack.dtypes import DType
-    from aotpack.verify import VerifyError, random_inputs
+    from aotpack.verify import VerifyError, _signature_at, random_inputs
 
     if not torch.cuda.is_available():
         raise VerifyError("bench needs a CUDA GPU (torch.cuda.is_available() is False here)")
     from aotpack.runtime import Model, Session
 
     manifest = read_bundle(bundle, weights_path=weights).manifest
-    examples = [torch.zeros(1, dtype=DType(s["dtype"]).to_torch()) for s in manifest["inputs"]]
-    inputs = [t.cuda() for t in random_inputs(manifest["inputs"], examples, seed=0)]
-    outputs = [torch.empty(s["shape"], dtype=DType(s["dtype"]).to_torch(), device="cuda")
-               for s in manifest["outputs"]]
-    session = Session(Model(str(bundle), weights_path=str(weights) if weights else None))
+    if manifest.get("symbols"):
+        point = point or {s["name"]: s.get("example", s["max"]) for s in manifest["symbols"]}
+    signature = _signature_at(manifest["inputs"], point if manifest.get("symbols") else None)
+    examples = [torch.zeros(1, dtype=DType(s["dtype"]).to_torch()) for s in signature]
+    inputs = [t.cuda() for t in random_inputs(signature, examples, seed=0)]
+    model = Model(str(bundle), weights_path=str(weights) if weights else None)
+    shapes = model.output_shapes([tuple(t.shape) for t in inputs])
+    outputs = [torch.empty(shape, dtype=DType(s["dtype"]).to_torch(), device="cuda")
+               for shape, s in zip(shapes, manifest["outputs"])]
+    session = Session(model)
     for _ in range(warmup):
         session.run(inputs, outputs)
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))

@@ -262,12 +262,24 @@ def bench(
     iters: int = typer.Option(100, "-n", "--iters", min=1, help="timed runs"),
     warmup: int = typer.Option(10, "--warmup", min=0, help="untimed runs first"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="a dynamic bundle: the input "
+                                        "shapes to time (NAME=AxB[,NAME2=CxD]); default: the "
+                                        "example shape"),
 ):
     """Time the bundle on this machine's GPU through the C runtime; prints the median latency.
     (Without Python: `aotpack-run model.aotpack --bench 100` in the build folder.)"""
+    from aotpack.bundle import read_bundle
+    from aotpack.verify import points_from_shapes
     from cli.bench import run_bench
 
-    stats = run_bench(bundle, iters=iters, warmup=warmup, weights=weights)
+    point = None
+    if shape:
+        manifest = read_bundle(bundle, weights_path=weights, require_weights=False).manifest
+        if not manifest.get("symbols"):
+            err.print("[bold red]error:[/] --shape: this bundle has no dynamic dims")
+            raise typer.Exit(2)
+        (point,) = points_from_shapes(manifest, [shape])
+    stats = run_bench(bundle, iters=iters, warmup=warmup, weights=weights, point=point)
     out.print(f"{escape(str(bundle))}: median {stats['median_ms']:.3f} ms, min "
               f"{stats['min_ms']:.3f} ms, p90 {stats['p90_ms']:.3f} ms over {iters} runs")
 

@@ -238,3 +238,87 @@ def test_every_symbolic_kernel_matches_its_reference(llama, points):
         ref = torch.as_strided(want[out.storage], out.shape, out.strides, out.offset)
         assert not got.float().isnan().any(), (type(concrete).__name__, point)
         assert rel_err(got, ref) < 2e-2, (type(concrete).__name__, point, rel_err(got, ref))
+
+
+def test_tuning_problems_per_bucket_share_keys_with_static_ops(llama):
+    """A symbolic op is one tuning problem per bucket, at the bucket's largest size: the key is
+    the one a static build at that size computes, so one record serves both."""
+    from aotpack.build import canonical
+    from aotpack.kernels import SM90
+    from aotpack.tuning import keys
+    from aotpack.tuning.job import find_problems
+
+    _, program = llama
+    problems = find_problems(program, SM90, level="fast", gemm_backend="triton")
+    gemms = [p for p in problems if p.kind == "gemm"]
+    assert len({p.desc for p in gemms}) == len(gemms) > 4  # distinct sizes per GEMM
+    assert not any(free_symbols(p.op) for p in problems)  # every problem is concrete
+    static = compile_graph(to_graph(*llama_block.make(batch=1, seq=64, **SMALL_LLAMA)))
+    static_keys = set()
+    for op in static.ops:
+        t = template_for(op)
+        if t.tunable:
+            static_keys.add(keys.problem_keys(canonical(op)[0], SM90, t.name, t.sources)[0])
+    # B=1, S=64 is the top of the last bucket of every GEMM and attention of the range
+    assert static_keys & {p.key for p in problems}
+
+
+def test_pt2_keeps_its_dims(tmp_path):
+    """A .pt2 exported with torch.export.Dim builds a dynamic program (dims named after the
+    input and dim: the file does not keep Dim names)."""
+    from aotpack.frontend import load_spec
+
+    model, (x,) = mlp.make(d=64, f=256, batch=2, seq=8)
+    ep = torch.export.export(model, (x,), dynamic_shapes=(
+        {1: torch.export.Dim("S", min=1, max=32)},))
+    torch.export.save(ep, tmp_path / "m.pt2")
+    loaded = load_spec(str(tmp_path / "m.pt2"))
+    program = _program(loaded.model, loaded.inputs, loaded.dynamic_shapes)
+    assert [(s.name, s.lo, s.hi) for s in program.symbols] == [("x_1", 1, 32)]
+    _matches_eager(model, program, (2, 5, 64))
+    with pytest.raises(ShapeError, match="dim 0 is 3 but must be 2"):
+        program.bind([(3, 5, 64)])
+
+
+def test_dynamic_bundle_is_a_checked_v2_manifest(tmp_path, monkeypatch):
+    """A real build (Triton cross-compile, no GPU) of the small dynamic MLP: manifest v2 with
+    its symbols and expressions, refused by the checker where the runtime would refuse it; at
+    any shape in range exactly one variant of each GEMM runs; inspect shows the dims and
+    variants; a second build gives the same bytes; a static build is still v1."""
+    import copy
+    import json
+
+    from aotpack.build import build
+    from aotpack.bundle import BundleError, read_bundle
+    from aotpack.bundle import manifest as mf
+    from cli.report import inspect_document
+
+    monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(tmp_path / "no-runtime"))
+    spec = tmp_path / "small.py"
+    spec.write_text(f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\nimport mlp\n\n"
+                    "def make():\n    return mlp.make(d=64, f=256, batch=2, seq=8)\n")
+    dims = ["x.0=B:1..16", "x.1=S:1..256"]
+    a = build(f"{spec}:make", tmp_path / "a", progress=False, command_line="t", dynamic=dims)
+    b = build(f"{spec}:make", tmp_path / "b", progress=False, command_line="t", dynamic=dims)
+    assert a.bundle.read_bytes() == b.bundle.read_bytes()
+    m = read_bundle(a.bundle, checksums=True).manifest
+    assert m["version"] == 2 and m["inputs"][0]["shape"] == ["B", "S", 64]
+    assert [(s["name"], s["min"], s["max"], s["example"]) for s in m["symbols"]] == \
+        [("B", 1, 16, 2), ("S", 1, 256, 8)]
+    symbols = mf.parse_symbols(m)
+    for bb, ss in [(1, 1), (16, 256), (3, 17), (2, 200)]:
+        steps = mf.at_point(m, symbols, {"B": bb, "S": ss})["steps"]
+        assert len(steps) == 2, (bb, ss)  # fc1 (+GELU) and fc2: one variant each
+    assert any(s.get("when") for s in m["steps"])
+    doc = inspect_document(read_bundle(a.bundle))
+    assert [s["name"] for s in doc["dynamic"]["symbols"]] == ["B", "S"]
+    assert doc["dynamic"]["variants"] and doc["dynamic"]["arena_bytes_example"] <= m["arena_bytes"]
+    broken = copy.deepcopy(m)
+    broken["inputs"][0]["shape"] = ["2*B", "S", 64]  # B no longer bindable from an input
+    with pytest.raises(BundleError, match="no input's dim on its own"):
+        mf.check(broken)
+    broken = json.loads(json.dumps(m).replace('"B*S"', '"B*S*Q"', 1))
+    with pytest.raises(BundleError, match="unknown symbol"):
+        mf.check(broken)
+    static = build(f"{spec}:make", tmp_path / "s", progress=False, command_line="t")
+    assert read_bundle(static.bundle).manifest["version"] == 1
