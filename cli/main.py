@@ -233,19 +233,12 @@ def verify(
     """Compare against eager PyTorch on fresh random inputs; exit status 1 if any output's
     relative error exceeds the tolerance. A bundle with dynamic dims is checked at the example
     shape, both ends of every range and random sizes inside (odd and prime ones)."""
-    from aotpack.bundle import read_bundle
-    from aotpack.verify import points_from_shapes, verify as run_verify
+    from aotpack.verify import verify as run_verify
 
     if reference is not None and reference not in ("cpu", "gpu"):
         err.print(f"[bold red]error:[/] --reference must be cpu or gpu, not {escape(reference)}")
         raise typer.Exit(2)
-    points = None
-    if shape:
-        manifest = read_bundle(bundle, weights_path=weights, require_weights=False).manifest
-        if not manifest.get("symbols"):
-            err.print("[bold red]error:[/] --shape: this bundle has no dynamic dims")
-            raise typer.Exit(2)
-        points = points_from_shapes(manifest, shape)
+    points = _points(bundle, weights, shape) if shape else None
     with warnings.catch_warnings():  # the report prints them once, as part of the table
         warnings.simplefilter("ignore", UserWarning)
         rep = run_verify(bundle, model, reference=reference, seed=seed, tolerance=tolerance,
@@ -268,20 +261,24 @@ def bench(
 ):
     """Time the bundle on this machine's GPU through the C runtime; prints the median latency.
     (Without Python: `aotpack-run model.aotpack --bench 100` in the build folder.)"""
-    from aotpack.bundle import read_bundle
-    from aotpack.verify import points_from_shapes
     from cli.bench import run_bench
 
-    point = None
-    if shape:
-        manifest = read_bundle(bundle, weights_path=weights, require_weights=False).manifest
-        if not manifest.get("symbols"):
-            err.print("[bold red]error:[/] --shape: this bundle has no dynamic dims")
-            raise typer.Exit(2)
-        (point,) = points_from_shapes(manifest, [shape])
+    point = _points(bundle, weights, [shape])[0] if shape else None
     stats = run_bench(bundle, iters=iters, warmup=warmup, weights=weights, point=point)
     out.print(f"{escape(str(bundle))}: median {stats['median_ms']:.3f} ms, min "
               f"{stats['min_ms']:.3f} ms, p90 {stats['p90_ms']:.3f} ms over {iters} runs")
+
+
+def _points(bundle: Path, weights, shapes: list[str]) -> list[dict]:
+    """The dims' values `--shape` options give for a dynamic bundle (exit 2 for a static one)."""
+    from aotpack.bundle import read_bundle
+    from aotpack.verify import points_from_shapes
+
+    manifest = read_bundle(bundle, weights_path=weights, require_weights=False).manifest
+    if not manifest.get("symbols"):
+        err.print("[bold red]error:[/] --shape: this bundle has no dynamic dims")
+        raise typer.Exit(2)
+    return points_from_shapes(manifest, shapes)
 
 
 @app.command()
