@@ -138,7 +138,8 @@ def default_chooser(target: Target, gemm_backend: str = "triton"):
     return choose
 
 
-def compile_ops(program, target: Target, *, choose=None, progress: bool = True):
+def compile_ops(program, target: Target, *, choose=None, progress: bool = True,
+                gemm_backend: str = "triton"):
     """Launches for every op of `program` (every variant of a symbolic op, each with its
     bucket's `when`), in order, with a progress bar; identical ops compile once. `choose(op,
     template)` gives a concrete op's config (default: the heuristics). Returns
@@ -159,7 +160,7 @@ def compile_ops(program, target: Target, *, choose=None, progress: bool = True):
             canon, back = canonical(op)
             if canon not in cache:
                 cache[canon] = compile_variants(canon, target, choose, program.symbols,
-                                                program.example)
+                                                program.example, backend=gemm_backend)
             result.append([_restore(launch, back) for launch in cache[canon]])
             bar.advance(task)
     return result, len(cache)
@@ -277,7 +278,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     try:
         launches_per_op, distinct = compile_ops(
             program, target, choose=tuned or default_chooser(target, gemm_backend),
-            progress=progress)
+            progress=progress, gemm_backend=gemm_backend)
     except BackendCannotCompile as e:  # an op the chosen GEMM backend cannot run
         raise BuildError(str(e)) from None
     plan = plan_memory(program, launches_per_op)

@@ -59,6 +59,7 @@ def _user_error_types() -> tuple[type, ...]:
     # matmul of two activations): the model's to change, like an unsupported operator
     for module, name in (("aotpack.verify", "VerifyError"), ("aotpack.frontend", "UnsupportedOpError"),
                          ("aotpack.passes.lower", "LoweringError"),
+                         ("aotpack.ir.sym", "SymbolicError"),
                          ("aotpack.tuning.db", "TuningDBError"),
                          ("aotpack.frontend", "ModelLoadError"), ("aotpack.runtime", "AotpackError")):
         try:

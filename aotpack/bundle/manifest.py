@@ -164,10 +164,8 @@ def check(m: dict, where: str = "manifest") -> None:
             if name not in named:
                 raise BundleError(f"{where}: symbol {name!r} is no input's dim on its own: the "
                                   f"runtime could not bind it from the input shapes")
-        for label, point in (("min", {n: s.lo for n, s in symbols.items()}),
-                             ("max", {n: s.hi for n, s in symbols.items()})):
-            _check_static(at_point(m, symbols, point, where),
-                          f"{where} (every symbol at its {label})")
+        for label, point in _check_points(m, symbols):
+            _check_static(at_point(m, symbols, point, where), f"{where} ({label})")
         return
     if m.get("version") != VERSION:
         raise BundleError(f"{where}: manifest version {m.get('version')!r}; this aotpack reads "
@@ -354,6 +352,29 @@ def parse_symbols(m: dict, where: str = "manifest") -> dict:
     if not out:
         raise BundleError(f"{where}: a version {VERSION_DYNAMIC} manifest needs symbols")
     return out
+
+
+def _check_points(m: dict, symbols: dict) -> list[tuple[str, dict]]:
+    """Where a v2 manifest is checked on the build host: every symbol at its min and at its max
+    (what the runtime checks at load), and both ends of every `when` range, so that no bucket's
+    launches are first checked in production."""
+    from aotpack.ir.sym import parse, point_near, subs
+
+    lo = {n: s.lo for n, s in symbols.items()}
+    points = [("every symbol at its min", lo),
+              ("every symbol at its max", {n: s.hi for n, s in symbols.items()})]
+    conditions = {(c["expr"], c["min"], c["max"]) for st in m["steps"] for c in st.get("when") or []}
+    for text, cmin, cmax in sorted(conditions):
+        try:
+            expr = parse(text, symbols)
+        except ValueError:
+            continue  # at_point names the bad expression
+        for end in (cmin, cmax):
+            point = point_near(expr, end, symbols.values(), lo, cmin)
+            if cmin <= subs(expr, point) <= cmax:
+                points.append((f"{text} = {subs(expr, point)}, the {'bottom' if end == cmin else 'top'} "
+                               f"of its bucket {cmin}..{cmax}", point))
+    return points
 
 
 def evaluate(v, symbols: dict, point: dict, what: str):

@@ -182,17 +182,21 @@ def _constant_mask_kind(cx, mask, seq_q, seq_k) -> str | None:
     a large negative number (what HF writes: the dtype's minimum).
     A mask whose size follows a dynamic dim is classified at several sizes (frontend/symbolic.py
     probe points, each dim's maximum included, so a sliding window wider than the small sizes
-    is not mistaken for causal); every size must agree (at one query a causal mask masks
-    nothing, so "none" and "causal" agree)."""
+    is not mistaken for causal); every size must agree. "none" agrees with "causal" only at a
+    size where the causal mask itself keeps every key (one key: a 1x1 mask)."""
     from aotpack.ir.sym import subs
 
     samples = cx.constant_samples(mask)
     if samples is None:
         return None
-    kinds = {_mask_kind_at(t, subs(seq_q, point), subs(seq_k, point)) for point, t in samples}
-    if kinds == {"none"}:
+    kinds = []
+    for point, t in samples:
+        sq, sk = subs(seq_q, point), subs(seq_k, point)
+        kind = _mask_kind_at(t, sq, sk)
+        kinds.append("both" if kind == "none" and sk <= 1 else kind)
+    if all(k in ("none", "both") for k in kinds):
         return "none"
-    if kinds <= {"none", "causal"}:
+    if all(k in ("causal", "both") for k in kinds):
         return "causal"
     return None
 

@@ -4,8 +4,8 @@ Dims.
 Each option makes one dim of one input dynamic in LO..HI. A LABEL names the dim (it is the
 symbol's name in the bundle, `aotpack inspect` and error messages; default `NAME_DIM`); the
 same label on another input's dim (`--dynamic mask.0=B`, no range) makes the two one dim.
-Dims of the other inputs whose example size equals a labelled dim's example size (and is not
-1 or shared by two dynamic dims) are made that dim too, since models nearly always need them
+Dims of inputs that declare none, whose example size equals a declared dim's example size (and
+is not 1 or shared by two declared dims), are made that dim too, since models nearly always need them
 equal (an attention mask beside its token ids): if torch.export refuses that, the model is
 exported without those links.
 """
@@ -107,15 +107,19 @@ def _declared(parsed, names, inputs):
 
 
 def _linked(dims: dict, inputs) -> dict:
-    """`dims` plus every undeclared dim of the same example size as one declared dim."""
+    """`dims` plus every dim of an input that declares none whose example size equals that of
+    exactly one declared dim (an input that declares a dim keeps its other dims static)."""
     by_size: dict[int, set] = {}
     for (i, d), label in dims.items():
         by_size.setdefault(int(inputs[i].shape[d]), set()).add(label)
+    declaring = {i for i, _ in dims}
     out = dict(dims)
     for i, t in enumerate(inputs):
+        if i in declaring:
+            continue
         for d, n in enumerate(t.shape):
             labels = by_size.get(int(n), set())
-            if (i, d) not in out and n > 1 and len(labels) == 1:
+            if n > 1 and len(labels) == 1:
                 out[(i, d)] = next(iter(labels))
     return out
 

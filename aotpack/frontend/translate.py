@@ -9,6 +9,7 @@ from aotpack.frontend.aten_table import RULES, Unsupported
 from aotpack.frontend.symbolic import LazyConstants, SymbolError, SymbolTable, _is_symint
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
+from aotpack.ir.sym import SymbolicError
 
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
@@ -107,7 +108,7 @@ class _Translator:
         # values computed from constants and dims only (their size depends on a dim): fx node
         # per value name, evaluated at concrete points (frontend/symbolic.py)
         self.lazy: dict[str, object] = {}
-        self.lazy_eval = LazyConstants(table, self._known_tensor, _FOLD_LIMIT_INDEX)
+        self.lazy_eval = LazyConstants(self.table, self._known_tensor, _FOLD_LIMIT_INDEX)
         self.materialized: dict[str, Value] = {}
         self._data_memo: dict[str, bool] = {}
         self.guards: list[str] = []  # conditions on the dims torch.export recorded
@@ -211,8 +212,9 @@ class _Translator:
             raise self._error(f"{n.target} with {e} is not supported") from None
         except TypeError as e:
             raise self._error(f"{n.target} cannot be typed: {e}") from None
-        except SymbolError as e:
-            raise self._error(str(e)) from None
+        except (SymbolError, SymbolicError) as e:
+            raise self._error(f"{n.target}: {e}; narrow the dims' ranges or keep this dim "
+                              f"static") from None
 
     def _guard(self, n) -> None:
         """A condition on the dims the model's code asserts (torch.export records it): kept
@@ -508,10 +510,12 @@ def _slice_to(t, sizes):
 
 
 def _same(a, b) -> bool:
+    """Exactly equal (NaN equal to NaN): a value computed elementwise is bit for bit the same
+    at every size; anything that is not is not a table aotpack may store."""
     import torch
 
     if b is None or not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.dtype.is_floating_point:
-        return torch.allclose(a.float(), b.float(), rtol=1e-3, atol=1e-6, equal_nan=True)
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
     return torch.equal(a, b)

@@ -509,6 +509,37 @@ def _search(s: Sym, ok, last_true: bool):
     return lo
 
 
+def point_near(expr: Dim, target: int, symbols, base: Mapping[str, int],
+               lo: int | None = None) -> dict[str, int]:
+    """A point of the dims (a value per symbol: `base`, clipped to the ranges, for those
+    `expr` does not use) where `expr` (increasing in each of its symbols) is as large as it can
+    be without passing `target`, and at least `lo` when some point reaches it: each order of
+    its symbols is tried, each symbol in turn taking the largest value that keeps
+    expr <= target. E.g. B*S near 6000 with S <= 4096: B=64, S=93 (5952), where S first
+    would stop at 4096."""
+    import itertools
+
+    point = {s.name: min(max(base.get(s.name, s.lo), s.lo), s.hi) for s in symbols}
+    inside = sorted(free_symbols(expr), key=lambda s: s.name)
+    best = None
+    for order in itertools.islice(itertools.permutations(inside), 24):
+        p = dict(point, **{s.name: s.lo for s in inside})
+        for s in order:
+            p[s.name] = _search(s, lambda v: subs(expr, {**p, s.name: v}) <= target,
+                                last_true=True) or s.lo
+        value = subs(expr, p)
+        if best is None or (value <= target and (value > best[0] or best[0] > target)):
+            best = (value, p)
+    if best is None:
+        return point
+    if lo is not None and best[0] < lo:  # nothing reaches the bucket from below: its floor
+        for s in inside:
+            v = _search(s, lambda v: subs(expr, {**best[1], s.name: v}) >= lo, last_true=False)
+            if v is not None:
+                return dict(best[1], **{s.name: v})
+    return best[1]
+
+
 def bound_under(x: Dim, expr: Dim, hi: int) -> int:
     """An upper bound of `x` where expr <= hi: x = q*expr + r (q the terms of x that expr
     divides), bounded as upper(q)*hi + upper(r) when q is never negative. E.g. a split-K

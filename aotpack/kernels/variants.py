@@ -39,28 +39,16 @@ class Bucket:
         return dict(self.point)
 
 
-def representative_point(size, target: int, symbols, example: dict) -> dict[str, int]:
-    """A point of the dims where `size` is as close to `target` from below as a search along
-    each dim of `size` finds (dims of `size` start at their minimum; the others at the
-    example's value): e.g. B*S = 512 at B=1, S=512."""
-    point = {s.name: min(max(example.get(s.name, s.lo), s.lo), s.hi) for s in symbols}
-    inside = sorted(sym.free_symbols(size), key=lambda s: (-(s.hi - s.lo), s.name))
-    for s in inside:
-        point[s.name] = s.lo
-    for s in inside:
-        lo, hi = s.lo, s.hi
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if sym.subs(size, {**point, s.name: mid}) <= target:
-                lo = mid
-            else:
-                hi = mid - 1
-        point[s.name] = lo
-    return point
+def representative_point(size, target: int, symbols, example: dict,
+                         lo: int | None = None) -> dict[str, int]:
+    """A point of the dims where `size` is as close to `target` from below as the dims allow
+    (inside [lo, target] when it can be; the other dims at the example's values): e.g. B*S =
+    512 at B=1, S=512 (sym.point_near)."""
+    return sym.point_near(size, target, symbols, example, lo)
 
 
 def buckets(op: KernelOp, template: Template, symbols, example: dict,
-            target: Target | None = None) -> list[Bucket]:
+            target: Target | None = None, backend: str = "triton") -> list[Bucket]:
     """The op's buckets: its bucket size's range cut at powers of two, and each piece cut again
     where the template's heuristic changes its config (found by bisection), so that every
     size gets the config a static build for that size would (GEMM tiles follow waves of SMs:
@@ -77,10 +65,10 @@ def buckets(op: KernelOp, template: Template, symbols, example: dict,
     ends = [e for e in EDGES if lo <= e < hi] + [hi]
 
     def bucket(start: int, end: int) -> Bucket:
-        point = representative_point(size, end, symbols, example)
+        point = representative_point(size, end, symbols, example, start)
         return Bucket(size, start, end, sym.subs(size, point), tuple(sorted(point.items())))
 
-    heuristic = _heuristic(op, template, target)
+    heuristic = _heuristic(op, template, target, backend)
     out, start = [], lo
     for end in ends:
         out += _cut(bucket, heuristic, start, end)
@@ -91,12 +79,12 @@ def buckets(op: KernelOp, template: Template, symbols, example: dict,
 _MAX_CUTS = 8  # per power-of-two range: a heuristic that flips more often gets no more
 
 
-def _heuristic(op, template: Template, target):
+def _heuristic(op, template: Template, target, backend: str):
     from aotpack.kernels.spec import SM90
 
     def config(b: Bucket):
         try:
-            return template.default_config(sym.subs_tree(op, b.env), target or SM90)
+            return template.default_config(sym.subs_tree(op, b.env), target or SM90, backend)
         except Exception:  # noqa: BLE001 — a size the heuristic cannot decide: no cut there
             return None
     return config
@@ -119,12 +107,14 @@ def _cut(bucket, heuristic, lo: int, hi: int) -> list[Bucket]:
 
 
 def compile_variants(op: KernelOp, target: Target, choose: Callable, symbols,
-                     example: dict, template: Template | None = None) -> list[Launch]:
+                     example: dict, template: Template | None = None,
+                     backend: str = "triton") -> list[Launch]:
     """Launches of every variant of `op`, each launch with the `when` of its bucket.
-    `choose(op_at_rep, template)` gives a concrete op's config (heuristic or tuned)."""
+    `choose(op_at_rep, template)` gives a concrete op's config (heuristic or tuned); the
+    buckets are cut by the heuristic of the GEMM `backend` the build uses."""
     template = template or template_for(op)
     groups: list[tuple[Bucket, dict]] = []
-    for b in buckets(op, template, symbols, example, target):
+    for b in buckets(op, template, symbols, example, target, backend):
         config = choose(sym.subs_tree(op, b.env), template)
         if groups and groups[-1][1] == config:
             first = groups[-1][0]

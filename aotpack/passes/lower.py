@@ -17,6 +17,7 @@ from collections import Counter
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
+from aotpack.ir.sym import SymbolicError
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
     AttentionOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
@@ -180,7 +181,10 @@ class _Lowering:
         for name, c in self.g.constants.items():
             self._add_weight(name, c.tensor, c.value)
         for n in self.g.nodes:
-            self._lower_node(n)
+            try:
+                self._lower_node(n)
+            except SymbolicError as e:  # a size decision the dims' ranges leave open
+                self._fail(n, f"{e}: narrow the dims' ranges or keep that dim static")
         self._write_outputs()
         # an op that writes nothing (a cat's empty part: Phi-3's rotary pass-through at a
         # rotary factor of 1) would still be a launch

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from aotpack.ir.sym import bound_under, subs, subs_tree, upper_bound
+from aotpack.ir.sym import Expr, bound_under, subs, subs_tree, upper_bound
 from aotpack.kernels.spec import (
     EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot, TensorArg, op_inputs,
 )
@@ -109,12 +109,15 @@ def _place(regions: list[_Region]) -> dict[str, int]:
     return offsets
 
 
-def _scratch_bytes(slot: ScratchSlot, when: tuple) -> int:
+def _scratch_bytes(slot: ScratchSlot, when: tuple, full: dict) -> int:
     """A scratch request's largest size: over the dims' ranges, or inside the launch's
-    bucket (`when`), whichever is smaller."""
+    bucket (`when`), whichever is smaller. The request was made with the bucket's narrowed
+    dims; `full` (name -> the program's symbol) puts the program's back, so that the bucket's
+    size expression divides it (4*N*splits*B*S bytes for B*S <= 64: 256*N*splits)."""
     n = upper_bound(slot.nbytes)
+    nbytes = subs(slot.nbytes, full)
     for expr, _, hi in when:
-        n = min(n, bound_under(slot.nbytes, expr, hi))
+        n = min(n, bound_under(nbytes, expr, hi))
     return n
 
 
@@ -136,8 +139,8 @@ def _scratch_region(slot: ScratchSlot, nbytes: int, step: int, j: int, shared: d
     return name
 
 
-def _resolve_scratch(launches_per_op: list[list[Launch]],
-                     regions: dict[str, _Region]) -> list[Launch]:
+def _resolve_scratch(launches_per_op: list[list[Launch]], regions: dict[str, _Region],
+                     full: dict) -> list[Launch]:
     """The launches flattened in execution order, every ScratchSlot replaced."""
     out = []
     for launches in launches_per_op:
@@ -146,8 +149,8 @@ def _resolve_scratch(launches_per_op: list[list[Launch]],
             step, args = len(out), list(la.args)
             for j, slot in enumerate(args):
                 if isinstance(slot, ScratchSlot):
-                    region = _scratch_region(slot, _scratch_bytes(slot, la.when), step, j,
-                                             shared, regions)
+                    region = _scratch_region(slot, _scratch_bytes(slot, la.when, full), step,
+                                             j, shared, regions)
                     args[j] = PtrSlot(region, 0)
             out.append(replace(la, args=tuple(args)))
     return out
@@ -159,7 +162,8 @@ def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> Memory
     spans = _step_spans(launches_per_op)
     regions = _intermediate_regions(program, spans)
     _apply_inplace(program, spans, regions)
-    flat = _resolve_scratch(launches_per_op, regions)
+    full = {s.name: Expr._atom(s) for s in program.symbols}
+    flat = _resolve_scratch(launches_per_op, regions, full)
     roots = [r for r in regions.values() if not r.alias_of]
     offsets = _place(roots)
     for r in regions.values():

@@ -77,7 +77,8 @@ def find_problems(program: Program, target: Target, *, level: str,
         if not template.tunable:
             continue
         canon, back = canonical(op)
-        for b in buckets(canon, template, program.symbols, program.example):
+        for b in buckets(canon, template, program.symbols, program.example, target,
+                         gemm_backend if gemm_backend != "auto" else "triton"):
             concrete = subs_tree(canon, b.env)
             key, shape_key = keys.problem_keys(concrete, target, template.name,
                                                template.sources)

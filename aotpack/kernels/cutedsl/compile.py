@@ -114,10 +114,11 @@ def default_config(op: GemmOp, **over):
     from aotpack.kernels.cutedsl.gemm import GemmConfig
 
     m, n = op.out.shape[0], op.b.shape[0]  # accumulator columns (SwiGLU: 2x the output's)
-    tile_m = 64 if m <= 64 else 128
-    tile_n = 256 if n >= 256 and tile_m == 128 else 128
+    # a given tile is not decided again (a symbolic M has no single value to decide it on)
+    tile_m = over.get("tile_m") or (64 if m <= 64 else 128)
+    tile_n = over.get("tile_n") or (256 if n >= 256 and tile_m == 128 else 128)
     g = swiglu_group(op) or 0
-    if g and tile_n % (2 * g):
+    if g and tile_n % (2 * g) and "tile_n" not in over:
         tile_n = 256  # whole gate/up pairs per tile
     kw = dict(tile_m=tile_m, tile_n=tile_n, epilogue=epilogue_kinds(op),
               out_dtype=_DT[op.out.dtype], swiglu_group=g)

@@ -219,9 +219,16 @@ def _max_offset(layout: Layout) -> int:
                for st in spans)
 
 
+def needs_wide_index(layout: Layout, block: int) -> bool:
+    """64-bit offsets: the element count or an operand's reach can pass 2^31 (at the dims'
+    maxima). Part of the generated kernel's identity (pointwise.kernel_name): two layouts with
+    the same template can differ in it."""
+    return max(upper_bound(layout.numel) + block, _max_offset(layout)) >= 2**31
+
+
 def kernel_source(name: str, expr, n_inputs: int, layout: Layout, out_dtype: DType,
                   block: int) -> str:
-    wide = max(upper_bound(layout.numel) + block, _max_offset(layout)) >= 2**31
+    wide = needs_wide_index(layout, block)
     names = {v: f"p{i}" for i, v in enumerate(layout.params())}
     params = ", ".join(["out_ptr"] + [f"in{i}_ptr" for i in range(n_inputs)] +
                        list(names.values()) + ["BLOCK: tl.constexpr"])

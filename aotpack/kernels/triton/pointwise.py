@@ -23,7 +23,9 @@ from pathlib import Path
 from aotpack import knobs
 from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput
 from aotpack.kernels.triton._common import KernelPlan, entry_points
-from aotpack.kernels.triton._pointwise_codegen import Layout, coalesce, kernel_source
+from aotpack.kernels.triton._pointwise_codegen import (
+    Layout, coalesce, kernel_source, needs_wide_index,
+)
 from aotpack.ir.sym import sym_max, upper_bound
 from aotpack.kernels.triton.compile import I32, I64, Const, Ptr, cdiv
 
@@ -39,8 +41,12 @@ def _layout(op: PointwiseOp) -> Layout:
 
 def kernel_name(op: PointwiseOp) -> str:
     layout = _layout(op)
-    key = repr((CODEGEN_VERSION, BLOCK, op.expr, [a.dtype.value for a in op.inputs],
-                op.out.dtype.value, layout.template()))
+    template = layout.template()
+    key = (CODEGEN_VERSION, BLOCK, op.expr, [a.dtype.value for a in op.inputs],
+           op.out.dtype.value, template)
+    if template != layout and needs_wide_index(layout, BLOCK):  # static layouts: as before
+        key += ("wide",)
+    key = repr(key)
     return "pointwise_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

@@ -1,0 +1,115 @@
+"""Edges of dynamic shapes that a review found wrong (each test fails on the code before its
+fix): a kernel's index width follows its sizes' ranges, tables computed from the dims are
+compared bit for bit, a complete CuTeDSL config is not decided again on a symbolic M, split-K
+scratch is sized for its bucket, --dynamic ties dims of other inputs only, a bucket's
+representative lies inside the bucket, and the build-host check visits every bucket."""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aotpack.dtypes import DType
+from aotpack.frontend import to_graph
+from aotpack.ir.sym import Sym, point_near, restrict, subs, symbol
+from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput, ScratchSlot, TensorArg
+from aotpack.passes import compile_graph
+from aotpack.executor import run_reference
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import mlp  # noqa: E402
+
+B, S = symbol("B", 1, 64), symbol("S", 1, 8192)
+
+
+def test_pointwise_kernels_of_different_reach_are_different_kernels():
+    """x*2 over [B, 4096] stays inside i32 offsets; over [B*S, 4096] it does not: same code
+    template, but the second needs 64-bit offsets, so they must not share one kernel."""
+    from aotpack.kernels.triton import pointwise
+
+    def op(rows):
+        x = TensorArg("x", DType.BF16, (rows, 4096), (4096, 1), 0)
+        return PointwiseOp((x,), PwExpr("mul", (PwInput(0), PwConst(2.0))),
+                           TensorArg("o", DType.BF16, (rows, 4096), (4096, 1), 0))
+
+    assert pointwise.kernel_name(op(B)) != pointwise.kernel_name(op(B * S))
+
+
+def test_tables_from_the_dims_are_compared_exactly():
+    """(x + pos) - 1e5 with pos = arange(S) + 1e5: the rows differ by less than a relative
+    1e-3, and a tolerant comparison took them for constant along S (all zeros out)."""
+    class Offset(torch.nn.Module):
+        def forward(self, x):
+            pos = torch.arange(x.shape[1], dtype=torch.float32) + 1e5
+            return (x + pos) - 1e5
+
+    dims = ({1: torch.export.Dim("S", min=1, max=32)},)
+    program = compile_graph(to_graph(Offset(), (torch.zeros(2, 8),), dims))
+    for s in (5, 32):
+        (got,) = run_reference(program, [torch.zeros(2, s)])
+        assert torch.equal(got[0], torch.arange(s, dtype=torch.float32))
+
+
+def test_cutedsl_config_for_a_symbolic_m_is_not_decided_again():
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():
+        pytest.skip("nvidia-cutlass-dsl not installed")
+    from aotpack.kernels.gemm_template import cutedsl
+    from aotpack.kernels.spec import GemmOp, contiguous
+
+    cute = cutedsl()
+    m = B * S
+    op = GemmOp(contiguous("a", DType.BF16, (m, 256)), contiguous("b", DType.BF16, (512, 256)),
+                contiguous("o", DType.BF16, (m, 512)))
+    cfg = cute.default_config(op, tile_m=64, tile_n=128)
+    assert (cfg.tile_m, cfg.tile_n) == (64, 128)
+
+
+def test_split_k_scratch_is_sized_for_its_bucket():
+    """Compiled with the bucket's narrowed dims (B, S <= 64 for B*S <= 64), the request is
+    bounded by the bucket's condition on the program's dims: 64 rows, not 64 * 64."""
+    from aotpack.passes.plan_memory import _scratch_bytes
+
+    syms = [Sym("B", 1, 64), Sym("S", 1, 4096)]
+    full = {s.name: subs(symbol(s.name, s.lo, s.hi), {}) for s in syms}
+    narrowed = restrict(syms, full["B"] * full["S"], 1, 64)
+    nbytes = subs(4 * 4 * 4096 * full["B"] * full["S"], narrowed)  # 4 splits x 4096 cols x f32
+    got = _scratch_bytes(ScratchSlot(nbytes), ((full["B"] * full["S"], 1, 64),), full)
+    assert got == 4 * 4 * 4096 * 64
+
+
+def test_dynamic_options_tie_dims_of_other_inputs_only():
+    from aotpack.frontend.dynamic import _linked
+
+    x, mask = torch.zeros(8, 8, 64), torch.zeros(8, 8)
+    linked = _linked({(0, 0): "B"}, (x, mask))
+    assert (0, 1) not in linked  # x's own seq dim (also 8) stays static
+    assert linked[(1, 0)] == "B" and linked[(1, 1)] == "B"  # the mask's dims of that size
+
+
+def test_representative_points_lie_inside_their_bucket():
+    s = Sym("S", 1, 4096)
+    syms = [Sym("B", 1, 64), s]
+    point = point_near(symbol("B", 1, 64) * symbol("S", 1, 4096), 6000, syms, {}, 4097)
+    assert 4097 <= point["B"] * point["S"] <= 6000
+
+
+def test_the_build_host_check_visits_every_bucket(tmp_path, monkeypatch):
+    """Besides every dim at its min and max, each `when` range is checked at both ends."""
+    from aotpack.build import build
+    from aotpack.bundle import read_bundle
+    from aotpack.bundle.manifest import _check_points, parse_symbols
+
+    monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(tmp_path / "no-runtime"))
+    spec = tmp_path / "small.py"
+    spec.write_text(f"import sys\nsys.path.insert(0, {str(Path(mlp.__file__).parent)!r})\n"
+                    "import mlp\n\ndef make():\n    return mlp.make(d=64, f=256, batch=2, seq=8)\n")
+    r = build(f"{spec}:make", tmp_path / "o", progress=False, command_line="t",
+              dynamic=["x.0=B:1..16", "x.1=S:1..256"])
+    m = read_bundle(r.bundle).manifest
+    ranges = {(c["min"], c["max"]) for st in m["steps"] for c in st.get("when") or []}
+    labels = [label for label, _ in _check_points(m, parse_symbols(m))]
+    assert len(ranges) >= 3 and len(labels) >= 2 + len(ranges)
+    for lo, hi in ranges:
+        assert any(f"bucket {lo}..{hi}" in label for label in labels)
