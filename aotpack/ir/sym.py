@@ -398,9 +398,8 @@ def term_quotient(a: Dim, b: Dim) -> Dim:
         if isinstance(a, int):
             return a // b if a % b == 0 else 0
         return Expr._make({m: c // b for m, c in a.terms if c % b == 0})
-    if len(b.terms) != 1:
-        q = _exact_quotient(a, b) if isinstance(a, Expr) else None
-        return 0 if q is None else q
+    if len(b.terms) != 1:  # a polynomial divisor: a's whole multiple of it, if a is one
+        return _multiple_of(a, b)
     d: dict = {}
     for m, c in _terms(a):
         q = _exact_quotient(Expr(((m, c),)) if m else Expr((((), c),)), b) if m else None
@@ -408,6 +407,20 @@ def term_quotient(a: Dim, b: Dim) -> Dim:
             for qm, qc in _terms(q):
                 d[qm] = d.get(qm, 0) + qc
     return Expr._make(d)
+
+
+def _multiple_of(a: Dim, b: Expr) -> Dim:
+    """q with a == q * b, q an int or one monomial of a (64 + 64*S over 1 + S: 64); else 0."""
+    if not isinstance(a, Expr):
+        return 0
+    (bm, bc) = b.terms[-1]
+    for am, ac in a.terms:
+        q = _exact_quotient(Expr(((am, ac),)), Expr(((bm, bc),))) if bm else None
+        if bm == () and ac % bc == 0:
+            q = Expr._make({am: ac // bc})
+        if q is not None and q * b == a:
+            return q
+    return 0
 
 
 def _cancel_common(a: Expr, b: Expr) -> tuple[Dim, Dim]:
@@ -513,31 +526,49 @@ def point_near(expr: Dim, target: int, symbols, base: Mapping[str, int],
                lo: int | None = None) -> dict[str, int]:
     """A point of the dims (a value per symbol: `base`, clipped to the ranges, for those
     `expr` does not use) where `expr` (increasing in each of its symbols) is as large as it can
-    be without passing `target`, and at least `lo` when some point reaches it: each order of
-    its symbols is tried, each symbol in turn taking the largest value that keeps
-    expr <= target. E.g. B*S near 6000 with S <= 4096: B=64, S=93 (5952), where S first
-    would stop at 4096."""
+    be without passing `target`, and at least `lo` when some point reaches it. For a product
+    of dims (B*S, 197*B) the search is exact: every value of all but the widest dim is tried
+    (B*S = 959 is found at B=7, S=137 where a greedy search stops at 64*14 = 896)."""
+    point = {s.name: min(max(base.get(s.name, s.lo), s.lo), s.hi) for s in symbols}
+    inside = sorted(free_symbols(expr), key=lambda s: (s.hi - s.lo, s.name))
+    if not inside:
+        return point
+    widest, rest = inside[-1], inside[:-1]
+    combos = 1
+    for s in rest:
+        combos *= s.hi - s.lo + 1
+    best = None
+    for values in (_grid(rest) if combos <= 4096 else _greedy_orders(expr, target, rest)):
+        p = dict(point, **values)
+        v = _search(widest, lambda v: subs(expr, {**p, widest.name: v}) <= target,
+                    last_true=True)
+        p[widest.name] = widest.lo if v is None else v
+        value = subs(expr, p)
+        rank = (value <= target, (lo is None or value >= lo), value if value <= target else -value)
+        if best is None or rank > best[0]:
+            best = (rank, p)
+    return best[1]
+
+
+def _grid(syms) -> list[dict[str, int]]:
+    out = [{}]
+    for s in syms:
+        out = [dict(d, **{s.name: v}) for d in out for v in range(s.lo, s.hi + 1)]
+    return out
+
+
+def _greedy_orders(expr, target, syms) -> list[dict[str, int]]:
+    """Too many combinations to try: each dim in turn as large as expr <= target allows."""
     import itertools
 
-    point = {s.name: min(max(base.get(s.name, s.lo), s.lo), s.hi) for s in symbols}
-    inside = sorted(free_symbols(expr), key=lambda s: s.name)
-    best = None
-    for order in itertools.islice(itertools.permutations(inside), 24):
-        p = dict(point, **{s.name: s.lo for s in inside})
+    out = []
+    for order in itertools.islice(itertools.permutations(syms), 24):
+        p = {s.name: s.lo for s in syms}
         for s in order:
             p[s.name] = _search(s, lambda v: subs(expr, {**p, s.name: v}) <= target,
                                 last_true=True) or s.lo
-        value = subs(expr, p)
-        if best is None or (value <= target and (value > best[0] or best[0] > target)):
-            best = (value, p)
-    if best is None:
-        return point
-    if lo is not None and best[0] < lo:  # nothing reaches the bucket from below: its floor
-        for s in inside:
-            v = _search(s, lambda v: subs(expr, {**best[1], s.name: v}) >= lo, last_true=False)
-            if v is not None:
-                return dict(best[1], **{s.name: v})
-    return best[1]
+        out.append(p)
+    return out
 
 
 def bound_under(x: Dim, expr: Dim, hi: int) -> int:
@@ -601,6 +632,11 @@ def bounds(x: Dim) -> tuple[int, int]:
     for sums of products of symbols with positive coefficients, an enclosure otherwise)."""
     if isinstance(x, int):
         return x, x
+    factored = _factor_common(x)
+    if factored is not None:  # correlated terms: 64*B*S - 64*B is 64*B*(S - 1), never 0
+        (alo, ahi), (blo, bhi) = (bounds(f) for f in factored)
+        corners = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
+        return min(corners), max(corners)
     lo = hi = 0
     for m, c in x.terms:
         mlo, mhi = 1, 1
@@ -612,6 +648,23 @@ def bounds(x: Dim) -> tuple[int, int]:
         tlo, thi = sorted((c * mlo, c * mhi))
         lo, hi = lo + tlo, hi + thi
     return lo, hi
+
+
+def _factor_common(x: Expr):
+    """(m, x / m) for the largest monomial m of symbols dividing every term of x (more than
+    one term), or None."""
+    if len(x.terms) < 2:
+        return None
+    common = None
+    for m, _ in x.terms:
+        powers = dict(m)
+        common = powers if common is None else {a: min(p, powers.get(a, 0))
+                                                 for a, p in common.items()}
+    common = {a: p for a, p in (common or {}).items() if p and isinstance(a, Sym)}
+    if not common:
+        return None
+    factor = Expr._make({tuple(sorted(common.items(), key=lambda ap: ap[0].key())): 1})
+    return factor, _exact_quotient(x, factor)
 
 
 def _atom_bounds(atom: Atom) -> tuple[int, int]:

@@ -76,7 +76,7 @@ def buckets(op: KernelOp, template: Template, symbols, example: dict,
     return out
 
 
-_MAX_CUTS = 8  # per power-of-two range: a heuristic that flips more often gets no more
+_SAMPLES = 129  # sizes per power-of-two range at which the heuristic is asked first
 
 
 def _heuristic(op, template: Template, target, backend: str):
@@ -91,19 +91,26 @@ def _heuristic(op, template: Template, target, backend: str):
 
 
 def _cut(bucket, heuristic, lo: int, hi: int) -> list[Bucket]:
-    """[lo, hi] as buckets of constant heuristic config (bisection from the top end)."""
-    out = []
-    for _ in range(_MAX_CUTS):
-        first = bucket(lo, lo)
-        if lo == hi or heuristic(first) == heuristic(bucket(lo, hi)):
-            break
-        want, a, b = heuristic(first), lo, hi - 1  # the largest size still configured as lo
-        while a < b:
-            mid = (a + b + 1) // 2
-            a, b = (mid, b) if heuristic(bucket(lo, mid)) == want else (a, mid - 1)
-        out.append(bucket(lo, a))
-        lo = a + 1
-    return out + [bucket(lo, hi)]
+    """[lo, hi] as buckets of constant heuristic config: the heuristic is asked at _SAMPLES
+    sizes spread over the range (it need not be monotone: ViT's GEMM at M = 197*B wants
+    128x256 tiles at B=11 and B=32 but 128x128 at B=17), and between two samples that disagree
+    the boundary is found by bisection. Each bucket's config is its top size's."""
+    if lo == hi:
+        return [bucket(lo, hi)]
+    step = max(1, (hi - lo) // (_SAMPLES - 1))
+    tops = sorted(set(list(range(lo, hi, step)) + [hi]))
+    configs = [heuristic(bucket(lo, top)) for top in tops]
+    out, start = [], lo
+    for (a, ca), (b, cb) in zip(zip(tops, configs), zip(tops[1:], configs[1:])):
+        if ca == cb:
+            continue
+        left, right = a, b - 1  # the largest size still configured as `a` lies in [a, b)
+        while left < right:
+            mid = (left + right + 1) // 2
+            left, right = (mid, right) if heuristic(bucket(lo, mid)) == ca else (left, mid - 1)
+        out.append(bucket(start, left))
+        start = left + 1
+    return out + [bucket(start, hi)]
 
 
 def compile_variants(op: KernelOp, target: Target, choose: Callable, symbols,
