@@ -128,7 +128,9 @@ def load_program(spec: str, dynamic=()):
     from aotpack.passes import compile_graph
 
     loaded = apply_dynamic(load_spec(spec), list(dynamic))
-    return compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    program.notes = list(loaded.notes)
+    return program
 
 
 def default_chooser(target: Target, gemm_backend: str = "triton"):
@@ -282,6 +284,8 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     except BackendCannotCompile as e:  # an op the chosen GEMM backend cannot run
         raise BuildError(str(e)) from None
     plan = plan_memory(program, launches_per_op)
+    notes += program.notes
+    notes += _arena_warning(plan.arena_bytes, program)
     extra = {}
     if program.dynamic:  # inspect: the planned arena serves the largest shape; this, one
         from aotpack.passes.plan_memory import arena_at
@@ -292,6 +296,20 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
                            summary=extra)
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
+
+
+# the smallest sm_90 part (H100 80 GB): an arena beyond it cannot be allocated on any target
+_TARGET_MEMORY = 80 * 10**9
+
+
+def _arena_warning(arena_bytes: int, program) -> list[str]:
+    if arena_bytes <= _TARGET_MEMORY // 2:
+        return []
+    dims = ", ".join(f"{s.name} <= {s.hi}" for s in program.symbols)
+    return [f"warning: the arena is {arena_bytes / 2**30:.1f} GiB"
+            + (f", planned for the largest shape ({dims})" if dims else "")
+            + f"; a session allocates it whole, and an H100 has 80 GB"
+            + (": lower the dims' maxima" if dims else "")]
 
 
 def _load_tuning_db(tuning_db):

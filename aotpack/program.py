@@ -45,6 +45,7 @@ class Program:
     summary: dict = field(default_factory=dict)
     symbols: list = field(default_factory=list)  # aotpack.ir.sym.Sym: the dynamic dims
     example: dict = field(default_factory=dict)  # symbol name -> the exported example value
+    notes: list = field(default_factory=list)  # what the frontend decided for the user to see
 
     @property
     def dynamic(self) -> bool:

@@ -280,7 +280,23 @@ def _cpu_runner(manifest: dict, loaded):
 
     program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
     _check_signature(manifest, program)
+    _check_weights(manifest, program)
     return lambda inputs: (run_reference(program, inputs), _eager(loaded.model, inputs))
+
+
+def _check_weights(manifest: dict, program) -> None:
+    """The CPU reference runs the model spec's own weights, so they must be the bundle's
+    (sha256 each): another model, or a factory that draws its weights unseeded, would
+    otherwise pass against itself."""
+    from aotpack.bundle.writer import _weights
+
+    mine = {r.name: r.sha256 for r in _weights(program)[0]}
+    theirs = {w["name"]: w["sha256"] for w in manifest["weights"]}
+    if mine != theirs:
+        diff = sorted(n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n))
+        raise VerifyError(f"the model spec's weights are not the bundle's ({len(diff)} differ, "
+                          f"e.g. {diff[0]!r}): is this the model the bundle was built from, "
+                          f"and does its factory seed its weights (torch.manual_seed)?")
 
 
 def _upcast_eager(model, inputs: list, device) -> list:

@@ -136,7 +136,11 @@ def build(
                        gemm_backend=gemm_backend, tuning_db=tuning_db, tune=tune,
                        tune_budget_s=tune_budget, dynamic=dynamic or ())
     for n in result.notes:
-        kind = "[yellow]warning:[/]" if "stale" in n else "note:"
+        if n.startswith("warning: "):
+            n = n[len("warning: "):]
+            kind = "[yellow]warning:[/]"
+        else:
+            kind = "[yellow]warning:[/]" if "stale" in n else "note:"
         err.print(f"{kind} {escape(n)}")
     for w in result.warnings:
         err.print(f"[yellow]warning:[/] {escape(w)}")

@@ -108,7 +108,8 @@ def test_cli_dims_are_checked():
 
 
 def test_other_inputs_follow_a_named_dim():
-    """An attention-mask-like second input of the same example size gets the same dim."""
+    """An attention-mask-like second input of the same example size gets the same dim, and the
+    build says so (with how to keep it static)."""
     class Two(torch.nn.Module):
         def forward(self, x, mask):
             return x * mask
@@ -117,6 +118,20 @@ def test_other_inputs_follow_a_named_dim():
     loaded = apply_dynamic(LoadedModel(Two(), (x, mask)), ["x.1=S:1..16"])
     g = to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes)
     assert [str(d) for v in g.inputs for d in v.shape] == ["2", "S", "2", "S"]
+    assert any("mask.1 follows S" in n and "mask.1=static" in n for n in loaded.notes)
+
+
+def test_dims_declared_twice_or_in_two_places_are_refused():
+    from aotpack.frontend import ModelLoadError
+
+    model, inputs = mlp.make(d=64, f=256, batch=2, seq=8)
+    with pytest.raises(ModelLoadError, match="given twice"):
+        apply_dynamic(LoadedModel(model, inputs), ["x.1=S:1..32", "x.1=T:1..16"])
+    declared = LoadedModel(model, inputs, ({0: torch.export.Dim("B", min=1, max=4)},))
+    with pytest.raises(ModelLoadError, match="factory declares its dynamic dims"):
+        apply_dynamic(declared, ["x.1=S:1..32"])
+    with pytest.raises(ModelLoadError, match="size 2 or more"):  # torch.export fixes 1s
+        apply_dynamic(LoadedModel(model, (inputs[0][:, :1],)), ["x.1=S:1..32"])
 
 
 def test_dims_the_model_restricts_are_refused_with_the_reason():

@@ -22,17 +22,17 @@ def _model():
     return torch.nn.Sequential(torch.nn.Linear(32, 16), torch.nn.ReLU()).eval()
 
 
-def _program(model, corrupt: bool = False) -> Program:
+def _program(model, corrupt: bool = False, other_weights: bool = False) -> Program:
     st = {s.name: s for s in [Storage("x", "input", F32, (8, 32)),
                               Storage("w", "weight", F32, (16, 32)),
                               Storage("b", "weight", F32, (16,)),
                               Storage("y", "output", F32, (8, 16))]}
     w = model[0].weight.detach().clone()
-    if corrupt:
+    if other_weights:
         w[0, 0] += 5.0
     op = GemmOp(contiguous("x", F32, (8, 32)), contiguous("w", F32, (16, 32)),
                 contiguous("y", F32, (8, 16)),
-                (EpBias(contiguous("b", F32, (16,))), EpAct(Act.RELU)))
+                (EpBias(contiguous("b", F32, (16,))), EpAct(Act.SILU if corrupt else Act.RELU)))
     return Program(["x"], ["y"], st, [op], {"w": w, "b": model[0].bias.detach().clone()})
 
 
@@ -40,7 +40,7 @@ def _program(model, corrupt: bool = False) -> Program:
 def setup(monkeypatch, tmp_path):
     """A model file, its bundle (no kernels: verify --reference cpu never reads them), and the
     stand-in frontend/passes; returns (bundle path, spec, state) — set state['corrupt']."""
-    state = {"corrupt": False}
+    state = {"corrupt": False, "other": False}
     model = _model()
     from aotpack.frontend.load import LoadedModel
 
@@ -48,7 +48,7 @@ def setup(monkeypatch, tmp_path):
     frontend.load_spec = lambda spec: LoadedModel(model, (torch.randn(8, 32),))
     frontend.to_graph = lambda m, inputs, dynamic=None: "graph"
     passes = types.ModuleType("aotpack.passes")
-    passes.compile_graph = lambda graph: _program(model, state["corrupt"])
+    passes.compile_graph = lambda graph: _program(model, state["corrupt"], state["other"])
     monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
     monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
     import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules
@@ -77,6 +77,15 @@ def test_a_wrong_program_fails(setup):
     state["corrupt"] = True
     report = verify(bundle, spec, reference="cpu")
     assert not report.passed and report.outputs[0].rel_error > 1e-2
+
+
+def test_a_model_with_other_weights_is_refused(setup):
+    """The CPU reference runs the spec's weights: they must be the bundle's, or a bundle of
+    another model (or of an unseeded factory) would pass against itself."""
+    bundle, spec, state = setup
+    state["other"] = True
+    with pytest.raises(VerifyError, match="weights are not the bundle's"):
+        verify(bundle, spec, reference="cpu")
 
 
 def test_changed_model_file_warns(setup):

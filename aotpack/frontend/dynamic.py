@@ -1,5 +1,5 @@
 """`--dynamic NAME.DIM=[LABEL:]LO..HI`: dynamic dims from the command line, as torch.export
-Dims.
+Dims (`NAME.DIM=static` keeps a dim out of the automatic links below).
 
 Each option makes one dim of one input dynamic in LO..HI. A LABEL names the dim (it is the
 symbol's name in the bundle, `aotpack inspect` and error messages; default `NAME_DIM`); the
@@ -18,6 +18,7 @@ from aotpack.frontend.load import LoadedModel, ModelLoadError
 
 _SPEC = re.compile(r"^(?P<input>[A-Za-z_]\w*)\.(?P<dim>-?\d+)="
                    r"(?:(?P<label>[A-Za-z_]\w*)(?::|$))?(?:(?P<lo>\d+)\.\.(?P<hi>\d+))?$")
+STATIC = "static"
 
 
 def parse_dynamic(specs: list[str]) -> list[tuple[str, int, str | None, int | None, int | None]]:
@@ -55,11 +56,21 @@ def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
         return loaded
     import torch
 
+    if loaded.dynamic_shapes is not None:
+        raise ModelLoadError("the factory declares its dynamic dims (its third return value): "
+                             "declare them all there, or return (model, inputs) and give "
+                             "every dim with --dynamic")
     parsed = parse_dynamic(specs)
     names = input_names(loaded.model, len(loaded.inputs))
+    static = {(names.index(n), d % loaded.inputs[names.index(n)].dim())
+              for n, d, label, _, _ in parsed if label == STATIC and n in names}
+    parsed = [p for p in parsed if p[2] != STATIC]
     dims, labels = _declared(parsed, names, loaded.inputs)
     model = loaded.model.module() if hasattr(loaded.model, "graph_signature") else loaded.model
-    linked = _linked(dims, loaded.inputs)
+    linked = _linked(dims, loaded.inputs, static)
+    notes = [f"--dynamic: {names[i]}.{d} follows {label} (the same example size "
+             f"{int(loaded.inputs[i].shape[d])}); --dynamic {names[i]}.{d}=static keeps it "
+             f"static" for (i, d), label in sorted(linked.items()) if (i, d) not in dims]
     for attempt in ([linked, dims] if linked != dims else [dims]):
         spec = tuple({d: labels[key] for (i, d), key in attempt.items() if i == k} or None
                      for k in range(len(loaded.inputs)))
@@ -69,10 +80,11 @@ def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
         except Exception as e:  # noqa: BLE001 — torch.export's own message says why
             error = e
             continue
-        return LoadedModel(ep, loaded.inputs, spec)  # exported once, here
+        used = notes if attempt is linked else []
+        return LoadedModel(ep, loaded.inputs, spec, used)  # exported once, here
     raise ModelLoadError(f"torch.export refused the --dynamic dims: "
-                         f"{str(error).splitlines()[0] if str(error) else type(error).__name__}"
-                         f"\n{_hint(str(error))}")
+                         f"{_torch_reason(str(error)) or type(error).__name__}"
+                         f"\n{_hint(str(error), loaded.inputs, dims)}")
 
 
 def _declared(parsed, names, inputs):
@@ -81,6 +93,8 @@ def _declared(parsed, names, inputs):
 
     dims, labels, ranges = {}, {}, {}
     for name, d, label, lo, hi in parsed:
+        if name in names and (names.index(name), d % inputs[names.index(name)].dim()) in dims:
+            raise ModelLoadError(f"--dynamic {name}.{d} is given twice")
         if name not in names:
             raise ModelLoadError(f"--dynamic {name}.{d}: the model has no input {name!r} "
                                  f"(inputs: {', '.join(names)})")
@@ -106,9 +120,10 @@ def _declared(parsed, names, inputs):
     return dims, labels
 
 
-def _linked(dims: dict, inputs) -> dict:
+def _linked(dims: dict, inputs, static=frozenset()) -> dict:
     """`dims` plus every dim of an input that declares none whose example size equals that of
-    exactly one declared dim (an input that declares a dim keeps its other dims static)."""
+    exactly one declared dim (an input that declares a dim keeps its other dims static, and so
+    does a dim given as `static`)."""
     by_size: dict[int, set] = {}
     for (i, d), label in dims.items():
         by_size.setdefault(int(inputs[i].shape[d]), set()).add(label)
@@ -119,13 +134,27 @@ def _linked(dims: dict, inputs) -> dict:
             continue
         for d, n in enumerate(t.shape):
             labels = by_size.get(int(n), set())
-            if n > 1 and len(labels) == 1:
+            if n > 1 and len(labels) == 1 and (i, d) not in static:
                 out[(i, d)] = next(iter(labels))
     return out
 
 
-def _hint(message: str) -> str:
-    if "specialized" in message:
-        return ("The model's code fixes that dim to the example's size (a shape check, a "
-                "Python branch on it, a buffer of that size): it cannot be dynamic as written.")
+def _torch_reason(message: str) -> str:
+    """torch.export's reason, its suggested fixes included (they say which range works)."""
+    lines = [ln for ln in message.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith("The error above occurred")
+            and "draft_export" not in ln]
+    return "\n".join(keep[:12])
+
+
+def _hint(message: str, inputs, dims: dict) -> str:
+    small = [f"input {i} dim {d}" for (i, d) in dims if int(inputs[i].shape[d]) <= 1]
+    if small:
+        return (f"The example's size is 0 or 1 in {', '.join(small)}: torch.export fixes such "
+                f"sizes; give an example input of size 2 or more there.")
+    if "specialized" in message or "Suggested fixes" in message:
+        return ("The model's code constrains that dim (a shape check, a Python branch on it, a "
+                "buffer of some size): use the range torch.export suggests above, or keep the "
+                "dim static. An input that declares one dim keeps its other dims static: tie "
+                "them with NAME.DIM=LABEL where the model needs them equal.")
     return "Run with TORCH_LOGS=+dynamic to see why."

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -21,6 +21,7 @@ class LoadedModel:
     model: object  # torch.nn.Module or torch.export.ExportedProgram
     inputs: tuple  # example inputs (torch tensors)
     dynamic_shapes: object = None  # torch.export's spec, or None
+    notes: list = field(default_factory=list)  # what loading decided that the user should see
 
 
 def load_spec(spec: str) -> LoadedModel:
@@ -48,6 +49,9 @@ def _load_factory(path: Path, fn: str):
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+    folder = str(path.resolve().parent)  # modules beside the factory import as when run there
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as e:

@@ -51,6 +51,7 @@ class SymbolTable:
         self.examples: dict[str, int] = {}
         self.sources: dict[str, tuple[str, int]] = {}  # aotpack name -> (input, dim)
         self._sympy = {str(k): k for k in ep.range_constraints}  # with torch's assumptions
+        self.derived: dict[str, str] = {}  # torch symbol -> where an input uses it derived
         self._build(ep, dict(dim_names or {}), example_inputs)
 
     def _build(self, ep, dim_names, example_inputs) -> None:
@@ -63,6 +64,10 @@ class SymbolTable:
         for i, node in enumerate(placeholders):
             shape = getattr(node.meta.get("val"), "shape", ())
             for d, size in enumerate(shape):
+                if _is_symint(size) and not isinstance(size.node.expr, sympy.Symbol):
+                    for s in size.node.expr.free_symbols:  # 4*s75: s75 no input has alone
+                        self.derived.setdefault(str(s), f"dim {d} of input {node.name!r} "
+                                                        f"is {size.node.expr}")
                 if not _is_symint(size) or not isinstance(size.node.expr, sympy.Symbol):
                     continue
                 tname = str(size.node.expr)
@@ -114,10 +119,14 @@ class SymbolTable:
             return int(e)
         if isinstance(e, sympy.Symbol):
             s = self.by_torch.get(str(e))
+            if s is None and str(e) in self.derived:
+                raise SymbolError(f"{self.derived[str(e)]}: a dim given only through another "
+                                  f"(a derived Dim, e.g. 4*K); aotpack needs every dynamic dim "
+                                  f"to be an input dim on its own: declare the whole size as "
+                                  f"a Dim and split it inside the model")
             if s is None:
-                raise SymbolError(f"the size {e} is derived from the input data or from a dim "
-                                  f"no input has on its own; aotpack needs every dynamic dim "
-                                  f"to be an input dim")
+                raise SymbolError(f"the size {e} depends on the input data (a data-dependent "
+                                  f"shape), which aotpack cannot plan ahead")
             return sym.Expr._atom(s)
         args = [self.expr(a) for a in e.args]
         kind = type(e).__name__

@@ -342,7 +342,10 @@ class _Lowering:
         if root.op == Op.LINEAR:
             return self._as_2d(self.args[b.name], b.name)
         if len(b.shape) != 2:
-            self._fail(root, "batched matmul (only [.., M, K] @ [K, N] is supported)")
+            self._fail(root, "batched matmul (only [.., M, K] @ [K, N] is supported); "
+                             "attention written as matmul/softmax/matmul compiles as "
+                             "F.scaled_dot_product_attention (transformers: "
+                             "attn_implementation='sdpa')")
         if b.name in self.g.constants:
             t_name = f"{b.name}.T"
             tensor = self.g.constants[b.name].tensor.t().contiguous()
