@@ -308,7 +308,7 @@ def _arena_warning(arena_bytes: int, program) -> list[str]:
     dims = ", ".join(f"{s.name} <= {s.hi}" for s in program.symbols)
     return [f"warning: the arena is {arena_bytes / 2**30:.1f} GiB"
             + (f", planned for the largest shape ({dims})" if dims else "")
-            + f"; a session allocates it whole, and an H100 has 80 GB"
+            + "; a session allocates it whole, and an H100 has 80 GB"
             + (": lower the dims' maxima" if dims else "")]
 
 

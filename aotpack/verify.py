@@ -197,7 +197,7 @@ def points_from_shapes(manifest: dict, shapes: list[str]) -> list[dict]:
 
 
 def _expr(d, symbols):
-    from aotpack.ir.sym import parse
+    from aotpack.ir.sym_parse import parse
 
     return parse(d, symbols) if isinstance(d, str) else d
 

@@ -120,7 +120,7 @@ def main() -> int:
     for d in args.static:
         name = (d / "spec.txt").read_text().strip().rsplit(":", 1)[1]
         static[name] = Session(Model(str(d / "model.aotpack")))
-    compiled, compile_s = None, None
+    compiled = None
     if args.compile != "none":
         mode = None if args.compile == "default" else args.compile
         compiled = torch.compile(eager, dynamic=True, mode=mode)

@@ -15,7 +15,8 @@ from aotpack.executor import run_reference
 from aotpack.frontend import UnsupportedOpError, to_graph
 from aotpack.frontend.dynamic import apply_dynamic
 from aotpack.frontend.load import LoadedModel
-from aotpack.ir.sym import free_symbols, restrict, subs, subs_tree
+from aotpack.ir.sym import free_symbols, subs, subs_tree
+from aotpack.ir.sym_ranges import restrict
 from aotpack.kernels.spec import GemmOp, TensorArg
 from aotpack.kernels.templates import template_for
 from aotpack.kernels.variants import buckets

@@ -11,7 +11,8 @@ import torch
 
 from aotpack.dtypes import DType
 from aotpack.frontend import to_graph
-from aotpack.ir.sym import Sym, point_near, restrict, subs, symbol
+from aotpack.ir.sym import Sym, subs, symbol
+from aotpack.ir.sym_ranges import point_near, restrict
 from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput, ScratchSlot, TensorArg
 from aotpack.passes import compile_graph
 from aotpack.executor import run_reference

@@ -8,9 +8,11 @@ import pytest
 
 from aotpack.ir import sym
 from aotpack.ir.sym import (
-    SymbolicError, bound_under, bounds, cdiv, divisible, floordiv, mod, parse, restrict, subs,
-    subs_tree, sym_max, sym_min, symbol,
+    SymbolicError, bounds, cdiv, divisible, floordiv, mod, subs, subs_tree, sym_max, sym_min,
+    symbol,
 )
+from aotpack.ir.sym_parse import parse
+from aotpack.ir.sym_ranges import bound_under, restrict
 
 B, S = symbol("B", 1, 64), symbol("S", 1, 4096)
 SYMS = {"B": sym.Sym("B", 1, 64), "S": sym.Sym("S", 1, 4096)}

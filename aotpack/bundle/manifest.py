@@ -358,7 +358,9 @@ def _check_points(m: dict, symbols: dict) -> list[tuple[str, dict]]:
     """Where a v2 manifest is checked on the build host: every symbol at its min and at its max
     (what the runtime checks at load), and both ends of every `when` range, so that no bucket's
     launches are first checked in production."""
-    from aotpack.ir.sym import parse, point_near, subs
+    from aotpack.ir.sym import subs
+    from aotpack.ir.sym_parse import parse
+    from aotpack.ir.sym_ranges import point_near
 
     lo = {n: s.lo for n, s in symbols.items()}
     points = [("every symbol at its min", lo),
@@ -381,7 +383,8 @@ def evaluate(v, symbols: dict, point: dict, what: str):
     """An integer field: itself, or its expression evaluated at `point`."""
     if not isinstance(v, str):
         return v
-    from aotpack.ir.sym import parse, subs
+    from aotpack.ir.sym import subs
+    from aotpack.ir.sym_parse import parse
 
     try:
         return subs(parse(v, symbols), point)

@@ -354,8 +354,6 @@ class _Translator:
         points): a table indexed by position, not a value whose entries depend on the dims."""
         if v.name in self.materialized:
             return self.materialized[v.name]
-        import torch
-
         from aotpack.ir import Op
         from aotpack.ir import ops as O
         from aotpack.ir.sym import subs

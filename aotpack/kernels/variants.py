@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from aotpack.ir import sym
+from aotpack.ir.sym_ranges import point_near, restrict
 from aotpack.kernels.spec import KernelOp, Launch, Target
 from aotpack.kernels.templates import Template, template_for
 
@@ -44,7 +45,7 @@ def representative_point(size, target: int, symbols, example: dict,
     """A point of the dims where `size` is as close to `target` from below as the dims allow
     (inside [lo, target] when it can be; the other dims at the example's values): e.g. B*S =
     512 at B=1, S=512 (sym.point_near)."""
-    return sym.point_near(size, target, symbols, example, lo)
+    return point_near(size, target, symbols, example, lo)
 
 
 def buckets(op: KernelOp, template: Template, symbols, example: dict,
@@ -132,7 +133,7 @@ def compile_variants(op: KernelOp, target: Target, choose: Callable, symbols,
         return list(template.compile(op, groups[0][1], target))
     launches = []
     for b, config in groups:
-        narrowed = sym.restrict(symbols, b.size, b.lo, b.hi)
+        narrowed = restrict(symbols, b.size, b.lo, b.hi)
         when = ((b.size, b.lo, b.hi),)
         for launch in template.compile(sym.subs_tree(op, narrowed), config, target):
             launches.append(replace(launch, when=launch.when + when))

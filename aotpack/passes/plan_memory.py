@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from aotpack.ir.sym import Expr, bound_under, subs, subs_tree, upper_bound
+from aotpack.ir.sym import Expr, subs, subs_tree, upper_bound
+from aotpack.ir.sym_ranges import bound_under
 from aotpack.kernels.spec import (
     EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot, TensorArg, op_inputs,
 )
