@@ -9,7 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "aotpack/aotpack.h"
 #include "safetensors.hpp"
+#include "test_main.hpp"
 #include "sha256.hpp"
 
 namespace aotpack_test {
@@ -174,6 +176,26 @@ std::string TestBundle::write(const std::string& dir, const std::string& file) c
   aotpack::write_safetensors(path, tensors, {{"aotpack.manifest", dump(manifest)}}, 256);
   if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256);
   return path;
+}
+
+void expect_check_file(const std::string& path, int code,
+                       std::initializer_list<std::string> needles, const char* weights_path) {
+  aotpack_model_options o;
+  std::memset(&o, 0, sizeof(o));
+  o.struct_size = sizeof(o);
+  o.weights_path = weights_path;
+  aotpack_status* s = aotpack_model_check_file(path.c_str(), &o);
+  std::string msg = aotpack_status_message(s);
+  aotpack_code got = aotpack_status_code(s);
+  aotpack_status_free(s);
+  std::printf("  -> %s: %s\n", aotpack_status_code_name(got), msg.c_str());
+  if (got != code)
+    test_failed(__FILE__, __LINE__,
+                std::string("expected ") + aotpack_status_code_name(aotpack_code(code)) +
+                    " got " + aotpack_status_code_name(got) + ": " + msg);
+  for (const std::string& n : needles)
+    if (msg.find(n) == std::string::npos)
+      test_failed(__FILE__, __LINE__, "message lacks '" + n + "': " + msg);
 }
 
 }  // namespace aotpack_test

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -54,5 +55,11 @@ struct TestBundle {
   // path.
   std::string write(const std::string& dir, const std::string& file = "model.aotpack") const;
 };
+
+// Validates the bundle at `path` through aotpack_model_check_file (with `weights_path` when
+// given) and fails the test unless the status is `code` and its message contains every needle.
+void expect_check_file(const std::string& path, int code,
+                       std::initializer_list<std::string> needles,
+                       const char* weights_path = nullptr);
 
 }  // namespace aotpack_test

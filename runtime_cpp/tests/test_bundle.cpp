@@ -17,20 +17,7 @@ namespace {
 // Checks that validating `path` gives `code` and a message containing `needle`.
 void expect_status(const std::string& path, aotpack_code code, const std::string& needle,
                    const char* weights_path = nullptr) {
-  aotpack_model_options o;
-  std::memset(&o, 0, sizeof(o));
-  o.struct_size = sizeof(o);
-  o.weights_path = weights_path;
-  aotpack_status* s = aotpack_model_check_file(path.c_str(), &o);
-  std::string msg = aotpack_status_message(s);
-  aotpack_code got = aotpack_status_code(s);
-  aotpack_status_free(s);
-  std::printf("  -> %s: %s\n", aotpack_status_code_name(got), msg.c_str());
-  if (got != code)
-    test_failed(__FILE__, __LINE__, std::string("expected ") + aotpack_status_code_name(code) +
-                                        " got " + aotpack_status_code_name(got) + ": " + msg);
-  if (msg.find(needle) == std::string::npos)
-    test_failed(__FILE__, __LINE__, "message lacks '" + needle + "': " + msg);
+  expect_check_file(path, code, {needle}, weights_path);
 }
 
 std::string write(const TestBundle& b, const char* tag) { return b.write(make_temp_dir(tag)); }

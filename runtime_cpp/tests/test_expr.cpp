@@ -10,6 +10,8 @@
 
 using aotpack::Expr;
 
+using aotpack_test::has;
+
 namespace {
 
 const std::vector<std::string> kNames = {"B", "S", "n_2"};
@@ -39,10 +41,6 @@ std::string compile_error(const std::string& text) {
     return e.what();
   }
   return "";
-}
-
-bool has(const std::string& s, const std::string& needle) {
-  return s.find(needle) != std::string::npos;
 }
 
 }  // namespace

@@ -112,10 +112,6 @@ std::string invalid_argument(F&& fn) {
   return "";
 }
 
-bool has(const std::string& s, const std::string& needle) {
-  return s.find(needle) != std::string::npos;
-}
-
 }  // namespace
 
 TEST(fake_dyn_queries) {

@@ -21,6 +21,10 @@ struct Register {
   std::exit(1);
 }
 
+inline bool has(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
+
 }  // namespace aotpack_test
 
 #define TEST(name)                                                                       \
