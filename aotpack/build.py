@@ -262,8 +262,8 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
                          f"(expected file.py:factory or a .pt2 file)")
     _check_destination(out, force)
     progress = knobs.show_progress() if progress is None else progress
-    command_line = command_line or " ".join(shlex.quote(a) for a in
-                                            ["aotpack", "build", spec, "--arch", arch, "-o", str(out)])
+    command_line = portable_command(command_line or shlex.join(
+        ["aotpack", "build", spec, "--arch", arch, "-o", str(out)]))
     notes: list[str] = []
     program = db = None
     if tune != "none":  # the model is loaded once, for the job and for this build
@@ -403,4 +403,20 @@ def _write_folder(out: Path, program, plan, target: Target, spec: str, command_l
 
 
 def command_line_from_argv() -> str:
-    return " ".join(shlex.quote(a) for a in ["aotpack", *sys.argv[1:]])
+    return shlex.join(["aotpack", *sys.argv[1:]])
+
+
+def portable_command(command_line: str) -> str:
+    """`command_line` with every path it names cut to its last part (`-o /srv/out/llama` →
+    `-o llama`, `dir/model.py:make` → `model.py:make`), so that one model built into two
+    folders, or on two hosts, records the same bytes (a bundle is compared by hash)."""
+    try:
+        words = shlex.split(command_line)
+    except ValueError:  # unbalanced quotes: not a command this process wrote
+        return command_line
+
+    def cut(word: str) -> str:
+        key, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
+        return key + eq + (value if "/" not in value else value.rstrip("/").rsplit("/", 1)[-1])
+
+    return shlex.join(cut(w) for w in words)

@@ -89,7 +89,10 @@ def pipeline(monkeypatch, tmp_path):
     passes = types.ModuleType("aotpack.passes")
     passes.compile_graph = lambda graph: _program()
     passes.plan_memory = _fake_plan
+    dynamic = types.ModuleType("aotpack.frontend.dynamic")
+    dynamic.apply_dynamic = lambda loaded, options: loaded
     monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
+    monkeypatch.setitem(sys.modules, "aotpack.frontend.dynamic", dynamic)
     monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
     import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules
 
@@ -133,19 +136,33 @@ def test_build_writes_the_output_folder(pipeline, tmp_path):
     # slots of the cached compile were renamed back to each op's own storages
     assert [[a.get("buffer") for a in s["args"][:3]] for s in m["steps"]] == [[0, 2, 4], [4, 3, 1]]
     prov = m["provenance"]
-    assert prov["created_by"] == "aotpack build model.py:make -o out/mlp"
+    assert prov["created_by"] == "aotpack build model.py:make -o mlp"  # no folder: portable
     assert prov["source"] == "model.py" and len(prov["source_sha256"]) == 64
     assert prov["torch"] and "timestamp" not in prov
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["mlp"]  # no temp folders left
 
 
 def test_build_is_reproducible_and_external_weights(pipeline, tmp_path):
+    """Two folders, named alike, in different places: the same bytes (the command each
+    recorded names the output and the model by their last parts only)."""
     spec = f"{tmp_path / 'model.py'}:make"
-    a = build(spec, tmp_path / "a", progress=False, command_line="cmd", external_weights=True)
-    b = build(spec, tmp_path / "b", progress=False, command_line="cmd", external_weights=True)
+    a = build(spec, tmp_path / "a" / "m", progress=False, external_weights=True)
+    b = build(spec, tmp_path / "b" / "m", progress=False, external_weights=True)
+    assert read_bundle(a.out_dir / "model.aotpack").manifest["provenance"]["created_by"] == \
+        "aotpack build model.py:make --arch sm90 -o m"
     for name in ("model.aotpack", "weights.safetensors"):
         assert (a.out_dir / name).read_bytes() == (b.out_dir / name).read_bytes()
     assert "weights.safetensors" in (a.out_dir / "README.md").read_text()
+
+
+def test_portable_command_cuts_paths():
+    from aotpack.build import portable_command
+
+    assert portable_command("aotpack build /w/x/model.py:make -o /srv/out/m/ "
+                            "--tuning-db=/home/u/db.json --dynamic x.0=1..64 --arch sm90") == \
+        "aotpack build model.py:make -o m --tuning-db=db.json --dynamic x.0=1..64 --arch sm90"
+    assert portable_command("aotpack build 'my dir/m.pt2' -o out") == "aotpack build m.pt2 -o out"
+    assert portable_command("aotpack tune 'unbalanced") == "aotpack tune 'unbalanced"
 
 
 def test_force_replaces_and_failure_keeps_the_old_folder(pipeline, tmp_path, monkeypatch):

@@ -247,7 +247,7 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     """`program`: the model `spec` names, already loaded (`build --tune` compiles it too);
     `dynamic`: `--dynamic` options (a symbolic op is tuned at each bucket's size)."""
     from aotpack.build import (BuildError, _check_destination, load_program, parse_arch,
-                               provenance, source_file)
+                               portable_command, provenance, source_file)
 
     target = parse_arch(arch)
     out = Path(out)
@@ -267,7 +267,8 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)
     compile_all(problems, target, jobs=jobs, progress=progress)
-    job = write_job(out, problems, target, provenance(spec, command_line or "aotpack tune"))
+    command = portable_command(command_line or "aotpack tune")
+    job = write_job(out, problems, target, provenance(spec, command))
     return JobSummary(out, len(job["problems"]),
                       sum(len(p["candidates"]) for p in job["problems"]),
                       sum(len(p.failed) for p in problems),
