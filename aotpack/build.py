@@ -9,25 +9,32 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import os
 import re
 import shlex
 import shutil
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aotpack import knobs, runtime_files
+from aotpack.errors import UserError
 from aotpack.kernels.spec import SM90, PtrSlot, Target, TensorArg, TensorMapSlot
+
+log = logging.getLogger(__name__)
 
 BUNDLE_NAME = "model.aotpack"
 WEIGHTS_NAME = "weights.safetensors"
 _ARCHES = {"sm90": SM90, "sm_90": SM90, "sm_90a": SM90, "sm90a": SM90}
 
 
-class BuildError(Exception):
+class BuildError(UserError):
     """A user error (bad arguments, output folder exists, ...); the message says what to do."""
+
+    named = False  # the message says what kind it is
 
 
 @dataclass
@@ -161,8 +168,13 @@ def compile_ops(program, target: Target, *, choose=None, progress: bool = True,
             bar.update(task, description=type(op).__name__)
             canon, back = canonical(op)
             if canon not in cache:
+                start = time.perf_counter()
                 cache[canon] = compile_variants(canon, target, choose, program.symbols,
                                                 program.example, backend=gemm_backend)
+                log.debug("compiled %s: %d launches (%.2f s)", type(op).__name__,
+                          len(cache[canon]), time.perf_counter() - start)
+            else:
+                log.debug("reused the compile of an identical %s", type(op).__name__)
             result.append([_restore(launch, back) for launch in cache[canon]])
             bar.advance(task)
     return result, len(cache)

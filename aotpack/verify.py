@@ -23,12 +23,13 @@ from pathlib import Path
 
 from aotpack.bundle import read_bundle
 from aotpack.dtypes import DType
+from aotpack.errors import UserError
 
 DEFAULT_TOLERANCE = 1e-2
 HP_MARGIN = 1.5  # how much further from float32 than eager a low-precision output may be
 
 
-class VerifyError(Exception):
+class VerifyError(UserError):
     """The bundle and the model spec do not describe the same model, or the reference cannot
     run here; the message says what to do."""
 

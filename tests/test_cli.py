@@ -1,13 +1,14 @@
 """The `aotpack` CLI through typer's CliRunner: help texts, inspect on a hand-made bundle, and
 one-line errors (exit status ≠ 0, no traceback) for user mistakes."""
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 from typer.testing import CliRunner
 
-from cli.main import app
+from aotpack.cli.main import app
 from handmade_bundle import CUBIN, write_handmade
 
 runner = CliRunner()
@@ -89,7 +90,7 @@ def test_inspect_without_the_external_weights_file(tmp_path):
 
 def test_inspect_needs_no_torch(tmp_path):
     path = write_handmade(tmp_path / "model.aotpack")
-    code = ("import sys; from cli.main import app; "
+    code = ("import sys; from aotpack.cli.main import app; "
             f"sys.argv = ['aotpack', 'inspect', {str(path)!r}, '--json']\n"
             "try:\n    app()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
             "assert 'torch' not in sys.modules and 'triton' not in sys.modules, 'heavy import'")
@@ -154,7 +155,22 @@ def test_existing_output_needs_force(tmp_path):
 def test_verify_rejects_an_unknown_reference(tmp_path):
     path = write_handmade(tmp_path / "model.aotpack")
     result = _run("verify", path, "--model", "m.py:make", "--reference", "tpu")
-    assert result.exit_code == 2 and "cpu or gpu" in result.output
+    assert result.exit_code == 2 and "'tpu' is not one of 'cpu', 'gpu'" in _words(result.output)
+
+
+@pytest.mark.parametrize("argv", [("build", "m.py:make", "-o", "out", "--tune", "slow"),
+                                  ("build", "m.py:make", "-o", "out", "--gemm-backend", "cublas"),
+                                  ("tune", "m.py:make", "-o", "job", "--level", "medium")])
+def test_a_bad_choice_is_a_usage_error(argv):
+    """Every option with a fixed set of values: the same status (2) and message form, before
+    any model is read (m.py does not exist)."""
+    result = _run(*argv)
+    assert result.exit_code == 2 and "is not one of" in _words(result.output), result.output
+
+
+def _words(boxed: str) -> str:
+    """The text of rich's error box as one line (it wraps and frames long messages)."""
+    return " ".join(re.sub("[│╭╮╰╯─]", " ", boxed).split())
 
 
 def test_verify_missing_model_file(tmp_path):

@@ -296,25 +296,33 @@ def test_pt2_keeps_its_dims(tmp_path):
         program.bind([(3, 5, 64)])
 
 
-def test_dynamic_bundle_is_a_checked_v2_manifest(tmp_path, monkeypatch):
+def test_dynamic_bundle_is_a_checked_v2_manifest(tmp_path, monkeypatch, caplog):
     """A real build (Triton cross-compile, no GPU) of the small dynamic MLP: manifest v2 with
     its symbols and expressions, refused by the checker where the runtime would refuse it; at
     any shape in range exactly one variant of each GEMM runs; inspect shows the dims and
-    variants; a second build gives the same bytes; a static build is still v1."""
+    variants; a second build gives the same bytes; a static build is still v1; at debug level
+    (AOTPACK_LOG=debug) the build logs its passes, each op's buckets, compiles and memory."""
     import copy
     import json
+    import logging
 
     from aotpack.build import build
     from aotpack.bundle import BundleError, read_bundle
     from aotpack.bundle import manifest as mf
-    from cli.report import inspect_document
+    from aotpack.cli.report import inspect_document
 
     monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(tmp_path / "no-runtime"))
     spec = tmp_path / "small.py"
     spec.write_text(f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\nimport mlp\n\n"
                     "def make():\n    return mlp.make(d=64, f=256, batch=2, seq=8)\n")
     dims = ["x.0=B:1..16", "x.1=S:1..256"]
-    a = build(f"{spec}:make", tmp_path / "a", progress=False, command_line="t", dynamic=dims)
+    with caplog.at_level(logging.DEBUG, logger="aotpack"):
+        a = build(f"{spec}:make", tmp_path / "a", progress=False, command_line="t", dynamic=dims)
+    logged = [r.getMessage() for r in caplog.records]
+    for start in ("frontend graph: ", "fuse_patterns: ", "lower: 2 kernel ops",
+                  "gemm M=B*S N=256 K=64", "compiled GemmOp: ", "memory: "):
+        assert any(m.startswith(start) for m in logged), (start, logged)
+    assert any(": B*S in 1.." in m and "; B*S in " in m for m in logged), logged  # buckets
     b = build(f"{spec}:make", tmp_path / "b", progress=False, command_line="t", dynamic=dims)
     assert a.bundle.read_bytes() == b.bundle.read_bytes()
     m = read_bundle(a.bundle, checksums=True).manifest

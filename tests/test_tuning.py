@@ -146,7 +146,7 @@ def test_import_build_uses_the_winner_and_records_it(job, workdir):
                                           doc["problems"][1]["candidates"][1]["name"]]
     assert recs[0]["median_us"] == 10.0 and recs[0]["device"] == "NVIDIA H200"
     assert "tuning" not in kp["provenance"]
-    from cli.main import app
+    from aotpack.cli.main import app
 
     shown = CliRunner().invoke(app, ["inspect", str(tuned.bundle)], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
@@ -217,7 +217,7 @@ def test_bad_files_are_refused_clearly(tmp_path, job):
 
 
 def test_cli_tune_import_and_usage_errors(job, workdir, tmp_path):
-    from cli.main import app
+    from aotpack.cli.main import app
 
     _, doc = job
     res_path = tmp_path / "results.json"
@@ -319,7 +319,7 @@ def test_build_tune_runs_job_measure_import_build(workdir, monkeypatch, tmp_path
 def test_cli_import_of_bad_files_is_a_one_line_error(tmp_path, job):
     """Unreadable, foreign or malformed results/databases and unusable --db paths: exit 1
     with `error: <file>: why`, never a traceback (TuningDBError was not a user error)."""
-    from cli.main import app
+    from aotpack.cli.main import app
 
     _, doc = job
     good = tmp_path / "results.json"

@@ -97,7 +97,7 @@ def test_changed_model_file_warns(setup):
 
 
 def test_cli_verify_exit_codes(setup):
-    from cli.main import app
+    from aotpack.cli.main import app
 
     bundle, spec, state = setup
     runner = CliRunner()

@@ -17,14 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aotpack.dtypes import DType
+from aotpack.errors import UserError
 
 ALIGN = 256
 PAD_PREFIX = "__aotpack__.pad."
 MAX_HEADER_BYTES = 256 << 20  # a header beyond this is a corrupt or hostile file
 
 
-class BundleError(Exception):
+class BundleError(UserError):
     """A bundle (or weights file) that cannot be written or read; the message says what to do."""
+
+    named = False  # the message says what kind it is
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aotpack.errors import UserError
 
-class ModelLoadError(Exception):
+
+class ModelLoadError(UserError):
     """The model spec could not be turned into (model, example_inputs); the message says why."""
 
 

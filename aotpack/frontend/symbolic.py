@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from aotpack.errors import UserError
 from aotpack.ir import sym
 from aotpack.ir.sym import Dim, Sym
 
@@ -25,7 +26,7 @@ from aotpack.ir.sym import Dim, Sym
 _PROBES = ((2, 3), (5, 7), (11, 13))
 
 
-class SymbolError(Exception):
+class SymbolError(UserError):
     """A dynamic dim aotpack cannot use as declared (no upper bound, only derived, ...)."""
 
 

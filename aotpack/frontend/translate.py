@@ -6,6 +6,7 @@ import re
 
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_table import RULES, Unsupported
+from aotpack.errors import UserError
 from aotpack.frontend.symbolic import LazyConstants, SymbolError, SymbolTable, _is_symint
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
@@ -23,7 +24,7 @@ _FOLD_LIMIT_INDEX = 1 << 30
 _NO_FOLD = ("rand", "normal", "bernoulli", "dropout", "empty", "_assert", "sym_constrain")
 
 
-class UnsupportedOpError(Exception):
+class UnsupportedOpError(UserError):
     """An operator (or a form of one) that aotpack cannot compile; the message names the aten
     op, the exported node, the user's source line and what to do."""
 

@@ -21,8 +21,10 @@ import math
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Union
 
+from aotpack.errors import UserError
 
-class SymbolicError(Exception):
+
+class SymbolicError(UserError):
     """A decision (comparison, truth value, integer conversion) that depends on symbolic dims.
     The message names the expression and its possible values."""
 

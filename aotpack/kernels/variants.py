@@ -12,6 +12,7 @@ whose template has no bucket size, is one variant with no condition.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -38,6 +39,14 @@ class Bucket:
     @property
     def env(self) -> dict[str, int]:
         return dict(self.point)
+
+
+log = logging.getLogger(__name__)
+
+
+def _brief(config: dict) -> str:
+    """A config on one line, without its template name (the op's description says it)."""
+    return " ".join(f"{k}={v}" for k, v in config.items() if k != "template") or "default"
 
 
 def representative_point(size, target: int, symbols, example: dict,
@@ -129,6 +138,10 @@ def compile_variants(op: KernelOp, target: Target, choose: Callable, symbols,
             groups[-1] = (replace(first, hi=b.hi), config)
         else:
             groups.append((b, config))
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug("%s: %s", template.describe(op), "; ".join(
+            f"{b.size} in {b.lo}..{b.hi}: {_brief(c)}" if len(groups) > 1 else _brief(c)
+            for b, c in groups))
     if len(groups) == 1:
         return list(template.compile(op, groups[0][1], target))
     launches = []

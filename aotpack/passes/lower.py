@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from aotpack.errors import UserError
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
@@ -29,7 +30,7 @@ from aotpack.passes.views import View, compose, is_reshape, normalized
 from aotpack.program import Program, Storage
 
 
-class LoweringError(Exception):
+class LoweringError(UserError):
     """A node no kernel op covers (the message names the op, the node and its source)."""
 
 

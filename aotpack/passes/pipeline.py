@@ -1,6 +1,9 @@
 """compile_graph: the pass pipeline from a frontend Graph to a Program."""
 from __future__ import annotations
 
+import logging
+import time
+
 from aotpack.ir.graph import Graph
 from aotpack.passes.canonicalize import canonicalize
 from aotpack.passes.fuse_horizontal import fuse_horizontal
@@ -8,20 +11,26 @@ from aotpack.passes.fuse_patterns import fuse_patterns
 from aotpack.passes.fuse_swiglu import fuse_swiglu
 from aotpack.passes.lower import lower
 
+log = logging.getLogger(__name__)
+
 
 def optimize(graph: Graph) -> Graph:
     """The graph-to-graph part: canonical, pattern-fused (SwiGLU gate/up pairs too),
     horizontally fused, canonical again."""
-    graph = canonicalize(graph.verify())
-    graph = fuse_patterns(graph)
-    graph = fuse_swiglu(graph)
-    graph = fuse_horizontal(graph)
-    return canonicalize(graph)
+    graph = graph.verify()
+    log.debug("frontend graph: %d nodes", len(graph.nodes))
+    for graph_pass in (canonicalize, fuse_patterns, fuse_swiglu, fuse_horizontal, canonicalize):
+        start = time.perf_counter()
+        graph = graph_pass(graph)
+        log.debug("%s: %d nodes (%.2f s)", graph_pass.__name__, len(graph.nodes),
+                  time.perf_counter() - start)
+    return graph
 
 
 def compile_graph(graph: Graph):
     """Graph → aotpack.program.Program (kernel ops over named storages)."""
     program = lower(optimize(graph))
+    log.debug("lower: %d kernel ops %s", len(program.ops), program.summary.get("kernel_ops", ""))
     # for `aotpack inspect`: the frontend graph (nodes, ops by kind, the aten ops exported),
     # the fused graph (fused_nodes, fused_ops) and the kernel ops by kind (kernel_ops)
     program.summary = {"nodes": len(graph.nodes), "ops": graph.count_ops(),

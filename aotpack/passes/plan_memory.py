@@ -13,6 +13,7 @@ arena serves every shape: nothing is allocated per call.
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
 from aotpack.ir.sym import Expr, subs, subs_tree, upper_bound
@@ -32,6 +33,9 @@ class _Region:
     first: int  # first step that touches it
     last: int  # last step that touches it
     alias_of: str | None = None
+
+
+log = logging.getLogger(__name__)
 
 
 def _align(n: int) -> int:
@@ -171,6 +175,9 @@ def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> Memory
         if r.alias_of:
             offsets[r.name] = offsets[r.alias_of]
     arena = max((offsets[r.name] + _align(r.nbytes) for r in roots), default=0)
+    log.debug("memory: %d regions (%d in place) in an arena of %s bytes (naive: %s)",
+              len(regions), sum(1 for r in regions.values() if r.alias_of), arena,
+              sum(_align(r.nbytes) for r in regions.values()))
     return MemoryPlan(
         arena_bytes=arena,
         offsets=offsets,

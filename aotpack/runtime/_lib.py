@@ -9,7 +9,6 @@ live there and cannot be loaded into a plain Python).
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from pathlib import Path
 
@@ -78,9 +77,11 @@ class SessionOptionsC(ctypes.Structure):
 
 def _candidates() -> list[Path]:
     found: list[Path] = []
-    env = os.environ.get("AOTPACK_LIB")
-    if env:
-        return [Path(env).expanduser()]  # explicit: nothing else is tried
+    from aotpack import knobs
+
+    explicit = knobs.lib_path()
+    if explicit is not None:
+        return [explicit]  # explicit: nothing else is tried
     try:
         from aotpack import runtime_files
 

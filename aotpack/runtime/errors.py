@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import enum
 
+from aotpack.errors import UserError
+
 
 class StatusCode(enum.IntEnum):
     """aotpack_code of aotpack.h (values are part of the C ABI)."""
@@ -22,7 +24,7 @@ class StatusCode(enum.IntEnum):
     INTERNAL = 12
 
 
-class AotpackError(RuntimeError):
+class AotpackError(UserError, RuntimeError):
     """Raised for every failure the runtime reports; `code` says which kind."""
 
     def __init__(self, code: int, message: str):

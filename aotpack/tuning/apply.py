@@ -5,11 +5,14 @@ order, no timestamps), and the build says how many ops were tuned and how many r
 this model's ops are stale."""
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from aotpack.kernels.spec import KernelOp, Target
 from aotpack.tuning import keys
 from aotpack.tuning.db import TuningDB
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -42,9 +45,13 @@ class TunedChooser:
                     "median_us": rec["winner"]["median_us"],
                     "baseline_us": (rec.get("baseline") or {}).get("median_us"),
                     "device": rec["device"].get("name"), "driver": rec["device"].get("driver")})
+                log.debug("tuned: %s -> %s (%.1f us)", template.describe(op),
+                          rec["winner"]["name"], rec["winner"]["median_us"])
                 return rec["winner"]["config"]
             if shape_key in self._shape_keys:
                 self.stale.add(key)
+            log.debug("not tuned: %s (key %s%s)", template.describe(op), key[:12],
+                      ", stale records" if key in self.stale else "")
         return template.default_config(op, self.target, self.backend)
 
     def provenance(self) -> dict:

@@ -18,12 +18,16 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aotpack.errors import UserError
+
 FORMAT, VERSION = "aotpack-tuning-db", 1
 RESULTS_FORMAT = "aotpack-tuning-results"
 
 
-class TuningDBError(ValueError):
+class TuningDBError(UserError, ValueError):
     """A database or results file that cannot be used (the message says which and why)."""
+
+    named = False  # the message says what kind it is
 
 
 def _identity(rec: dict) -> tuple:

@@ -2,6 +2,7 @@
 `aotpack inspect` and `--help` stay fast and work where only the bundle tools are installed."""
 from __future__ import annotations
 
+import enum
 import functools
 import json
 import warnings
@@ -12,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cli import report
+from aotpack.cli import report
 
 app = typer.Typer(
     name="aotpack", no_args_is_help=True, add_completion=False,
@@ -22,6 +23,31 @@ app = typer.Typer(
 )
 err = Console(stderr=True)
 out = Console()
+
+
+# Choices are enums: typer lists them in --help and refuses any other value with a usage error
+# (exit status 2), the same for every option.
+class GemmBackend(str, enum.Enum):
+    triton = "triton"
+    cutedsl = "cutedsl"
+    auto = "auto"
+
+
+class TuneMode(str, enum.Enum):
+    none = "none"
+    fast = "fast"
+    full = "full"
+
+
+class TuneLevel(str, enum.Enum):
+    fast = "fast"
+    full = "full"
+
+
+class Reference(str, enum.Enum):
+    cpu = "cpu"
+    gpu = "gpu"
+
 
 DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
                 "(input_ids.1=1..4096) or NAME.DIM=LABEL:LO..HI to name it (input_ids.0=batch:1..64)"
@@ -47,26 +73,13 @@ def _setup() -> None:
                         handlers=[RichHandler(console=err, show_path=False)])
 
 
-def _user_error_types() -> tuple[type, ...]:
-    """Exceptions that are the user's to fix: shown as one line, no traceback."""
-    from aotpack.build import BuildError
-    from aotpack.bundle import BundleError
+def _is_user_error(e: Exception) -> bool:
+    """Errors that are the user's to fix: shown as one line, no traceback."""
+    from aotpack.errors import UserError
 
     # path mistakes (an unwritable folder, a file where a folder should be) are the user's too
-    types: list[type] = [BuildError, BundleError, FileNotFoundError, IsADirectoryError,
-                         NotADirectoryError, FileExistsError, PermissionError]
-    # LoweringError: an op the frontend knows but no kernel implements in that form (a batched
-    # matmul of two activations): the model's to change, like an unsupported operator
-    for module, name in (("aotpack.verify", "VerifyError"), ("aotpack.frontend", "UnsupportedOpError"),
-                         ("aotpack.passes.lower", "LoweringError"),
-                         ("aotpack.ir.sym", "SymbolicError"),
-                         ("aotpack.tuning.db", "TuningDBError"),
-                         ("aotpack.frontend", "ModelLoadError"), ("aotpack.runtime", "AotpackError")):
-        try:
-            types.append(getattr(__import__(module, fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            pass  # that module (or its error type) is not there: nothing of it to catch
-    return tuple(types)
+    return isinstance(e, (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+                          FileExistsError, PermissionError))
 
 
 def friendly(command):
@@ -78,10 +91,9 @@ def friendly(command):
         except (typer.Exit, typer.Abort, KeyboardInterrupt):
             raise
         except Exception as e:
-            if not isinstance(e, _user_error_types()):
+            if not _is_user_error(e):
                 raise
-            kind = "" if type(e).__name__ in ("BuildError", "BundleError", "TuningDBError") else \
-                f"{type(e).__name__}: "
+            kind = f"{type(e).__name__}: " if getattr(e, "named", True) else ""
             err.print(f"[bold red]error:[/] {escape(kind + str(e))}")
             raise typer.Exit(1) from None
     return wrapper
@@ -90,7 +102,7 @@ def friendly(command):
 @app.command()
 @friendly
 def build(
-    spec: str = typer.Argument(..., help="the model: path/to/file.py:factory (returns "
+    spec: str = typer.Argument(..., metavar="MODEL", help="the model: path/to/file.py:factory (returns "
                                          "(model, example_inputs)) or an exported .pt2 file"),
     arch: str = typer.Option("sm90", "--arch", help="target GPU architecture: sm90 (= sm_90a, "
                                                     "H100/H200) is the only one for now"),
@@ -102,14 +114,14 @@ def build(
     no_progress: bool = typer.Option(False, "--no-progress",
                                             help="hide the progress bar (default: shown unless "
                                                  "AOTPACK_NO_PROGRESS=1)"),
-    gemm_backend: str = typer.Option("triton", "--gemm-backend",
+    gemm_backend: GemmBackend = typer.Option("triton", "--gemm-backend",
                                      help="GEMM kernels: triton (default), cutedsl (Hopper "
                                           "warp-specialized; needs nvidia-cutlass-dsl) or auto "
                                           "(cutedsl where installed and M >= 4096, else triton)"),
     tuning_db: Optional[Path] = typer.Option(None, "--tuning-db", help="tuning database "
                                              "(aotpack tune --import): ops measured there are "
                                              "compiled with their measured winners"),
-    tune: str = typer.Option("none", "--tune", help="none | fast | full: tune on this machine's "
+    tune: TuneMode = typer.Option("none", "--tune", help="tune on this machine's "
                              "GPU first (needs one; GEMM candidates of every installed backend, "
                              "whatever --gemm-backend says), saving winners to --tuning-db or to "
                              # not <output>: markdown help drops it as an HTML tag
@@ -127,13 +139,10 @@ def build(
     from aotpack.build import build as run_build, command_line_from_argv, parse_arch
 
     parse_arch(arch)  # refuse a bad --arch before loading the model
-    if tune not in ("none", "fast", "full"):
-        err.print(f"[bold red]error:[/] --tune must be none, fast or full, not {escape(tune)}")
-        raise typer.Exit(2)
     result = run_build(spec, output, arch=arch, external_weights=external_weights, force=force,
                        progress=False if no_progress else None,
                        command_line=command_line_from_argv(),
-                       gemm_backend=gemm_backend, tuning_db=tuning_db, tune=tune,
+                       gemm_backend=gemm_backend.value, tuning_db=tuning_db, tune=tune.value,
                        tune_budget_s=tune_budget, dynamic=dynamic or ())
     for n in result.notes:
         if n.startswith("warning: "):
@@ -155,13 +164,13 @@ def build(
 @app.command()
 @friendly
 def tune(
-    spec: Optional[str] = typer.Argument(None, help="the model (as for build); omit with --import"),
+    spec: Optional[str] = typer.Argument(None, metavar="[MODEL]", help="the model (as for build); omit with --import"),
     arch: str = typer.Option("sm90", "--arch", help="target GPU architecture (sm90)"),
     output: Optional[Path] = typer.Option(None, "-o", "--output",
                                           help="job folder to write (e.g. job.aotune)"),
-    level: str = typer.Option("full", "--level", help="fast: a few configs per kernel; "
+    level: TuneLevel = typer.Option("full", "--level", help="fast: a few configs per kernel; "
                                                       "full: the whole candidate space"),
-    gemm_backend: str = typer.Option("auto", "--gemm-backend", help="GEMM candidates: triton, "
+    gemm_backend: GemmBackend = typer.Option("auto", "--gemm-backend", help="GEMM candidates: triton, "
                                      "cutedsl or auto (both, where CuTeDSL is installed)"),
     jobs: Optional[int] = typer.Option(None, "-j", "--jobs", min=1,
                                        help="parallel compile processes (default: cores, <= 8)"),
@@ -179,7 +188,7 @@ def tune(
     into a job folder. On the target GPU: `aotpack-run --tune job.aotune -o results.json`
     measures them. Back here: `aotpack tune --import results.json --db tuning.json`, then
     `aotpack build MODEL --tuning-db tuning.json`."""
-    from cli.tune import import_into_db, write_job
+    from aotpack.cli.tune import import_into_db, write_job
 
     if import_:
         if db is None:
@@ -194,14 +203,15 @@ def tune(
     if spec is None or output is None:
         err.print("[bold red]error:[/] give MODEL and -o JOB_FOLDER (or --import RESULTS --db DB)")
         raise typer.Exit(2)
-    write_job(out, spec, output, arch=arch, level=level, gemm_backend=gemm_backend, jobs=jobs,
-              force=force, progress=False if no_progress else None, dynamic=dynamic or ())
+    write_job(out, spec, output, arch=arch, level=level.value, gemm_backend=gemm_backend.value,
+              jobs=jobs, force=force, progress=False if no_progress else None,
+              dynamic=dynamic or ())
 
 
 @app.command()
 @friendly
 def inspect(
-    bundle: Path = typer.Argument(..., help="a model.aotpack file"),
+    bundle: Path = typer.Argument(..., metavar="BUNDLE", help="a model.aotpack file"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document instead of tables"),
     check: bool = typer.Option(False, "--check", help="also verify every sha256 (reads all data)"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file, if "
@@ -223,9 +233,9 @@ def inspect(
 @app.command()
 @friendly
 def verify(
-    bundle: Path = typer.Argument(..., help="a model.aotpack file"),
+    bundle: Path = typer.Argument(..., metavar="BUNDLE", help="a model.aotpack file"),
     model: str = typer.Option(..., "--model", help="the model spec the bundle was built from"),
-    reference: Optional[str] = typer.Option(None, "--reference", help="cpu: the plan run with "
+    reference: Optional[Reference] = typer.Option(None, "--reference", help="cpu: the plan run with "
                                             "torch references on the CPU; gpu: the bundle run by "
                                             "the C runtime (default when a GPU is present)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random inputs"),
@@ -240,13 +250,10 @@ def verify(
     shape, both ends of every range and random sizes inside (odd and prime ones)."""
     from aotpack.verify import verify as run_verify
 
-    if reference is not None and reference not in ("cpu", "gpu"):
-        err.print(f"[bold red]error:[/] --reference must be cpu or gpu, not {escape(reference)}")
-        raise typer.Exit(2)
     points = _points(bundle, weights, shape) if shape else None
     with warnings.catch_warnings():  # the report prints them once, as part of the table
         warnings.simplefilter("ignore", UserWarning)
-        rep = run_verify(bundle, model, reference=reference, seed=seed, tolerance=tolerance,
+        rep = run_verify(bundle, model, reference=reference and reference.value, seed=seed, tolerance=tolerance,
                          weights_path=weights, points=points)
     report.print_verify(out, rep)
     if not rep.passed:
@@ -256,7 +263,7 @@ def verify(
 @app.command()
 @friendly
 def bench(
-    bundle: Path = typer.Argument(..., help="a model.aotpack file"),
+    bundle: Path = typer.Argument(..., metavar="BUNDLE", help="a model.aotpack file"),
     iters: int = typer.Option(100, "-n", "--iters", min=1, help="timed runs"),
     warmup: int = typer.Option(10, "--warmup", min=0, help="untimed runs first"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file"),
@@ -266,7 +273,7 @@ def bench(
 ):
     """Time the bundle on this machine's GPU through the C runtime; prints the median latency.
     (Without Python: `aotpack-run model.aotpack --bench 100` in the build folder.)"""
-    from cli.bench import run_bench
+    from aotpack.cli.bench import run_bench
 
     point = _points(bundle, weights, [shape])[0] if shape else None
     stats = run_bench(bundle, iters=iters, warmup=warmup, weights=weights, point=point)
@@ -290,7 +297,7 @@ def _points(bundle: Path, weights, shapes: list[str]) -> list[dict]:
 def doctor():
     """Check this machine: Python, torch, triton, cuobjdump, the C runtime library and
     launcher, the NVIDIA driver and GPU, and aotpack's environment variables."""
-    from cli.doctor import run_doctor
+    from aotpack.cli.doctor import run_doctor
 
     run_doctor(out)
 

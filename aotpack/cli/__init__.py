@@ -1,0 +1,1 @@
+"""The `aotpack` command line; the app is `aotpack.cli.main:app`."""

@@ -1,1 +1,0 @@
-"""The `aotpack` command line; the app is `cli.main:app`."""
