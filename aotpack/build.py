@@ -127,17 +127,31 @@ def use_triton_cache() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
 
 
-def load_program(spec: str, dynamic=()):
+def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None):
     """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph);
-    `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py)."""
+    `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py); `inputs`, `dtype`: `--input`
+    and `--dtype` options (aotpack/frontend/inputs.py)."""
     from aotpack.frontend import load_spec, to_graph
-    from aotpack.frontend.dynamic import apply_dynamic
+    from aotpack.frontend.prepare import prepare
     from aotpack.passes import compile_graph
 
-    loaded = apply_dynamic(load_spec(spec), list(dynamic))
+    loaded = prepare(load_spec(spec), inputs=inputs, dtype=dtype, dynamic=dynamic)
     program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
     program.notes = list(loaded.notes)
+    check_supported(program)
     return program
+
+
+def check_supported(program) -> None:
+    """BuildError for the first op no kernel here runs (an f32 GEMM: the plan is right, the
+    CPU reference runs it, the GPU has no kernel): before any compile or measurement."""
+    from aotpack.kernels.templates import template_for
+
+    for op in program.ops:
+        template = template_for(op)
+        why = template.supports(op)
+        if why is not None:
+            raise BuildError(f"{template.describe(op)}: {why}")
 
 
 def default_chooser(target: Target, gemm_backend: str = "triton"):
@@ -261,9 +275,12 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
           force: bool = False, progress: bool | None = None,
           command_line: str | None = None, gemm_backend: str = "triton",
           tuning_db=None, tune: str = "none", tune_budget_s: float | None = None,
-          dynamic=()) -> BuildResult:
+          dynamic=(), inputs=(), dtype: str | None = None) -> BuildResult:
     """`tuning_db`: compile measured winners from this database (docs/tuning.md).
     `dynamic`: `--dynamic NAME.DIM=[LABEL:]LO..HI` options (dims that vary at run time).
+    `inputs`: `--input NAME=SHAPE[:DTYPE]` options (example inputs; a model.pt needs them).
+    `dtype`: cast the model's floating weights and inputs first (bf16 or f16; recorded in the
+    bundle's provenance, so that verify casts the model the same way).
     `tune` (fast|full): first tune on this machine's GPU and add the results to `tuning_db`
     (or to `<out>.tuning.json` beside the output folder when none is given)."""
     target = parse_arch(arch)
@@ -271,7 +288,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
-                         f"(expected file.py:factory or a .pt2 file)")
+                         f"(expected file.py:factory, a .pt2 file or a model.pt)")
     _check_destination(out, force)
     progress = knobs.show_progress() if progress is None else progress
     command_line = portable_command(command_line or shlex.join(
@@ -280,12 +297,12 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     program = db = None
     if tune != "none":  # the model is loaded once, for the job and for this build
         db, program = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
-                                 progress, notes, dynamic)
+                                 progress, notes, dynamic, inputs, dtype)
     elif tuning_db is not None:
         db = _load_tuning_db(tuning_db)  # refuse a missing database before the model loads
     tuned = _tuned_chooser(db, target, gemm_backend)
     if program is None:
-        program = load_program(spec, dynamic)
+        program = load_program(spec, dynamic, inputs, dtype)
     from aotpack.kernels import BackendCannotCompile
     from aotpack.passes import plan_memory
 
@@ -305,7 +322,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
         extra["arena_bytes_example"] = arena_at(program, launches_per_op, program.example)
     result = _write_folder(out, program, plan, target, spec, command_line, external_weights,
                            distinct, tuning=tuned.provenance() if tuned else None,
-                           summary=extra)
+                           summary=extra, options={"dtype": dtype, "inputs": list(inputs)})
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
@@ -347,7 +364,7 @@ def _tuned_chooser(db, target: Target, gemm_backend: str):
 
 
 def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning_db, progress,
-               notes: list[str], dynamic=()):
+               notes: list[str], dynamic=(), inputs=(), dtype=None):
     """`build --tune`: job → measured on this machine's GPU → merged into the database.
     Returns (the database as saved, the model's Program, which the build compiles too)."""
     from aotpack.tuning import measure
@@ -363,7 +380,7 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
         TuningDB.load(db_path)
     except TuningDBError as e:
         raise BuildError(str(e)) from None
-    program = load_program(spec, dynamic)
+    program = load_program(spec, dynamic, inputs, dtype)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aotpack-tune.", dir=out.parent) as tmp:
         job = make_job(spec, Path(tmp) / "job.aotune", arch=arch, level=level,
@@ -386,7 +403,9 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
 
 def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,
                   external_weights: bool, distinct: int, tuning: dict | None = None,
-                  summary: dict | None = None) -> BuildResult:
+                  summary: dict | None = None, options: dict | None = None) -> BuildResult:
+    """`options`: the build options verify needs to load the model as the build did
+    (`--dtype`, `--input`): recorded in the provenance where given."""
     from aotpack.bundle import read_bundle, write_bundle
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -394,7 +413,9 @@ def _write_folder(out: Path, program, plan, target: Target, spec: str, command_l
     try:
         bundle = write_bundle(tmp / BUNDLE_NAME, program, plan, target=target,
                               provenance=dict(provenance(spec, command_line),
-                                              **({"tuning": tuning} if tuning else {})),
+                                              **({"tuning": tuning} if tuning else {}),
+                                              **{k: v for k, v in (options or {}).items()
+                                                 if v}),
                               external_weights=WEIGHTS_NAME if external_weights else None,
                               summary=summary)
         # read back what the runtime will parse (structure and manifest; the sha256s were taken

@@ -110,16 +110,21 @@ def _checks(outputs, outs, refs, model, inputs, tolerance, label: str) -> list[O
 
 
 def _load(model_spec: str, manifest: dict):
-    """The model as the bundle was built from it: a dynamic bundle's dims re-declared from its
+    """The model as the bundle was built from it: a model.pt given its example inputs at the
+    bundle's example shape (as --input did), a dynamic bundle's dims re-declared from its
     manifest when the spec itself declares none (it was built with --dynamic)."""
     from aotpack.frontend import load_spec
+    from aotpack.frontend.inputs import input_options
+    from aotpack.frontend.prepare import prepare
 
     loaded = load_spec(model_spec)
-    if manifest.get("symbols") and loaded.dynamic_shapes is None:
-        from aotpack.frontend.dynamic import apply_dynamic
-
-        loaded = apply_dynamic(loaded, dynamic_options(manifest))
-    return loaded
+    provenance = manifest.get("provenance") or {}
+    # inputs the build was given (--input, or a model.pt's): again, at the bundle's example
+    inputs = input_options(manifest) if loaded.inputs is None or provenance.get("inputs") else ()
+    dtype = provenance.get("dtype")
+    dynamic = dynamic_options(manifest) if manifest.get("symbols") and \
+        loaded.dynamic_shapes is None else ()
+    return prepare(loaded, inputs=inputs, dtype=dtype, dynamic=dynamic)
 
 
 def dynamic_options(manifest: dict) -> list[str]:
@@ -266,7 +271,10 @@ def _eager(model, inputs: list) -> list:
     if _exported(model):
         model = model.module()
     elif hasattr(model, "eval"):
-        model.eval()
+        try:
+            model.eval()
+        except NotImplementedError:  # an exported program's module (a .pt2's, TorchScript's
+            pass  # conversion): it has no training mode to leave
     with torch.no_grad():
         result = model(*inputs)
     return [t for t in tree_leaves(result) if isinstance(t, torch.Tensor)]

@@ -17,22 +17,22 @@ from aotpack.kernels.spec import (
 )
 from aotpack.program import MemoryPlan, Program, Storage
 
-F32 = DType.F32
+BF16 = DType.BF16
 
 
 def _program() -> Program:
-    st = {s.name: s for s in [Storage("x", "input", F32, (16, 32)),
-                              Storage("w1", "weight", F32, (32, 32)),
-                              Storage("w2", "weight", F32, (32, 32)),
-                              Storage("h", "intermediate", F32, (16, 32)),
-                              Storage("y", "output", F32, (16, 32))]}
+    st = {s.name: s for s in [Storage("x", "input", BF16, (16, 32)),
+                              Storage("w1", "weight", BF16, (32, 32)),
+                              Storage("w2", "weight", BF16, (32, 32)),
+                              Storage("h", "intermediate", BF16, (16, 32)),
+                              Storage("y", "output", BF16, (16, 32))]}
 
     def arg(n):
-        return contiguous(n, F32, st[n].shape)
+        return contiguous(n, BF16, st[n].shape)
 
     ops = [GemmOp(arg("x"), arg("w1"), arg("h")), GemmOp(arg("h"), arg("w2"), arg("y"))]
     g = torch.Generator().manual_seed(0)
-    weights = {"w1": torch.randn(32, 32, generator=g), "w2": torch.randn(32, 32, generator=g)}
+    weights = {n: torch.randn(32, 32, generator=g).bfloat16() for n in ("w1", "w2")}
     return Program(["x"], ["y"], st, ops, weights, {"nodes": 5, "ops": {"linear": 2}})
 
 
@@ -89,10 +89,8 @@ def pipeline(monkeypatch, tmp_path):
     passes = types.ModuleType("aotpack.passes")
     passes.compile_graph = lambda graph: _program()
     passes.plan_memory = _fake_plan
-    dynamic = types.ModuleType("aotpack.frontend.dynamic")
-    dynamic.apply_dynamic = lambda loaded, options: loaded
+    import aotpack.frontend.prepare  # noqa: F401 — the real one: with no options, a no-op
     monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
-    monkeypatch.setitem(sys.modules, "aotpack.frontend.dynamic", dynamic)
     monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
     import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules
 

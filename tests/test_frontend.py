@@ -103,8 +103,10 @@ def test_fft_is_unsupported():
 def test_bad_specs(tmp_path):
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(str(tmp_path / "nope.py:make"))
-    with pytest.raises(ModelLoadError, match="neither"):
+    with pytest.raises(ModelLoadError, match="ONNX models are not supported yet"):
         load_model("model.onnx")
+    with pytest.raises(ModelLoadError, match="none of `file.py:function`"):
+        load_model(str(tmp_path / "weights.bin"))
     f = tmp_path / "m.py"
     f.write_text("import torch\ndef make():\n    return torch.nn.Linear(2, 2)\n"
                  "def pair():\n    return torch.nn.Linear(2, 2), (torch.randn(1, 2),)\n"

@@ -49,6 +49,7 @@ def setup(monkeypatch, tmp_path):
     frontend.to_graph = lambda m, inputs, dynamic=None: "graph"
     passes = types.ModuleType("aotpack.passes")
     passes.compile_graph = lambda graph: _program(model, state["corrupt"], state["other"])
+    import aotpack.frontend.prepare  # noqa: F401 — the real one: with no options, a no-op
     monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
     monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
     import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules

@@ -44,11 +44,27 @@ class TuneLevel(str, enum.Enum):
     full = "full"
 
 
+class CastDType(str, enum.Enum):
+    bf16 = "bf16"
+    f16 = "f16"
+
+
 class Reference(str, enum.Enum):
     cpu = "cpu"
     gpu = "gpu"
 
 
+MODEL_HELP = ("the model: path/to/file.py:factory (returns (model, example_inputs)), a .pt2 "
+              "file torch.export.save wrote, or a model.pt from torch.jit.save or "
+              "torch.save(model) (give its inputs with --input; loading a torch.save file runs "
+              "the code its pickle names: only files you trust)")
+INPUT_HELP = ("an example input, repeatable: NAME=SHAPE[:DTYPE], dims joined by x "
+              "(x=1x3x224x224:bf16); a dim LO..HI or LABEL:LO..HI varies at run time "
+              "(input_ids=batch:1..64xseq:1..512:i64), a LABEL alone is that same dim "
+              "(attention_mask=batch,seq). Needed for a model.pt; for other models it replaces "
+              "that input's example.")
+DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first (a model "
+              "saved in f32: GEMMs and attention run in bf16 or f16)")
 DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
                 "(input_ids.1=1..4096) or NAME.DIM=LABEL:LO..HI to name it (input_ids.0=batch:1..64)"
                 "; NAME.DIM=LABEL makes another input's dim the same one. Other inputs' dims of "
@@ -102,8 +118,7 @@ def friendly(command):
 @app.command()
 @friendly
 def build(
-    spec: str = typer.Argument(..., metavar="MODEL", help="the model: path/to/file.py:factory (returns "
-                                         "(model, example_inputs)) or an exported .pt2 file"),
+    spec: str = typer.Argument(..., metavar="MODEL", help=MODEL_HELP),
     arch: str = typer.Option("sm90", "--arch", help="target GPU architecture: sm90 (= sm_90a, "
                                                     "H100/H200) is the only one for now"),
     output: Path = typer.Option(..., "-o", "--output", help="output folder to create"),
@@ -129,6 +144,8 @@ def build(
     tune_budget: Optional[float] = typer.Option(None, "--tune-budget", min=1,
                                                 help="seconds of GPU measuring at most"),
     dynamic: Optional[list[str]] = typer.Option(None, "--dynamic", help=DYNAMIC_HELP),
+    input_: Optional[list[str]] = typer.Option(None, "--input", help=INPUT_HELP),
+    dtype: Optional[CastDType] = typer.Option(None, "--dtype", help=DTYPE_HELP),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
     aotpack-run launcher, libaotpack, headers and a README. Needs no GPU (except --tune).
@@ -143,7 +160,8 @@ def build(
                        progress=False if no_progress else None,
                        command_line=command_line_from_argv(),
                        gemm_backend=gemm_backend.value, tuning_db=tuning_db, tune=tune.value,
-                       tune_budget_s=tune_budget, dynamic=dynamic or ())
+                       tune_budget_s=tune_budget, dynamic=dynamic or (), inputs=input_ or (),
+                       dtype=dtype and dtype.value)
     for n in result.notes:
         if n.startswith("warning: "):
             n = n[len("warning: "):]
@@ -164,7 +182,8 @@ def build(
 @app.command()
 @friendly
 def tune(
-    spec: Optional[str] = typer.Argument(None, metavar="[MODEL]", help="the model (as for build); omit with --import"),
+    spec: Optional[str] = typer.Argument(None, metavar="[MODEL]",
+                                         help="the model (as for build); omit with --import"),
     arch: str = typer.Option("sm90", "--arch", help="target GPU architecture (sm90)"),
     output: Optional[Path] = typer.Option(None, "-o", "--output",
                                           help="job folder to write (e.g. job.aotune)"),
@@ -182,6 +201,8 @@ def tune(
     no_progress: bool = typer.Option(False, "--no-progress", help="hide the progress bar"),
     dynamic: Optional[list[str]] = typer.Option(None, "--dynamic", help="as for build: "
                                                 "each dynamic op is tuned per size bucket"),
+    input_: Optional[list[str]] = typer.Option(None, "--input", help="as for build"),
+    dtype: Optional[CastDType] = typer.Option(None, "--dtype", help="as for build"),
 ):
     """Offline autotuning (docs/tuning.md). On the build host (no GPU needed):
     `aotpack tune MODEL -o job.aotune` compiles every candidate config of every tunable kernel
@@ -205,7 +226,7 @@ def tune(
         raise typer.Exit(2)
     write_job(out, spec, output, arch=arch, level=level.value, gemm_backend=gemm_backend.value,
               jobs=jobs, force=force, progress=False if no_progress else None,
-              dynamic=dynamic or ())
+              dynamic=dynamic or (), inputs=input_ or (), dtype=dtype and dtype.value)
 
 
 @app.command()

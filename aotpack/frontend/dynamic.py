@@ -38,15 +38,15 @@ def parse_dynamic(specs: list[str]) -> list[tuple[str, int, str | None, int | No
     return out
 
 
-def input_names(model, n: int) -> list[str]:
-    """Names of the model's first `n` inputs: forward's parameters, or an exported program's
-    user inputs."""
+def input_names(model, n: int | None) -> list[str]:
+    """Names of the model's first `n` inputs (None: all it takes by position): forward's
+    parameters, or an exported program's user inputs."""
     sig = getattr(model, "graph_signature", None)
     if sig is not None:
         return list(sig.user_inputs)[:n]
     params = [p.name for p in inspect.signature(model.forward).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return params[:n] + [f"arg{i}" for i in range(len(params), n)]
+    return params[:n] + [f"arg{i}" for i in range(len(params), n or 0)]
 
 
 def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
@@ -81,7 +81,7 @@ def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
             error = e
             continue
         used = notes if attempt is linked else []
-        return LoadedModel(ep, loaded.inputs, spec, used)  # exported once, here
+        return LoadedModel(ep, loaded.inputs, spec, loaded.notes + used)  # exported once, here
     raise ModelLoadError(f"torch.export refused the --dynamic dims: "
                          f"{_torch_reason(str(error)) or type(error).__name__}"
                          f"\n{_hint(str(error), loaded.inputs, dims)}")

@@ -1,4 +1,5 @@
-"""Model loading: `file.py:fn` factories and `.pt2` files written by torch.export.save.
+"""Model loading: `file.py:fn` factories, `.pt2` files written by torch.export.save, and
+`model.pt` (TorchScript or a module saved whole: frontend/saved.py; inputs from --input).
 
 A factory returns (model, example_inputs) or (model, example_inputs, dynamic_shapes), the
 last in torch.export's own form (a tuple in input order or a dict by argument name, each
@@ -20,27 +21,42 @@ class ModelLoadError(UserError):
 
 @dataclass
 class LoadedModel:
-    model: object  # torch.nn.Module or torch.export.ExportedProgram
-    inputs: tuple  # example inputs (torch tensors)
+    model: object  # torch.nn.Module, torch.export.ExportedProgram or torch.jit.ScriptModule
+    inputs: tuple | None  # example inputs (torch tensors); None: the file has none (--input)
     dynamic_shapes: object = None  # torch.export's spec, or None
     notes: list = field(default_factory=list)  # what loading decided that the user should see
+    input_names: list | None = None  # where the model's forward cannot say (TorchScript)
 
 
 def load_spec(spec: str) -> LoadedModel:
-    """The model, example inputs and dynamic dims `spec` names: `path/to/file.py:fn` or
-    `model.pt2`."""
+    """The model, example inputs and dynamic dims `spec` names: `path/to/file.py:fn`,
+    `model.pt2`, or a `model.pt` that torch.jit.save or torch.save wrote (no inputs)."""
     if spec.endswith(".pt2"):
         return LoadedModel(*_load_pt2(Path(spec)))
+    if spec.endswith(".onnx"):
+        raise ModelLoadError(f"{spec}: ONNX models are not supported yet; build from the "
+                             f"PyTorch model (file.py:factory, .pt2 or model.pt)")
     path, sep, fn = spec.rpartition(":")
-    if not sep or not path.endswith(".py") or not fn:
-        raise ModelLoadError(f"model spec {spec!r} is neither `file.py:function` nor a .pt2 file "
-                             f"written by torch.export.save")
-    return _load_factory(Path(path), fn)
+    if sep and path.endswith(".py") and fn:
+        return _load_factory(Path(path), fn)
+    if spec.endswith(".py"):
+        raise ModelLoadError(f"model spec {spec!r}: name the factory function too "
+                             f"({spec}:make_model), which returns (model, example_inputs)")
+    if not sep and Path(spec).is_file():
+        from aotpack.frontend.saved import load_saved
+
+        return load_saved(Path(spec))
+    raise ModelLoadError(f"model spec {spec!r} is none of `file.py:function`, a .pt2 file "
+                         f"written by torch.export.save, or a model.pt written by "
+                         f"torch.jit.save / torch.save" +
+                         (f" ({spec} does not exist)" if not sep else ""))
 
 
 def load_model(spec: str):
     """(model_or_exported_program, example_inputs tuple) for `spec` (see load_spec)."""
     loaded = load_spec(spec)
+    if loaded.inputs is None:
+        raise ModelLoadError(f"{spec} carries no example inputs (give them with --input)")
     return loaded.model, loaded.inputs
 
 

@@ -45,14 +45,21 @@ def export(model, example_inputs, dynamic_shapes=None):
 
     if isinstance(model, torch.export.ExportedProgram):
         ep = model
-    elif dynamic_shapes is None:
-        ep = torch.export.export(model, tuple(example_inputs), strict=False)
     else:
         try:
             ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes,
                                      strict=False)
         except torch._dynamo.exc.UserError as e:  # the dims do not fit the model's code
             raise UnsupportedOpError(f"torch.export refused the dynamic dims: {e}") from None
+        except (RuntimeError, AssertionError, TypeError, ValueError, IndexError) as e:
+            # the model's own code failed on these example inputs (shapes that do not fit,
+            # a wrong dtype, missing arguments): the user's to fix, said as torch says it
+            shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                               for t in example_inputs)
+            raise UnsupportedOpError(f"torch.export could not run the model on its example "
+                                     f"inputs ({shapes}): {type(e).__name__}: "
+                                     f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                                     ) from e
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)

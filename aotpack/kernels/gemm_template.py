@@ -5,6 +5,7 @@ tile_m, tile_n, cluster_m, ...}. The backend choice and the candidate space are 
 outside the tuning key (only `sources` are hashed)."""
 from __future__ import annotations
 
+from aotpack.dtypes import DType
 from aotpack.kernels.spec import GemmOp, Target, swiglu_group
 from aotpack.kernels.templates import BackendCannotCompile, Template
 
@@ -46,6 +47,17 @@ class GemmTemplate(Template):
 
     def fast_limit(self, backend_template):
         return 3 if backend_template == "gemm.cutedsl" else self.fast
+
+    def supports(self, op):
+        dtypes = {op.a.dtype, op.b.dtype}
+        if dtypes <= {DType.BF16, DType.F16}:
+            return None
+        have = "/".join(sorted(d.value for d in dtypes))
+        return (f"GEMMs run on tensor cores in bf16 or f16, and this one's operands are {have}: "
+                + ("build with --dtype bf16 (casts the model's weights and float inputs), or "
+                   "cast the model where it is made" if len(dtypes) == 1 else
+                   "the model computes part of it in another dtype (a TorchScript trace keeps "
+                   "the dtypes it was traced in: trace or export the model in bf16)"))
 
     def bucket_size(self, op):
         return op.out.shape[0]  # M: split-K for decode sizes, tiles by waves above

@@ -1,0 +1,111 @@
+"""The model as the build compiles it: `prepare` applies `--dtype`, `--input` and the dynamic
+dims (`--input` ranges, `--dynamic`, a .pt2's own) to what `load_spec` loaded, in that order,
+and converts a TorchScript module once its example inputs are known.
+
+A .pt2's shapes and dtypes are baked into its program, so an option that changes them exports
+its module again; the program's own dims are declared again as `--dynamic` options, except a
+dim an option names (then that dim's whole group, the dims torch.export proved equal, is the
+option's to declare).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from aotpack.frontend.dynamic import apply_dynamic, parse_dynamic
+from aotpack.frontend.inputs import _DTYPES, _names, apply_inputs, is_script, parse_input
+from aotpack.frontend.load import LoadedModel, ModelLoadError
+
+
+def prepare(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
+            dynamic=()) -> LoadedModel:
+    own: list[_OwnDim] = []
+    if hasattr(loaded.model, "graph_signature") and (inputs or dtype or dynamic):
+        own = _exported_dims(loaded.model)
+        module = loaded.model.module()
+        # its guards are the program's own dims, which are declared again below (or changed)
+        module._forward_pre_hooks.clear()
+        loaded = replace(loaded, model=module)
+    loaded = apply_dtype(loaded, dtype)
+    loaded, ranges = apply_inputs(loaded, list(inputs))
+    if is_script(loaded.model):
+        from aotpack.frontend.saved import exportable
+
+        loaded = replace(loaded, model=exportable(loaded.model, loaded.inputs,
+                                                  _names(loaded)[:len(loaded.inputs)]))
+    overridden = {parse_input(o).name for o in inputs}
+    named = {(n, d) for n, d, *_ in parse_dynamic(list(dynamic) + ranges)}
+    return apply_dynamic(loaded, _own_options(own, overridden, named) + ranges + list(dynamic))
+
+
+def apply_dtype(loaded: LoadedModel, dtype: str | None) -> LoadedModel:
+    """`loaded` with its floating weights and example inputs cast to `dtype` (`--dtype`:
+    bf16 or f16, for a model saved in f32); None: unchanged."""
+    if dtype is None:
+        return loaded
+    import torch
+
+    td = getattr(torch, _DTYPES.get(dtype.lower(), "none"), None)
+    if td is None or not td.is_floating_point:
+        raise ModelLoadError(f"--dtype {dtype!r}: use bf16 or f16")
+    inputs = None if loaded.inputs is None else tuple(
+        t.to(td) if t.is_floating_point() else t for t in loaded.inputs)
+    return replace(loaded, model=loaded.model.to(td), inputs=inputs)
+
+
+@dataclass(frozen=True)
+class _OwnDim:
+    input: str
+    dim: int
+    label: str  # the group: dims of one torch symbol
+    lo: int
+    hi: int | None  # None: no upper bound
+    derived: str | None = None  # the size's expression, where it is no plain symbol
+
+
+def _exported_dims(ep) -> list[_OwnDim]:
+    """An exported program's dynamic dims, each group labelled as the .pt2's own build names
+    it (after the first input dim that has it)."""
+    import sympy
+
+    ranges = {str(k): v for k, v in ep.range_constraints.items()}
+    out, label_of = [], {}
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in ep.graph_signature.user_inputs:
+            continue
+        for d, size in enumerate(getattr(node.meta.get("val"), "shape", ())):
+            expr = getattr(getattr(size, "node", None), "expr", None)
+            if expr is None or isinstance(expr, (int, sympy.Integer)):
+                continue
+            if not isinstance(expr, sympy.Symbol):
+                out.append(_OwnDim(node.name, d, str(expr), 1, None, derived=str(expr)))
+                continue
+            label = label_of.setdefault(str(expr), f"{node.name}_{d}")
+            vr = ranges.get(str(expr))
+            bounded = vr is not None and str(vr.upper) not in ("int_oo", "oo")
+            out.append(_OwnDim(node.name, d, label, max(int(vr.lower), 1) if vr else 1,
+                               int(vr.upper) if bounded else None))
+    return out
+
+
+def _own_options(own: list[_OwnDim], overridden: set, named: set) -> list[str]:
+    """`--dynamic` options for the program's own dims that no option touches."""
+    touched = {o.label for o in own if o.input in overridden or (o.input, o.dim) in named}
+    out, first = [], set()
+    for o in own:
+        if o.label in touched or o.input in overridden:
+            continue
+        where = f"dim {o.dim} of input {o.input!r}"
+        if o.derived is not None:
+            raise ModelLoadError(f"{where} is {o.derived} in the .pt2, derived from another dim: "
+                                 f"its module cannot be exported again with it; give that "
+                                 f"input with --input, or build from the model (a factory)")
+        if o.hi is None:
+            raise ModelLoadError(f"{where} is dynamic with no upper bound: aotpack plans memory "
+                                 f"for the largest shape, so give it a maximum (--dynamic "
+                                 f"{o.input}.{o.dim}=1..N)")
+        if o.label in first:
+            out.append(f"{o.input}.{o.dim}={o.label}")
+        else:
+            out.append(f"{o.input}.{o.dim}={o.label}:{o.lo}..{o.hi}")
+            first.add(o.label)
+    return out
