@@ -1,3 +1,42 @@
-"""aotpack: ahead-of-time model packaging for NVIDIA GPUs (see docs/ and ../shared/DESIGN.md)."""
+"""aotpack: ahead-of-time model packaging for NVIDIA GPUs (docs/architecture.md).
+
+    import aotpack
+    aotpack.build("model.pt", "out/m", inputs=["x=1..64x1024"], dtype="bf16")  # no GPU needed
+    with aotpack.load("out/m") as model, model.session() as session:           # on the GPU
+        y, = session.run([x])                                                   # torch tensors
+
+`build` takes what `aotpack build` takes (the model: file.py:factory, .pt2 or model.pt;
+keyword options as the CLI's: arch, inputs, dynamic, dtype, external_weights, force,
+tuning_db, gemm_backend, ...) and returns a BuildResult; `load` returns an aotpack.runtime
+Model. Errors the user fixes raise aotpack.UserError subclasses. Importing aotpack imports
+neither torch nor triton.
+"""
+
+from aotpack.errors import UserError
 
 __version__ = "0.1.0"
+
+
+def build(model: str, out, **options):
+    """Compile `model` into the folder `out` (see aotpack.builder.build for the options).
+    Progress bars are off unless `progress=True`."""
+    from aotpack.builder import build as build_folder
+
+    options.setdefault("progress", False)
+    return build_folder(model, out, **options)
+
+
+def load(bundle, weights_path=None, device: int = 0):
+    """The bundle (a model.aotpack file, or the folder `build` wrote) verified and loaded
+    onto GPU `device`: an aotpack.runtime.Model (`.session()` runs it)."""
+    from pathlib import Path
+
+    from aotpack.runtime import Model
+
+    path = Path(bundle)
+    if path.is_dir() and (path / "model.aotpack").is_file():
+        path = path / "model.aotpack"
+    return Model(path, weights_path=weights_path, device=device)
+
+
+__all__ = ["UserError", "__version__", "build", "load"]

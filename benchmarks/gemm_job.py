@@ -55,7 +55,7 @@ def gemm_ops():
 
 
 def write(folder: Path, level: str, max_m: int | None = None) -> None:
-    from aotpack.build import _rename_storages, provenance
+    from aotpack.builder import _rename_storages, provenance
     from aotpack.kernels.spec import SM90, op_inputs
     from aotpack.program import Program, Storage
     from aotpack.tuning.job import compile_all, find_problems, write_job
@@ -130,7 +130,7 @@ def _flops_bytes(desc: str) -> tuple[float, float, int]:
 def report(tune_json: Path, cublas_json: Path) -> dict:
     res = json.loads(tune_json.read_text())
     ref = json.loads(cublas_json.read_text())["median_us"]
-    from aotpack.build import canonical
+    from aotpack.builder import canonical
     from aotpack.tuning.job import describe
 
     label_of = {describe(canonical(op)[0]): label for label, op, _ in gemm_ops()}

@@ -1,4 +1,4 @@
-"""aotpack.build: the pipeline glue with stand-ins for the frontend, the fusion pass and the
+"""aotpack.builder: the pipeline glue with stand-ins for the frontend, the fusion pass and the
 Triton compile (those have their own tests), so what is checked here is build's own job: the
 identical-op compile cache, the output folder (bundle, launcher copy, README), --force, atomicity
 and provenance."""
@@ -8,8 +8,8 @@ import types
 import pytest
 import torch
 
-from aotpack import build as build_mod
-from aotpack.build import BuildError, build, canonical
+from aotpack import builder as build_mod
+from aotpack.builder import BuildError, build, canonical
 from aotpack.bundle import read_bundle
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
@@ -154,7 +154,7 @@ def test_build_is_reproducible_and_external_weights(pipeline, tmp_path):
 
 
 def test_portable_command_cuts_paths():
-    from aotpack.build import portable_command
+    from aotpack.builder import portable_command
 
     assert portable_command("aotpack build /w/x/model.py:make -o /srv/out/m/ "
                             "--tuning-db=/home/u/db.json --dynamic x.0=1..64 --arch sm90") == \

@@ -152,6 +152,12 @@ def test_existing_output_needs_force(tmp_path):
     assert (tmp_path / "out" / "keep.txt").read_text() == "mine"
 
 
+def test_a_build_folder_names_its_bundle(tmp_path):
+    write_handmade(tmp_path / "model.aotpack")
+    result = _run("inspect", tmp_path)
+    assert result.exit_code == 0 and "model.aotpack" in result.output, result.output
+
+
 def test_verify_rejects_an_unknown_reference(tmp_path):
     path = write_handmade(tmp_path / "model.aotpack")
     result = _run("verify", path, "--model", "m.py:make", "--reference", "tpu")

@@ -126,7 +126,7 @@ def test_dims_declared_twice_or_in_two_places_are_refused():
     from aotpack.frontend import ModelLoadError
 
     model, inputs = mlp.make(d=64, f=256, batch=2, seq=8)
-    with pytest.raises(ModelLoadError, match="given twice"):
+    with pytest.raises(ModelLoadError, match=r"x.1 is declared twice \(by --dynamic"):
         apply_dynamic(LoadedModel(model, inputs), ["x.1=S:1..32", "x.1=T:1..16"])
     declared = LoadedModel(model, inputs, ({0: torch.export.Dim("B", min=1, max=4)},))
     with pytest.raises(ModelLoadError, match="factory declares its dynamic dims"):
@@ -259,7 +259,7 @@ def test_every_symbolic_kernel_matches_its_reference(llama, points):
 def test_tuning_problems_per_bucket_share_keys_with_static_ops(llama):
     """A symbolic op is one tuning problem per bucket, at the bucket's largest size: the key is
     the one a static build at that size computes, so one record serves both."""
-    from aotpack.build import canonical
+    from aotpack.builder import canonical
     from aotpack.kernels import SM90
     from aotpack.tuning import keys
     from aotpack.tuning.job import find_problems
@@ -306,7 +306,7 @@ def test_dynamic_bundle_is_a_checked_v2_manifest(tmp_path, monkeypatch, caplog):
     import json
     import logging
 
-    from aotpack.build import build
+    from aotpack.builder import build
     from aotpack.bundle import BundleError, read_bundle
     from aotpack.bundle import manifest as mf
     from aotpack.cli.report import inspect_document

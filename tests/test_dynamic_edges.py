@@ -98,7 +98,7 @@ def test_representative_points_lie_inside_their_bucket():
 
 def test_the_build_host_check_visits_every_bucket(tmp_path, monkeypatch):
     """Besides every dim at its min and max, each `when` range is checked at both ends."""
-    from aotpack.build import build
+    from aotpack.builder import build
     from aotpack.bundle import read_bundle
     from aotpack.bundle.manifest import _check_points, parse_symbols
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from aotpack.build import BuildError, build, load_program
+from aotpack.builder import BuildError, build, load_program
 from aotpack.frontend import ModelLoadError, load_spec
 from aotpack.frontend.inputs import Dim, parse_input
 from aotpack.frontend.prepare import prepare
@@ -286,8 +286,12 @@ def _factory(tmp_path) -> str:
 def test_factory_given_inputs_builds_and_verifies(tmp_path, no_runtime, inputs):
     """--input on a factory's ids alone: the mask's dims of the same example size follow (a
     note says so); verify loads the factory with the bundle's example inputs again."""
+    import aotpack
+
     spec = _factory(tmp_path)
-    result, report = _build_and_verify(spec, tmp_path / "out", inputs=inputs)
+    result = aotpack.build(spec, tmp_path / "out", inputs=inputs)  # the Python API
+    report = verify(result.bundle, spec, reference="cpu")
+    assert report.passed, [(c.name, c.rel_error) for c in report.outputs]
     from aotpack.bundle import read_bundle
 
     m = read_bundle(result.bundle).manifest
@@ -381,3 +385,50 @@ def test_traced_integer_input_keeps_its_dtype(tmp_path):
     torch.jit.trace(emb, (torch.zeros(2, 3, dtype=torch.long),)).save(str(path))
     loaded = prepare(load_spec(str(path)), inputs=["input=2x3"])
     assert loaded.inputs[0].dtype == torch.int64
+
+
+def test_user_trial_messages(tmp_path):
+    """Mistakes a new user made, each a one-line error saying what to do: a static .pt2 given
+    another shape, a shape the model cannot take, an f32 trace cast to bf16."""
+    from aotpack.passes.canonicalize import FoldError
+
+    torch.manual_seed(0)
+    ep = torch.export.export(torch.nn.Linear(16, 16), (torch.randn(4, 16),))
+    static = tmp_path / "static.pt2"
+    torch.export.save(ep, str(static))
+    with pytest.raises(ModelLoadError, match="dim 0 is 4 in the .pt2, exported static"):
+        load_program(str(static), dtype="bf16", inputs=["input=8x16"])
+    shared = _shared_pt2(tmp_path, "shared")
+    with pytest.raises(ModelLoadError, match=r"outside the range 1..64 the .pt2 was exported"):
+        load_program(shared, dtype="bf16", inputs=["x=B:1..128x16"])
+    spec = _factory(tmp_path)
+    with pytest.raises(ModelLoadError, match=r"could not run the model on its example inputs "
+                                             r"\(\(2, 9\) int64, \(2, 8\) bfloat16\)"):
+        load_program(spec, inputs=["ids=2x9", "mask=2x8"])
+    lstm = tmp_path / "lstm.pt"
+    torch.jit.trace(torch.nn.LSTM(8, 8, batch_first=True), (torch.randn(2, 5, 8),),
+                    check_trace=False).save(str(lstm))
+    with pytest.raises(FoldError, match="mixes bf16 and f32 .*trace it in the dtype you build"):
+        load_program(str(lstm), inputs=["input=2x5x8"], dtype="bf16")
+
+
+def test_saved_class_found_beside_the_file_or_named_as_main(tmp_path):
+    """torch.save's class is found in the file's folder from any working folder (a console
+    script's sys.path has neither); a class saved from a script's __main__ says so."""
+    import subprocess
+
+    (tmp_path / "beside.py").write_text(NETDEF)
+    save = ("import sys, torch; sys.path.insert(0, {d!r}); import beside; "
+            "torch.save(beside.Saved(), {p!r})")
+    subprocess.run([sys.executable, "-c", save.format(d=str(tmp_path), p=str(tmp_path / "b.pt"))],
+                   check=True, cwd=tmp_path)
+    probe = ("from aotpack.frontend import load_spec; "
+             "print(type(load_spec({p!r}).model).__name__)")
+    r = subprocess.run([sys.executable, "-c", probe.format(p=str(tmp_path / "b.pt"))],
+                       capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0 and r.stdout.strip() == "Saved", r.stderr[-600:]
+    script = tmp_path / "save_main.py"
+    script.write_text(NETDEF + "\ntorch.save(Saved(), 'main.pt')\n")
+    subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path)
+    with pytest.raises(ModelLoadError, match=r"defined in the script that saved it \(__main__\)"):
+        load_spec(str(tmp_path / "main.pt"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aotpack.build import build
+from aotpack.builder import build
 from aotpack.bundle import read_bundle
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -266,6 +266,17 @@ for graph, pdl in ((True, True), (False, True), (True, False), (False, False)):
     y = array.array("f", ctypes.string_at(ya, 1024))
     w = [0.25 * i - 3.0 for i in range(64)]
     assert all(y[i] == x[i] + 1.5 * w[i % 64] for i in range(256)), list(y[:8])
+# context managers close the handles; a closed session refuses a run with a status
+from aotpack.runtime import AotpackError
+import aotpack
+with aotpack.load({str(path.parent)!r}) as m2, m2.session() as s2:  # the folder: its bundle
+    s2.run_pointers([xa], [ya])
+assert m2._handle is None and s2._handle is None
+try:
+    s2.run_pointers([xa], [ya])
+    raise SystemExit("a closed session ran")
+except AotpackError as e:
+    assert e.code.name == "INVALID_ARGUMENT", e
 print("ok")
 """, **env)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

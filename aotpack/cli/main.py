@@ -63,6 +63,7 @@ INPUT_HELP = ("an example input, repeatable: NAME=SHAPE[:DTYPE], dims joined by 
               "(input_ids=batch:1..64xseq:1..512:i64), a LABEL alone is that same dim "
               "(attention_mask=batch,seq). Needed for a model.pt; for other models it replaces "
               "that input's example.")
+BUNDLE_HELP = "a model.aotpack file, or the folder `aotpack build` wrote"
 DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first (a model "
               "saved in f32: GEMMs and attention run in bf16 or f16)")
 DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
@@ -87,6 +88,12 @@ def _setup() -> None:
     level = getattr(logging, knobs.log_level().upper(), logging.WARNING)
     logging.basicConfig(level=level, format="%(message)s",
                         handlers=[RichHandler(console=err, show_path=False)])
+
+
+def _bundle_file(path: Path) -> Path:
+    """The bundle a BUNDLE argument names: a folder `aotpack build` wrote means its bundle."""
+    inner = path / "model.aotpack"
+    return inner if path.is_dir() and inner.is_file() else path
 
 
 def _is_user_error(e: Exception) -> bool:
@@ -153,7 +160,7 @@ def build(
     Dynamic shapes: a dim given with `--dynamic` (or a torch.export.Dim in a .pt2 or in the
     factory's third return value) varies at run time within its range; one bundle serves
     every shape (kernels chosen per size bucket, memory planned for the largest shape)."""
-    from aotpack.build import build as run_build, command_line_from_argv, parse_arch
+    from aotpack.builder import build as run_build, command_line_from_argv, parse_arch
 
     parse_arch(arch)  # refuse a bad --arch before loading the model
     result = run_build(spec, output, arch=arch, external_weights=external_weights, force=force,
@@ -232,7 +239,8 @@ def tune(
 @app.command()
 @friendly
 def inspect(
-    bundle: Path = typer.Argument(..., metavar="BUNDLE", help="a model.aotpack file"),
+    bundle: Path = typer.Argument(..., metavar="BUNDLE", help=BUNDLE_HELP,
+                                 callback=_bundle_file),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document instead of tables"),
     check: bool = typer.Option(False, "--check", help="also verify every sha256 (reads all data)"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file, if "
@@ -254,7 +262,8 @@ def inspect(
 @app.command()
 @friendly
 def verify(
-    bundle: Path = typer.Argument(..., metavar="BUNDLE", help="a model.aotpack file"),
+    bundle: Path = typer.Argument(..., metavar="BUNDLE", help=BUNDLE_HELP,
+                                 callback=_bundle_file),
     model: str = typer.Option(..., "--model", help="the model spec the bundle was built from"),
     reference: Optional[Reference] = typer.Option(None, "--reference", help="cpu: the plan run with "
                                             "torch references on the CPU; gpu: the bundle run by "
@@ -274,8 +283,8 @@ def verify(
     points = _points(bundle, weights, shape) if shape else None
     with warnings.catch_warnings():  # the report prints them once, as part of the table
         warnings.simplefilter("ignore", UserWarning)
-        rep = run_verify(bundle, model, reference=reference and reference.value, seed=seed, tolerance=tolerance,
-                         weights_path=weights, points=points)
+        rep = run_verify(bundle, model, reference=reference and reference.value, seed=seed,
+                         tolerance=tolerance, weights_path=weights, points=points)
     report.print_verify(out, rep)
     if not rep.passed:
         raise typer.Exit(1)
@@ -284,7 +293,8 @@ def verify(
 @app.command()
 @friendly
 def bench(
-    bundle: Path = typer.Argument(..., metavar="BUNDLE", help="a model.aotpack file"),
+    bundle: Path = typer.Argument(..., metavar="BUNDLE", help=BUNDLE_HELP,
+                                 callback=_bundle_file),
     iters: int = typer.Option(100, "-n", "--iters", min=1, help="timed runs"),
     warmup: int = typer.Option(10, "--warmup", min=0, help="untimed runs first"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file"),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from aotpack.frontend.load import LoadedModel, ModelLoadError
+from aotpack.frontend.load import LoadedModel, ModelLoadError, quiet_torch_logs
 
 _SPEC = re.compile(r"^(?P<input>[A-Za-z_]\w*)\.(?P<dim>-?\d+)="
                    r"(?:(?P<label>[A-Za-z_]\w*)(?::|$))?(?:(?P<lo>\d+)\.\.(?P<hi>\d+))?$")
@@ -75,8 +75,9 @@ def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
         spec = tuple({d: labels[key] for (i, d), key in attempt.items() if i == k} or None
                      for k in range(len(loaded.inputs)))
         try:
-            ep = torch.export.export(model, tuple(loaded.inputs), dynamic_shapes=spec,
-                                     strict=False)
+            with quiet_torch_logs():
+                ep = torch.export.export(model, tuple(loaded.inputs), dynamic_shapes=spec,
+                                         strict=False)
         except Exception as e:  # noqa: BLE001 — torch.export's own message says why
             error = e
             continue
@@ -94,7 +95,8 @@ def _declared(parsed, names, inputs):
     dims, labels, ranges = {}, {}, {}
     for name, d, label, lo, hi in parsed:
         if name in names and (names.index(name), d % inputs[names.index(name)].dim()) in dims:
-            raise ModelLoadError(f"--dynamic {name}.{d} is given twice")
+            raise ModelLoadError(f"{name}.{d} is declared twice (by --dynamic, or by a range in "
+                                 f"--input {name}=...): declare it once")
         if name not in names:
             raise ModelLoadError(f"--dynamic {name}.{d}: the model has no input {name!r} "
                                  f"(inputs: {', '.join(names)})")
@@ -110,7 +112,9 @@ def _declared(parsed, names, inputs):
             example = int(inputs[i].shape[d])
             if not lo <= example <= hi:
                 raise ModelLoadError(f"--dynamic {name}.{d}={lo}..{hi}: the example input's "
-                                     f"size {example} is outside the range")
+                                     f"size {example} is outside the range (give the dim as a "
+                                     f"range in --input {name}=... instead: aotpack then picks "
+                                     f"an example inside it)")
             ranges[label] = (lo, hi)
         dims[(i, d)] = label
     for label in set(dims.values()):

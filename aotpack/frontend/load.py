@@ -7,7 +7,9 @@ input's dims mapped to `torch.export.Dim`s). A `.pt2` keeps the dims it was expo
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,18 @@ class ModelLoadError(UserError):
     """The model spec could not be turned into (model, example_inputs); the message says why."""
 
 
+@contextlib.contextmanager
+def quiet_torch_logs():
+    """torch.export logs a traceback at ERROR level before it raises (fake tensors' failed
+    ops); the exception itself is reported once, as one line: keep its log off the screen."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        yield
+    finally:
+        logging.disable(previous)
+
+
 @dataclass
 class LoadedModel:
     model: object  # torch.nn.Module, torch.export.ExportedProgram or torch.jit.ScriptModule
@@ -26,6 +40,7 @@ class LoadedModel:
     dynamic_shapes: object = None  # torch.export's spec, or None
     notes: list = field(default_factory=list)  # what loading decided that the user should see
     input_names: list | None = None  # where the model's forward cannot say (TorchScript)
+    kind: str = ""  # "torchscript" for a TorchScript archive: its failures get a hint
 
 
 def load_spec(spec: str) -> LoadedModel:

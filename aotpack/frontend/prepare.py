@@ -21,6 +21,7 @@ def prepare(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
     own: list[_OwnDim] = []
     if hasattr(loaded.model, "graph_signature") and (inputs or dtype or dynamic):
         own = _exported_dims(loaded.model)
+        _check_pt2_inputs(loaded.model, own, [parse_input(o) for o in inputs])
         module = loaded.model.module()
         # its guards are the program's own dims, which are declared again below (or changed)
         module._forward_pre_hooks.clear()
@@ -85,6 +86,30 @@ def _exported_dims(ep) -> list[_OwnDim]:
             out.append(_OwnDim(node.name, d, label, max(int(vr.lower), 1) if vr else 1,
                                int(vr.upper) if bounded else None))
     return out
+
+
+def _check_pt2_inputs(ep, own: list[_OwnDim], options) -> None:
+    """An --input for a .pt2's input keeps inside what the program was exported for: its
+    static dims as they are, its dynamic dims within their ranges."""
+    shapes = {n.name: tuple(getattr(n.meta.get("val"), "shape", ())) for n in ep.graph.nodes
+              if n.op == "placeholder" and n.name in ep.graph_signature.user_inputs}
+    ranges = {(o.input, o.dim): (o.lo, o.hi) for o in own if o.derived is None}
+    for opt in options:
+        shape = shapes.get(opt.name, ())
+        for k, d in enumerate(opt.dims[:len(shape)]):
+            lo, hi = (d.size, d.size) if d.size is not None else (d.lo, d.hi)
+            if lo is None:
+                continue  # a label given a range elsewhere: checked there
+            where = f"--input {opt.name}: dim {k}"
+            if (opt.name, k) in ranges:
+                have = ranges[(opt.name, k)]
+                if lo < have[0] or (have[1] is not None and hi > have[1]):
+                    raise ModelLoadError(f"{where} ({lo}..{hi}) is outside the range "
+                                         f"{have[0]}..{have[1]} the .pt2 was exported for")
+            elif isinstance(shape[k], int) and (lo, hi) != (shape[k], shape[k]):
+                raise ModelLoadError(f"{where} is {shape[k]} in the .pt2, exported static: export "
+                                     f"it again with a torch.export.Dim there, or build from "
+                                     f"the model (a file.py:factory)")
 
 
 def _own_options(own: list[_OwnDim], overridden: set, named: set) -> list[str]:

@@ -8,10 +8,12 @@ weights_only=False): load only files you trust.
 """
 from __future__ import annotations
 
+import os
+import sys
 import zipfile
 from pathlib import Path
 
-from aotpack.frontend.load import LoadedModel, ModelLoadError
+from aotpack.frontend.load import LoadedModel, ModelLoadError, quiet_torch_logs
 
 SAVE_HINT = ("save the model itself: torch.jit.save(torch.jit.script(model), 'model.pt'), "
              "torch.save(model, 'model.pt') or torch.export.save(torch.export.export(model, "
@@ -38,14 +40,24 @@ def load_saved(path: Path) -> LoadedModel:
             module = torch.jit.load(str(path), map_location="cpu")
         except Exception as e:  # noqa: BLE001 — torch's message says what is wrong
             raise ModelLoadError(f"{path}: torch.jit.load failed: {e}") from e
-        return LoadedModel(module.eval(), None, input_names=_script_inputs(module, path))
+        return LoadedModel(module.eval(), None, input_names=_script_inputs(module, path),
+                           kind="torchscript")
+    # the class is looked up by module name: as `python model_script.py` would find it, from
+    # the working folder or the file's own folder (a console script's sys.path has neither)
+    for folder in (str(path.resolve().parent), os.getcwd()):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=False)
     except (ModuleNotFoundError, AttributeError) as e:
+        where = ("its class was defined in the script that saved it (__main__), which no one "
+                 "can import: move the class into a module, save again, and keep that module "
+                 "importable here" if "__main__" in str(e) else
+                 "its class must be importable here (its module in the working folder, beside "
+                 "the file, or installed)")
         raise ModelLoadError(f"{path}: torch.load could not rebuild the saved module ({e}): "
-                             f"its class must be importable here (run aotpack where the "
-                             f"model's source is importable), or save it with torch.jit.save "
-                             f"or torch.export.save, which carry the code") from e
+                             f"{where}; or save it with torch.jit.save or torch.export.save, "
+                             f"which carry the code") from e
     except Exception as e:  # noqa: BLE001
         raise ModelLoadError(f"{path} is not a file torch.save or torch.jit.save wrote: "
                              f"{type(e).__name__}: {e}") from e
@@ -104,10 +116,15 @@ def exportable(module, inputs: tuple, names: list[str]):
         raise ModelLoadError(f"this torch has no TorchScript converter ({e}): export the model "
                              f"with torch.export instead") from e
     try:
-        ep = TS2EPConverter(module, tuple(inputs)).convert()
+        with quiet_torch_logs():
+            ep = TS2EPConverter(module, tuple(inputs)).convert()
     except Exception as e:  # noqa: BLE001
-        raise ModelLoadError(f"converting the TorchScript module failed: {type(e).__name__}: "
-                             f"{e}\n(an input that holds integer ids needs its dtype: --input "
+        shapes = ", ".join(f"{n} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+                           for n, t in zip(names, inputs))
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ModelLoadError(f"converting the TorchScript module with inputs {shapes} failed: "
+                             f"{type(e).__name__}: {first}\n(an input that holds integer ids "
+                             f"needs its dtype: --input "
                              f"NAME=SHAPE:i64; else export the model with torch.export, or save "
                              f"it with torch.save, if its source is at hand)") from e
     gm = ep.module()

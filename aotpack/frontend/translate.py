@@ -7,6 +7,7 @@ import re
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_table import RULES, Unsupported
 from aotpack.errors import UserError
+from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
 from aotpack.frontend.symbolic import LazyConstants, SymbolError, SymbolTable, _is_symint
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
@@ -47,8 +48,9 @@ def export(model, example_inputs, dynamic_shapes=None):
         ep = model
     else:
         try:
-            ep = torch.export.export(model, tuple(example_inputs), dynamic_shapes=dynamic_shapes,
-                                     strict=False)
+            with quiet_torch_logs():
+                ep = torch.export.export(model, tuple(example_inputs),
+                                         dynamic_shapes=dynamic_shapes, strict=False)
         except torch._dynamo.exc.UserError as e:  # the dims do not fit the model's code
             raise UnsupportedOpError(f"torch.export refused the dynamic dims: {e}") from None
         except (RuntimeError, AssertionError, TypeError, ValueError, IndexError) as e:
@@ -56,10 +58,10 @@ def export(model, example_inputs, dynamic_shapes=None):
             # a wrong dtype, missing arguments): the user's to fix, said as torch says it
             shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
                                for t in example_inputs)
-            raise UnsupportedOpError(f"torch.export could not run the model on its example "
-                                     f"inputs ({shapes}): {type(e).__name__}: "
-                                     f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                                     ) from e
+            raise ModelLoadError(f"torch.export could not run the model on its example "
+                                 f"inputs ({shapes}): {type(e).__name__}: "
+                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                                 ) from e
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)
@@ -456,7 +458,11 @@ class _Translator:
         if final:
             want = self._new_value(name, self.fx_node.meta["val"], check_only=True)
             if want.type != value.type:
-                raise Unsupported(f"{op.value} typed {value} here but torch says {want}")
+                mixed = sorted({v.dtype.value for v in inputs if v.dtype.is_float})
+                hint = (f" (its inputs mix {' and '.join(mixed)}: give the inputs the weights' "
+                        f"dtype, or cast the whole model with --dtype bf16)"
+                        if len(mixed) > 1 else "")
+                raise Unsupported(f"{op.value} typed {value} here but torch says {want}{hint}")
         self.nodes.append(Node(op, tuple(inputs), attrs, (value,), source_loc(self.fx_node)))
         return value
 

@@ -56,8 +56,9 @@ class GemmTemplate(Template):
         return (f"GEMMs run on tensor cores in bf16 or f16, and this one's operands are {have}: "
                 + ("build with --dtype bf16 (casts the model's weights and float inputs), or "
                    "cast the model where it is made" if len(dtypes) == 1 else
-                   "the model computes part of it in another dtype (a TorchScript trace keeps "
-                   "the dtypes it was traced in: trace or export the model in bf16)"))
+                   "part of the model computes in another dtype: give the inputs the weights' "
+                   "dtype, or build with --dtype bf16 (a TorchScript trace keeps the dtypes it "
+                   "was traced in: trace it in bf16)"))
 
     def bucket_size(self, op):
         return op.out.shape[0]  # M: split-K for decode sizes, tiles by waves above

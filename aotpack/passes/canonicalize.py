@@ -4,6 +4,7 @@ exists). After this pass no node reads a VIEW/PERMUTE/SLICE/... node, and an AS_
 reads another AS_STRIDED: a kernel operand is always (storage, strides, offset)."""
 from __future__ import annotations
 
+from aotpack.errors import UserError
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
@@ -67,6 +68,10 @@ def fold_noops(graph: Graph) -> Graph:
     return b.finish()
 
 
+class FoldError(UserError):
+    """A computation on constants that torch refuses (the model's, as exported)."""
+
+
 def fold_constants(graph: Graph) -> Graph:
     """Compute nodes whose inputs are all constant-valued (constants, or views of them) become
     constants, e.g. a cast of a weight or a rotary table computed from a buffer. Layout ops on
@@ -80,7 +85,16 @@ def fold_constants(graph: Graph) -> Graph:
         if not ins or not all(v.name in known for v in ins) or not is_static(n.output.shape):
             b.keep(n)
             continue
-        tensor = eval_node(n, [known[v.name] for v in ins])
+        try:
+            tensor = eval_node(n, [known[v.name] for v in ins])
+        except (RuntimeError, IndexError, ValueError) as e:  # torch refuses what the model says
+            dtypes = sorted({v.dtype.value for v in ins if v.dtype.is_float})
+            hint = (f"; it mixes {' and '.join(dtypes)} (a TorchScript trace keeps the dtypes it "
+                    f"was traced in: trace it in the dtype you build)" if len(dtypes) > 1 else
+                    "; an index beyond the table: is an input longer than the model's position "
+                    "table?" if isinstance(e, IndexError) else "")
+            raise FoldError(f"{n.op.value} node %{n.output.name} ({n.loc or 'no source'}) on "
+                            f"constants cannot be computed: {e}{hint}") from None
         if n.op in O.LAYOUT or tensor.numel() * tensor.element_size() > _FOLD_LIMIT:
             b.keep(n)
             known[n.output.name] = tensor

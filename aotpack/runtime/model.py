@@ -175,11 +175,21 @@ class Model:
                                   int(info.nbytes), self._dims(inputs, i, shape)))
         return out
 
+    def session(self, **options) -> "Session":
+        """A new Session of this model (`options`: those of Session)."""
+        return Session(self, **options)
+
     def close(self) -> None:
         """Releases the handle now (sessions created from it stay valid)."""
         h, self._handle = getattr(self, "_handle", None), None
         if h:
             self._lib.aotpack_model_free(h)
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __del__(self):
         self.close()
@@ -346,6 +356,12 @@ class Session:
         h, self._handle = getattr(self, "_handle", None), None
         if h:
             self._lib.aotpack_session_free(h)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __del__(self):
         self.close()

@@ -69,7 +69,7 @@ def find_problems(program: Program, target: Target, *, level: str,
     """One problem per distinct tunable op; a symbolic op gives one per bucket of its sizes
     (kernels/variants.py), at the bucket's representative shape: the shape a build looks its
     config up at."""
-    from aotpack.build import canonical
+    from aotpack.builder import canonical
 
     problems: dict[str, Problem] = {}
     for op in program.ops:
@@ -108,7 +108,7 @@ def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
             return pickle.loads(path.read_bytes()), None
         except Exception:  # a torn or foreign cache file: compile again
             pass
-    from aotpack.build import use_triton_cache
+    from aotpack.builder import use_triton_cache
 
     use_triton_cache()
     _own_cute_dump_dir()
@@ -221,7 +221,7 @@ def write_job(out: Path, problems: list[Problem], target: Target, provenance: di
                "settings": dict(SETTINGS), "toolchain": keys.toolchain(),
                "provenance": provenance, "problems": entries}
         (tmp / "job.json").write_text(json.dumps(job, indent=1, sort_keys=True) + "\n")
-        from aotpack.build import _replace_dir
+        from aotpack.builder import _replace_dir
 
         os.chmod(tmp, 0o755)
         _replace_dir(tmp, out)
@@ -248,7 +248,7 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     """`program`: the model `spec` names, already loaded (`build --tune` compiles it too);
     `dynamic`: `--dynamic` options (a symbolic op is tuned at each bucket's size); `inputs`:
     `--input` options; `dtype`: `--dtype`."""
-    from aotpack.build import (BuildError, _check_destination, load_program, parse_arch,
+    from aotpack.builder import (BuildError, _check_destination, load_program, parse_arch,
                                portable_command, provenance, source_file)
 
     target = parse_arch(arch)

@@ -118,7 +118,7 @@ def toolchain() -> dict:
     """What compiles every candidate: aotpack and Triton. CuTeDSL is not in the key (a plain
     install without it would match no record): a record won by a CuTeDSL config is used only
     where CuTeDSL is installed (tuning/apply.py)."""
-    from aotpack.build import _version
+    from aotpack.builder import _version
     import aotpack
 
     return {"aotpack": aotpack.__version__, "triton": _version("triton")}

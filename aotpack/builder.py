@@ -136,7 +136,14 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None):
     from aotpack.passes import compile_graph
 
     loaded = prepare(load_spec(spec), inputs=inputs, dtype=dtype, dynamic=dynamic)
-    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    try:
+        program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    except UserError as e:
+        if loaded.kind == "torchscript" and len(e.args) == 1:
+            e.args = (f"{e}\n(the model came from a TorchScript archive, whose conversion keeps "
+                      f"what tracing recorded; if the model's source is at hand, torch.save(model) "
+                      f"or torch.export.save usually builds where this does not)",)
+        raise
     program.notes = list(loaded.notes)
     check_supported(program)
     return program
