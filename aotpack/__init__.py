@@ -29,14 +29,10 @@ def build(model: str, out, **options):
 def load(bundle, weights_path=None, device: int = 0):
     """The bundle (a model.aotpack file, or the folder `build` wrote) verified and loaded
     onto GPU `device`: an aotpack.runtime.Model (`.session()` runs it)."""
-    from pathlib import Path
-
+    from aotpack.bundle.reader import bundle_file
     from aotpack.runtime import Model
 
-    path = Path(bundle)
-    if path.is_dir() and (path / "model.aotpack").is_file():
-        path = path / "model.aotpack"
-    return Model(path, weights_path=weights_path, device=device)
+    return Model(bundle_file(bundle), weights_path=weights_path, device=device)
 
 
 __all__ = ["UserError", "__version__", "build", "load"]

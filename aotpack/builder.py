@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aotpack import knobs, runtime_files
+from aotpack.bundle.reader import BUNDLE_NAME
 from aotpack.errors import UserError
 from aotpack.kernels.spec import SM90, PtrSlot, Target, TensorArg, TensorMapSlot
 
 log = logging.getLogger(__name__)
 
-BUNDLE_NAME = "model.aotpack"
 WEIGHTS_NAME = "weights.safetensors"
 _ARCHES = {"sm90": SM90, "sm_90": SM90, "sm_90a": SM90, "sm90a": SM90}
 

@@ -61,10 +61,9 @@ class Program:
         """This program with every symbolic size evaluated at `env` (a static program)."""
         from aotpack.ir.sym import subs_tree
 
-        out = Program(list(self.inputs), list(self.outputs),
-                      {k: subs_tree(s, env) for k, s in self.storages.items()},
-                      [subs_tree(op, env) for op in self.ops], self.weights, self.summary)
-        return out
+        return Program(list(self.inputs), list(self.outputs),
+                       {k: subs_tree(s, env) for k, s in self.storages.items()},
+                       [subs_tree(op, env) for op in self.ops], self.weights, self.summary)
 
     def storage(self, name: str) -> Storage:
         return self.storages[name]

@@ -114,17 +114,30 @@ def _load(model_spec: str, manifest: dict):
     bundle's example shape (as --input did), a dynamic bundle's dims re-declared from its
     manifest when the spec itself declares none (it was built with --dynamic)."""
     from aotpack.frontend import load_spec
-    from aotpack.frontend.inputs import input_options
     from aotpack.frontend.prepare import prepare
 
     loaded = load_spec(model_spec)
     provenance = manifest.get("provenance") or {}
     # inputs the build was given (--input, or a model.pt's): again, at the bundle's example
-    inputs = input_options(manifest) if loaded.inputs is None or provenance.get("inputs") else ()
+    inputs = _example_options(manifest) if loaded.inputs is None or provenance.get("inputs") \
+        else ()
     dtype = provenance.get("dtype")
     dynamic = dynamic_options(manifest) if manifest.get("symbols") and \
         loaded.dynamic_shapes is None else ()
     return prepare(loaded, inputs=inputs, dtype=dtype, dynamic=dynamic)
+
+
+def _example_options(manifest: dict) -> list[str]:
+    """`--input` options that give the bundle's inputs at its example shape (the dims' example
+    values), as the build was given them."""
+    example = example_point(manifest.get("symbols") or [])
+    return [f"{s['name']}={'x'.join(str(int(d)) for d in s['shape'])}:{s['dtype']}"
+            for s in _signature_at(manifest["inputs"], example or None)]
+
+
+def example_point(symbols: list[dict]) -> dict[str, int]:
+    """A v2 manifest's symbols at their example values (the shape the model was exported at)."""
+    return {s["name"]: s.get("example", s["max"]) for s in symbols}
 
 
 def dynamic_options(manifest: dict) -> list[str]:
@@ -150,7 +163,7 @@ def shape_points(symbols: list[dict], seed: int = 0, random_points: int = 2) -> 
     rng = random.Random(seed)
     lo = {s["name"]: s["min"] for s in symbols}
     hi = {s["name"]: s["max"] for s in symbols}
-    points = [{s["name"]: s.get("example", s["max"]) for s in symbols}, lo, hi]
+    points = [example_point(symbols), lo, hi]
     if len(symbols) > 1:
         points += [{**lo, n: hi[n]} for n in hi]
     for _ in range(random_points):
@@ -178,7 +191,7 @@ def points_from_shapes(manifest: dict, shapes: list[str]) -> list[dict]:
     from aotpack.program import ShapeError, bind_symbols
 
     symbols = parse_symbols(manifest)
-    example = {s["name"]: s.get("example", s["max"]) for s in manifest["symbols"]}
+    example = example_point(manifest["symbols"])
     names = [s["name"] for s in manifest["inputs"]]
     signature = [(s["name"], [_expr(d, symbols) for d in s["shape"]]) for s in manifest["inputs"]]
     points = []

@@ -131,9 +131,10 @@ def report(tune_json: Path, cublas_json: Path) -> dict:
     res = json.loads(tune_json.read_text())
     ref = json.loads(cublas_json.read_text())["median_us"]
     from aotpack.builder import canonical
-    from aotpack.tuning.job import describe
+    from aotpack.kernels.templates import template_for
 
-    label_of = {describe(canonical(op)[0]): label for label, op, _ in gemm_ops()}
+    label_of = {template_for(op).describe(canonical(op)[0]): label
+                for label, op, _ in gemm_ops()}
     rows = []
     for prob in res["problems"]:
         label = label_of.get(prob["desc"].split(" (x")[0], prob["desc"])

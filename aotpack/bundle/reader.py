@@ -53,6 +53,16 @@ class Bundle:
                                   f"the file is corrupt or from another build")
 
 
+BUNDLE_NAME = "model.aotpack"  # the bundle's name in the folder `aotpack build` writes
+
+
+def bundle_file(path) -> Path:
+    """The bundle `path` names: a folder `aotpack build` wrote means the bundle inside it."""
+    path = Path(path)
+    inner = path / BUNDLE_NAME
+    return inner if path.is_dir() and inner.is_file() else path
+
+
 def read_bundle(path, *, weights_path=None, checksums: bool = False,
                 require_weights: bool = True) -> Bundle:
     """Parse `path`, check the container and the manifest, and check that every cubin and

@@ -15,7 +15,7 @@ def run_bench(bundle: Path, *, iters: int, warmup: int, weights: Path | None = N
 
     from aotpack.bundle import read_bundle
     from aotpack.dtypes import DType
-    from aotpack.verify import VerifyError, _signature_at, random_inputs
+    from aotpack.verify import VerifyError, _signature_at, example_point, random_inputs
 
     if not torch.cuda.is_available():
         raise VerifyError("bench needs a CUDA GPU (torch.cuda.is_available() is False here)")
@@ -23,7 +23,7 @@ def run_bench(bundle: Path, *, iters: int, warmup: int, weights: Path | None = N
 
     manifest = read_bundle(bundle, weights_path=weights).manifest
     if manifest.get("symbols"):
-        point = point or {s["name"]: s.get("example", s["max"]) for s in manifest["symbols"]}
+        point = point or example_point(manifest["symbols"])
     signature = _signature_at(manifest["inputs"], point if manifest.get("symbols") else None)
     examples = [torch.zeros(1, dtype=DType(s["dtype"]).to_torch()) for s in signature]
     inputs = [t.cuda() for t in random_inputs(signature, examples, seed=0)]

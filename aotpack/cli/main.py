@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from aotpack.bundle.reader import bundle_file
 from aotpack.cli import report
 
 app = typer.Typer(
@@ -88,12 +89,6 @@ def _setup() -> None:
     level = getattr(logging, knobs.log_level().upper(), logging.WARNING)
     logging.basicConfig(level=level, format="%(message)s",
                         handlers=[RichHandler(console=err, show_path=False)])
-
-
-def _bundle_file(path: Path) -> Path:
-    """The bundle a BUNDLE argument names: a folder `aotpack build` wrote means its bundle."""
-    inner = path / "model.aotpack"
-    return inner if path.is_dir() and inner.is_file() else path
 
 
 def _is_user_error(e: Exception) -> bool:
@@ -240,7 +235,7 @@ def tune(
 @friendly
 def inspect(
     bundle: Path = typer.Argument(..., metavar="BUNDLE", help=BUNDLE_HELP,
-                                 callback=_bundle_file),
+                                 callback=bundle_file),
     as_json: bool = typer.Option(False, "--json", help="print a JSON document instead of tables"),
     check: bool = typer.Option(False, "--check", help="also verify every sha256 (reads all data)"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file, if "
@@ -263,7 +258,7 @@ def inspect(
 @friendly
 def verify(
     bundle: Path = typer.Argument(..., metavar="BUNDLE", help=BUNDLE_HELP,
-                                 callback=_bundle_file),
+                                 callback=bundle_file),
     model: str = typer.Option(..., "--model", help="the model spec the bundle was built from"),
     reference: Optional[Reference] = typer.Option(None, "--reference", help="cpu: the plan run with "
                                             "torch references on the CPU; gpu: the bundle run by "
@@ -294,7 +289,7 @@ def verify(
 @friendly
 def bench(
     bundle: Path = typer.Argument(..., metavar="BUNDLE", help=BUNDLE_HELP,
-                                 callback=_bundle_file),
+                                 callback=bundle_file),
     iters: int = typer.Option(100, "-n", "--iters", min=1, help="timed runs"),
     warmup: int = typer.Option(10, "--warmup", min=0, help="untimed runs first"),
     weights: Optional[Path] = typer.Option(None, "--weights", help="external weights file"),

@@ -125,20 +125,6 @@ def apply_inputs(loaded: LoadedModel, options: list[str]) -> tuple[LoadedModel, 
     return replace(loaded, inputs=tuple(tensors), notes=loaded.notes + notes), dynamic
 
 
-def input_options(manifest: dict) -> list[str]:
-    """`--input` options that give a bundle's inputs again at its example shape (the dims'
-    example values): how verify rebuilds the example inputs the build was given."""
-    from aotpack.bundle.manifest import evaluate, parse_symbols
-
-    symbols = parse_symbols(manifest) if manifest.get("symbols") else {}
-    example = {s["name"]: s.get("example", s["max"]) for s in manifest.get("symbols") or []}
-    out = []
-    for spec in manifest["inputs"]:
-        dims = [evaluate(d, symbols, example, spec["name"]) for d in spec["shape"]]
-        out.append(f"{spec['name']}={'x'.join(str(int(d)) for d in dims)}:{spec['dtype']}")
-    return out
-
-
 def is_script(model) -> bool:
     import torch
 

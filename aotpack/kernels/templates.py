@@ -141,7 +141,6 @@ class RowwiseTemplate(Template):
         return _with_variants(base, variants)
 
 
-
 class RopeTemplate(Template):
     name, op_type, module, tunable, fast = "rope", RopeOp, "rope", True, 3
     sources = TRITON_COMMON + ("triton/rope.py",)
@@ -154,7 +153,6 @@ class RopeTemplate(Template):
         return _with_variants(base, [{"num_warps": 8}, {"BLOCK_S": base["BLOCK_S"] * 2},
                                      {"BLOCK_S": max(1, base["BLOCK_S"] // 2)},
                                      {"BLOCK_S": base["BLOCK_S"] * 2, "num_warps": 8}])
-
 
 
 class EmbeddingTemplate(Template):

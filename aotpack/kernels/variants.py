@@ -49,14 +49,6 @@ def _brief(config: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items() if k != "template") or "default"
 
 
-def representative_point(size, target: int, symbols, example: dict,
-                         lo: int | None = None) -> dict[str, int]:
-    """A point of the dims where `size` is as close to `target` from below as the dims allow
-    (inside [lo, target] when it can be; the other dims at the example's values): e.g. B*S =
-    512 at B=1, S=512 (sym.point_near)."""
-    return point_near(size, target, symbols, example, lo)
-
-
 def buckets(op: KernelOp, template: Template, symbols, example: dict,
             target: Target | None = None, backend: str = "triton") -> list[Bucket]:
     """The op's buckets: its bucket size's range cut at powers of two, and each piece cut again
@@ -69,13 +61,15 @@ def buckets(op: KernelOp, template: Template, symbols, example: dict,
     if not free:
         return [Bucket(size or 0, 0, 0, 0, ())]
     if size is None or isinstance(size, int):  # one variant, decided at the example shape
-        point = representative_point(0, 0, symbols, example)
+        point = point_near(0, 0, symbols, example)
         return [Bucket(0, 0, 0, 0, tuple(sorted(point.items())))]
     lo, hi = sym.bounds(size)
     ends = [e for e in EDGES if lo <= e < hi] + [hi]
 
     def bucket(start: int, end: int) -> Bucket:
-        point = representative_point(size, end, symbols, example, start)
+        # as close to `end` from below as the dims allow, inside [start, end] when it can be
+        # (the other dims at the example's values): e.g. B*S = 512 at B=1, S=512
+        point = point_near(size, end, symbols, example, start)
         return Bucket(size, start, end, sym.subs(size, point), tuple(sorted(point.items())))
 
     heuristic = _heuristic(op, template, target, backend)

@@ -175,15 +175,15 @@ def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> Memory
         if r.alias_of:
             offsets[r.name] = offsets[r.alias_of]
     arena = max((offsets[r.name] + _align(r.nbytes) for r in roots), default=0)
+    naive = sum(_align(r.nbytes) for r in regions.values())
     log.debug("memory: %d regions (%d in place) in an arena of %s bytes (naive: %s)",
-              len(regions), sum(1 for r in regions.values() if r.alias_of), arena,
-              sum(_align(r.nbytes) for r in regions.values()))
+              len(regions), len(regions) - len(roots), arena, naive)
     return MemoryPlan(
         arena_bytes=arena,
         offsets=offsets,
         nbytes={r.name: r.nbytes for r in regions.values()},
         launches=flat,
-        naive_bytes=sum(_align(r.nbytes) for r in regions.values()),
+        naive_bytes=naive,
     )
 
 

@@ -44,10 +44,6 @@ class Problem:
     failed: dict[int, str] = field(default_factory=dict)  # candidate index -> why
 
 
-def describe(op: KernelOp) -> str:
-    return template_for(op).describe(op)
-
-
 def _one_op_storages(program: Program, canon: KernelOp, back: dict[str, str], env: dict):
     """Storages of the one-op bundle at the dims `env`: every operand an input, the result the
     output; None when the op writes a storage it also reads (its result would depend on stale
@@ -89,7 +85,7 @@ def find_problems(program: Program, target: Target, *, level: str,
             cands = space.candidates(concrete, target, level=level, gemm_backend=gemm_backend)
             if storages is None or len(cands) < 2:
                 continue
-            problems[key] = Problem(key, shape_key, template.name, describe(concrete),
+            problems[key] = Problem(key, shape_key, template.name, template.describe(concrete),
                                     concrete, storages, cands)
     return list(problems.values())
 
@@ -249,7 +245,7 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     `dynamic`: `--dynamic` options (a symbolic op is tuned at each bucket's size); `inputs`:
     `--input` options; `dtype`: `--dtype`."""
     from aotpack.builder import (BuildError, _check_destination, load_program, parse_arch,
-                               portable_command, provenance, source_file)
+                                 portable_command, provenance, source_file)
 
     target = parse_arch(arch)
     out = Path(out)
