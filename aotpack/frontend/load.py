@@ -1,5 +1,6 @@
 """Model loading: `file.py:fn` factories, `.pt2` files written by torch.export.save, and
-`model.pt` (TorchScript or a module saved whole: frontend/saved.py; inputs from --input).
+`model.pt` (TorchScript or a module saved whole: frontend/saved.py; inputs from --input), and
+`model.onnx` (frontend/onnx: inputs drawn from its declared shapes and the command line).
 
 A factory returns (model, example_inputs) or (model, example_inputs, dynamic_shapes), the
 last in torch.export's own form (a tuple in input order or a dict by argument name, each
@@ -40,7 +41,7 @@ class LoadedModel:
     dynamic_shapes: object = None  # torch.export's spec, or None
     notes: list = field(default_factory=list)  # what loading decided that the user should see
     input_names: list | None = None  # where the model's forward cannot say (TorchScript)
-    kind: str = ""  # "torchscript" for a TorchScript archive: its failures get a hint
+    kind: str = ""  # "torchscript" (its failures get a hint), "onnx" (frontend/onnx)
 
 
 def load_spec(spec: str) -> LoadedModel:
@@ -49,8 +50,9 @@ def load_spec(spec: str) -> LoadedModel:
     if spec.endswith(".pt2"):
         return LoadedModel(*_load_pt2(Path(spec)))
     if spec.endswith(".onnx"):
-        raise ModelLoadError(f"{spec}: ONNX models are not supported yet; build from the "
-                             f"PyTorch model (file.py:factory, .pt2 or model.pt)")
+        from aotpack.frontend.onnx import load_onnx
+
+        return LoadedModel(load_onnx(Path(spec)), None, kind="onnx")
     path, sep, fn = spec.rpartition(":")
     if sep and path.endswith(".py") and fn:
         return _load_factory(Path(path), fn)

@@ -18,6 +18,10 @@ from aotpack.frontend.load import LoadedModel, ModelLoadError
 
 def prepare(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
             dynamic=()) -> LoadedModel:
+    if loaded.kind == "onnx":
+        from aotpack.frontend.onnx.prepare import prepare_onnx
+
+        return prepare_onnx(loaded, inputs=inputs, dtype=dtype, dynamic=dynamic)
     own: list[_OwnDim] = []
     if hasattr(loaded.model, "graph_signature") and (inputs or dtype or dynamic):
         own = _exported_dims(loaded.model)

@@ -70,7 +70,14 @@ def export(model, example_inputs, dynamic_shapes=None):
 
 def to_graph(model_or_ep, example_inputs, dynamic_shapes=None) -> Graph:
     """The IR graph of a model (or ExportedProgram). Dims that torch.export keeps symbolic
-    (from `dynamic_shapes` or the program itself) become symbols named after their Dims."""
+    (from `dynamic_shapes` or the program itself) become symbols named after their Dims.
+    An ONNX model (frontend/onnx) is translated by its own frontend; its `dynamic_shapes` is
+    the OnnxShapes that prepare() resolved from the command line."""
+    if getattr(model_or_ep, "kind", None) == "onnx":
+        from aotpack.frontend.onnx.dims import resolve
+        from aotpack.frontend.onnx.translate import onnx_to_graph
+
+        return onnx_to_graph(model_or_ep, dynamic_shapes or resolve(model_or_ep))
     ep = export(model_or_ep, example_inputs, dynamic_shapes)
     names = dim_names(ep, dynamic_shapes)
     try:

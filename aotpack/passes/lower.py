@@ -344,7 +344,10 @@ class _Lowering:
             return self._as_2d(self.args[b.name], b.name)
         if len(b.shape) != 2:
             self._fail(root, "batched matmul (only [.., M, K] @ [K, N] is supported); "
-                             "attention written as matmul/softmax/matmul compiles as "
+                             "attention written as matmul/softmax/matmul is fused into the "
+                             "attention kernel (passes/fuse_attention.py) only when it is "
+                             "[B, H, S, D], softmax over the last dim, and its mask is a "
+                             "constant that masks nothing or is the causal pattern; else use "
                              "F.scaled_dot_product_attention (transformers: "
                              "attn_implementation='sdpa')")
         if b.name in self.g.constants:

@@ -1,0 +1,110 @@
+"""ONNX subgraphs translated as one IR node, found before translation.
+
+GELU written with Erf (torch's exporter below opset 20, BERT's `x * 0.5 * (1 + erf(x /
+sqrt(2)))`): Erf(x / √2 | x * 1/√2) → Add 1 → a chain of Muls by x and 0.5 (or by 0.5 * x) in
+any order becomes GELU(x) at the chain's last Mul. The Erf, the Add and the chain's inner Muls
+are skipped (each has that one user); the division by √2 is translated and dropped later as
+dead code when nothing else reads it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from aotpack.ir import ops as O
+from aotpack.ir.ops import Op
+
+
+@dataclass
+class Matches:
+    skip: set = field(default_factory=set)  # node indices translated by another's replacement
+    replace: dict = field(default_factory=dict)  # node index -> fn(translator) -> outputs
+
+
+def find(graph, env: dict) -> Matches:
+    producer = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    users: dict[str, list[int]] = {}
+    for i, n in enumerate(graph.node):
+        for name in n.input:
+            users.setdefault(name, []).append(i)
+    outputs = {o.name for o in graph.output}
+    consts = _scalars(graph, env)
+    out = Matches()
+    for i, n in enumerate(graph.node):
+        if n.op_type == "Erf" and n.domain in ("", "ai.onnx"):
+            _match_gelu(graph, i, producer, users, outputs, consts, out)
+    return out
+
+
+def _scalars(graph, env) -> dict[str, float]:
+    from onnx import numpy_helper
+
+    vals = {k: v for k, v in env.items() if isinstance(v, np.ndarray) and v.size == 1
+            and v.dtype != object}
+    for n in graph.node:
+        if n.op_type == "Constant":
+            for a in n.attribute:
+                if a.name == "value":
+                    t = numpy_helper.to_array(a.t)
+                    if t.size == 1:
+                        vals[n.output[0]] = t
+                elif a.name == "value_float":
+                    vals[n.output[0]] = np.array(a.f)
+    return {k: float(v.reshape(-1)[0]) for k, v in vals.items()}
+
+
+def _close(c: float | None, want: float) -> bool:
+    return c is not None and abs(c - want) <= 1e-3 * abs(want)
+
+
+def _other(node, name: str) -> str | None:
+    if len(node.input) != 2 or name not in node.input:
+        return None
+    return node.input[1] if node.input[0] == name else node.input[0]
+
+
+def _only_user(name, users, outputs, graph, op_type):
+    u = users.get(name, [])
+    if len(u) != 1 or name in outputs or graph.node[u[0]].op_type != op_type:
+        return None
+    return u[0]
+
+
+def _match_gelu(graph, e, producer, users, outputs, consts, out: Matches) -> None:
+    erf = graph.node[e]
+    src = graph.node[producer[erf.input[0]]] if erf.input[0] in producer else None
+    if src is None or src.op_type not in ("Div", "Mul"):
+        return
+    x, c = src.input[0], consts.get(src.input[1])
+    if src.op_type == "Mul" and not _close(c, 1 / math.sqrt(2)):
+        x, c = src.input[1], consts.get(src.input[0])
+        if not _close(c, 1 / math.sqrt(2)):
+            return
+    if src.op_type == "Div" and not _close(c, math.sqrt(2)):
+        return
+    add = _only_user(erf.output[0], users, outputs, graph, "Add")
+    if add is None or not _close(consts.get(_other(graph.node[add], erf.output[0])), 1.0):
+        return
+    chain, has_x, has_half, cur = [], False, False, graph.node[add].output[0]
+    while not (has_x and has_half):
+        m = _only_user(cur, users, outputs, graph, "Mul")
+        if m is None:
+            return
+        o = _other(graph.node[m], cur)
+        half = graph.node[producer[o]] if o in producer else None
+        if o == x and not has_x:
+            has_x = True
+        elif _close(consts.get(o), 0.5) and not has_half:
+            has_half = True
+        elif (half is not None and half.op_type == "Mul" and x in half.input
+              and _close(consts.get(_other(half, x)), 0.5) and not (has_x or has_half)):
+            has_x = has_half = True
+        else:
+            return
+        chain.append(m)
+        cur = graph.node[m].output[0]
+    out.skip.update([e, add] + chain[:-1])
+    out.replace[chain[-1]] = lambda cx, x=x: cx.emit(Op.GELU, [cx.tensor(x)],
+                                                     O.GeluAttrs("none"))

@@ -1,0 +1,210 @@
+"""ONNX operator → IR rules for arithmetic, matrix products, normalizations and reductions
+(layout.py: shapes and views). A rule gets the translator, the NodeProto and its inputs (an IR
+Value, a known numpy array, or None for an absent optional input) and returns the outputs.
+`Unsupported` means "this form of the op is not supported": the translator names the node.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from aotpack.frontend.aten_table import Unsupported, _conv2d
+from aotpack.frontend.onnx.host import is_symbolic_array
+from aotpack.frontend.onnx.layout import LAYOUT_RULES, ints
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Value
+from aotpack.ir.ops import Op
+
+
+def _dim(d: int, rank: int) -> int:
+    if not -rank <= d < max(rank, 1):
+        raise Unsupported(f"axis {d} of a rank-{rank} tensor")
+    return d + rank if d < 0 else d
+
+
+def _scalar(v) -> float | None:
+    """The number a known single-element array holds (None otherwise)."""
+    if isinstance(v, np.ndarray) and not is_symbolic_array(v) and v.size == 1:
+        return float(v.reshape(-1)[0])
+    return None
+
+
+def binary(cx, op: Op, a, b) -> Value:
+    """op(a, b) with a known single number as the op's scalar (where it adds no dims)."""
+    for x, y, first in ((a, b, False), (b, a, True)):
+        c = _scalar(y)
+        if isinstance(x, Value) and c is not None and np.ndim(y) <= len(x.shape):
+            return cx.emit(op, [x], O.BinaryAttrs(c, scalar_first=first))
+    return cx.emit(op, [cx.tensor(a), cx.tensor(b)], O.BinaryAttrs())
+
+
+def _binary(op: Op):
+    def rule(cx, n, ins):
+        if len(ins) != 2:
+            raise Unsupported(f"{len(ins)} operands")
+        return binary(cx, op, *ins)
+    return rule
+
+
+def _unary(op: Op):
+    return lambda cx, n, ins: cx.emit(op, [cx.tensor(ins[0])], O.NoAttrs())
+
+
+def _gelu(cx, n, ins):
+    return cx.emit(Op.GELU, [cx.tensor(ins[0])], O.GeluAttrs(cx.attr("approximate", "none")))
+
+
+def _erf(cx, n, ins):
+    raise Unsupported("Erf outside the GELU pattern x * 0.5 * (1 + Erf(x / sqrt(2))) (aotpack "
+                      "has no erf kernel; GELU written that way is recognised)")
+
+
+def _matmul(cx, n, ins):
+    a, b = (cx.tensor(x) for x in ins)
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        raise Unsupported("a 1-D operand (write the product with 2-D operands)")
+    return cx.emit(Op.MATMUL, [a, b], O.NoAttrs())
+
+
+def _gemm(cx, n, ins):
+    a, b = cx.tensor(ins[0]), ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    alpha, beta = float(cx.attr("alpha", 1.0)), float(cx.attr("beta", 1.0))
+    if cx.attr("transA", 0):
+        a = cx.emit(Op.PERMUTE, [a], O.PermuteAttrs((1, 0)))
+    if c is not None and beta != 1.0:
+        c = binary(cx, Op.MUL, c, np.array(beta, dtype=np.float32)) if isinstance(c, Value) \
+            else (c * beta).astype(c.dtype)
+    one_dim_bias = c is None or np.ndim(c) == 1 or (isinstance(c, Value) and len(c.shape) == 1)
+    if cx.attr("transB", 0) and alpha == 1.0 and one_dim_bias:
+        return cx.emit(Op.LINEAR, [a, cx.tensor(b)] + ([cx.tensor(c)] if c is not None else []),
+                       O.NoAttrs())
+    b = cx.tensor(b)
+    if cx.attr("transB", 0):
+        b = cx.emit(Op.PERMUTE, [b], O.PermuteAttrs((1, 0)))
+    y = cx.emit(Op.MATMUL, [a, b], O.NoAttrs())
+    if alpha != 1.0:
+        y = cx.emit(Op.MUL, [y], O.BinaryAttrs(alpha))
+    return y if c is None else binary(cx, Op.ADD, y, c)
+
+
+def _softmax(op: Op):
+    def rule(cx, n, ins):
+        x = cx.tensor(ins[0])
+        return cx.emit(op, [x], O.SoftmaxAttrs(_dim(int(cx.attr("axis", -1)), len(x.shape))))
+    return rule
+
+
+def _layer_norm(cx, n, ins):
+    if len(n.output) > 1 and any(n.output[1:]):
+        raise Unsupported("its Mean / InvStdDev outputs (training only)")
+    x = cx.tensor(ins[0])
+    axis = _dim(int(cx.attr("axis", -1)), len(x.shape))
+    weights = [cx.tensor(t) for t in ins[1:] if t is not None]
+    return cx.emit(Op.LAYER_NORM, [x] + weights,
+                   O.NormAttrs(float(cx.attr("epsilon", 1e-5)), len(x.shape) - axis))
+
+
+def _conv(cx, n, ins):
+    """Patch embeddings only (kernel == stride, no padding): aten_table._conv2d's GEMM."""
+    if cx.attr("auto_pad", "NOTSET") != "NOTSET":
+        raise Unsupported("auto_pad")
+    x = cx.tensor(ins[0])
+    pads = ints(cx.attr("pads", [0, 0, 0, 0]))
+    if any(pads):
+        raise Unsupported(f"pads {pads}")
+    kernel = ints(cx.attr("kernel_shape", [])) or None
+    return _conv2d(cx, x, cx.tensor(ins[1]), cx.tensor(ins[2]) if len(ins) > 2 and
+                   ins[2] is not None else None, stride=tuple(ints(cx.attr("strides", kernel))),
+                   padding=0, dilation=tuple(ints(cx.attr("dilations", [1, 1]))),
+                   groups=int(cx.attr("group", 1)))
+
+
+_REDUCE = {"ReduceMean": Op.MEAN, "ReduceSum": Op.SUM, "ReduceMax": Op.AMAX,
+           "ReduceMin": Op.AMIN}
+
+
+def _reduce(cx, n, ins):
+    x = cx.tensor(ins[0])
+    axes = cx.attr("axes")
+    if axes is None and len(ins) > 1 and ins[1] is not None:
+        if isinstance(ins[1], Value):
+            raise Unsupported("axes computed at run time")
+        axes = ints(ins[1])
+    if not axes and cx.attr("noop_with_empty_axes", 0):
+        return x
+    rank = len(x.shape)
+    dims = tuple(sorted(_dim(int(a), rank) for a in axes)) if axes else tuple(range(rank))
+    return cx.emit(_REDUCE[n.op_type], [x], O.ReduceAttrs(dims, bool(cx.attr("keepdims", 1))))
+
+
+def _cast(cx, n, ins):
+    x = cx.tensor(ins[0])
+    dt = cx.onnx_dtype(int(cx.attr("to")))
+    return x if dt == x.dtype else cx.emit(Op.CAST, [x], O.CastAttrs(dt))
+
+
+def _identity(cx, n, ins):
+    return ins[0]
+
+
+def _dropout(cx, n, ins):
+    if len(ins) > 2 and ins[2] is not None and (not isinstance(ins[2], np.ndarray)
+                                                 or bool(ins[2])):
+        raise Unsupported("training_mode (aotpack compiles inference)")
+    if len(n.output) > 1 and n.output[1]:
+        return [ins[0], np.ones(1, dtype=bool)]  # the mask of an inference dropout
+    return ins[0]
+
+
+def _where(cx, n, ins):
+    """A known condition choosing between a run-time value and a known one (masked_fill of
+    attention scores) → value + (0 where it is kept, the fill elsewhere): the additive mask
+    passes/fuse_attention.py recognises."""
+    cond, x, y = ins
+    if not isinstance(cond, np.ndarray) or is_symbolic_array(cond):
+        raise Unsupported("a condition computed at run time (only known conditions)")
+    for keep_if, value, fill in ((True, x, y), (False, y, x)):
+        if isinstance(value, Value) and isinstance(fill, np.ndarray) \
+                and not is_symbolic_array(fill) and value.dtype.is_float:
+            keep = cond.astype(bool) if keep_if else ~cond.astype(bool)
+            mask = np.where(keep, np.zeros((), fill.dtype), fill)
+            return cx.emit(Op.ADD, [value, cx.tensor(mask)], O.BinaryAttrs())
+    raise Unsupported("two run-time values to choose between")
+
+
+def _range(cx, n, ins):
+    """arange(start, S) with S a dynamic size (positions): the table up to S's maximum, read
+    through a slice of length S - start."""
+    from aotpack.ir.sym import bounds, is_symbolic
+
+    start, limit, delta = (np.asarray(v).reshape(()).item() if isinstance(v, np.ndarray)
+                           else v for v in ins)
+    if not is_symbolic(limit) or is_symbolic(start) or is_symbolic(delta) or delta != 1:
+        return _constant_only(cx, n, ins)
+    hi = bounds(limit)[1]
+    table = np.arange(int(start), max(hi, int(start) + 1), dtype=np.asarray(ins[0]).dtype)
+    return cx.emit(Op.SLICE, [cx.tensor(table)], O.SliceAttrs(0, 0, limit - int(start)))
+
+
+def _constant_only(cx, n, ins):
+    raise Unsupported("inputs computed at run time (aotpack evaluates it only on constants "
+                      "and shapes, at build time)")
+
+
+RULES = {
+    "Add": _binary(Op.ADD), "Sub": _binary(Op.SUB), "Mul": _binary(Op.MUL),
+    "Div": _binary(Op.DIV), "Pow": _binary(Op.POW), "Max": _binary(Op.MAX),
+    "Min": _binary(Op.MIN),
+    "Sqrt": _unary(Op.SQRT), "Reciprocal": _unary(Op.RECIP), "Exp": _unary(Op.EXP),
+    "Log": _unary(Op.LOG), "Tanh": _unary(Op.TANH), "Sigmoid": _unary(Op.SIGMOID),
+    "Relu": _unary(Op.RELU), "Neg": _unary(Op.NEG), "Abs": _unary(Op.ABS),
+    "Sin": _unary(Op.SIN), "Cos": _unary(Op.COS), "Gelu": _gelu, "Erf": _erf,
+    "MatMul": _matmul, "Gemm": _gemm, "Softmax": _softmax(Op.SOFTMAX),
+    "LogSoftmax": _softmax(Op.LOG_SOFTMAX), "LayerNormalization": _layer_norm,
+    "Conv": _conv, **{k: _reduce for k in _REDUCE},
+    "Cast": _cast, "Identity": _identity, "Dropout": _dropout, "Where": _where,
+    **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                                   "Not", "And", "Or", "Trilu", "NonZero")},
+    "Range": _range,
+    **LAYOUT_RULES,
+}

@@ -1,0 +1,249 @@
+"""ONNX graph → IR, node by node with rules.RULES; the same IR the torch frontend produces.
+
+Every ONNX value is either an IR `Value` (computed at run time, or a weight once a run-time
+node reads it) or a numpy array known at translation time (initializers, Constant nodes,
+shapes and what is computed from them: host.py). A node whose inputs are all known is
+evaluated here and emits no IR. Dims are ints or symbols (OnnxShapes).
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from aotpack.dtypes import DType
+from aotpack.frontend.aten_table import Unsupported
+from aotpack.frontend.onnx import patterns
+from aotpack.frontend.onnx.dims import OnnxShapes
+from aotpack.frontend.onnx.host import HostError, fold, is_symbolic_array
+from aotpack.frontend.onnx.model import OnnxModel, elem_dtype
+from aotpack.frontend.translate import UnsupportedOpError
+from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
+from aotpack.ir.infer import infer
+from aotpack.ir.ops import NoAttrs, Op
+from aotpack.ir.sym import SymbolicError, symbol
+
+# never evaluated on the build host: their values are not functions of their inputs
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+            "Bernoulli", "Multinomial"}
+
+
+def onnx_to_graph(model: OnnxModel, shapes: OnnxShapes) -> Graph:
+    return OnnxTranslator(model, shapes).run()
+
+
+class OnnxTranslator:
+    def __init__(self, model: OnnxModel, shapes: OnnxShapes):
+        self.model = model
+        self.shapes = shapes
+        self.opset = model.opset
+        self.syms = {s.name: symbol(s.name, s.lo, s.hi) for s in shapes.symbols}
+        self.env: dict[str, object] = {}  # ONNX value name -> Value | np.ndarray
+        self.inputs: list[Value] = []
+        self.constants: dict[str, Constant] = {}
+        self.nodes: list[Node] = []
+        self.taken: set[str] = set()
+        self.as_ir: dict[str, Value] = {}  # ONNX name of a known value -> its IR constant
+        self.node = None
+        self.index = 0
+        self._names: dict[int, str] = {}
+
+    # -------------------------------------------------------------- driver
+    def run(self) -> Graph:
+        from onnx import numpy_helper
+
+        g = self.model.proto.graph
+        for t in g.initializer:
+            self.env[t.name] = numpy_helper.to_array(t)
+        for spec in self.model.inputs:
+            dims = tuple(self.syms[d] if isinstance(d, str) else d
+                         for d in self.shapes.dims[spec.name])
+            value = Value(self._fresh(spec.name), self.float_dtype(spec.dtype), dims)
+            self.inputs.append(value)
+            self.env[spec.name] = value
+        matches = patterns.find(g, self.env)
+        counts: dict[str, int] = {}
+        for self.index, self.node in enumerate(g.node):
+            counts[self.node.op_type] = counts.get(self.node.op_type, 0) + 1
+            if self.index in matches.skip:
+                continue
+            self._translate(matches.replace.get(self.index))
+        outputs = [GraphOutput(_clean(o), self._output(o)) for o in self.model.output_names]
+        meta = {"aten_ops": {f"onnx.{k}": v for k, v in counts.items()},
+                "symbols": list(self.shapes.symbols), "example": dict(self.shapes.examples),
+                "dim_sources": dict(self.shapes.sources), "guards": [], "model_kind": "onnx"}
+        return Graph(self.inputs, self.constants, self.nodes, outputs, meta).verify()
+
+    def _translate(self, replacement) -> None:
+        from aotpack.frontend.onnx.rules import RULES
+
+        n = self.node
+        ins = [self.env.get(name) if name else None for name in n.input]
+        # known arrays by identity -> their ONNX names (a weight keeps its name in the IR)
+        self._names = {id(v): name for name, v in zip(n.input, ins) if isinstance(v, np.ndarray)}
+        for name, v in zip(n.input, ins):
+            if name and v is None and replacement is None:
+                raise self.error(f"input {name!r} is not defined before the node (a graph "
+                                 f"that is not topologically sorted, or a subgraph's value)")
+        try:
+            if replacement is not None:
+                outs = replacement(self)
+            elif n.domain not in ("", "ai.onnx"):
+                raise self.error(self._unsupported_text())
+            elif all(isinstance(v, np.ndarray) or v is None for v in ins) \
+                    and n.op_type not in _NO_FOLD:
+                outs = self._fold(n, ins, RULES)
+            elif n.op_type in RULES:
+                outs = RULES[n.op_type](self, n, ins)
+            else:
+                raise self.error(self._unsupported_text())
+        except HostError as e:
+            raise self.error(f"{n.op_type} cannot be computed at build time: {e}; aotpack "
+                             f"evaluates shape computations on dynamic dims only through "
+                             f"Shape, Gather, Slice, Concat, Unsqueeze, Squeeze, Reshape, "
+                             f"Cast and integer arithmetic") from None
+        except Unsupported as e:
+            raise self.error(f"{n.op_type} with {e} is not supported") from None
+        except (SymbolicError, TypeError, ValueError) as e:
+            raise self.error(f"{n.op_type}: {e}") from None
+        outs = outs if isinstance(outs, (list, tuple)) else [outs]
+        for name, v in zip(n.output, outs):
+            if name:
+                self.env[name] = v
+
+    def _fold(self, n, ins, rules):
+        """A node of known inputs computed now; one the host cannot compute (a fill of a
+        dynamic shape) goes to its rule, if it has one."""
+        try:
+            return fold(n, ins, self.opset)
+        except (HostError, SymbolicError):
+            if n.op_type not in rules:
+                raise
+            return rules[n.op_type](self, n, ins)
+
+    def _output(self, name: str) -> Value:
+        v = self.env.get(name)
+        if isinstance(v, np.ndarray) and not is_symbolic_array(v):
+            v = self.emit_named(Op.COPY, [self.tensor(name)], NoAttrs(), name)
+        if not isinstance(v, Value):
+            raise UnsupportedOpError(f"ONNX graph output {name!r} is computed from dynamic "
+                                     f"sizes only (a shape): aotpack outputs tensors")
+        if v in self.inputs:  # an input passed through: the output needs its own storage
+            v = self.emit_named(Op.COPY, [v], NoAttrs(), name)
+        return v
+
+    # -------------------------------------------------------------- used by the rules
+    def attr(self, name: str, default=None):
+        from onnx import helper
+
+        for a in self.node.attribute:
+            if a.name == name:
+                v = helper.get_attribute_value(a)
+                return v.decode() if isinstance(v, bytes) else v
+        return default
+
+    def float_dtype(self, dt: DType) -> DType:
+        """`dt`, or the --dtype cast for a floating dtype."""
+        return self.model.cast if dt.is_float and self.model.cast is not None else dt
+
+    def onnx_dtype(self, elem_type: int) -> DType:
+        return self.float_dtype(elem_dtype(elem_type, f"node {self.node.name!r}"))
+
+    def tensor(self, ref) -> Value:
+        """An input as an IR value: a known numeric array becomes a constant (once per ONNX
+        name; weights keep their initializer's name)."""
+        v = self.env.get(ref) if isinstance(ref, str) else ref
+        if isinstance(v, Value):
+            return v
+        if v is None or is_symbolic_array(v):
+            raise Unsupported(f"{ref if isinstance(ref, str) else 'a value'} computed from "
+                              f"dynamic sizes used as a tensor")
+        key = ref if isinstance(ref, str) else self._names.get(id(v))
+        if key is not None and key in self.as_ir:
+            return self.as_ir[key]
+        t = to_torch(v)
+        dt = DType.from_torch(t.dtype)
+        if dt.is_float and self.float_dtype(dt) != dt:
+            t = t.to(self.float_dtype(dt).to_torch())
+            dt = self.float_dtype(dt)
+        name = self._fresh(key if key is not None else f"{self._base()}_const")
+        value = Value(name, dt, tuple(t.shape))
+        self.constants[name] = Constant(value, t.contiguous())
+        if key is not None:
+            self.as_ir[key] = value
+        return value
+
+    def emit(self, op: Op, inputs, attrs, final: bool = False) -> Value:
+        """A new node (`final` is accepted for the torch rules reused here, e.g. _conv2d)."""
+        return self.emit_named(op, inputs, attrs, f"{self._base()}_{op.value}")
+
+    def emit_named(self, op: Op, inputs, attrs, name: str) -> Value:
+        inputs = [self.tensor(x) if not isinstance(x, Value) else x for x in inputs]
+        t = infer(op, [v.type for v in inputs], attrs)
+        value = Value(self._fresh(_clean(name)), t.dtype, tuple(t.shape))
+        self.nodes.append(Node(op, tuple(inputs), attrs, (value,), self.loc()))
+        return value
+
+    def loc(self) -> SourceLoc:
+        n = self.node
+        if n is None:
+            return SourceLoc("output", self.model.path.name)
+        code = f"{', '.join(n.output)} = {n.op_type}({', '.join(n.input)})"
+        return SourceLoc(n.name or f"{n.op_type}_{self.index}", self.model.path.name,
+                         self.index + 1, code)
+
+    def error(self, what: str) -> UnsupportedOpError:
+        from aotpack.frontend.onnx.rules import RULES
+
+        n = self.node
+        return UnsupportedOpError(
+            f"{what}.\n  node: {n.name or '(unnamed)'} = {n.op_type}"
+            f"({', '.join(n.input)}) → {', '.join(n.output)}, domain "
+            f"{n.domain or 'ai.onnx'}, opset {self._opset(n.domain)}\n"
+            f"  where: {self.model.path.name}, node #{self.index + 1}\n"
+            f"  Export the model so that this part uses supported operators, or open an "
+            f"issue.\n  Supported ONNX operators: {', '.join(sorted(RULES))}")
+
+    def _unsupported_text(self) -> str:
+        n = self.node
+        hint = ""
+        if n.domain == "com.microsoft":
+            hint = (" (an onnxruntime contrib op, written by onnxruntime's graph optimizer: "
+                    "give aotpack the model as exported, before ORT optimization)")
+        return f"ONNX operator {n.op_type} is not supported{hint}"
+
+    def _opset(self, domain: str) -> int:
+        for o in self.model.proto.opset_import:
+            if o.domain == domain or (domain in ("", "ai.onnx") and o.domain in ("", "ai.onnx")):
+                return int(o.version)
+        return 0
+
+    def _base(self) -> str:
+        n = self.node
+        return _clean(n.output[0] if n is not None and n.output else "v")
+
+    def _fresh(self, name: str) -> str:
+        base, i = name or "v", 0
+        name = base
+        while name in self.taken:
+            i += 1
+            name = f"{base}_{i}"
+        self.taken.add(name)
+        return name
+
+
+def _clean(name: str) -> str:
+    """A readable value name: ONNX names like `/encoder/layer.0/MatMul_output_0`."""
+    out = re.sub(r"[^\w.]+", "_", name).strip("_.")
+    return out or "v"
+
+
+def to_torch(a: np.ndarray):
+    import torch
+
+    a = np.ascontiguousarray(a)
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    if a.dtype == np.uint16 or a.dtype == np.uint32 or a.dtype == np.uint64:
+        a = a.astype(np.int64)
+    return torch.from_numpy(a.copy())

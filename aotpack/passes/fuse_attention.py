@@ -1,0 +1,183 @@
+"""Attention written out → SDPA, on canonical IR (after fuse_patterns).
+
+ONNX exports and eager attention (transformers' attn_implementation="eager") compute
+    matmul(softmax([cast f32] (matmul(q, k^T) [* c | / c] [+ mask])) [cast], v)
+which would need a batched activation × activation GEMM that no kernel implements. It is the
+attention kernel's job: the chain becomes SDPA(q, k, v, scale = c · the softmax's own scale),
+with k the transposed view of k^T (a view, no copy). q, k^T and v are [B, H, S, D],
+[B, H, D, T], [B, H, T, Dv] with equal B and H (heads repeated for GQA are folded after by
+fuse_patterns._fold_repeat_kv). A scale applied to q or k before the product stays where it is
+(it is part of q or k), so the SDPA scale is exactly the product's.
+
+The mask must be a constant (through views), classified as the torch frontend classifies an
+sdpa mask (aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern
+becomes `causal`), at several sizes when it follows dynamic dims. Any other mask, a softmax
+over another dim, or an intermediate something else reads, leaves the chain alone: lowering
+then refuses the batched matmul by name.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from aotpack.dtypes import DType
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
+from aotpack.ir.ops import Op
+from aotpack.ir.sym import free_symbols, subs_tree
+from aotpack.passes.canonicalize import dead_code
+from aotpack.passes.gemm_chain import scalar_factor
+
+_PROBES = (2, 3, 5, 7, 11, 13)
+
+
+def fuse_attention(graph: Graph) -> Graph:
+    from aotpack.passes.fuse_patterns import _fold_repeat_kv
+
+    producers, users = graph.producers(), graph.users()
+    outputs = graph.output_names()
+    b = GraphBuilder(graph)
+    fused = 0
+    for n in graph.nodes:
+        match = _match(graph, n, producers, users, outputs)
+        if match is None:
+            b.keep(n)
+            continue
+        q, kt, v, causal, scale = match
+        k = _untransposed(b, kt, producers, n)
+        attrs = O.SdpaAttrs(causal, scale, False)
+        b.nodes.append(Node(Op.SDPA, (b.get(q), k, b.get(v)), attrs, n.outputs, n.loc))
+        fused += 1
+    if not fused:
+        return graph
+    return _fold_repeat_kv(dead_code(b.finish())).verify()
+
+
+def _match(graph, n: Node, producers, users, outputs):
+    """(q, k^T, v, causal, scale) if n = matmul(attention weights, v), else None."""
+    if n.op != Op.MATMUL or len(n.output.shape) != 4:
+        return None
+    p, v = n.inputs
+
+    def single(x: Value) -> Node | None:  # x's producer, if n's chain is x's only reader
+        node = producers.get(x.name)
+        ok = node is not None and len(users.get(x.name, [])) == 1 and x.name not in outputs
+        return node if ok else None
+
+    node = single(p)
+    if node is not None and node.op == Op.CAST:
+        node = single(node.inputs[0])
+    if node is None or node.op != Op.SOFTMAX or node.attrs.dim != len(p.shape) - 1:
+        return None
+    scale, mask = node.attrs.scale, None
+    node = single(node.inputs[0])
+    if node is not None and node.op == Op.CAST and node.output.dtype == DType.F32:
+        node = single(node.inputs[0])
+    for _ in range(2):  # the scale and the mask, in either order
+        if node is None:
+            return None
+        factor = scalar_factor(node)
+        if factor is not None and factor > 0:
+            scale *= factor
+            node = single(node.inputs[0])
+        elif node.op == Op.ADD and node.attrs.scalar is None and mask is None:
+            a, c = node.inputs
+            if _const_base(graph, a, producers) is not None:
+                a, c = c, a
+            mask = c
+            node = single(a)
+    if node is None or node.op != Op.MATMUL:
+        return None
+    q, kt = node.inputs
+    if not _shapes_ok(q, kt, v, n.output):
+        return None
+    causal = False
+    if mask is not None:
+        kind = _mask_kind(graph, mask, producers, q.shape[2], kt.shape[3])
+        if kind is None:
+            return None
+        causal = kind == "causal"
+    return q, kt, v, causal, float(scale)
+
+
+def _shapes_ok(q: Value, kt: Value, v: Value, out: Value) -> bool:
+    if not (len(q.shape) == len(kt.shape) == len(v.shape) == 4):
+        return False
+    if not (q.dtype == kt.dtype == v.dtype == out.dtype) or not q.dtype.is_float:
+        return False
+    same = q.shape[:2] == kt.shape[:2] == v.shape[:2]
+    return same and q.shape[3] == kt.shape[2] and kt.shape[3] == v.shape[2]
+
+
+def _untransposed(b: GraphBuilder, kt: Value, producers, n: Node) -> Value:
+    """k as a strided view of what k^T views (its last two dims swapped back)."""
+    src = producers.get(kt.name)
+    if src is not None and src.op == Op.AS_STRIDED:
+        base, a = src.inputs[0], src.attrs
+        shape, strides, offset = list(a.shape), list(a.strides), a.offset
+    else:
+        from aotpack.passes.views import View
+
+        view = View.contiguous(tuple(kt.shape))
+        base, shape, strides, offset = kt, list(view.shape), list(view.strides), 0
+    shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
+    attrs = O.StridedAttrs(tuple(shape), tuple(strides), offset)
+    return b.emit(Op.AS_STRIDED, [base], attrs, kt.dtype, tuple(shape), f"{kt.name}_k", n.loc)
+
+
+# ----------------------------------------------------------------------------- masks
+def _const_base(graph, v: Value, producers):
+    """(constant name, layout nodes from it to v) if v is a constant seen through views."""
+    chain = []
+    while v.name not in graph.constants:
+        node = producers.get(v.name)
+        if node is None or node.op not in O.LAYOUT:
+            return None
+        chain.append(node)
+        v = node.inputs[0]
+    return v.name, chain[::-1]
+
+
+class _Samples:
+    """What aten_table._constant_mask_kind asks of its context: the mask's values at points."""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def constant_samples(self, mask):
+        return self.samples
+
+
+def _mask_kind(graph, mask: Value, producers, seq_q, seq_k) -> str | None:
+    from aotpack.frontend.aten_table import _constant_mask_kind
+    from aotpack.ir.interpret import eval_node
+
+    found = _const_base(graph, mask, producers)
+    if found is None:
+        return None
+    name, chain = found
+    base = graph.constants[name].tensor
+    if base.is_meta:
+        return None
+    samples = []
+    for point in _points(mask, seq_q, seq_k):
+        t = base
+        for node in chain:
+            t = eval_node(dataclasses.replace(node, attrs=subs_tree(node.attrs, point)), [t])
+        samples.append((point, t))
+    return _constant_mask_kind(_Samples(samples), mask, seq_q, seq_k)
+
+
+def _points(mask: Value, seq_q, seq_k) -> list[dict]:
+    """Where a mask that follows dynamic dims is checked: every dim at its minimum, at small
+    values, and each alone at its maximum ({} for a static mask)."""
+    syms = sorted(free_symbols(tuple(mask.shape)) | free_symbols((seq_q, seq_k)),
+                  key=lambda s: s.name)
+    if not syms:
+        return [{}]
+    points = [{s.name: s.lo for s in syms}]
+    for k in range(0, len(_PROBES), 2):
+        points.append({s.name: min(max(_PROBES[k + i % 2] + i // 2, s.lo), s.hi)
+                       for i, s in enumerate(syms)})
+    for s in syms:
+        points.append({t.name: (t.hi if t is s else t.lo) for t in syms})
+    return [p for i, p in enumerate(points) if p not in points[:i]]
