@@ -63,6 +63,17 @@ def source_file(spec: str) -> Path:
     return Path(path)
 
 
+def model_kind(spec: str) -> str:
+    """What kind of model file a spec names (recorded for `aotpack inspect`)."""
+    if spec.endswith(".onnx"):
+        return "onnx"
+    if spec.endswith(".pt2"):
+        return "torch.export"
+    if ":" in Path(spec).name:
+        return "python factory"
+    return "torchscript or saved module"
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -87,6 +98,7 @@ def provenance(spec: str, command_line: str) -> dict:
     return {"aotpack": aotpack.__version__, "torch": _version("torch"),
             "triton": _version("triton"), "cutedsl": _version("nvidia-cutlass-dsl"),
             "source": source_file(spec).name, "source_sha256": file_sha256(source_file(spec)),
+            "model_kind": model_kind(spec),
             "created_by": command_line}
 
 
@@ -295,7 +307,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
-                         f"(expected file.py:factory, a .pt2 file or a model.pt)")
+                         f"(expected file.py:factory, a .pt2 file, a model.pt or a model.onnx)")
     _check_destination(out, force)
     progress = knobs.show_progress() if progress is None else progress
     command_line = portable_command(command_line or shlex.join(

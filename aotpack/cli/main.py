@@ -58,7 +58,8 @@ class Reference(str, enum.Enum):
 MODEL_HELP = ("the model: path/to/file.py:factory (returns (model, example_inputs)), a .pt2 "
               "file torch.export.save wrote, or a model.pt from torch.jit.save or "
               "torch.save(model) (give its inputs with --input; loading a torch.save file runs "
-              "the code its pickle names: only files you trust)")
+              "the code its pickle names: only files you trust), or a model.onnx (opset 13 "
+              "and newer; its named dims need ranges: --dynamic PARAM=LO..HI)")
 INPUT_HELP = ("an example input, repeatable: NAME=SHAPE[:DTYPE], dims joined by x "
               "(x=1x3x224x224:bf16); a dim LO..HI or LABEL:LO..HI varies at run time "
               "(input_ids=batch:1..64xseq:1..512:i64), a LABEL alone is that same dim "
@@ -70,7 +71,9 @@ DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first 
 DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
                 "(input_ids.1=1..4096) or NAME.DIM=LABEL:LO..HI to name it (input_ids.0=batch:1..64)"
                 "; NAME.DIM=LABEL makes another input's dim the same one. Other inputs' dims of "
-                "the same example size follow automatically.")
+                "the same example size follow automatically. For a .onnx model also "
+                "PARAM=LO..HI: the range of the ONNX named dim PARAM (batch=1..8); a named "
+                "dim with no range is refused, naming the option to give.")
 
 
 @app.callback()
@@ -154,7 +157,12 @@ def build(
 
     Dynamic shapes: a dim given with `--dynamic` (or a torch.export.Dim in a .pt2 or in the
     factory's third return value) varies at run time within its range; one bundle serves
-    every shape (kernels chosen per size bucket, memory planned for the largest shape)."""
+    every shape (kernels chosen per size bucket, memory planned for the largest shape).
+
+    ONNX: `aotpack build model.onnx --arch sm90 -o out/m` translates the ONNX graph itself
+    (opsets 13 to the newest the installed onnx knows; external data read from beside the
+    file). Its named dims (dim_param) become dynamic dims and need a range:
+    `--dynamic batch=1..8 --dynamic sequence=1..512`, or pin them with `--input`."""
     from aotpack.builder import build as run_build, command_line_from_argv, parse_arch
 
     parse_arch(arch)  # refuse a bad --arch before loading the model
