@@ -39,6 +39,8 @@ def fold(node, values: list, opset: int) -> list:
         out = fn(node, values)
         return [simplify(np.asarray(o, dtype=object)) if np.asarray(o).dtype == object
                 else np.asarray(o) for o in (out if isinstance(out, list) else [out])]
+    if node.op_type in NUMERIC:
+        return [np.asarray(NUMERIC[node.op_type](node, values))]
     from onnx.reference import ReferenceEvaluator
 
     feeds = {name: v for name, v in zip(node.input, values) if name and v is not None}
@@ -173,3 +175,14 @@ SYMBOLIC = {
     "Max": _binary(sym_max), "Min": _binary(sym_min),
     "Equal": _equal, "Where": _where, "Range": _range,
 }
+
+
+def _gather_elements(node, v):
+    data, idx = np.asarray(v[0]), np.asarray(v[1]).astype(np.int64)
+    axis = _attr(node, "axis", 0) % data.ndim
+    return np.take_along_axis(data, np.where(idx < 0, idx + data.shape[axis], idx), axis=axis)
+
+
+# numeric ops computed here rather than by onnx.reference (whose GatherElements fails when the
+# indices are smaller than the data: BERT's token-type ids gathered from a buffer)
+NUMERIC = {"GatherElements": _gather_elements}
