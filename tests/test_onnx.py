@@ -400,7 +400,8 @@ def test_bundle_builds_verifies_and_inspects(tmp_path, no_runtime):
     from aotpack.verify import verify
 
     spec = _gpt_onnx(tmp_path)
-    result = aotpack.build(spec, tmp_path / "out", dynamic=["batch=1..4", "sequence=1..64"])
+    result = aotpack.build(spec, tmp_path / "out", dynamic=["batch=1..4", "sequence=1..64"],
+                           dtype="bf16")
     report = verify(result.bundle, spec, reference="cpu")
     assert report.passed and len(report.outputs) >= 3, report.outputs
     d = inspect_document(read_bundle(result.bundle))
@@ -412,7 +413,8 @@ def test_onnx_bundle_runs_on_the_gpu(tmp_path):
     import aotpack
 
     spec = _gpt_onnx(tmp_path)
-    result = aotpack.build(spec, tmp_path / "out", dynamic=["batch=1..4", "sequence=1..64"])
+    result = aotpack.build(spec, tmp_path / "out", dynamic=["batch=1..4", "sequence=1..64"],
+                           dtype="bf16")
     loaded = prepare(load_spec(spec), dynamic=["batch=1..4", "sequence=1..64"])
     with aotpack.load(result.out_dir) as model, model.session() as s:
         for b, t in ((1, 1), (3, 37), (4, 64)):
