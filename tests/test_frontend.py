@@ -103,7 +103,7 @@ def test_fft_is_unsupported():
 def test_bad_specs(tmp_path):
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(str(tmp_path / "nope.py:make"))
-    with pytest.raises(ModelLoadError, match="ONNX models are not supported yet"):
+    with pytest.raises(ModelLoadError, match="model file .model.onnx. does not exist"):
         load_model("model.onnx")
     with pytest.raises(ModelLoadError, match="none of `file.py:function`"):
         load_model(str(tmp_path / "weights.bin"))
