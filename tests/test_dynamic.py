@@ -154,7 +154,8 @@ def test_dims_the_model_restricts_are_refused_with_the_reason():
 
 def test_window_mask_is_not_taken_for_causal():
     """A sliding-window mask equals the causal one for short sequences only: it is classified
-    at each dim's maximum too, and refused (not silently made causal)."""
+    at each dim's maximum too, and stays the kernel's mask (not silently made causal), computed
+    right at a size where the window hides keys."""
     class Windowed(torch.nn.Module):
         def forward(self, q):
             s = q.shape[2]
@@ -163,8 +164,11 @@ def test_window_mask_is_not_taken_for_causal():
             return torch.nn.functional.scaled_dot_product_attention(q, q, q, attn_mask=mask)
 
     S = torch.export.Dim("S", min=1, max=64)
-    with pytest.raises(UnsupportedOpError, match="attn_mask"):
-        to_graph(Windowed(), (torch.randn(1, 2, 4, 16),), ({2: S},))
+    program = compile_graph(to_graph(Windowed(), (torch.randn(1, 2, 4, 16),), ({2: S},)))
+    (attention,) = [op for op in program.ops if type(op).__name__ == "AttentionOp"]
+    assert attention.mask is not None and not attention.causal
+    q = torch.randn(1, 2, 40, 16)
+    assert rel_err(run_reference(program, [q])[0], Windowed()(q)) < 1e-5
     causal = compile_graph(to_graph(Windowed(), (torch.randn(1, 2, 4, 16),),
                                     ({2: torch.export.Dim("S", min=1, max=8)},)))
     assert [op.causal for op in causal.ops if type(op).__name__ == "AttentionOp"] == [True]

@@ -7,6 +7,8 @@ import torch
 from aotpack.frontend import ModelLoadError, UnsupportedOpError, load_model, to_graph
 from aotpack.ir import Graph, Op, VerifyError
 from aotpack.ir.interpret import run_graph
+from aotpack.executor import run_reference
+from aotpack.passes import compile_graph
 from aotpack.passes.canonicalize import dead_code
 from program_checks import rel_err
 
@@ -233,10 +235,11 @@ class BufferMask(torch.nn.Module):
 
 @pytest.mark.parametrize("mask", ["input", "triu", "causal_but_one", "one_minus_inf", "bias",
                                   "transposed_causal", "unsqueezed_causal"])
-def test_masks_that_mask_something_are_refused(mask):
+def test_masks_that_mask_something_reach_the_kernel(mask):
     """A run-time mask, and constant masks that are neither empty nor causal (a bool triu, a
     causal mask with one more entry masked, an additive mask with one -inf, an additive bias
-    of small values), must not be dropped."""
+    of small values), must not be dropped: they are the attention kernel's mask operand, and
+    the compiled program (kernel references) computes what the model does."""
     q = torch.randn(1, 2, 8, 16)
     causal = torch.ones(8, 8, dtype=torch.bool).tril()
     if mask == "input":
@@ -270,8 +273,15 @@ def test_masks_that_mask_something_are_refused(mask):
         model, inputs = ViewedMask(), (torch.randn(1, 8, 8, 16),)
     else:
         model, inputs = BufferMask(torch.full((8, 8), 0.5)), (q,)
-    with pytest.raises(UnsupportedOpError, match="attn_mask"):
-        to_graph(model, inputs)
+    g = to_graph(model, inputs)
+    (sdpa,) = [n for n in g.nodes if n.op == Op.SDPA]
+    assert len(sdpa.inputs) == 4 and not sdpa.attrs.causal
+    assert rel_err(run_graph(g, list(inputs))[0], model(*inputs)) < 1e-5
+    program = compile_graph(g)
+    (attention,) = [op for op in program.ops if type(op).__name__ == "AttentionOp"]
+    b, h, sq = inputs[0].shape[:3]
+    assert attention.mask is not None and tuple(attention.mask.shape) == (b, h, sq, sq)
+    assert rel_err(run_reference(program, list(inputs))[0], model(*inputs)) < 1e-5
 
 
 class ArangeCausalMask(torch.nn.Module):
@@ -360,12 +370,15 @@ def test_large_computed_integer_constant_that_stays_is_refused():
         to_graph(MaskMultiply(), (torch.randn(1, 8200, 8200, dtype=torch.bfloat16),))
 
 
-def test_bottom_right_causal_mask_is_refused():
+def test_bottom_right_causal_mask_stays_a_mask():
     """sdpa's is_causal is top-left aligned; a bottom-right one (queries are the last keys,
-    what a KV cache gives) must not become it."""
+    what a KV cache gives) must not become it: it stays the kernel's mask operand."""
     bottom_right = torch.ones(4, 8, dtype=torch.bool).tril(diagonal=4)
-    with pytest.raises(UnsupportedOpError, match="attn_mask"):
-        to_graph(CrossMask(bottom_right), (torch.randn(1, 2, 4, 16), torch.randn(1, 2, 8, 16)))
+    model, inputs = CrossMask(bottom_right), (torch.randn(1, 2, 4, 16), torch.randn(1, 2, 8, 16))
+    g = to_graph(model, inputs)
+    (sdpa,) = [n for n in g.nodes if n.op == Op.SDPA]
+    assert len(sdpa.inputs) == 4 and not sdpa.attrs.causal
+    assert rel_err(run_graph(g, list(inputs))[0], model(*inputs)) < 1e-5
 
 
 class Embeddings(torch.nn.Module):

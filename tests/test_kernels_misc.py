@@ -42,6 +42,16 @@ def attention_case(b, hq, hkv, sq, skv, d, causal, q_transposed=True):
     return AttentionOp(q, k, v, out, causal, 1.0 / math.sqrt(d))
 
 
+def masked_attention_case(b, hq, hkv, sq, skv, d, causal, mask_shape, mask_dtype):
+    """attention_case with a run-time mask of `mask_shape` broadcast to [B, Hq, Sq, Skv]
+    (stride 0 on its size-1 and missing leading dims), as lowering passes it."""
+    from aotpack.passes.lower import broadcast_to
+
+    op = attention_case(b, hq, hkv, sq, skv, d, causal)
+    mask = broadcast_to(contiguous("mask", mask_dtype, mask_shape), (b, hq, sq, skv))
+    return AttentionOp(op.q, op.k, op.v, op.out, causal, op.scale, mask)
+
+
 def rmsnorm_case(rows, cols, weight=True, row_stride=None):
     stride = row_stride or cols
     x = TensorArg("x", BF16, (rows, cols), (stride, 1), 3 * stride)  # offset view
@@ -134,6 +144,17 @@ def make_env(op, seed):
     gen = torch.Generator().manual_seed(seed)
     env = {name: torch.randn(n, generator=gen).to(torch.bfloat16)
            for name, n in _storage_sizes(op).items()}
+    if isinstance(op, AttentionOp) and op.mask is not None:
+        # keys hidden at random, and whole rows (the first and every 7th element of the
+        # mask's own storage runs): a row that sees nothing must come out as zeros
+        n = env[op.mask.storage].numel()
+        hidden = torch.rand(n, generator=gen) < 0.4
+        hidden[: op.mask.shape[3]] = True
+        if op.mask.dtype == DType.BOOL:
+            env[op.mask.storage] = ~hidden
+        else:
+            bias = torch.randn(n, generator=gen).masked_fill(hidden, float("-inf"))
+            env[op.mask.storage] = bias.to(op.mask.dtype.to_torch())
     if isinstance(op, EmbeddingOp):
         n, vocab = env[op.ids.storage].numel(), op.table.shape[0]
         env[op.ids.storage] = torch.randint(-3, vocab + 3, (n,), generator=gen).to(
@@ -166,7 +187,18 @@ ATTENTION_CASES = {
     "sq1_skv1_decode": attention_case(16, 4, 2, 1, 1, 128, True),
     "sq1_skv37_noncausal": attention_case(3, 4, 2, 1, 37, 64, False),
     "sq5_skv40_causal": attention_case(2, 4, 4, 5, 40, 64, True),
+    # run-time masks: a padding mask [B, 1, 1, T], a full bool mask with causal, an additive
+    # per-head bias (ALiBi-like) with GQA, an f32 [S, T] bias, a decode row
+    "mask_padding_bool": masked_attention_case(2, 4, 4, 37, 50, 64, False, (2, 1, 1, 50),
+                                               DType.BOOL),
+    "mask_full_bool_causal": masked_attention_case(2, 2, 2, 40, 40, 64, True, (2, 2, 40, 40),
+                                                   DType.BOOL),
+    "mask_head_bias_gqa": masked_attention_case(1, 4, 2, 33, 70, 128, False, (1, 4, 33, 70),
+                                                BF16),
+    "mask_f32_bias_2d": masked_attention_case(2, 2, 2, 19, 19, 64, False, (19, 19), DType.F32),
+    "mask_decode": masked_attention_case(3, 4, 2, 1, 45, 64, False, (3, 1, 1, 45), DType.BOOL),
 }
+MASKED = {k for k in ATTENTION_CASES if k.startswith("mask_")}
 # Small tiles exercise several row blocks, the unmasked loop and the diagonal split; every
 # case also runs through the TMA (tensor descriptor) kernel.
 SMALL_TILES = {"BLOCK_M": 32, "BLOCK_N": 16}
@@ -174,7 +206,7 @@ CASES = {
     **{f"attention/{k}": (op, SMALL_TILES if i % 2 == 0 else None)
        for i, (k, op) in enumerate(ATTENTION_CASES.items())},
     **{f"attention_tma/{k}": (op, dict(SMALL_TILES if i % 2 else {}, TMA=True))
-       for i, (k, op) in enumerate(ATTENTION_CASES.items())},
+       for i, (k, op) in enumerate(ATTENTION_CASES.items()) if k not in MASKED},
     "rmsnorm/c300_weight": (rmsnorm_case(5, 300), None),
     "rmsnorm/c1000_noweight_strided": (rmsnorm_case(4, 1000, weight=False, row_stride=1024), None),
     "rmsnorm/c96_rows_packed": (rmsnorm_case(37, 96), None),  # 16 rows per program, tail

@@ -160,17 +160,21 @@ def _layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn
 
 def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
+    """A mask that masks nothing is dropped and the causal pattern becomes is_causal (the
+    kernel then skips the hidden tiles); any other mask, computed at run time (a padding mask
+    from attention_mask) or constant (a window, a bias), is the attention kernel's run-time
+    input."""
+    inputs = [q, k, v]
     if attn_mask is not None:
         kind = _constant_mask_kind(cx, attn_mask, q.shape[-2], k.shape[-2])
         if kind is None:
-            raise Unsupported("attn_mask (only is_causal=True, no mask, or a constant mask "
-                              "that masks nothing or is the causal pattern are supported)")
+            inputs.append(attn_mask)
         is_causal = is_causal or kind == "causal"
     if dropout_p:
         raise Unsupported(f"dropout_p={dropout_p}")
     attrs = O.SdpaAttrs(bool(is_causal), None if scale is None else float(scale),
                         bool(enable_gqa))
-    return cx.emit(Op.SDPA, [q, k, v], attrs, final=True)
+    return cx.emit(Op.SDPA, inputs, attrs, final=True)
 
 
 def _constant_mask_kind(cx, mask, seq_q, seq_k) -> str | None:

@@ -108,12 +108,20 @@ def _norm(ins, a):
 
 
 def _sdpa(ins, a: O.SdpaAttrs):
-    _arity(ins, 3)
-    q, k, v = ins
+    """(q, k, v [, mask]): the mask, bool (True: seen) or floating (added to the scaled
+    scores), broadcasts to [B, Hq, S, T]."""
+    _arity(ins, 3, 4)
+    q, k, v = ins[:3]
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         raise TypeError("sdpa: q, k, v must be 4-D [B, H, S, D]")
     if k.shape[1] != q.shape[1] and (not a.gqa or q.shape[1] % k.shape[1]):
         raise TypeError(f"sdpa: {q.shape[1]} query heads vs {k.shape[1]} kv heads")
+    if len(ins) == 4:
+        scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+        if len(ins[3].shape) > 4 or broadcast_shapes(ins[3].shape, scores) != scores:
+            raise TypeError(f"sdpa: mask {ins[3].shape} does not broadcast to {scores}")
+        if ins[3].dtype != DType.BOOL and not ins[3].dtype.is_float:
+            raise TypeError(f"sdpa: mask of {ins[3].dtype.value} (bool or floating only)")
     return TensorType(q.dtype, tuple(q.shape[:-1]) + (v.shape[-1],))
 
 

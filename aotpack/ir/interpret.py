@@ -32,10 +32,16 @@ def _binary(fn):
     return run
 
 
-def _sdpa(a, q, k, v):
+def _sdpa(a, q, k, v, mask=None):
     import torch.nn.functional as F
 
-    return F.scaled_dot_product_attention(q, k, v, is_causal=a.causal, scale=a.scale,
+    if mask is not None and mask.dtype.is_floating_point:
+        mask = mask.to(q.dtype)
+    if mask is not None and a.causal:  # sdpa takes one or the other
+        causal = mask.new_ones(q.shape[-2], k.shape[-2], dtype=bool).tril()
+        mask = (mask & causal) if mask.dtype == bool else mask.masked_fill(~causal, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                          is_causal=a.causal and mask is None, scale=a.scale,
                                           enable_gqa=a.gqa)
 
 

@@ -144,8 +144,11 @@ class GemmOp:
 
 @dataclass(frozen=True)
 class AttentionOp:
-    """out[B, Hq, S, D] = softmax(q k^T * scale [+ causal mask]) v, with GQA: query head h
-    reads kv head h // (Hq // Hkv). q/k/v/out are 4-D strided views [B, H, S, D]."""
+    """out[B, Hq, S, D] = softmax(q k^T * scale [+ causal mask] [+ mask]) v, with GQA: query
+    head h reads kv head h // (Hq // Hkv). q/k/v/out are 4-D strided views [B, H, S, D].
+    `mask`, a run-time input broadcast to [B, Hq, S, T] (stride 0 where it is broadcast): bool
+    (True: the key is seen) or floating (added to the scaled scores). A query row that sees no
+    key gives zeros, as torch's scaled_dot_product_attention does."""
 
     q: TensorArg
     k: TensorArg
@@ -153,6 +156,7 @@ class AttentionOp:
     out: TensorArg
     causal: bool
     scale: float
+    mask: TensorArg | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +278,7 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
     if isinstance(op, GemmOp):
         return [op.a, op.b, *epilogue_operands(op.epilogue)]
     if isinstance(op, AttentionOp):
-        return [op.q, op.k, op.v]
+        return [op.q, op.k, op.v] + ([op.mask] if op.mask is not None else [])
     if isinstance(op, RMSNormOp):
         return [op.x] + ([op.weight] if op.weight is not None else [])
     if isinstance(op, LayerNormOp):

@@ -91,7 +91,8 @@ def _fields(config: dict) -> dict:
 
 class AttentionTemplate(Template):
     name, op_type, module, tunable = "attention", AttentionOp, "attention", True
-    sources = ("spec.py", "triton/attention.py", "triton/compile.py", "triton/_common.py")
+    sources = ("spec.py", "triton/attention.py", "triton/attention_masked.py",
+               "triton/compile.py", "triton/_common.py")
 
     def bucket_size(self, op):
         return op.q.shape[2]  # the decode-sized tiles depend on the query length
@@ -105,8 +106,9 @@ class AttentionTemplate(Template):
 
     def describe(self, op):
         b, hq, sq, d = op.q.shape
+        mask = "" if op.mask is None else f" mask={op.mask.dtype.value}"
         return (f"attention B={b} Hq={hq} Hkv={op.k.shape[1]} Sq={sq} Skv={op.k.shape[2]} "
-                f"D={d}{' causal' if op.causal else ''}")
+                f"D={d}{' causal' if op.causal else ''}{mask}")
 
 
 class RowwiseTemplate(Template):

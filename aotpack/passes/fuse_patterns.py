@@ -318,7 +318,7 @@ def _fold_repeat_kv(graph: Graph) -> Graph:
         if n.op != Op.SDPA or n.attrs.gqa:
             b.keep(n)
             continue
-        k, v = (_unrepeated(x, producers) for x in n.inputs[1:])
+        k, v = (_unrepeated(x, producers) for x in n.inputs[1:3])
         if k is None or v is None:
             b.keep(n)
             continue
@@ -327,5 +327,6 @@ def _fold_repeat_kv(graph: Graph) -> Graph:
                      base.dtype, view.shape, f"{old.name}_kv", n.loc)
               for (base, view), old in ((k, n.inputs[1]), (v, n.inputs[2]))]
         attrs = O.SdpaAttrs(n.attrs.causal, n.attrs.scale, True)
-        b.nodes.append(Node(Op.SDPA, (b.get(n.inputs[0]), *kv), attrs, n.outputs, n.loc))
+        mask = tuple(b.get(m) for m in n.inputs[3:])
+        b.nodes.append(Node(Op.SDPA, (b.get(n.inputs[0]), *kv, *mask), attrs, n.outputs, n.loc))
     return b.finish()

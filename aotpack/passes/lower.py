@@ -377,12 +377,16 @@ class _Lowering:
             start += v.shape[dim]
 
     def _lower_sdpa(self, n: Node) -> None:
-        q, k, v = (self.args[x.name] for x in n.inputs)
+        q, k, v = (self.args[x.name] for x in n.inputs[:3])
         if q.shape[1] != k.shape[1] and not n.attrs.gqa:
             self._fail(n, "query and key head counts differ without enable_gqa")
         scale = n.attrs.scale if n.attrs.scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        mask = None
+        if len(n.inputs) == 4:  # broadcast to the scores: stride 0 where it repeats
+            scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
+            mask = broadcast_to(self.args[n.inputs[3].name], scores)
         out = self._new_storage(n.output)
-        self.ops.append(AttentionOp(q, k, v, out, n.attrs.causal, float(scale)))
+        self.ops.append(AttentionOp(q, k, v, out, n.attrs.causal, float(scale), mask))
 
     def _lower_rope(self, n: Node) -> None:
         x, cos, sin = (self.args[v.name] for v in n.inputs)
@@ -441,6 +445,15 @@ def _flatten_2d(arg: TensorArg) -> TensorArg | None:
     row = lead[-1][1] if lead else arg.shape[-1] * arg.strides[-1]
     return TensorArg(arg.storage, arg.dtype, (m, arg.shape[-1]), (row, arg.strides[-1]),
                      arg.offset)
+
+
+def broadcast_to(arg: TensorArg, shape: tuple) -> TensorArg:
+    """`arg` seen as `shape` (numpy broadcasting): new leading dims and size-1 dims that
+    repeat get stride 0."""
+    pad = len(shape) - len(arg.shape)
+    sizes, strides = (1,) * pad + tuple(arg.shape), (0,) * pad + tuple(arg.strides)
+    new = tuple(0 if n == 1 and want != 1 else st for n, st, want in zip(sizes, strides, shape))
+    return TensorArg(arg.storage, arg.dtype, tuple(shape), new, arg.offset)
 
 
 def _drop_leading_ones(arg: TensorArg) -> TensorArg:

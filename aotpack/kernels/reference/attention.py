@@ -18,4 +18,11 @@ def reference(op: AttentionOp, env) -> None:
         s, t = scores.shape[-2:]
         mask = torch.ones(s, t, dtype=torch.bool, device=scores.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
-    write(env, op.out, torch.softmax(scores, dim=-1) @ v)
+    if op.mask is not None:
+        mask = view(env, op.mask)
+        scores = (scores.masked_fill(~mask.bool(), float("-inf")) if mask.dtype == torch.bool
+                  else scores + mask.float())
+    # a row that sees no key gives zeros (torch's scaled_dot_product_attention), not NaN
+    seen = (scores != float("-inf")).any(-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
+    write(env, op.out, probs @ v)

@@ -30,6 +30,7 @@ from aotpack.kernels.triton._common import (
     KernelPlan, entry_points, int_arg, require_unit_inner_stride, strides_args,
 )
 from aotpack.ir.sym import divisible, upper_bound
+from aotpack.kernels.triton.attention_masked import plan_masked
 from aotpack.kernels.triton.compile import F32, Const, Desc, Ptr, cdiv
 
 _LOG2E = 1.4426950408889634
@@ -233,7 +234,10 @@ def candidate_configs(op: AttentionOp) -> list[dict]:
 
 
 def tma_possible(op: AttentionOp) -> bool:
-    """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides."""
+    """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides (and no mask:
+    the masked kernel loads through pointers)."""
+    if op.mask is not None:
+        return False
     for t in (op.q, op.k, op.v, op.out):
         nbytes = t.dtype.nbytes
         if not divisible(t.offset * nbytes, 16) or any(not divisible(s * nbytes, 16)
@@ -258,6 +262,10 @@ def _check(op: AttentionOp) -> None:
         raise ValueError(f"attention: scale must be positive, got {op.scale}")
     for name in ("q", "k", "v", "out"):
         require_unit_inner_stride(f"attention {name}", getattr(op, name))
+    if op.mask is not None:  # i32 offsets within one (batch, head) of the mask
+        _, _, sq_, skv_ = op.mask.shape
+        if upper_bound(sq_ * abs(op.mask.strides[2]) + skv_ * abs(op.mask.strides[3])) >= 2**31:
+            raise ValueError("attention mask: one head's extent exceeds 2^31 elements")
     for name, t in (("q", op.q), ("k", op.k), ("v", op.v), ("out", op.out)):
         if upper_bound(t.shape[2] * abs(t.strides[2])) >= 2**31:  # i32 row offsets
             raise ValueError(f"attention {name}: sequence extent exceeds 2^31 elements")
@@ -272,6 +280,8 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:  # the causal split puts the diagonal on a key tile edge
         raise ValueError(f"attention: BLOCK_M {cfg['BLOCK_M']} not a multiple of "
                          f"BLOCK_N {cfg['BLOCK_N']}")
+    if op.mask is not None:
+        return plan_masked(op, cfg)
     b, hq, sq, d = op.q.shape
     hkv = op.k.shape[1]
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]

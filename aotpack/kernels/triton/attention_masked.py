@@ -1,0 +1,134 @@
+"""Flash-attention forward with a run-time mask (AttentionOp.mask): a padding mask built from
+`attention_mask`, a sliding window, a relative-position or ALiBi bias, a mask the model
+computed. Same online softmax as attention.py, but every key tile goes through the masked step:
+the mask tile [BLOCK_M, BLOCK_N] is loaded through its 4-D strides (0 on broadcast dims, so a
+[B, 1, 1, T] padding mask is one row per batch, read from L2).
+
+Scores are kept in natural units (scale * q.k + bias) and exponentiated as
+exp2((s - max) * log2 e): a bias of finfo.min (how transformers writes "masked") stays finite,
+so a row that is masked that way everywhere gets the uniform weights torch gives it, while a
+row whose keys are all -inf / False gets zeros (torch's scaled_dot_product_attention does the
+same; a plain softmax would give NaN).
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from aotpack.kernels.spec import AttentionOp, TensorArg
+from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
+from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
+
+_LOG2E = 1.4426950408889634
+MASK_BOOL, MASK_ADD = 1, 2
+
+
+@triton.jit
+def _masked_step(acc, row_sum, row_max, q, k, v, mask_tile, rows, cols, seq_kv, sm_scale,
+                 MASK_KIND: tl.constexpr, CAUSAL: tl.constexpr):
+    """Fold one key tile into (acc, row_sum, row_max); row_max in natural units."""
+    scores = tl.dot(q, tl.trans(k)) * sm_scale
+    keep = cols[None, :] < seq_kv
+    if CAUSAL:
+        keep = keep & (cols[None, :] <= rows[:, None])
+    if MASK_KIND == 1:
+        keep = keep & (mask_tile != 0)
+    else:
+        scores = scores + mask_tile.to(tl.float32)
+    scores = tl.where(keep, scores, float("-inf"))
+    new_max = tl.maximum(row_max, tl.max(scores, 1))
+    # a row with no visible key so far: subtract 0, not -inf (-inf - -inf is NaN)
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+    p = tl.exp2((scores - safe_max[:, None]) * 1.4426950408889634)
+    correction = tl.exp2((row_max - safe_max) * 1.4426950408889634)
+    row_sum = row_sum * correction + tl.sum(p, 1)
+    acc = acc * correction[:, None]
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, row_sum, new_max
+
+
+@triton.jit
+def attention_fwd_masked_kernel(
+    q_ptr, k_ptr, v_ptr, out_ptr, mask_ptr,
+    q_stride_b, q_stride_h, q_stride_s,
+    k_stride_b, k_stride_h, k_stride_s,
+    v_stride_b, v_stride_h, v_stride_s,
+    out_stride_b, out_stride_h, out_stride_s,
+    mask_stride_b, mask_stride_h, mask_stride_q, mask_stride_k,
+    seq_q, seq_kv, sm_scale,
+    HEADS_Q: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    MASK_KIND: tl.constexpr,
+):
+    batch_head = tl.program_id(0)
+    row_block = tl.num_programs(1) - 1 - tl.program_id(1)
+    batch = (batch_head // HEADS_Q).to(tl.int64)
+    head_q = batch_head % HEADS_Q
+    head_kv = (head_q // GROUP).to(tl.int64)
+    head_q = head_q.to(tl.int64)
+
+    row_start = row_block * BLOCK_M
+    rows = row_start + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    row_ok = rows[:, None] < seq_q
+
+    q_base = q_ptr + batch * q_stride_b + head_q * q_stride_h
+    q = tl.load(q_base + rows[:, None] * q_stride_s + dims[None, :], mask=row_ok, other=0.0)
+    k_base = k_ptr + batch * k_stride_b + head_kv * k_stride_h
+    v_base = v_ptr + batch * v_stride_b + head_kv * v_stride_h
+    m_base = (mask_ptr + batch * mask_stride_b + head_q * mask_stride_h
+              + rows[:, None] * mask_stride_q)
+
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    row_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
+    row_max = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    kv_end = seq_kv
+    if CAUSAL:
+        kv_end = tl.minimum(seq_kv, row_start + BLOCK_M)
+    for start in range(0, kv_end, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        in_range = cols[:, None] < seq_kv
+        k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :], mask=in_range,
+                    other=0.0)
+        v = tl.load(v_base + cols[:, None] * v_stride_s + dims[None, :], mask=in_range,
+                    other=0.0)
+        tile_ok = row_ok & (cols[None, :] < seq_kv)
+        mask_tile = tl.load(m_base + cols[None, :] * mask_stride_k, mask=tile_ok, other=0)
+        acc, row_sum, row_max = _masked_step(acc, row_sum, row_max, q, k, v, mask_tile, rows,
+                                             cols, seq_kv, sm_scale, MASK_KIND, CAUSAL)
+
+    out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
+    out_base = out_ptr + batch * out_stride_b + head_q * out_stride_h
+    out_ptrs = out_base + rows[:, None] * out_stride_s + dims[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_ok)
+
+
+def mask_kind(mask: TensorArg) -> int:
+    return MASK_BOOL if not mask.dtype.is_float else MASK_ADD
+
+
+def plan_masked(op: AttentionOp, cfg: dict) -> KernelPlan:
+    """The launch of the masked kernel (pointer loads; a TMA config is refused)."""
+    if cfg.get("TMA"):
+        raise ValueError("attention with a mask: no TMA kernel (pointer loads only)")
+    b, hq, sq, d = op.q.shape
+    hkv = op.k.shape[1]
+    if tuple(op.mask.shape) != (b, hq, sq, op.k.shape[2]):
+        raise ValueError(f"attention: mask {op.mask.shape} is not broadcast to "
+                         f"{(b, hq, sq, op.k.shape[2])}")
+    args = {"q_ptr": Ptr(op.q), "k_ptr": Ptr(op.k), "v_ptr": Ptr(op.v), "out_ptr": Ptr(op.out),
+            "mask_ptr": Ptr(op.mask)}
+    for name in ("q", "k", "v", "out"):
+        args.update(strides_args(name, getattr(op, name), ("b", "h", "s")))
+    args.update(strides_args("mask", op.mask, ("b", "h", "q", "k")))
+    args.update({
+        "seq_q": int_arg(sq), "seq_kv": int_arg(op.k.shape[2]), "sm_scale": F32(op.scale),
+        "HEADS_Q": Const(hq), "GROUP": Const(hq // hkv), "HEAD_DIM": Const(d),
+        "BLOCK_M": Const(cfg["BLOCK_M"]), "BLOCK_N": Const(cfg["BLOCK_N"]),
+        "CAUSAL": Const(bool(op.causal)), "MASK_KIND": Const(mask_kind(op.mask)),
+    })
+    fused = ("attention", "mask") + (("causal",) if op.causal else ()) + \
+        (("gqa",) if hq != hkv else ())
+    return KernelPlan(attention_fwd_masked_kernel, args, (b * hq, cdiv(sq, cfg["BLOCK_M"]), 1),
+                      cfg["num_warps"], cfg["num_stages"], fused,
+                      {"BLOCK_M": cfg["BLOCK_M"], "BLOCK_N": cfg["BLOCK_N"], "TMA": False})
