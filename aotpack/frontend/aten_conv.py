@@ -58,7 +58,7 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
         raise Unsupported(f"padding={padding!r} left unresolved by torch.export")
     padding = _ints(padding, spatial)
     x, pads = cx.padded_source(x)  # a zero pad before the conv joins its padding
-    if spatial == 2 and not any(pads) and _is_patch_embedding(x, w, stride, padding, dilation,
+    if spatial == 2 and not any(map(any, pads)) and _is_patch_embedding(x, w, stride, padding, dilation,
                                                                groups):
         return _conv2d(cx, x, w, b, stride, padding, dilation, groups)  # one GEMM: fast
     if spatial == 1:
