@@ -185,8 +185,6 @@ def check_op(op: ConvOp) -> None:
     why = supports(op)
     if why is not None:
         raise ValueError(f"conv: {why}")
-    n, h, w, c = op.x.shape
-    m, oc = op.out.shape
     if len(op.w.shape) != 2 or not op.w.is_contiguous():
         raise ValueError(f"conv: the packed weight must be a contiguous 2-D view, got {op.w}")
 
