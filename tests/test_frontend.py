@@ -211,16 +211,17 @@ def test_patch_embedding_conv_and_all_true_mask_translate():
     assert rel_err(run_graph(g, [y])[0], model(y)) < 1e-5
 
 
-def test_convolutions_other_than_patch_embedding_are_refused_clearly():
+def test_transposed_convolutions_are_refused_clearly():
+    """(Other convolutions compile: tests/test_conv.py.)"""
     class Conv(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.c = torch.nn.Conv2d(3, 8, kernel_size=3, padding=1)
+            self.c = torch.nn.ConvTranspose2d(3, 8, kernel_size=2, stride=2)
 
         def forward(self, x):
             return self.c(x)
 
-    with pytest.raises(UnsupportedOpError, match="non-overlapping patch embedding"):
+    with pytest.raises(UnsupportedOpError, match="transposed convolution"):
         to_graph(Conv(), (torch.randn(1, 3, 8, 8),))
 
 

@@ -227,7 +227,7 @@ def _mask_kind_at(t, seq_q: int, seq_k: int) -> str | None:
 
 
 def _conv2d(cx, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
-    """Patch embedding (ViT): kernel == stride, no padding, dilation or groups, image a whole
+    """(aten_conv.py sends this case here.) Patch embedding (ViT): kernel == stride, no padding, dilation or groups, image a whole
     number of patches. It is a GEMM over patches: x [B, C, H, W] → patches [B·H/p·W/p, C·p·q]
     (a view, a permute and one copy), times the weight viewed [oc, C·p·q], (+ bias), back to
     [B, oc, H/p, W/q] as a view."""
@@ -253,12 +253,6 @@ def _pair(v) -> tuple:
     if isinstance(v, (list, tuple)):
         return tuple(v) * (2 // len(v)) if len(v) in (1, 2) else tuple(v)
     return (v, v)
-
-
-def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise Unsupported("transposed convolution")
-    return _conv2d(cx, x, w, b, stride, padding, dilation, groups)
 
 
 def _view(cx, x, *shape_or_dims):  # view(x, shape), flatten(x, start, end)
@@ -390,8 +384,7 @@ RULES = {
     "aten.scaled_dot_product_attention.default": _sdpa,
     "aten.view.default": _view, "aten.reshape.default": _view,
     "aten._unsafe_view.default": _view, "aten.permute.default": _permute,
-    "aten.flatten.using_ints": _view, "aten.conv2d.default": _conv2d,
-    "aten.convolution.default": _convolution,
+    "aten.flatten.using_ints": _view,  # convolutions: aten_conv.py
     "aten.transpose.int": _transpose, "aten.t.default": _t, "aten.slice.Tensor": _slice,
     "aten.select.int": _select, "aten.expand.default": _expand,
     "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze,

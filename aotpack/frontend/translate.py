@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from aotpack.dtypes import DType
-from aotpack.frontend.aten_table import RULES, Unsupported
+from aotpack.frontend.aten_conv import RULES as CONV_RULES
+from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
 from aotpack.errors import UserError
 from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
 from aotpack.frontend.symbolic import LazyConstants, SymbolError, SymbolTable, _is_symint
@@ -13,6 +14,7 @@ from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Valu
 from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError
 
+RULES = {**TABLE_RULES, **CONV_RULES}
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
 # integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
@@ -36,7 +38,8 @@ def kept_ops():
 
     a = torch.ops.aten
     return [a.linear.default, a.scaled_dot_product_attention.default, a.rms_norm.default,
-            a.layer_norm.default, a.gelu.default, a.silu.default, a.matmul.default]
+            a.layer_norm.default, a.gelu.default, a.silu.default, a.matmul.default,
+            a.hardswish.default, a.hardsigmoid.default]
 
 
 def export(model, example_inputs, dynamic_shapes=None):
@@ -133,6 +136,7 @@ class _Translator:
         self.inputs: list[Value] = []
         self.constants: dict[str, Constant] = {}
         self.computed: set[str] = set()  # constants folded here (not weights)
+        self.pads: dict[str, tuple] = {}  # zero-padded value -> (source, spatial pads)
         self.nodes: list[Node] = []
         self.taken: set[str] = set()
         self.fx_node = None
@@ -472,6 +476,33 @@ class _Translator:
                 raise Unsupported(f"{op.value} typed {value} here but torch says {want}{hint}")
         self.nodes.append(Node(op, tuple(inputs), attrs, (value,), source_loc(self.fx_node)))
         return value
+
+    def add_constant(self, name: str, tensor) -> Value:
+        """A constant computed by a rule (batch norm's scale and shift)."""
+        value = self._new_value(f"{self.fx_node.name}_{name}", tensor.contiguous())
+        self.constants[value.name] = Constant(value, tensor.contiguous())
+        self.computed.add(value.name)
+        return value
+
+    def fill_block(self, x: Value, dim: int, size: int, fill: float) -> Value | None:
+        """A block of `fill` shaped like `x` but `size` long along `dim` (None if size 0)."""
+        import torch
+
+        from aotpack.ir import Op
+        from aotpack.ir import ops as O
+
+        if size == 0:
+            return None
+        shape = tuple(size if i == dim else 1 for i in range(len(x.shape)))
+        c = self.add_constant(f"pad{dim}", torch.full(shape, fill, dtype=x.dtype.to_torch()))
+        want = tuple(size if i == dim else d for i, d in enumerate(x.shape))
+        return self.emit(Op.EXPAND, [c], O.ExpandAttrs(want)) if want != shape else c
+
+    def padded_source(self, v: Value) -> tuple[Value, tuple]:
+        """(x, per-spatial-dim (lo, hi) zeros) when `v` is a zero pad of x, else (v, zeros)."""
+        if v.name in self.pads:
+            return self.pads[v.name]
+        return v, ((0, 0),) * max(len(v.shape) - 2, 0)
 
     def out_shape(self) -> tuple:
         return self._dims(self.fx_node.meta["val"].shape)

@@ -140,6 +140,49 @@ def _swiglu(ins, a: O.SwiGLUAttrs):
     return TensorType(x.dtype, tuple(x.shape[:-1]) + (n // 2,))
 
 
+def conv_out_size(size, pad: tuple[int, int], kernel: int, stride: int, dilation: int = 1):
+    """Output length of a convolution/pool window along one dim (torch's floor rule)."""
+    return (size + pad[0] + pad[1] - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def pool_out_size(size, pad: int, kernel: int, stride: int, ceil_mode: bool):
+    """torch's pooling output length: with ceil_mode a partial last window counts, unless it
+    would start inside the right padding."""
+    if not ceil_mode:
+        return conv_out_size(size, (pad, pad), kernel, stride)
+    if not isinstance(size, int):
+        raise TypeError("pool: ceil_mode over a dynamic spatial dim is not supported")
+    out = -(-(size + 2 * pad - kernel) // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + pad else out
+
+
+def _conv(ins, a: O.ConvAttrs):
+    _arity(ins, 2)
+    x, w = ins
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        raise TypeError(f"conv: x {x.shape} must be [N, H, W, C], w {w.shape} [OC, C/g, KH, KW]")
+    n, h, wd, c = x.shape
+    oc, cg, kh, kw = w.shape
+    if a.groups < 1 or c != cg * a.groups or oc % a.groups:
+        raise TypeError(f"conv: {c} input channels, weight {w.shape}, groups {a.groups}")
+    oh = conv_out_size(h, a.padding[0], kh, a.stride[0], a.dilation[0])
+    ow = conv_out_size(wd, a.padding[1], kw, a.stride[1], a.dilation[1])
+    if (isinstance(oh, int) and oh <= 0) or (isinstance(ow, int) and ow <= 0):
+        raise TypeError(f"conv: kernel {kh}x{kw} does not fit the padded {h}x{wd} input")
+    return TensorType(x.dtype, (n, oh, ow, oc))
+
+
+def _pool(ins, a: O.PoolAttrs):
+    _arity(ins, 1)
+    x = ins[0]
+    if len(x.shape) != 4 or a.kind not in O.POOL_KINDS:
+        raise TypeError(f"pool: {a.kind} over {x.shape} (want max/avg over [N, H, W, C])")
+    n, h, w, c = x.shape
+    oh = pool_out_size(h, a.padding[0], a.kernel[0], a.stride[0], a.ceil_mode)
+    ow = pool_out_size(w, a.padding[1], a.kernel[1], a.stride[1], a.ceil_mode)
+    return TensorType(x.dtype, (n, oh, ow, c))
+
+
 def _view(ins, a: O.ViewAttrs):
     _arity(ins, 1)
     if numel(a.shape) != numel(ins[0].shape):
@@ -226,5 +269,5 @@ _RULES = {
     Op.SDPA: _sdpa,
     Op.ROPE: _rope, Op.SWIGLU: _swiglu, Op.VIEW: _view, Op.PERMUTE: _permute, Op.SLICE: _slice,
     Op.SELECT: _select, Op.EXPAND: _expand, Op.UNSQUEEZE: _unsqueeze, Op.SQUEEZE: _squeeze,
-    Op.CAT: _cat, Op.COPY: _unary, Op.AS_STRIDED: _as_strided,
+    Op.CAT: _cat, Op.COPY: _unary, Op.AS_STRIDED: _as_strided, Op.CONV: _conv, Op.POOL: _pool,
 }

@@ -66,6 +66,29 @@ def _as_strided(a, x):
     return torch.as_strided(flat, a.shape, a.strides, flat.storage_offset() + a.offset)
 
 
+def _conv(a, x, w):
+    """Channels-last in and out; torch computes it NCHW (f32 on the CPU: bf16 convs there
+    round differently from the GPU's f32 accumulation)."""
+    import torch.nn.functional as F
+
+    (pt, pb), (pl, pr) = a.padding
+    xc = F.pad(x.permute(0, 3, 1, 2).float(), (pl, pr, pt, pb))
+    y = F.conv2d(xc, w.float(), None, a.stride, 0, a.dilation, a.groups)
+    return y.permute(0, 2, 3, 1)
+
+
+def _pool(a, x):
+    import torch.nn.functional as F
+
+    xc = x.permute(0, 3, 1, 2).float()
+    if a.kind == "max":
+        y = F.max_pool2d(xc, a.kernel, a.stride, a.padding, ceil_mode=a.ceil_mode)
+    else:
+        y = F.avg_pool2d(xc, a.kernel, a.stride, a.padding, ceil_mode=a.ceil_mode,
+                         count_include_pad=a.count_include_pad, divisor_override=a.divisor)
+    return y.permute(0, 2, 3, 1)
+
+
 def _build():
     import torch
     import torch.nn.functional as F
@@ -86,6 +109,8 @@ def _build():
         Op.TANH: lambda a, x: x.tanh(), Op.SIGMOID: lambda a, x: x.sigmoid(),
         Op.RELU: lambda a, x: F.relu(x), Op.SILU: lambda a, x: F.silu(x),
         Op.GELU: lambda a, x: F.gelu(x, approximate=a.approximate),
+        Op.RELU6: lambda a, x: F.relu6(x), Op.HARDSWISH: lambda a, x: F.hardswish(x),
+        Op.HARDSIGMOID: lambda a, x: F.hardsigmoid(x), Op.CONV: _conv, Op.POOL: _pool,
         Op.CAST: lambda a, x: x.to(a.dtype.to_torch()),
         Op.MEAN: lambda a, x: x.mean(dim=a.dims, keepdim=a.keepdim),
         Op.SUM: lambda a, x: x.sum(dim=a.dims, keepdim=a.keepdim),

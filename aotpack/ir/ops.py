@@ -43,6 +43,9 @@ class Op(enum.Enum):
     RELU = "relu"
     SILU = "silu"
     GELU = "gelu"
+    RELU6 = "relu6"  # min(max(x, 0), 6)
+    HARDSWISH = "hardswish"  # x * relu6(x + 3) / 6
+    HARDSIGMOID = "hardsigmoid"  # relu6(x + 3) / 6
     CAST = "cast"
     # reductions and normalizations
     MEAN = "mean"
@@ -58,6 +61,12 @@ class Op(enum.Enum):
     # silu(gate) * up of a gate/up linear whose weight rows are interleaved in blocks of
     # `group` (passes/fuse_swiglu.py): x[..., 2N] -> [..., N]; only that pass produces it
     SWIGLU = "swiglu"
+    # convolution and pooling over CHANNELS-LAST activations (the frontend puts permutes
+    # around them; passes/channels_last.py moves the permutes out of the way):
+    # CONV (x[N, H, W, C], w[OC, C/groups, KH, KW] (torch's layout)) -> [N, OH, OW, OC]
+    CONV = "conv"
+    # POOL (x[N, H, W, C]) -> [N, OH, OW, C]: max or average over a window
+    POOL = "pool"
     # layout
     VIEW = "view"
     PERMUTE = "permute"
@@ -73,7 +82,7 @@ class Op(enum.Enum):
 
 BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW)
 UNARY = (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.ABS, Op.SIN, Op.COS, Op.TANH,
-         Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU)
+         Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.RELU6, Op.HARDSWISH, Op.HARDSIGMOID)
 ELEMENTWISE = BINARY + UNARY + (Op.CAST,)
 LAYOUT = (Op.VIEW, Op.PERMUTE, Op.SLICE, Op.SELECT, Op.EXPAND, Op.UNSQUEEZE, Op.SQUEEZE,
           Op.AS_STRIDED)
@@ -139,6 +148,36 @@ class SwiGLUAttrs:
 
 
 @dataclass(frozen=True)
+class ConvAttrs:
+    """2-D convolution geometry (a 1-D convolution is one with H = 1, KH = 1). `padding` is
+    ((top, bottom), (left, right)): zeros around the image, possibly asymmetric."""
+
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[tuple[int, int], tuple[int, int]] = ((0, 0), (0, 0))
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+
+POOL_KINDS = ("max", "avg")
+
+
+@dataclass(frozen=True)
+class PoolAttrs:
+    """A pooling window over H and W (channels-last). Output size follows torch's rule:
+    floor((H + pt + pb - KH) / SH) + 1, or with `ceil_mode` the ceiling, less one if the last
+    window would start in the bottom padding. avg: the divisor is `divisor` if set, else the
+    window's size clipped to the padded image (`count_include_pad`) or to the image."""
+
+    kind: str
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int] = (0, 0)
+    ceil_mode: bool = False
+    count_include_pad: bool = True
+    divisor: int | None = None
+
+
+@dataclass(frozen=True)
 class ViewAttrs:
     shape: tuple[int, ...]
 
@@ -186,7 +225,7 @@ class StridedAttrs:
 
 Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, NormAttrs,
               SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
-              StridedAttrs, SwiGLUAttrs]
+              StridedAttrs, SwiGLUAttrs, ConvAttrs, PoolAttrs]
 
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
@@ -196,6 +235,7 @@ ATTRS_TYPE: dict[Op, type] = {
     Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,
     Op.AS_STRIDED: StridedAttrs, Op.SWIGLU: SwiGLUAttrs,
+    Op.CONV: ConvAttrs, Op.POOL: PoolAttrs,
 }
 
 

@@ -58,6 +58,10 @@ class Act(enum.Enum):
     GELU_ERF = "gelu_erf"
     SILU = "silu"
     RELU = "relu"
+    RELU6 = "relu6"
+    HARDSWISH = "hardswish"
+    HARDSIGMOID = "hardsigmoid"
+    SIGMOID = "sigmoid"
 
 
 @dataclass(frozen=True)
@@ -269,8 +273,51 @@ class PointwiseOp:
     out: TensorArg
 
 
+@dataclass(frozen=True)
+class ConvOp:
+    """2-D convolution (1-D: H = KH = 1), channels-last, f32 accumulation, then the epilogue
+    (as GemmOp's: the output is out[M = N*OH*OW, OC], a pixel per row) and a cast to out.dtype.
+    x is a 4-D view [N, H, W, C] (any strides: a model's NCHW input is read where it lies).
+    w is packed at build time, contiguous: [OC, KH*KW*C/groups] with K ordered (kh, kw, c) for
+    the implicit GEMM; for a depthwise conv (`depthwise`: groups == C == OC) [KH*KW, C].
+    padding is ((top, bottom), (left, right)); out_hw = (OH, OW)."""
+
+    x: TensorArg
+    w: TensorArg
+    out: TensorArg
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[tuple[int, int], tuple[int, int]]
+    dilation: tuple[int, int]
+    groups: int
+    out_hw: tuple
+    epilogue: tuple[EpilogueStep, ...] = ()
+
+    @property
+    def depthwise(self) -> bool:
+        c = self.x.shape[3]
+        return self.groups == c and self.out.shape[1] == c and c > 1
+
+
+@dataclass(frozen=True)
+class PoolOp:
+    """Max or average pooling, channels-last: x [N, H, W, C] and out [N, OH, OW, C] 4-D views.
+    Windows start at oh * stride - padding; avg divides by `divisor` if set, else by the window
+    clipped to the padded image (`count_include_pad`) or to the image (torch's rule, ceil_mode
+    included: the output size already says it)."""
+
+    kind: str
+    x: TensorArg
+    out: TensorArg
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    count_include_pad: bool = True
+    divisor: int | None = None
+
+
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
-                 EmbeddingOp, PointwiseOp]
+                 EmbeddingOp, PointwiseOp, ConvOp, PoolOp]
 
 
 def op_inputs(op: KernelOp) -> list[TensorArg]:
@@ -291,6 +338,10 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.table, op.ids]
     if isinstance(op, PointwiseOp):
         return list(op.inputs)
+    if isinstance(op, ConvOp):
+        return [op.x, op.w, *epilogue_operands(op.epilogue)]
+    if isinstance(op, PoolOp):
+        return [op.x]
     raise TypeError(f"not a kernel op: {type(op).__name__}")
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 
 from aotpack.kernels.spec import (
-    AttentionOp, EmbeddingOp, KernelOp, LayerNormOp, PointwiseOp, ReduceOp, RMSNormOp, RopeOp,
+    AttentionOp, ConvOp, EmbeddingOp, KernelOp, PoolOp, LayerNormOp, PointwiseOp, ReduceOp, RMSNormOp, RopeOp,
     SoftmaxOp, Target,
 )
 
@@ -167,6 +167,61 @@ class PointwiseTemplate(Template):
     sources = TRITON_COMMON + ("triton/pointwise.py", "triton/_pointwise_codegen.py")
 
 
+class ConvTemplate(Template):
+    """Convolutions (triton/conv.py): an implicit GEMM on tensor cores with the GEMM's fused
+    epilogue, or for depthwise convolutions a direct bandwidth-bound kernel. Bucketed by the
+    output pixels M = N*OH*OW, which follow the batch (the tile sizes follow M)."""
+
+    name, op_type, module, tunable, fast = "conv", ConvOp, "conv", True, 4
+    sources = TRITON_COMMON + ("triton/conv.py", "triton/conv_configs.py",
+                               "triton/gemm_epilogue.py")
+
+    def supports(self, op):
+        return self.triton().supports(op)
+
+    def bucket_size(self, op):
+        return op.out.shape[0]
+
+    def default_config(self, op, target, backend="triton"):
+        return {"template": "conv.triton", **self._configs().default_config(op, target)}
+
+    def candidates(self, op, target, backend="auto"):
+        return [{"template": "conv.triton", **c}
+                for c in self._configs().candidate_configs(op, target)]
+
+    def compile(self, op, config, target):
+        self._check_template(config)
+        return self.triton().compile(op, target, _fields(config))
+
+    def describe(self, op):
+        n, h, w, c = op.x.shape
+        oc = op.out.shape[1]
+        kind = "depthwise " if op.depthwise else ""
+        geo = f"{op.kernel[0]}x{op.kernel[1]}/s{op.stride[0]}x{op.stride[1]}"
+        if op.dilation != (1, 1):
+            geo += f"/d{op.dilation[0]}x{op.dilation[1]}"
+        if op.groups > 1 and not op.depthwise:
+            geo += f"/g{op.groups}"
+        epi = ",".join(type(s).__name__[2:].lower() +
+                       (f":{s.act.value}" if hasattr(s, "act") else "") for s in op.epilogue)
+        return (f"{kind}conv N={n} {h}x{w}x{c} -> {op.out_hw[0]}x{op.out_hw[1]}x{oc} {geo} "
+                f"{op.x.dtype.value}->{op.out.dtype.value} epilogue=[{epi}]")
+
+    def _configs(self):
+        return importlib.import_module("aotpack.kernels.triton.conv_configs")
+
+
+class PoolTemplate(Template):
+    name, op_type, module = "pool", PoolOp, "pool"
+    sources = TRITON_COMMON + ("triton/pool.py",)
+
+    def describe(self, op):
+        n, h, w, c = op.x.shape
+        oh, ow = op.out.shape[1:3]
+        return (f"{op.kind}pool N={n} {h}x{w}x{c} -> {oh}x{ow} k{op.kernel[0]}x{op.kernel[1]} "
+                f"s{op.stride[0]}x{op.stride[1]} {op.x.dtype.value}")
+
+
 def _with_variants(base: dict, variants: list[dict]) -> list[dict]:
     out = [base]
     for v in variants:
@@ -185,7 +240,8 @@ def _registry() -> dict[type, Template]:
                  RowwiseTemplate("layernorm", LayerNormOp, _ROWWISE),
                  RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),
                  RowwiseTemplate("reduce", ReduceOp, _ROWWISE),
-                 RopeTemplate(), EmbeddingTemplate(), PointwiseTemplate()]
+                 RopeTemplate(), EmbeddingTemplate(), PointwiseTemplate(), ConvTemplate(),
+                 PoolTemplate()]
     return {t.op_type: t for t in templates}
 
 

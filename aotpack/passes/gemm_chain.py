@@ -1,8 +1,8 @@
 """Which nodes a GEMM absorbs as its epilogue (decided on the graph before lowering).
 
-From a LINEAR (or 2-D MATMUL) node the chain follows single users while they are:
+From a LINEAR (or 2-D MATMUL, or CONV: channels-last, so its rows are the pixels) node the chain follows single users while they are:
 SWIGLU (first step only, fuse_swiglu.py) → EpSwiGLU, bias-like add ([N] vector) → EpBias,
-gelu/silu/relu → EpAct, add/mul with a tensor of the output's shape → EpAdd/EpMul, a multiply
+gelu/silu/relu/relu6/hardswish/hardsigmoid/sigmoid → EpAct, add/mul with a tensor of the output's shape → EpAdd/EpMul, a multiply
 by a scale → EpScale, cast → output dtype; and reshapes that keep the last dim and the
 contiguous layout (GPT-2 computes [B*S, K] @ [K, N] and views the result back to [B, S, N]
 before its bias-free residual add and GELU), which change no byte of the 2-D output. A scale is a Python number (x * c, x / c), or a
@@ -20,8 +20,9 @@ from aotpack.ir.ops import Op
 from aotpack.kernels.spec import Act
 from aotpack.passes.views import is_reshape
 
-GEMM_ROOTS = (Op.LINEAR, Op.MATMUL)
-_ACTS = {Op.SILU: Act.SILU, Op.RELU: Act.RELU}
+GEMM_ROOTS = (Op.LINEAR, Op.MATMUL, Op.CONV)  # a CONV's output is [N, OH, OW, OC]: rows x OC
+_ACTS = {Op.SILU: Act.SILU, Op.RELU: Act.RELU, Op.RELU6: Act.RELU6,
+         Op.HARDSWISH: Act.HARDSWISH, Op.HARDSIGMOID: Act.HARDSIGMOID, Op.SIGMOID: Act.SIGMOID}
 
 
 @dataclass(frozen=True)

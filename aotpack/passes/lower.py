@@ -24,7 +24,7 @@ from aotpack.kernels.spec import (
     AttentionOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
     PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous, op_inputs,
 )
-from aotpack.passes import lower_reductions, pointwise as pw
+from aotpack.passes import lower_conv, lower_reductions, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
 from aotpack.passes.views import View, compose, is_reshape, normalized
 from aotpack.program import Program, Storage
@@ -43,7 +43,7 @@ _ROW_KERNELS = (Op.RMS_NORM,)  # write [R, C] views, unit inner stride (reductio
 
 def _kernel_writes_strided(n: Node | None) -> bool:
     """Kernels whose output may be any 4-D/N-D strided view (not GEMM: its out is 2-D)."""
-    return n is not None and (n.op in (Op.SDPA, Op.ROPE) or n.op in O.ELEMENTWISE)
+    return n is not None and (n.op in (Op.SDPA, Op.ROPE, Op.POOL) or n.op in O.ELEMENTWISE)
 
 
 class _Lowering:
@@ -216,7 +216,10 @@ class _Lowering:
         if n.op == Op.AS_STRIDED and name not in self.chain_of:
             self.args[name] = self._view(self.args[n.inputs[0].name], n.attrs)
         elif name in self.chains:
-            self._lower_gemm(self.chains[name])
+            if n.op == Op.CONV:
+                lower_conv.lower_conv(self, self.chains[name])
+            else:
+                self._lower_gemm(self.chains[name])
         elif name in self.chain_of or name in self.absorbed or name in self.fused_casts.skip:
             return  # emitted with its GEMM / its pointwise root / its reduction
         elif n.op in O.ELEMENTWISE:
@@ -231,7 +234,7 @@ class _Lowering:
         else:
             self._fail(n, "no kernel op implements it (supported after fusion: linear/matmul "
                           "+ epilogue, embedding, sdpa, rms_norm, layer_norm, (log_)softmax, "
-                          "last-dim sum/mean/amax/amin, rope, elementwise, cat, views)")
+                          "last-dim sum/mean/amax/amin, rope, elementwise, cat, views, conv, pool)")
 
     def _fail(self, n: Node, why: str):
         raise LoweringError(f"cannot lower {n.op.value} node %{n.output.name} "
@@ -295,6 +298,14 @@ class _Lowering:
         root = chain.root
         a_arg = self._as_2d(self.args[root.inputs[0].name], root.inputs[0].name)
         b_arg = self._gemm_b(root)
+        epilogue = self._epilogue(chain)
+        out = self._new_storage(chain.end)
+        out2d = _flatten_2d(out)
+        self.ops.append(GemmOp(a_arg, b_arg, out2d, tuple(epilogue)))
+
+    def _epilogue(self, chain: Chain) -> list:
+        """The epilogue steps of a GEMM or CONV chain (a linear's own bias first)."""
+        root = chain.root
         epilogue = []
         if root.op == Op.LINEAR and len(root.inputs) == 3:
             epilogue.append(EpBias(_as_1d(self.args[root.inputs[2].name])))
@@ -310,9 +321,7 @@ class _Lowering:
             elif s.kind in ("add", "mul"):
                 other = self._as_2d(self.args[s.operand.name], s.operand.name, False)
                 epilogue.append(EpAdd(other) if s.kind == "add" else EpMul(other))
-        out = self._new_storage(chain.end)
-        out2d = _flatten_2d(out)
-        self.ops.append(GemmOp(a_arg, b_arg, out2d, tuple(epilogue)))
+        return epilogue
 
     def _scale_arg(self, step) -> TensorArg:
         """EpScale's f32 operand, (1,) or (N,): an f32 graph input or constant is read where
@@ -426,7 +435,8 @@ class _Lowering:
 
 _LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
           Op.EMBEDDING: _Lowering._lower_embedding,
-          Op.RMS_NORM: _Lowering._lower_rms_norm, **lower_reductions.RULES}
+          Op.RMS_NORM: _Lowering._lower_rms_norm, Op.POOL: lower_conv.lower_pool,
+          **lower_reductions.RULES}
 
 
 # ---------------------------------------------------------------------- TensorArg helpers

@@ -14,7 +14,8 @@ from aotpack.kernels.spec import PwConst, PwExpr, PwInput
 _UNARY_FN = {
     Op.NEG: "neg", Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.RSQRT: "rsqrt",
     Op.RECIP: "recip", Op.ABS: "abs", Op.SIN: "sin", Op.COS: "cos", Op.TANH: "tanh",
-    Op.SIGMOID: "sigmoid", Op.RELU: "relu", Op.SILU: "silu",
+    Op.SIGMOID: "sigmoid", Op.RELU: "relu", Op.SILU: "silu", Op.RELU6: "relu6",
+    Op.HARDSWISH: "hardswish", Op.HARDSIGMOID: "hardsigmoid",
 }
 _BINARY_FN = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.DIV: "div", Op.MAX: "max",
               Op.MIN: "min", Op.POW: "pow"}

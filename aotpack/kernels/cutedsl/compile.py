@@ -65,6 +65,9 @@ def supports(op: GemmOp) -> str | None:
         return "A and B must both be bf16 or f16"
     if o.dtype not in _DT:
         return f"output dtype {o.dtype} not supported"
+    acts = [s.act.value for s in op.epilogue if isinstance(s, EpAct) and s.act not in _ACT]
+    if acts:
+        return f"its epilogue has no {', '.join(acts)} (the Triton GEMM has)"
     for t in (a, b, o):
         if len(t.shape) != 2 or t.strides[1] != 1:
             return "operands must be 2-D with unit inner stride"

@@ -16,6 +16,14 @@ def apply_act(x, act: Act):
         return F.silu(x)
     if act is Act.RELU:
         return F.relu(x)
+    if act is Act.RELU6:
+        return F.relu6(x)
+    if act is Act.HARDSWISH:
+        return F.hardswish(x)
+    if act is Act.HARDSIGMOID:
+        return F.hardsigmoid(x)
+    if act is Act.SIGMOID:
+        return x.sigmoid()
     raise ValueError(f"unknown activation {act}")
 
 
@@ -30,7 +38,12 @@ def swiglu(acc, group: int):
 
 def reference(op: GemmOp, env) -> None:
     acc = view(env, op.a).float() @ view(env, op.b).float().t()
-    for i, step in enumerate(op.epilogue):
+    write(env, op.out, apply_epilogue(acc, op.epilogue, env))
+
+
+def apply_epilogue(acc, epilogue, env):
+    """The f32 [M, N] accumulator after the epilogue steps (GemmOp's and ConvOp's)."""
+    for i, step in enumerate(epilogue):
         if isinstance(step, EpSwiGLU):
             if i != 0:
                 raise ValueError("EpSwiGLU must be the first epilogue step")
@@ -48,4 +61,4 @@ def reference(op: GemmOp, env) -> None:
             acc = acc * view(env, step.scale).float()  # (1,) or (N,) broadcasts over rows
         else:
             raise TypeError(f"unknown epilogue step {step!r}")
-    write(env, op.out, acc)
+    return acc

@@ -13,7 +13,8 @@ def _unary(fn: str, x):
         "neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt,
         "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh,
         "sigmoid": torch.sigmoid, "relu": F.relu, "silu": F.silu, "abs": torch.abs,
-        "recip": torch.reciprocal,
+        "recip": torch.reciprocal, "relu6": F.relu6, "hardswish": F.hardswish,
+        "hardsigmoid": F.hardsigmoid,
         "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
     }
     return table[fn](x)
@@ -30,7 +31,7 @@ def _binary(fn: str, a, b):
 
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "silu",
-         "abs", "recip", "gelu_tanh", "gelu_erf")
+         "abs", "recip", "gelu_tanh", "gelu_erf", "relu6", "hardswish", "hardsigmoid")
 BINARY = ("add", "sub", "mul", "div", "max", "min", "pow")
 
 

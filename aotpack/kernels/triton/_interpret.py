@@ -30,6 +30,8 @@ _TEMPLATE_MODULE = {
     "RopeOp": "aotpack.kernels.triton.rope",
     "EmbeddingOp": "aotpack.kernels.triton.embedding",
     "PointwiseOp": "aotpack.kernels.triton.pointwise",
+    "ConvOp": "aotpack.kernels.triton.conv",
+    "PoolOp": "aotpack.kernels.triton.pool",
 }
 
 

@@ -25,6 +25,9 @@ UNARY = {
     "tanh": "_tanh({0})", "sigmoid": "_sigmoid({0})", "relu": "tl.maximum({0}, 0.0)",
     "silu": "({0} * _sigmoid({0}))", "gelu_tanh": "_gelu_tanh({0})",
     "gelu_erf": "_gelu_erf({0})", "abs": "tl.abs({0})", "recip": "(1.0 / {0})",
+    "relu6": "tl.minimum(tl.maximum({0}, 0.0), 6.0)",
+    "hardswish": "({0} * (tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) * (1.0 / 6.0)))",
+    "hardsigmoid": "(tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) * (1.0 / 6.0))",
 }
 BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",

@@ -3,7 +3,8 @@ f32 accumulator in registers and store it, and the host-side mapping of the op's
 to the kernel's constexpr step kinds.
 
 Step kinds: "" (none), "bias", "add", "mul", "scale" (per-tensor f32), "scale_n" (per-channel
-f32), activations ("gelu_tanh", "gelu_erf", "silu", "relu"). EpSwiGLU is not a step kind but
+f32), activations ("gelu_tanh", "gelu_erf", "silu", "relu", "relu6", "hardswish",
+"hardsigmoid", "sigmoid"). EpSwiGLU is not a step kind but
 the kernel constexpr SWIGLU_G: it runs first, on the whole [BM, BN] accumulator, and halves it.
 """
 from __future__ import annotations
@@ -34,6 +35,14 @@ def _activation(x, ACT: tl.constexpr):
         x = x * tl.sigmoid(x)
     elif ACT == "relu":
         x = tl.maximum(x, 0.0)
+    elif ACT == "relu6":
+        x = tl.minimum(tl.maximum(x, 0.0), 6.0)
+    elif ACT == "hardswish":
+        x = x * (tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) * (1.0 / 6.0))
+    elif ACT == "hardsigmoid":
+        x = tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0) * (1.0 / 6.0)
+    elif ACT == "sigmoid":
+        x = tl.sigmoid(x)
     return x
 
 

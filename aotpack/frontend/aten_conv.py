@@ -1,0 +1,233 @@
+"""aten → IR rules for convolutional networks: convolution, batch norm (eval), pooling, zero
+padding, and the hard activations (relu6, hardswish, hardsigmoid, hardtanh, clamp).
+
+CONV and POOL compute on channels-last tensors ([N, H, W, C]); each rule here wraps one in the
+permutes that keep the model's own NCHW (NCL) semantics, and passes/channels_last.py later moves
+those permutes past elementwise ops so that consecutive convolutions meet channels-last with no
+copy in between. A 1-D convolution is a 2-D one over an image of height 1.
+"""
+from __future__ import annotations
+
+from aotpack.frontend.aten_table import Unsupported, _conv2d, _pair
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Value
+from aotpack.ir.ops import Op
+
+
+def _to_channels_last(cx, x: Value) -> Value:
+    """[N, C, H, W] → [N, H, W, C]; [N, C, L] → [N, 1, L, C]."""
+    if len(x.shape) == 4:
+        return cx.emit(Op.PERMUTE, [x], O.PermuteAttrs((0, 2, 3, 1)))
+    n, c, length = x.shape
+    t = cx.emit(Op.PERMUTE, [x], O.PermuteAttrs((0, 2, 1)))
+    return cx.emit(Op.VIEW, [t], O.ViewAttrs((n, 1, length, c)))
+
+
+def _from_channels_last(cx, y: Value, rank: int, final: bool = True) -> Value:
+    """The inverse of _to_channels_last for a result of the given rank (`final`: it is the fx
+    node's value, typed against torch's; not for the tuple results of multi-output ops)."""
+    if rank == 4:
+        return cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((0, 3, 1, 2)), final=final)
+    n, _, length, c = y.shape
+    t = cx.emit(Op.VIEW, [y], O.ViewAttrs((n, length, c)))
+    return cx.emit(Op.PERMUTE, [t], O.PermuteAttrs((0, 2, 1)), final=final)
+
+
+def _ints(v, n: int) -> tuple[int, ...]:
+    v = tuple(v) if isinstance(v, (list, tuple)) else (v,)
+    v = v * n if len(v) == 1 else v
+    if len(v) != n or not all(isinstance(i, int) for i in v):
+        raise Unsupported(f"geometry {v} (want {n} integers)")
+    return v
+
+
+def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise Unsupported("transposed convolution (ConvTranspose1d/2d is not supported yet: "
+                          "write it as an upsample followed by a convolution, or keep it "
+                          "outside the packaged model)")
+    if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
+        raise Unsupported(f"a {len(x.shape) - 2}-D convolution (Conv1d and Conv2d over a "
+                          f"batch are supported)")
+    if cx.constant_value(w) is None:
+        raise Unsupported("a convolution whose weight is computed at run time (its weight "
+                          "must be a parameter or buffer of the model)")
+    spatial = len(x.shape) - 2
+    stride, dilation = _ints(stride, spatial), _ints(dilation, spatial)
+    if isinstance(padding, str):
+        raise Unsupported(f"padding={padding!r} left unresolved by torch.export")
+    padding = _ints(padding, spatial)
+    x, pads = cx.padded_source(x)  # a zero pad before the conv joins its padding
+    if spatial == 2 and not any(map(any, pads)) and _is_patch_embedding(x, w, stride, padding, dilation,
+                                                               groups):
+        return _conv2d(cx, x, w, b, stride, padding, dilation, groups)  # one GEMM: fast
+    if spatial == 1:
+        stride, dilation, padding = (1,) + stride, (1,) + dilation, (0,) + padding
+        pads = ((0, 0),) + tuple(pads)
+        oc, cg, k = w.shape
+        w = cx.emit(Op.VIEW, [w], O.ViewAttrs((oc, cg, 1, k)))
+    pad2 = tuple((p + lo, p + hi) for p, (lo, hi) in zip(padding, pads))
+    attrs = O.ConvAttrs(tuple(stride), pad2, tuple(dilation), int(groups))
+    y = cx.emit(Op.CONV, [_to_channels_last(cx, x), w], attrs)
+    if b is not None:
+        y = cx.emit(Op.ADD, [y, b], O.BinaryAttrs())
+    return _from_channels_last(cx, y, len(x.shape))
+
+
+def _is_patch_embedding(x, w, stride, padding, dilation, groups) -> bool:
+    (_, c, h, wd), (_, cw, p, q) = x.shape, w.shape
+    return (tuple(stride) == (p, q) and tuple(padding) == (0, 0) and tuple(dilation) == (1, 1)
+            and groups == 1 and cw == c and isinstance(h, int) and isinstance(wd, int)
+            and h % p == 0 and wd % q == 0 and p * q > 1)
+
+
+def _constant_pad(cx, x, pad, value=0.0):
+    """Zero (or constant) padding as a cat with constant blocks; remembered so that a
+    convolution reading it folds the zeros into its own padding instead (padding='same' with
+    an even kernel exports as constant_pad_nd + convolution)."""
+    if len(pad) % 2 or any(p < 0 for p in pad):
+        raise Unsupported(f"pad {list(pad)} (cropping by a negative pad)")
+    rank = len(x.shape)
+    pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last dim first
+    out = x
+    for i, (lo, hi) in enumerate(pairs):
+        dim = rank - 1 - i
+        parts = [cx.fill_block(out, dim, lo, value), out, cx.fill_block(out, dim, hi, value)]
+        parts = [p for p in parts if p is not None]
+        if len(parts) > 1:
+            out = cx.emit(Op.CAT, parts, O.DimAttrs((dim,)))
+    if value == 0 and rank >= 3:
+        spatial = [(0, 0)] * (rank - 2)
+        for i, p in enumerate(pairs):
+            if i < rank - 2:
+                spatial[rank - 3 - i] = p
+            elif p != (0, 0):
+                return out  # pads batch or channels: not a conv's padding
+        cx.pads[out.name] = (x, tuple(spatial))
+    return out
+
+
+def _batch_norm_eval(cx, x, weight, bias, mean, var, momentum, eps):
+    """Inference batch norm: x * scale + shift per channel (dim 1), scale and shift computed
+    here from the statistics; passes/fold_conv_bn.py folds them into a preceding conv."""
+    import torch
+
+    tensors = [cx.constant_value(t) if t is not None else None
+               for t in (weight, bias, mean, var)]
+    if any(t is None for t, v in zip(tensors, (weight, bias, mean, var)) if v is not None):
+        raise Unsupported("batch norm whose statistics or affine parameters are computed at "
+                          "run time")
+    w, b, m, v = tensors
+    if m is None or v is None:
+        raise Unsupported("batch norm without running statistics (track_running_stats=False "
+                          "normalizes by the batch: not an inference op)")
+    scale = torch.rsqrt(v.double() + eps)
+    if w is not None:
+        scale = scale * w.double()
+    shift = -m.double() * scale + (b.double() if b is not None else 0.0)
+    c = x.shape[1]
+    shape = (c,) + (1,) * (len(x.shape) - 2)
+    dtype = x.dtype.to_torch()
+    s = cx.add_constant("bn_scale", scale.to(dtype).reshape(shape))
+    t = cx.add_constant("bn_shift", shift.to(dtype).reshape(shape))
+    y = cx.emit(Op.MUL, [x, s], O.BinaryAttrs())
+    return [cx.emit(Op.ADD, [y, t], O.BinaryAttrs()), None, None]  # (out, mean, invstd)
+
+
+def _batch_norm_training(cx, *args, **kwargs):
+    raise Unsupported("batch norm in training mode: call model.eval() before exporting")
+
+
+def _pool_attrs(x, kind, kernel, stride, padding, ceil_mode=False, count_include_pad=True,
+                divisor=None):
+    if len(x.shape) != 4:
+        raise Unsupported(f"{kind} pooling over a {len(x.shape)}-D tensor (2-D pooling of "
+                          f"[N, C, H, W] is supported)")
+    kernel = _ints(kernel, 2)
+    stride = _ints(stride, 2) if stride else kernel
+    padding = _ints(padding, 2)
+    return O.PoolAttrs(kind, kernel, stride, padding, bool(ceil_mode), bool(count_include_pad),
+                       None if divisor is None else int(divisor))
+
+
+def _pool(cx, x, attrs: O.PoolAttrs, final: bool = True) -> Value:
+    y = cx.emit(Op.POOL, [_to_channels_last(cx, x)], attrs)
+    return _from_channels_last(cx, y, 4, final)
+
+
+def _max_pool(cx, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False, final=True):
+    if _ints(dilation, 2) != (1, 1):
+        raise Unsupported(f"max pooling with dilation {dilation}")
+    return _pool(cx, x, _pool_attrs(x, "max", kernel, stride, padding, ceil_mode), final)
+
+
+def _max_pool_with_indices(cx, *args, **kwargs):
+    return [_max_pool(cx, *args, **kwargs, final=False), None]  # (values, indices unused)
+
+
+def _avg_pool(cx, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+              divisor_override=None):
+    return _pool(cx, x, _pool_attrs(x, "avg", kernel, stride, padding, ceil_mode,
+                                    count_include_pad, divisor_override))
+
+
+def _adaptive_avg_pool(cx, x, output_size):
+    """Adaptive average pooling where it is a plain one: each output cell averages an equal
+    block (the input a whole multiple of the output; global pooling included)."""
+    if len(x.shape) != 4:
+        raise Unsupported("adaptive average pooling of anything but [N, C, H, W]")
+    h, w = x.shape[2:]
+    oh, ow = _ints(output_size, 2)
+    if not (isinstance(h, int) and isinstance(w, int)):
+        raise Unsupported(f"adaptive pooling over a dynamic image size {h}x{w}")
+    if h % oh or w % ow:
+        raise Unsupported(f"adaptive average pooling of {h}x{w} to {oh}x{ow} (only sizes that "
+                          f"divide evenly are supported)")
+    kernel = (h // oh, w // ow)
+    return _pool(cx, x, O.PoolAttrs("avg", kernel, kernel))
+
+
+def _hardtanh(cx, x, lo=-1.0, hi=1.0):
+    if (lo, hi) == (0, 6):
+        return cx.emit(Op.RELU6, [x], O.NoAttrs(), final=True)
+    y = cx.emit(Op.MAX, [x], O.BinaryAttrs(float(lo)))
+    return cx.emit(Op.MIN, [y], O.BinaryAttrs(float(hi)), final=True)
+
+
+def _clamp(cx, x, lo=None, hi=None):
+    if not all(v is None or isinstance(v, (int, float)) for v in (lo, hi)):
+        raise Unsupported("clamp with tensor bounds")
+    if lo is None and hi is None:
+        return x
+    if lo is not None and hi is not None:
+        return _hardtanh(cx, x, lo, hi)
+    op, v = (Op.MAX, lo) if lo is not None else (Op.MIN, hi)
+    return cx.emit(op, [x], O.BinaryAttrs(float(v)), final=True)
+
+
+def _unary(op: Op):
+    return lambda cx, x: cx.emit(op, [x], O.NoAttrs(), final=True)
+
+
+RULES = {
+    "aten.convolution.default": _convolution,
+    "aten.conv1d.default": lambda cx, x, w, b=None, s=1, p=0, d=1, g=1:
+        _convolution(cx, x, w, b, s, p, d, False, 0, g),
+    "aten.conv2d.default": lambda cx, x, w, b=None, s=1, p=0, d=1, g=1:
+        _convolution(cx, x, w, b, s, p, d, False, 0, g),
+    "aten.constant_pad_nd.default": _constant_pad,
+    "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
+    "aten._native_batch_norm_legit.default": _batch_norm_training,
+    "aten._native_batch_norm_legit_functional.default": _batch_norm_training,
+    "aten.max_pool2d_with_indices.default": _max_pool_with_indices,
+    "aten.max_pool2d.default": _max_pool,
+    "aten.avg_pool2d.default": _avg_pool,
+    "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.hardtanh.default": _hardtanh, "aten.clamp.default": _clamp,
+    "aten.relu6.default": _unary(Op.RELU6),
+    "aten.hardswish.default": _unary(Op.HARDSWISH),
+    "aten.hardsigmoid.default": _unary(Op.HARDSIGMOID),
+}
+
+__all__ = ["RULES", "_pair"]

@@ -1,0 +1,57 @@
+"""Configs of the convolution kernels (triton/conv.py): the heuristic default and the space
+`aotpack tune` measures. Heuristics only: outside the tuning key's sources would be better, but
+the tiles are the kernel's constexprs, so a change here is a change of kernels anyway.
+
+Implicit GEMM: BM x BN output tile over [pixels, channels of a group], BK channels per step
+(64 when the group has that many: a full 128-byte bf16 row), FLAT_K when a group has fewer than
+16 channels (stems, small grouped convs). Depthwise: BP pixels x BC channels per program.
+"""
+from __future__ import annotations
+
+from aotpack.ir.sym import upper_bound
+from aotpack.kernels.spec import ConvOp, Target
+
+
+def _pow2_at_least(n: int, lo: int, hi: int) -> int:
+    p = lo
+    while p < n and p < hi:
+        p *= 2
+    return p
+
+
+def default_config(op: ConvOp, target: Target) -> dict:
+    m = upper_bound(op.out.shape[0])
+    c = op.x.shape[3]
+    if op.depthwise:
+        bc = _pow2_at_least(c, 16, 64)
+        return {"BP": 64 if m >= 4096 else 32, "BC": bc, "num_warps": 4, "num_stages": 2}
+    cg, ocg = c // op.groups, op.out.shape[1] // op.groups
+    flat = cg < 16
+    bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
+    bn = _pow2_at_least(ocg, 16, 128)
+    bm = 128 if m >= 128 * target.sm_count // max(1, ocg // bn) else 64
+    big = bm * bn >= 128 * 128
+    return {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8, "FLAT_K": flat,
+            "num_warps": 8 if big else 4, "num_stages": 3 if big else 4}
+
+
+def candidate_configs(op: ConvOp, target: Target) -> list[dict]:
+    base = default_config(op, target)
+    out = [base]
+    if op.depthwise:
+        variants = [{"BP": 64}, {"BP": 16}, {"BC": min(128, base["BC"] * 2)},
+                    {"num_warps": 8, "BP": 64}, {"BP": 128, "num_warps": 8}]
+    else:
+        variants = [{"BM": 128, "BN": 128, "num_warps": 8, "num_stages": 3},
+                    {"BM": 64, "BN": 128, "num_warps": 4, "num_stages": 4},
+                    {"BM": 128, "BN": 64, "num_warps": 4, "num_stages": 4},
+                    {"BM": 64, "BN": 64, "num_warps": 4, "num_stages": 4},
+                    {"BM": 128, "BN": 256, "num_warps": 8, "num_stages": 3},
+                    {"num_stages": 2}, {"GROUP_M": 1}]
+        if not base["FLAT_K"]:
+            variants += [{"BK": 32}, {"BK": 64, "num_stages": 3}]
+    for v in variants:
+        c = {**base, **v}
+        if c not in out and (op.depthwise or c["BN"] <= max(16, 2 * op.out.shape[1])):
+            out.append(c)
+    return out

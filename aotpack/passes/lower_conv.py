@@ -1,0 +1,58 @@
+"""Lowering of CONV chains and POOL nodes to ConvOp / PoolOp (called from lower.py).
+
+A CONV's weight is a constant (the frontend refuses others), packed here once at build time in
+the layout its kernel reads (spec.ConvOp); the unpacked constant is then read by no kernel and
+is not stored. The epilogue is built as a GEMM's (bias, activations, residual add, ...)."""
+from __future__ import annotations
+
+from aotpack.ir.graph import Node, Value
+from aotpack.kernels.spec import ConvOp, PoolOp
+from aotpack.passes.fold_conv_bn import constant_tensor
+
+
+def pack_conv_weight(w, groups: int, depthwise: bool):
+    """torch's [OC, C/g, KH, KW] → [KH*KW, C] (depthwise) or [OC, KH*KW*C/g]."""
+    oc, cg, kh, kw = w.shape
+    if depthwise:
+        return w.reshape(oc, kh * kw).t().contiguous()
+    return w.permute(0, 2, 3, 1).reshape(oc, kh * kw * cg).contiguous()
+
+
+def lower_conv(lw, chain) -> None:
+    """`lw`: the lower.py _Lowering; `chain`: the CONV's gemm_chain.Chain."""
+    root: Node = chain.root
+    x_val, w_val = root.inputs
+    a = root.attrs
+    x = lw.args[x_val.name]
+    w = constant_tensor(w_val, lw.g, lw.producers)
+    if w is None:
+        lw._fail(root, "its weight is computed at run time (a convolution's weight must be a "
+                       "parameter or buffer of the model)")
+    oc, cg, kh, kw = w.shape
+    c = x.shape[3]
+    depthwise = a.groups == c == oc and c > 1
+    packed = pack_conv_weight(w, a.groups, depthwise)
+    name = lw._fresh_storage_name(f"{w_val.name}.packed")
+    w_arg = lw._add_weight(name, packed, Value(name, w_val.dtype, tuple(packed.shape)))
+    epilogue = lw._epilogue(chain)
+    out = lw._new_storage(chain.end)
+    out2d = _flatten_rows(out)
+    if out2d is None:
+        lw._fail(root, f"its output view {out.shape} / {out.strides} is not [pixels, channels]")
+    out_hw = tuple(root.output.shape[1:3])
+    lw.ops.append(ConvOp(x, w_arg, out2d, (kh, kw), tuple(a.stride), tuple(a.padding),
+                         tuple(a.dilation), a.groups, out_hw, tuple(epilogue)))
+
+
+def _flatten_rows(arg):
+    from aotpack.passes.lower import _flatten_2d
+
+    return _flatten_2d(arg)
+
+
+def lower_pool(lw, n: Node) -> None:
+    a = n.attrs
+    x = lw.args[n.inputs[0].name]
+    out = lw._new_storage(n.output)
+    lw.ops.append(PoolOp(a.kind, x, out, tuple(a.kernel), tuple(a.stride), tuple(a.padding),
+                         a.count_include_pad, a.divisor))

@@ -1,0 +1,176 @@
+"""Small convolutional networks in plain torch (torchvision does not import next to the CPU
+torch here): the shapes of ResNet-18, a MobileNetV2 inverted residual, a ConvNeXt block, a
+squeeze-excitation block, a Conv1d audio stem. Used by tests/test_conv.py and
+benchmarks/bench_conv.py, and buildable: `aotpack build examples/conv_nets.py:make_resnet18`
+(`--dynamic x.0=1..64` for any batch)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+def randomize_batch_norms(model: nn.Module, seed: int = 0) -> nn.Module:
+    """Non-trivial running statistics and affine parameters (fresh ones are the identity)."""
+    gen = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+            c = m.num_features
+            m.running_mean.copy_(torch.rand(c, generator=gen) - 0.5)
+            m.running_var.copy_(torch.rand(c, generator=gen) + 0.5)
+            m.weight.data.copy_(torch.rand(c, generator=gen) + 0.5)
+            m.bias.data.copy_(torch.rand(c, generator=gen) - 0.5)
+    return model
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False),
+                                            nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        identity = x if self.downsample is None else self.downsample(x)
+        return F.relu(out + identity)
+
+
+class ResNet18(nn.Module):
+    """torchvision's resnet18 layout (widths scaled by `width`/64)."""
+
+    def __init__(self, width=64, classes=1000):
+        super().__init__()
+        w = width
+        self.conv1 = nn.Conv2d(3, w, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(w)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        layers, cin = [], w
+        for i, cout in enumerate((w, 2 * w, 4 * w, 8 * w)):
+            stride = 1 if i == 0 else 2
+            layers += [BasicBlock(cin, cout, stride), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8 * w, classes)
+
+    def forward(self, x):
+        x = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        x = self.layers(x)
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class InvertedResidual(nn.Module):
+    """MobileNetV2: 1x1 expand + BN + ReLU6, 3x3 depthwise + BN + ReLU6, 1x1 project + BN,
+    residual when the shape allows."""
+
+    def __init__(self, cin, cout, stride, expand=6):
+        super().__init__()
+        hidden = cin * expand
+        self.use_res = stride == 1 and cin == cout
+        self.block = nn.Sequential(
+            nn.Conv2d(cin, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU6(),
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden), nn.ReLU6(),
+            nn.Conv2d(hidden, cout, 1, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.use_res else y
+
+
+class MobileNetV2Block(nn.Module):
+    def __init__(self, c=16):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, c, 3, 2, 1, bias=False), nn.BatchNorm2d(c),
+                                  nn.Hardswish())
+        self.b1 = InvertedResidual(c, c, 1)
+        self.b2 = InvertedResidual(c, 2 * c, 2)
+
+    def forward(self, x):
+        return self.b2(self.b1(self.stem(x)))
+
+
+class ConvNeXtBlock(nn.Module):
+    """7x7 depthwise conv, channels-last LayerNorm, pointwise MLP with GELU, layer scale."""
+
+    def __init__(self, dim=32):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1 = nn.Linear(dim, 4 * dim)
+        self.pwconv2 = nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.rand(dim) + 0.5)
+
+    def forward(self, x):
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.pwconv2(F.gelu(self.pwconv1(self.norm(y))))
+        return x + (self.gamma * y).permute(0, 3, 1, 2)
+
+
+class SqueezeExcitation(nn.Module):
+    def __init__(self, c=32, squeeze=8):
+        super().__init__()
+        self.conv = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(c)
+        self.fc1 = nn.Conv2d(c, squeeze, 1)
+        self.fc2 = nn.Conv2d(squeeze, c, 1)
+
+    def forward(self, x):
+        y = F.silu(self.bn(self.conv(x)))
+        s = F.adaptive_avg_pool2d(y, 1)
+        s = torch.sigmoid(self.fc2(F.relu(self.fc1(s))))
+        return y * s
+
+
+class AudioStem(nn.Module):
+    """Whisper-like: two Conv1d + GELU, the second strided, then [B, T, C]."""
+
+    def __init__(self, mels=16, dim=32):
+        super().__init__()
+        self.conv1 = nn.Conv1d(mels, dim, 3, padding=1)
+        self.conv2 = nn.Conv1d(dim, dim, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        x = F.gelu(self.conv1(x))
+        x = F.gelu(self.conv2(x))
+        return x.permute(0, 2, 1)
+
+
+def nets():
+    """name -> (factory, example input shape)."""
+    return {
+        "resnet18": (lambda: ResNet18(width=16, classes=10), (2, 3, 32, 32)),
+        "mobilenet_v2_block": (MobileNetV2Block, (2, 3, 16, 16)),
+        "convnext_block": (ConvNeXtBlock, (2, 32, 8, 8)),
+        "squeeze_excitation": (SqueezeExcitation, (2, 32, 8, 8)),
+        "audio_stem": (AudioStem, (2, 16, 20)),
+    }
+
+
+def make(name: str, dtype=torch.float32):
+    factory, shape = nets()[name]
+    torch.manual_seed(0)
+    model = randomize_batch_norms(factory()).eval().to(dtype)
+    return model, torch.randn(shape).to(dtype)
+
+
+def make_resnet18(batch: int = 1, size: int = 224, width: int = 64, classes: int = 1000,
+                  dtype=torch.bfloat16, seed: int = 0):
+    """(model, example inputs): full-size ResNet-18 (random weights, batch norms randomized)."""
+    torch.manual_seed(seed)
+    model = randomize_batch_norms(ResNet18(width, classes), seed).eval().to(dtype)
+    return model, (torch.randn(batch, 3, size, size).to(dtype),)
+
+
+def make_resnet18_dynamic(max_batch: int = 64, **kw):
+    """ResNet-18 for any batch in 1..max_batch (dim B; the example has 2: torch.export
+    specializes an example size of 1)."""
+    model, inputs = make_resnet18(**{"batch": 2, **kw})
+    return model, inputs, ({0: torch.export.Dim("B", min=1, max=max_batch)},)

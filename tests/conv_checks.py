@@ -1,0 +1,49 @@
+"""Helpers of tests/test_conv.py: run a program op by op with the torch references and check
+its convolution and pooling kernels in Triton's interpreter against them."""
+from __future__ import annotations
+
+import torch
+
+from aotpack.executor import _empty
+from aotpack.kernels import run_reference
+from aotpack.kernels.reference import view
+from aotpack.kernels.spec import ConvOp, PoolOp
+
+
+def reference_envs(program, inputs):
+    """[(op, env before op)] for every ConvOp/PoolOp, and the env after the whole program."""
+    env = {}
+    for name, t in zip(program.inputs, inputs):
+        env[name] = t.contiguous().reshape(-1)
+    for name, w in program.weights.items():
+        env[name] = w.detach().contiguous().reshape(-1)
+    for st in program.storages.values():
+        if st.name not in env:
+            env[st.name] = _empty(st, True)
+    jobs = []
+    for op in program.ops:
+        if isinstance(op, (ConvOp, PoolOp)):
+            before = {k: v.clone() for k, v in env.items()}
+            jobs.append((op, before))
+        run_reference(op, env)
+    return jobs, env
+
+
+def check_kernels_interpreted(program, inputs, tol=2e-2, configs=None):
+    """Every ConvOp/PoolOp of `program` run by its Triton kernel in the interpreter (inputs as
+    the references computed them, the output poisoned) matches its reference output.
+    Returns the number of ops checked."""
+    from aotpack.kernels.triton._interpret import run_interpreted_batch
+
+    jobs, ref_env = reference_envs(program, inputs)
+    batch = []
+    for op, env in jobs:
+        view(env, op.out).fill_(float("nan"))
+        batch.append((op, env, (configs or {}).get(type(op).__name__)))
+    run_interpreted_batch(batch)
+    for op, env in jobs:
+        got, want = view(env, op.out).double(), view(ref_env, op.out).double()
+        assert not got.isnan().any(), f"{type(op).__name__} left NaN in its output"
+        err = ((got - want).norm() / want.norm().clamp_min(1e-12)).item()
+        assert err <= tol, (type(op).__name__, op.kernel, err)
+    return len(jobs)

@@ -1,0 +1,292 @@
+"""Convolutional networks (issue 17), CPU: the compiled program run with the kernel references
+equals eager torch for many convolution geometries and small nets; batch norm folds into the
+convolutions; the convolution / depthwise / pooling kernels match their references in Triton's
+interpreter and cross-compile for sm_90a; dynamic batch; clear refusals. GPU: a ResNet-18
+bundle against eager torch on CUDA."""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from aotpack.errors import UserError  # noqa: E402
+from aotpack.frontend import to_graph  # noqa: E402
+from aotpack.ir.ops import Op  # noqa: E402
+from aotpack.kernels import template_for  # noqa: E402
+from aotpack.kernels.spec import ConvOp, PoolOp  # noqa: E402
+from aotpack.passes import compile_graph  # noqa: E402
+from aotpack.passes.pipeline import optimize  # noqa: E402
+from conv_checks import check_kernels_interpreted  # noqa: E402
+from program_checks import check_matches_eager, kinds  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import conv_nets  # noqa: E402
+
+
+class Conv(nn.Module):
+    """One convolution (+ optional zero pad before it, + relu)."""
+
+    def __init__(self, conv: nn.Module, pad=None):
+        super().__init__()
+        self.conv, self.pad = conv, pad
+
+    def forward(self, x):
+        if self.pad is not None:
+            x = F.pad(x, self.pad)
+        return torch.relu(self.conv(x))
+
+
+# (name, module, input shape)
+CONV_CASES = [
+    ("3x3_s1_p1", nn.Conv2d(8, 16, 3, 1, 1), (2, 8, 9, 9)),
+    ("3x3_s2_p1", nn.Conv2d(8, 16, 3, 2, 1), (2, 8, 9, 9)),
+    ("3x3_s2_p0_nobias", nn.Conv2d(8, 16, 3, 2, 0, bias=False), (2, 8, 10, 10)),
+    ("1x1", nn.Conv2d(16, 24, 1), (2, 16, 5, 7)),
+    ("1x1_s2", nn.Conv2d(16, 24, 1, 2), (2, 16, 8, 8)),
+    ("stem_7x7_s2_p3", nn.Conv2d(3, 16, 7, 2, 3, bias=False), (2, 3, 20, 20)),
+    ("same_odd", nn.Conv2d(8, 8, 5, padding="same"), (1, 8, 7, 9)),
+    ("same_even", nn.Conv2d(8, 8, 4, padding="same"), (1, 8, 7, 9)),
+    ("rect_kernel_stride", nn.Conv2d(8, 8, (3, 1), (2, 1), (1, 0)), (2, 8, 9, 6)),
+    ("dilation2", nn.Conv2d(8, 8, 3, padding=2, dilation=2), (2, 8, 9, 9)),
+    ("groups4", nn.Conv2d(16, 32, 3, padding=1, groups=4), (2, 16, 6, 6)),
+    ("depthwise", nn.Conv2d(16, 16, 3, padding=1, groups=16), (2, 16, 7, 7)),
+    ("depthwise_s2_5x5", nn.Conv2d(24, 24, 5, 2, 2, groups=24), (2, 24, 9, 9)),
+    ("depthwise_x2", nn.Conv2d(8, 16, 3, padding=1, groups=8), (2, 8, 6, 6)),
+    ("patch_embedding", nn.Conv2d(3, 16, 4, 4), (2, 3, 16, 16)),
+    ("conv1d", nn.Conv1d(8, 16, 3, padding=1), (2, 8, 20)),
+    ("conv1d_s2_d2", nn.Conv1d(8, 16, 5, stride=2, padding=3, dilation=2), (2, 8, 21)),
+    ("conv1d_depthwise", nn.Conv1d(16, 16, 9, padding=4, groups=16), (2, 16, 20)),
+]
+PADDED_CASES = [  # asymmetric zero padding in front of a conv joins its padding
+    ("asym_pad", nn.Conv2d(8, 8, 3), (0, 1, 2, 0), (2, 8, 7, 7)),
+    ("asym_pad_1d", nn.Conv1d(8, 8, 3), (2, 0), (2, 8, 11)),
+]
+
+
+def _conv_model(module, pad=None):
+    torch.manual_seed(0)
+    m = Conv(module, pad).eval()
+    for p in m.parameters():
+        p.data.normal_(0, 0.3)
+    return m
+
+
+@pytest.mark.parametrize("name,module,shape", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_conv_geometries_match_eager(name, module, shape):
+    program = check_matches_eager(_conv_model(module), [torch.randn(shape)], 1e-5)
+    kind = Counter(kinds(program))
+    if name == "patch_embedding":
+        assert kind["GemmOp"] == 1 and "ConvOp" not in kind  # the fast GEMM path is kept
+    else:
+        assert kind["ConvOp"] == 1
+        conv = next(op for op in program.ops if isinstance(op, ConvOp))
+        assert [type(s).__name__ for s in conv.epilogue][-1] == "EpAct"  # relu fused
+
+
+@pytest.mark.parametrize("name,module,pad,shape", PADDED_CASES, ids=[c[0] for c in PADDED_CASES])
+def test_zero_padding_joins_the_conv(name, module, pad, shape):
+    program = check_matches_eager(_conv_model(module, pad), [torch.randn(shape)], 1e-5)
+    # the conv reads the unpadded input in place; the copy after it is the NCHW output
+    assert kinds(program) == ["ConvOp", "PointwiseOp"]
+    conv = program.ops[0]
+    assert conv.x.storage == program.inputs[0]
+    assert conv.padding != ((0, 0), (0, 0))
+
+
+@pytest.mark.parametrize("name", list(conv_nets.nets()))
+def test_nets_match_eager(name):
+    model, x = conv_nets.make(name)
+    program = check_matches_eager(model, [x], 1e-4)
+    assert "ConvOp" in kinds(program)
+
+
+def test_resnet18_plan():
+    """BN folded (no multiply left), every conv's epilogue fused (bias, relu, shortcut add),
+    pooling kernels, 20 convs + 2 pools + 1 GEMM = 23 launches."""
+    model, x = conv_nets.make("resnet18")
+    graph = optimize(to_graph(model, [x]))
+    assert not any(n.op == Op.MUL for n in graph.nodes)
+    program = compile_graph(to_graph(model, [x]))
+    assert Counter(kinds(program)) == {"ConvOp": 20, "PoolOp": 2, "GemmOp": 1}
+    convs = [op for op in program.ops if isinstance(op, ConvOp)]
+    adds = [op for op in convs if any(type(s).__name__ == "EpAdd" for s in op.epilogue)]
+    assert len(adds) == 8  # one shortcut per basic block
+    for op in convs:  # channels-last between kernels; the stem reads the NCHW input in place
+        assert op.x.strides[3] == 1 or op.x.storage == program.inputs[0]
+    assert all(template_for(op).describe(op) for op in program.ops)
+
+
+def test_mobilenet_block_fuses_relu6_hardswish_depthwise():
+    model, x = conv_nets.make("mobilenet_v2_block")
+    program = compile_graph(to_graph(model, [x]))
+    convs = [op for op in program.ops if isinstance(op, ConvOp)]
+    acts = [s.act.value for op in convs for s in op.epilogue if hasattr(s, "act")]
+    assert acts.count("relu6") == 4 and acts.count("hardswish") == 1
+    assert sum(op.depthwise for op in convs) == 2
+    assert "depthwise conv" in template_for(convs[2]).describe(convs[2])
+
+
+def test_squeeze_excitation_pools_and_gates_in_kernels():
+    model, x = conv_nets.make("squeeze_excitation")
+    program = compile_graph(to_graph(model, [x]))
+    assert Counter(kinds(program)) == {"ConvOp": 3, "PoolOp": 1, "PointwiseOp": 1}
+    gate = [op for op in program.ops if isinstance(op, ConvOp)][-1]
+    assert gate.epilogue[-1].act.value == "sigmoid"
+
+
+POOL_CASES = [
+    ("max3_s2_p1", nn.MaxPool2d(3, 2, 1), (2, 8, 9, 9)),
+    ("max2_ceil", nn.MaxPool2d(2, 2, ceil_mode=True), (2, 8, 7, 7)),
+    ("avg3_s2_p1", nn.AvgPool2d(3, 2, 1), (2, 8, 9, 9)),
+    ("avg3_nopad_count", nn.AvgPool2d(3, 2, 1, count_include_pad=False), (2, 8, 9, 9)),
+    ("avg_ceil", nn.AvgPool2d(3, 2, 1, ceil_mode=True), (2, 8, 8, 8)),
+    ("avg_divisor", nn.AvgPool2d(2, divisor_override=3), (2, 8, 6, 6)),
+    ("adaptive_2x2", nn.AdaptiveAvgPool2d(2), (2, 8, 6, 6)),
+    ("global", nn.AdaptiveAvgPool2d(1), (2, 8, 5, 7)),
+]
+
+
+@pytest.mark.parametrize("name,pool,shape", POOL_CASES, ids=[c[0] for c in POOL_CASES])
+def test_pooling_matches_eager(name, pool, shape):
+    model = nn.Sequential(nn.Conv2d(shape[1], shape[1], 1), pool).eval()
+    program = check_matches_eager(model, [torch.randn(shape)], 1e-5)
+    assert "PoolOp" in kinds(program)
+
+
+def test_global_mean_is_a_pool():
+    model = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU()).eval()
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = model
+
+        def forward(self, x):
+            return self.body(x).mean((-1, -2))
+    program = check_matches_eager(Net().eval(), [torch.randn(2, 8, 6, 6)], 1e-5)
+    assert Counter(kinds(program)) == {"ConvOp": 1, "PoolOp": 1}
+
+
+# ----------------------------------------------------------------------------- kernels
+@pytest.mark.parametrize("name", list(conv_nets.nets()))
+def test_kernels_interpreted_on_nets(name):
+    model, x = conv_nets.make(name, torch.bfloat16)
+    program = compile_graph(to_graph(model, [x]))
+    assert check_kernels_interpreted(program, [x]) >= 1
+
+
+def test_kernels_interpreted_on_geometries():
+    """Every bf16 geometry of CONV_CASES and POOL_CASES in one interpreter child."""
+    programs = []
+    for _, module, shape in CONV_CASES:
+        m = _conv_model(module).to(torch.bfloat16)
+        x = torch.randn(shape).to(torch.bfloat16)
+        programs.append((compile_graph(to_graph(m, [x])), x))
+    for _, pool, shape in POOL_CASES:
+        m = nn.Sequential(nn.Conv2d(shape[1], shape[1], 1), pool).eval().to(torch.bfloat16)
+        x = torch.randn(shape).to(torch.bfloat16)
+        programs.append((compile_graph(to_graph(m, [x])), x))
+    checked = sum(check_kernels_interpreted(p, [x]) for p, x in programs)
+    assert checked >= len(CONV_CASES) + 2 * len(POOL_CASES) - 1
+
+
+def test_resnet18_kernels_compile_for_sm90():
+    """Full-size ResNet-18 at 224x224, bf16: every kernel cross-compiles (no GPU); the
+    implicit GEMM convolutions use wgmma-free mma or wgmma (tensor cores either way)."""
+    from aotpack.kernels import compile as compile_op
+
+    model, (x,) = conv_nets.make_resnet18(batch=2)
+    program = compile_graph(to_graph(model, [x]))
+    seen = set()
+    for op in program.ops:
+        launches = compile_op(op)
+        assert launches and all(launch.kernel.cubin for launch in launches)
+        seen.add(launches[0].kernel.entry)
+    assert {"conv_kernel", "pool_kernel"} <= seen
+
+
+def test_dynamic_batch():
+    model, inputs, dims = conv_nets.make_resnet18_dynamic(max_batch=8, width=8, size=32,
+                                                           classes=10, dtype=torch.float32)
+    program = compile_graph(to_graph(model, inputs, dims))
+    assert program.dynamic
+    from aotpack.executor import run_reference
+    from program_checks import rel_err
+
+    for b in (1, 3, 8):
+        x = torch.randn(b, 3, 32, 32)
+        (got,) = run_reference(program, [x])
+        with torch.no_grad():
+            assert rel_err(got, model(x)) < 1e-4
+    model, inputs, dims = conv_nets.make_resnet18_dynamic(max_batch=8, width=8, size=32,
+                                                           classes=10)
+    program = compile_graph(to_graph(model, inputs, dims))
+    conv = next(op for op in program.ops if isinstance(op, ConvOp))
+    assert not isinstance(conv.out.shape[0], int)  # M follows the batch
+    from aotpack.kernels.triton import conv as conv_kernels
+
+    launches = conv_kernels.compile(conv)
+    assert not isinstance(launches[0].grid[0], int)  # the grid is an expression of B
+
+
+# ----------------------------------------------------------------------------- refusals
+def _refused(model, x, *words):
+    with pytest.raises(UserError) as e:
+        compile_graph(to_graph(model, [x]))
+    for w in words:
+        assert w in str(e.value), str(e.value)
+
+
+def test_conv_transpose_is_refused():
+    _refused(nn.ConvTranspose2d(4, 4, 2, 2).eval(), torch.randn(1, 4, 4, 4), "transposed",
+             "convolution")
+
+
+def test_training_batch_norm_is_refused():
+    _refused(nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train(),
+             torch.randn(2, 3, 8, 8), "eval")
+
+
+def test_uneven_adaptive_pool_is_refused():
+    _refused(nn.AdaptiveAvgPool2d(3).eval(), torch.randn(1, 4, 7, 7), "adaptive", "7x7")
+
+
+def test_f32_conv_build_names_the_dtype():
+    model, x = conv_nets.make("resnet18")
+    program = compile_graph(to_graph(model, [x]))
+    conv = next(op for op in program.ops if isinstance(op, ConvOp) and not op.depthwise)
+    assert "--dtype bf16" in template_for(conv).supports(conv)
+
+
+def test_pool_op_has_a_template():
+    model, x = conv_nets.make("resnet18", torch.bfloat16)
+    program = compile_graph(to_graph(model, [x]))
+    pool = next(op for op in program.ops if isinstance(op, PoolOp))
+    assert template_for(pool).describe(pool).startswith("maxpool")
+
+
+# ----------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 8])
+def test_gpu_resnet18_bundle_matches_eager(tmp_path, batch):
+    import aotpack
+    from program_checks import rel_err
+
+    factory = tmp_path / "r18_factory.py"
+    factory.write_text(f"import sys\nsys.path.insert(0, {str(Path(conv_nets.__file__).parent)!r})"
+                       f"\nimport conv_nets\n\ndef make():\n"
+                       f"    return conv_nets.make_resnet18(batch={batch})\n")
+    aotpack.build(f"{factory}:make", tmp_path / "r18", progress=False, command_line="t")
+    model, (x,) = conv_nets.make_resnet18(batch=batch)
+    with aotpack.load(tmp_path / "r18") as bundle, bundle.session() as session:
+        (got,) = session.run([x.cuda()])
+    with torch.no_grad():
+        want = model.cuda()(x.cuda())
+    assert rel_err(got.float().cpu(), want.float().cpu()) < 3e-2
