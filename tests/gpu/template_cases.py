@@ -32,7 +32,7 @@ class Case:
 
     name: str
     expect: tuple[str, ...]
-    sizes: dict = field(default_factory=dict)
+    sizes: dict = field(default_factory=lambda: {"R": ROW_SIZES})
 
     @property
     def spec_function(self) -> str:

@@ -168,16 +168,18 @@ import aotpack
 from aotpack.runtime import AotpackError
 model = aotpack.load(sys.argv[1])
 session = model.session()
-x = torch.randn(77, 256, device="cuda").bfloat16()
+x = torch.randn(77, 256).bfloat16()
 extra = torch.randn(77, 200, device="cuda").bfloat16()
-y = torch.empty(77, 200, device="cuda", dtype=torch.bfloat16)
-host = ctypes.create_string_buffer(77 * 256 * 2 + 256)
+(want,) = session.run([x.cuda(), extra])
+y = torch.full((77, 200), float("nan"), device="cuda", dtype=torch.bfloat16)
+host = ctypes.create_string_buffer(x.numel() * 2 + 256)
 addr = (ctypes.addressof(host) + 255) // 256 * 256  # aligned, but not device memory
+ctypes.memmove(addr, x.data_ptr(), x.numel() * 2)
 try:
     session.run_pointers([addr, extra.data_ptr()], [y.data_ptr()],
                          input_shapes=[(77, 256), (77, 200)])
     torch.cuda.synchronize()
-    print("RESULT accepted")
+    print("RESULT accepted", "same" if torch.equal(y, want) else "DIFFERENT")
 except AotpackError as e:
     print("RESULT", e.code.name, "|", e.message)
 except Exception as e:
@@ -185,18 +187,20 @@ except Exception as e:
 """
 
 
-def test_host_memory_is_refused_not_launched(bundles):
-    """A host address where device memory belongs: a clear status from the run (in a child
-    process: a kernel that faults poisons the CUDA context for everything after it)."""
+def test_host_memory_is_refused_or_served(bundles):
+    """A host address where device memory belongs: refused with a clear status, or (where the
+    driver lets the GPU read pageable host memory, HMM) served correctly; never a fault. In a
+    child process: a kernel that faults poisons the CUDA context for everything after it."""
     proc = subprocess.run([sys.executable, "-c", _HOST_MEMORY, str(bundles["residual"])],
                           capture_output=True, text=True, timeout=120, cwd=h.REPO,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                               [str(h.REPO), os.environ.get("PYTHONPATH", "")])))
     assert proc.returncode == 0, f"the child died ({proc.returncode}):\n{proc.stderr[-3000:]}"
     result = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
-    assert result and result[-1].startswith("RESULT INVALID_ARGUMENT"), (
-        f"{result or proc.stdout[-2000:]}: the runtime should refuse memory that is not device "
-        f"memory before launching (cuPointerGetAttribute when a pointer set is first seen)")
+    assert result and (result[-1].startswith("RESULT INVALID_ARGUMENT") or
+                       result[-1] == "RESULT accepted same"), (
+        f"{result or proc.stdout[-2000:]}: the runtime launched on memory the GPU cannot read; "
+        f"it should refuse it first (cuPointerGetAttribute when a pointer set is first seen)")
 
 
 # ------------------------------------------------------------- model, session, workspace
@@ -212,7 +216,7 @@ def test_session_outlives_its_model(bundles):
     x, extra = _inputs(model, 129)
     (before,) = session.run([x, extra])
     model.close()
-    (after,) = session.run([x, extra])
+    (after,) = session.run([x, extra])  # the shape seen before: its output shape is cached
     torch.cuda.synchronize()
     assert torch.equal(before, after)
     _expect("INVALID_ARGUMENT", "closed", lambda: model.session())
@@ -238,7 +242,7 @@ def test_workspace_too_small_or_misaligned(bundles):
                 lambda: Session(model, workspace=(ws.data_ptr() + 16, need)))
         _expect("INVALID_ARGUMENT", "max_cached_plans", lambda: Session(model, max_cached_plans=-1))
         x = torch.randn(1000, 128, device="cuda").bfloat16()
-        with Session(model, workspace=ws) as session:  # exactly enough is enough
+        with Session(model, workspace=(ws.data_ptr(), need)) as session:  # exactly enough
             (y,) = session.run([x])
         with model.session() as own:
             (want,) = own.run([x])
