@@ -43,7 +43,7 @@ def llama_block_dynamic():
 
 def llama_block_dynamic_d128():
     """The same block with head dim 128 (Llama-3's), B in 1..2, S in 1..1024."""
-    return llama_block.make_dynamic(max_batch=2, max_seq=1024, batch=1, seq=16, d=256, heads=2,
+    return llama_block.make_dynamic(max_batch=2, max_seq=1024, batch=2, seq=16, d=256, heads=2,
                                     kv_heads=1, head_dim=128, ffn=512)
 
 
