@@ -114,7 +114,15 @@ class Model:
         """Whether some input/output dims vary at run time (the model has symbols)."""
         return bool(self.symbols)
 
+    def _live(self):
+        """The C handle; a closed model raises a status (the C API would get NULL)."""
+        if not self._handle:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                               f"the model {self.path} is closed (Model.close() was called)")
+        return self._handle
+
     def kernel_names(self) -> list[str]:
+        self._live()
         return [self._lib.aotpack_model_kernel_name(self._handle, i).decode()
                 for i in range(self.num_kernels)]
 
@@ -122,6 +130,7 @@ class Model:
         """The output shapes for these input shapes, checked as a run checks them
         (AotpackError INVALID_ARGUMENT naming the input, dim and allowed values)."""
         n_in, n_out = len(self.inputs), len(self.outputs)
+        self._live()
         if len(input_shapes) != n_in:
             raise AotpackError(StatusCode.INVALID_ARGUMENT,
                                f"expected {n_in} input shapes, got {len(input_shapes)}")
@@ -231,7 +240,7 @@ class Session:
                 o.workspace_bytes = int(workspace.numel() * workspace.element_size())
         self._handle = ctypes.c_void_p()
         raise_if_error(self._lib, self._lib.aotpack_session_create(
-            model._handle, ctypes.byref(o), ctypes.byref(self._handle)))
+            model._live(), ctypes.byref(o), ctypes.byref(self._handle)))
 
     def run_pointers(self, input_ptrs: Sequence[int], output_ptrs: Sequence[int],
                      stream: int = 0, input_shapes: Sequence[Sequence[int]] | None = None
@@ -240,6 +249,7 @@ class Session:
         `input_shapes` (one per input) is required when the model has symbols; for a static
         model it is optional and then checked."""
         n_in, n_out = len(self.model.inputs), len(self.model.outputs)
+        self._live()
         if len(input_ptrs) != n_in or len(output_ptrs) != n_out:
             raise AotpackError(StatusCode.INVALID_ARGUMENT,
                                f"expected {n_in} input and {n_out} output pointers, got "
@@ -284,6 +294,7 @@ class Session:
 
         from aotpack.dtypes import DType
 
+        self._live()
         device = torch.device("cuda", self.model.device)
         dynamic = self.model.is_dynamic
         self._check_tensors("input", inputs, self.model.inputs, device, DType,
@@ -351,6 +362,13 @@ class Session:
             if not t.is_contiguous():
                 raise AotpackError(StatusCode.INVALID_ARGUMENT,
                                    f"{where} must be contiguous (call .contiguous())")
+
+    def _live(self):
+        """The C handle; a closed session raises a status (the C API would get NULL)."""
+        if not self._handle:
+            raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                               "the session is closed (Session.close() was called)")
+        return self._handle
 
     def close(self) -> None:
         h, self._handle = getattr(self, "_handle", None), None

@@ -1,0 +1,154 @@
+"""Whole models for tests/gpu/test_examples_gpu.py: the examples under examples/ (their own
+factories at full size, and their `make_dynamic` at test sizes) and transformers models from
+small random-init configs (GPT-2, BERT, ViT, Llama, and Qwen2 and OPT, which no example
+covers), each with dims that vary at run time. Every function here is a model spec
+(`tests/gpu/model_cases.py:<function>`); `MODELS` lists them with what the tests need."""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "examples"))
+
+import llama_block  # noqa: E402
+import mlp  # noqa: E402
+
+
+@dataclass(frozen=True)
+class ModelCase:
+    """`spec`: the model spec (relative to the repository); `dynamic`: whether the bundle must
+    have symbols; `cpu_verify`: small enough for the CPU references (the CPU build test)."""
+
+    name: str
+    spec: str
+    dynamic: bool = True
+    cpu_verify: bool = True
+
+
+# ------------------------------------------------------------------------------- examples
+def mlp_dynamic():
+    """examples/mlp.py's make_dynamic at test sizes: B in 1..8, S in 1..256."""
+    return mlp.make_dynamic(max_batch=8, max_seq=256, d=256, f=1024, batch=2, seq=16)
+
+
+def llama_block_dynamic():
+    """examples/llama_block.py's make_dynamic at test sizes (GQA 4/2, head dim 64, causal)."""
+    return llama_block.make_dynamic(max_batch=4, max_seq=256, batch=2, seq=16, d=256, heads=4,
+                                    kv_heads=2, head_dim=64, ffn=512)
+
+
+def llama_block_dynamic_d128():
+    """The same block with head dim 128 (Llama-3's), B in 1..2, S in 1..1024."""
+    return llama_block.make_dynamic(max_batch=2, max_seq=1024, batch=2, seq=16, d=256, heads=2,
+                                    kv_heads=1, head_dim=128, ffn=512)
+
+
+# ------------------------------------------------------------------------- transformers
+def _seeded(model, seed: int = 0):
+    """Parameters drawn from our own generator in name order (transformers' initialisers
+    change between releases): norm scales ~1, everything else N(0, 0.02); bf16, eval."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters()):
+            draw = torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02
+            p.copy_(draw + 1.0 if p.ndim == 1 and name.endswith("weight") else draw)
+    return model.to(torch.bfloat16).eval()
+
+
+class FirstOutput(torch.nn.Module):
+    """forward returns the last hidden state only (tensors, not ModelOutput)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x, return_dict=False)[0]
+
+
+def _text(model, max_batch: int = 4, max_seq: int = 128):
+    ids = torch.randint(2, 100, (2, 16), generator=torch.Generator().manual_seed(1))
+    ids[0, 0], ids[0, 1] = 2, 99  # fresh ids are drawn in the example's range
+    dims = ({0: torch.export.Dim("B", min=1, max=max_batch),
+             1: torch.export.Dim("S", min=1, max=max_seq)},)
+    return _seeded(FirstOutput(model)), (ids,), dims
+
+
+_SMALL = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
+              intermediate_size=256, vocab_size=100, max_position_embeddings=128)
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2Model
+
+    cfg = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=100, n_positions=128,
+                     use_cache=False, attn_implementation="sdpa")
+    return _text(GPT2Model(cfg))
+
+
+def bert():
+    from transformers import BertConfig, BertModel
+
+    cfg = BertConfig(**_SMALL, attn_implementation="sdpa")
+    return _text(BertModel(cfg, add_pooling_layer=False))
+
+
+def llama():
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(**_SMALL, num_key_value_heads=2, use_cache=False,
+                      attn_implementation="sdpa")
+    return _text(LlamaModel(cfg))
+
+
+def qwen2():
+    """Qwen2: biased q/k/v projections and GQA (no example has them)."""
+    from transformers import Qwen2Config, Qwen2Model
+
+    cfg = Qwen2Config(**_SMALL, num_key_value_heads=2, use_cache=False,
+                      attn_implementation="sdpa")
+    return _text(Qwen2Model(cfg))
+
+
+def opt():
+    """OPT: learned positions with an offset, ReLU MLP, pre-LayerNorm decoder."""
+    from transformers import OPTConfig, OPTModel
+
+    cfg = OPTConfig(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, ffn_dim=256,
+                    vocab_size=100, max_position_embeddings=128, word_embed_proj_dim=128,
+                    use_cache=False, attn_implementation="sdpa", pad_token_id=1)
+    return _text(OPTModel(cfg))
+
+
+def vit():
+    """A small ViT (32x32 images, 8x8 patches: 17 tokens, head dim 32), batch in 1..64."""
+    from transformers import ViTConfig, ViTModel
+
+    cfg = ViTConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=256, image_size=32, patch_size=8,
+                    attn_implementation="sdpa")
+    model = _seeded(FirstOutput(ViTModel(cfg, add_pooling_layer=False)))
+    x = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    return model, (x,), ({0: torch.export.Dim("B", min=1, max=64)},)
+
+
+_HERE = "tests/gpu/model_cases.py"
+MODELS = [
+    ModelCase("mlp_dynamic", f"{_HERE}:mlp_dynamic"),
+    ModelCase("llama_block_dynamic", f"{_HERE}:llama_block_dynamic"),
+    ModelCase("llama_block_dynamic_d128", f"{_HERE}:llama_block_dynamic_d128"),
+    # the examples' own factories, unchanged (full size: GPU only)
+    ModelCase("example_mlp", "examples/mlp.py:make_decode", dynamic=False, cpu_verify=False),
+    ModelCase("example_llama_block", "examples/llama_block.py:make", dynamic=False,
+              cpu_verify=False),
+    ModelCase("gpt2", f"{_HERE}:gpt2"),
+    ModelCase("bert", f"{_HERE}:bert"),
+    ModelCase("vit", f"{_HERE}:vit"),
+    ModelCase("llama", f"{_HERE}:llama"),
+    ModelCase("qwen2", f"{_HERE}:qwen2"),
+    ModelCase("opt", f"{_HERE}:opt"),
+]

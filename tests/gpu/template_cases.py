@@ -1,0 +1,484 @@
+"""Small plain-torch modules, each exercising one kernel template (aotpack/kernels/templates.py)
+with dims that vary at run time, for tests/gpu/test_kernel_templates_gpu.py (built and run on
+the GPU) and tests/test_gpu_suite_builds.py (built and verified with the CPU references).
+
+Every factory is a model spec (`tests/gpu/template_cases.py:make_<name>`): it returns (model,
+example inputs, dynamic dims), weights seeded, in bf16 unless the case says otherwise. The
+dims are as small as still take each path (ragged tiles, split-K, TMA and pointer stores);
+the row-like dims span 1..8192 so that one bundle holds every size bucket of its template.
+`CASES` says what kernels each bundle must contain and which extra sizes to run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+BF16 = torch.bfloat16
+MAX_ROWS = 8192
+MAX_SEQ = 2048
+# sizes that are tiny, ragged against every tile (1, 7, 77, 129, 1000) and large
+ROW_SIZES = (1, 7, 77, 129, 1000, MAX_ROWS)
+SEQ_SIZES = (1, 7, 77, 129, 1000, MAX_SEQ)
+
+
+@dataclass(frozen=True)
+class Case:
+    """`expect`: tokens that must each appear among the bundle's kernels (their fused_ops or
+    entry names), so the case cannot pass without the template it is about. `sizes`: values
+    run per dim on top of every bucket of the variant table and the ranges' ends."""
+
+    name: str
+    expect: tuple[str, ...]
+    sizes: dict = field(default_factory=lambda: {"R": ROW_SIZES})
+
+    @property
+    def spec_function(self) -> str:
+        return f"make_{self.name}"
+
+
+def _rows(name: str = "R", hi: int = MAX_ROWS):
+    return torch.export.Dim(name, min=1, max=hi)
+
+
+def _init(model: nn.Module, dtype=BF16) -> nn.Module:
+    """Weights ~ N(0, 0.05) (norm weights ~ 1 + N(0, 0.1)), then cast: activations stay O(1)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name and p.dim() == 1 and not name.endswith("bias"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.05)
+    return model.to(dtype).eval()
+
+
+# ----------------------------------------------------------------------------------- GEMM
+def _tail(kind: str, y, extra, vec):
+    if kind == "none" or kind == "bias":
+        return y
+    if kind == "gelu_tanh":
+        return F.gelu(y, approximate="tanh")
+    if kind == "gelu_erf":
+        return F.gelu(y)
+    if kind == "silu":
+        return F.silu(y)
+    if kind == "relu":
+        return F.relu(y)
+    if kind == "residual":
+        return y + extra
+    if kind == "mul":
+        return y * extra
+    if kind == "scale":
+        return y * 0.5
+    if kind == "scale_vector":
+        return y * vec
+    if kind == "scale_input":
+        return y * extra  # an f32 [N] graph input: a per-channel EpScale
+    if kind == "cast":
+        return y.float()
+    if kind == "chain":  # bias -> gelu -> residual -> scale: one epilogue of four steps
+        return (F.gelu(y, approximate="tanh") + extra) * 0.25
+    raise ValueError(kind)
+
+
+class GemmTail(nn.Module):
+    """y = x @ W^T [+ b], then one epilogue `kind` (see _tail)."""
+
+    def __init__(self, k: int, n: int, bias: bool, kind: str):
+        super().__init__()
+        self.lin = nn.Linear(k, n, bias=bias)
+        self.kind = kind
+        self.register_buffer("vec", 0.5 + torch.rand(n))
+
+    def forward(self, x, extra=None):
+        return _tail(self.kind, self.lin(x), extra, self.vec)
+
+
+def _gemm(kind: str, k: int = 256, n: int = 200, bias: bool = True, dtype=BF16, seed: int = 0):
+    torch.manual_seed(seed)
+    model = _init(GemmTail(k, n, bias, kind), dtype)
+    model.vec = model.vec.float() if kind == "scale_vector" else model.vec.to(dtype)
+    r = _rows()
+    x = torch.randn(5, k, dtype=dtype)
+    if kind in ("residual", "mul", "chain"):
+        return model, (x, torch.randn(5, n, dtype=dtype)), ({0: r}, {0: r})
+    if kind == "scale_input":
+        return model, (x, 0.5 + torch.rand(n)), ({0: r}, None)
+    return model, (x,), ({0: r},)
+
+
+def make_gemm_plain():
+    return _gemm("none", bias=False)
+
+
+def make_gemm_bias():
+    return _gemm("bias")
+
+
+def make_gemm_gelu_tanh():
+    return _gemm("gelu_tanh")
+
+
+def make_gemm_gelu_erf():
+    return _gemm("gelu_erf")
+
+
+def make_gemm_silu():
+    return _gemm("silu", bias=False)
+
+
+def make_gemm_relu():
+    return _gemm("relu")
+
+
+def make_gemm_residual():
+    return _gemm("residual", bias=False)
+
+
+def make_gemm_mul():
+    return _gemm("mul")
+
+
+def make_gemm_scale():
+    return _gemm("scale")
+
+
+def make_gemm_scale_vector():
+    return _gemm("scale_vector", bias=False)
+
+
+def make_gemm_scale_input():
+    return _gemm("scale_input")
+
+
+def make_gemm_cast():
+    return _gemm("cast")
+
+
+def make_gemm_chain():
+    return _gemm("chain")
+
+
+def make_gemm_f16():
+    return _gemm("gelu_tanh", dtype=torch.float16)
+
+
+def make_gemm_ragged():
+    """N = 100 (a 200-byte output row: no TMA store) and K = 72 (not a multiple of BK)."""
+    return _gemm("bias", k=72, n=100)
+
+
+def make_gemm_splitk():
+    """A long K and a narrow N: decode-sized M splits K over several CTAs (partials + reduce)."""
+    return _gemm("bias", k=4096, n=128)
+
+
+class SwiGLU(nn.Module):
+    """h + down(silu(gate(h)) * up(h)): gate and up become one GEMM with EpSwiGLU."""
+
+    def __init__(self, d: int, f: int):
+        super().__init__()
+        self.gate = nn.Linear(d, f, bias=False)
+        self.up = nn.Linear(d, f, bias=False)
+        self.down = nn.Linear(f, d, bias=False)
+
+    def forward(self, h):
+        return h + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def make_gemm_swiglu():
+    torch.manual_seed(0)
+    model = _init(SwiGLU(128, 192))
+    return model, (torch.randn(5, 128, dtype=BF16),), ({0: _rows()},)
+
+
+# ------------------------------------------------------------------------------ attention
+class Attention(nn.Module):
+    def __init__(self, causal: bool, scale: float | None = None):
+        super().__init__()
+        self.causal, self.scale = causal, scale
+
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, scale=self.scale,
+                                              enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _attention(causal: bool, d: int, hq: int = 4, hkv: int = 4, cross: bool = False,
+               scale: float | None = None, b: int = 2):
+    torch.manual_seed(0)
+    s = torch.export.Dim("S", min=1, max=MAX_SEQ)
+    t = torch.export.Dim("T", min=1, max=MAX_SEQ) if cross else s
+    q = torch.randn(b, hq, 33, d, dtype=BF16)
+    kv = [torch.randn(b, hkv, 45 if cross else 33, d, dtype=BF16) for _ in range(2)]
+    return Attention(causal, scale).eval(), (q, *kv), ({2: s}, {2: t}, {2: t})
+
+
+def make_attention_causal_d64():
+    return _attention(True, 64)
+
+
+def make_attention_causal_d128():
+    return _attention(True, 128)
+
+
+def make_attention_full_d64():
+    return _attention(False, 64, scale=0.2)
+
+
+def make_attention_full_d128():
+    return _attention(False, 128)
+
+
+def make_attention_gqa_causal_d128():
+    return _attention(True, 128, hq=8, hkv=2)
+
+
+def make_attention_gqa_full_d64():
+    return _attention(False, 64, hq=8, hkv=2, b=1)
+
+
+def make_attention_cross_d64():
+    """Queries S and keys T vary independently (S != T)."""
+    return _attention(False, 64, cross=True)
+
+
+def make_attention_cross_gqa_d128():
+    return _attention(False, 128, hq=8, hkv=4, cross=True, b=1)
+
+
+# --------------------------------------------------------------------------- row-wise ops
+class RowOp(nn.Module):
+    def __init__(self, kind: str, c: int):
+        super().__init__()
+        self.kind = kind
+        if kind == "rmsnorm":
+            self.norm = nn.RMSNorm(c, eps=1e-5)
+        elif kind == "layernorm":
+            self.norm = nn.LayerNorm(c, eps=1e-5)
+
+    def forward(self, x):
+        if self.kind in ("rmsnorm", "layernorm"):
+            return self.norm(x)
+        if self.kind == "rmsnorm_plain":
+            return F.rms_norm(x, (x.shape[-1],), eps=1e-6)
+        if self.kind == "layernorm_plain":
+            return F.layer_norm(x, (x.shape[-1],), eps=1e-5)
+        if self.kind == "softmax":
+            return torch.softmax(x, dim=-1)
+        if self.kind == "log_softmax":
+            return torch.log_softmax(x, dim=-1)
+        if self.kind == "reduce":
+            return x.sum(-1), x.mean(-1), x.amax(-1), x.amin(-1)
+        if self.kind == "reduce_keepdim_3d":  # [B, S, C] -> [B, S, 1]
+            return x.mean(-1, keepdim=True), x.amax(-1, keepdim=True)
+        raise ValueError(self.kind)
+
+
+def _rowwise(kind: str, c: int):
+    torch.manual_seed(0)
+    model = _init(RowOp(kind, c))
+    return model, (torch.randn(5, c, dtype=BF16),), ({0: _rows()},)
+
+
+def make_rmsnorm():
+    return _rowwise("rmsnorm", 1024)
+
+
+def make_rmsnorm_ragged():
+    return _rowwise("rmsnorm_plain", 77)
+
+
+def make_layernorm():
+    return _rowwise("layernorm", 768)
+
+
+def make_layernorm_ragged():
+    return _rowwise("layernorm_plain", 129)
+
+
+def make_softmax():
+    return _rowwise("softmax", 1000)
+
+
+def make_log_softmax():
+    return _rowwise("log_softmax", 77)
+
+
+def make_reduce():
+    return _rowwise("reduce", 1000)
+
+
+def make_reduce_3d():
+    torch.manual_seed(0)
+    model = _init(RowOp("reduce_keepdim_3d", 256))
+    s = torch.export.Dim("S", min=1, max=MAX_ROWS // 2)
+    return model, (torch.randn(2, 9, 256, dtype=BF16),), ({1: s},)
+
+
+# ------------------------------------------------------------------------- rope, embedding
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Rope(nn.Module):
+    """Rotate-half rotary embedding with tables for the longest sequence, read through [:S]."""
+
+    def __init__(self, d: int, max_seq: int):
+        super().__init__()
+        inv = 1.0 / 10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d)
+        ang = torch.outer(torch.arange(max_seq, dtype=torch.float32), inv)
+        ang = torch.cat((ang, ang), dim=-1)
+        self.register_buffer("cos", ang.cos())
+        self.register_buffer("sin", ang.sin())
+
+    def forward(self, x):
+        s = x.shape[2]
+        return x * self.cos[:s] + _rotate_half(x) * self.sin[:s]
+
+
+def _rope(d: int):
+    torch.manual_seed(0)
+    model = Rope(d, MAX_SEQ).to(BF16).eval()
+    s = torch.export.Dim("S", min=1, max=MAX_SEQ)
+    return model, (torch.randn(2, 4, 17, d, dtype=BF16),), ({2: s},)
+
+
+def make_rope_d64():
+    return _rope(64)
+
+
+def make_rope_d128():
+    return _rope(128)
+
+
+class Embed(nn.Module):
+    def __init__(self, vocab: int, d: int):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+
+    def forward(self, ids):
+        return self.emb(ids)
+
+
+def _embedding(id_dtype, d: int):
+    torch.manual_seed(0)
+    model = _init(Embed(1000, d))
+    ids = torch.randint(0, 1000, (2, 11), dtype=id_dtype)
+    ids[0, 0], ids[0, 1] = 0, 999  # the ids tests draw span the whole table
+    s = torch.export.Dim("S", min=1, max=MAX_SEQ)
+    return model, (ids,), ({1: s},)
+
+
+def make_embedding():
+    return _embedding(torch.int64, 256)
+
+
+def make_embedding_i32_ragged():
+    return _embedding(torch.int32, 72)
+
+
+# ------------------------------------------------------------------------------ pointwise
+class Pointwise(nn.Module):
+    """Every unary function of the pointwise kernel, binary ops, and broadcasting of a row
+    vector [C] and a column [R, 1] against [R, C]; each output its own fused expression."""
+
+    def forward(self, x, row, col):
+        a = x.abs() + 0.5
+        return (torch.exp(x * 0.5) - torch.sigmoid(x) * torch.tanh(x),
+                torch.log(a) + torch.sqrt(a) * torch.rsqrt(a + 1.0),
+                torch.sin(x) * torch.cos(x) + torch.reciprocal(a) - (-x),
+                F.silu(x) + F.relu(x) + F.gelu(x) + F.gelu(x, approximate="tanh"),
+                torch.maximum(x, row) * torch.minimum(x, col) + torch.pow(a, 1.5) / (row.abs() + 1.0),
+                x.float() * 2.0 + col.float())  # a cast to f32 inside the expression
+
+
+def make_pointwise():
+    torch.manual_seed(0)
+    r = _rows()
+    inputs = (torch.randn(5, 100, dtype=BF16), torch.randn(100, dtype=BF16),
+              torch.randn(5, 1, dtype=BF16))
+    return Pointwise().eval(), inputs, ({0: r}, None, {0: r})
+
+
+# ------------------------------------------------------------------------------- the table
+_GEMM = ("gemm",)
+_ATTN = ("attention",)
+CASES = [
+    Case("gemm_plain", _GEMM),
+    Case("gemm_bias", _GEMM + ("bias",)),
+    Case("gemm_gelu_tanh", _GEMM + ("bias", "gelu_tanh")),
+    Case("gemm_gelu_erf", _GEMM + ("bias", "gelu_erf")),
+    Case("gemm_silu", _GEMM + ("silu",)),
+    Case("gemm_relu", _GEMM + ("bias", "relu")),
+    Case("gemm_residual", _GEMM + ("add",)),
+    Case("gemm_mul", _GEMM + ("bias", "mul")),
+    Case("gemm_scale", _GEMM + ("bias", "scale")),
+    Case("gemm_scale_vector", _GEMM + ("scale_n",)),
+    Case("gemm_scale_input", _GEMM + ("bias", "scale_n")),
+    Case("gemm_cast", _GEMM + ("bias",)),
+    Case("gemm_chain", _GEMM + ("bias", "gelu_tanh", "add", "scale")),
+    Case("gemm_f16", _GEMM + ("bias", "gelu_tanh")),
+    Case("gemm_ragged", _GEMM + ("bias",)),
+    Case("gemm_splitk", _GEMM + ("bias", "splitk_reduce")),
+    Case("gemm_swiglu", _GEMM + ("swiglu", "add")),
+    Case("attention_causal_d64", _ATTN, {"S": SEQ_SIZES}),
+    Case("attention_causal_d128", _ATTN, {"S": SEQ_SIZES}),
+    Case("attention_full_d64", _ATTN, {"S": SEQ_SIZES}),
+    Case("attention_full_d128", _ATTN, {"S": SEQ_SIZES}),
+    Case("attention_gqa_causal_d128", _ATTN, {"S": SEQ_SIZES}),
+    Case("attention_gqa_full_d64", _ATTN, {"S": SEQ_SIZES}),
+    Case("attention_cross_d64", _ATTN, {"S": SEQ_SIZES, "T": (1, 77, 1000, MAX_SEQ)}),
+    Case("attention_cross_gqa_d128", _ATTN, {"S": (1, 129, MAX_SEQ), "T": (7, 1000)}),
+    Case("rmsnorm", ("rmsnorm",)),
+    Case("rmsnorm_ragged", ("rmsnorm",)),
+    Case("layernorm", ("layernorm",)),
+    Case("layernorm_ragged", ("layernorm",)),
+    Case("softmax", ("softmax",)),
+    Case("log_softmax", ("softmax",)),
+    Case("reduce", ("reduce",)),
+    Case("reduce_3d", ("reduce",), {"S": (1, 7, 77, 129, 1000, MAX_ROWS // 2)}),
+    Case("rope_d64", ("rope",), {"S": SEQ_SIZES}),
+    Case("rope_d128", ("rope",), {"S": SEQ_SIZES}),
+    Case("embedding", ("embedding",), {"S": SEQ_SIZES}),
+    Case("embedding_i32_ragged", ("embedding",), {"S": SEQ_SIZES}),
+    Case("pointwise", ("pointwise",)),
+]
+
+# Static builds of a few cases at one size each (`make_static_<case>_<n>`): constant shapes
+# compile differently (sizes as constants, no `when` groups).
+STATIC = [("gemm_chain", 1), ("gemm_chain", 77), ("gemm_splitk", 7), ("gemm_swiglu", 8192),
+          ("gemm_ragged", 129), ("attention_causal_d128", 129), ("attention_cross_d64", 7),
+          ("layernorm_ragged", 1000), ("rmsnorm", 1), ("softmax", 8192), ("rope_d64", 77),
+          ("embedding", 1000), ("pointwise", 7)]
+
+
+def _at_size(factory, n: int):
+    """factory's model with inputs whose varying dims are all `n`, and no dynamic dims."""
+    model, inputs, dims = factory()
+    g = torch.Generator().manual_seed(n)
+    out = []
+    for x, d in zip(inputs, dims):
+        shape = [n if i in (d or {}) else s for i, s in enumerate(x.shape)]
+        if x.dtype.is_floating_point:
+            out.append(torch.randn(shape, generator=g).to(x.dtype))
+        else:
+            out.append(torch.randint(int(x.min()), int(x.max()) + 1, shape, generator=g,
+                                     dtype=x.dtype))
+    return model, tuple(out)
+
+
+def _static_factory(name: str, n: int):
+    def make():
+        return _at_size(globals()[f"make_{name}"], n)
+    make.__name__ = f"make_static_{name}_{n}"
+    return make
+
+
+STATIC_CASES = []
+for _name, _n in STATIC:
+    globals()[f"make_static_{_name}_{_n}"] = _static_factory(_name, _n)
+    _base = next(c for c in CASES if c.name == _name)
+    STATIC_CASES.append(Case(f"static_{_name}_{_n}", _base.expect))
