@@ -248,6 +248,35 @@ def make_attention_cross_gqa_d128():
     return _attention(False, 128, hq=8, hkv=4, cross=True, b=1)
 
 
+class MaskedAttention(nn.Module):
+    def forward(self, q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                              enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _masked(mask_shape, dtype, d=64, hq=4, hkv=4, b=2):
+    """A run-time mask input (sizes S or T follow the dims); the masked attention kernel."""
+    torch.manual_seed(0)
+    s, t = torch.export.Dim("S", min=1, max=MAX_SEQ), torch.export.Dim("T", min=1, max=MAX_SEQ)
+    q = torch.randn(b, hq, 33, d, dtype=BF16)
+    kv = [torch.randn(b, hkv, 45, d, dtype=BF16) for _ in range(2)]
+    sizes = {"S": 33, "T": 45}
+    shape = [sizes.get(n, n) for n in mask_shape]
+    mask = (torch.rand(shape) > 0.3) if dtype == torch.bool else torch.randn(shape).to(dtype)
+    mask_dims = {i: {"S": s, "T": t}[n] for i, n in enumerate(mask_shape) if n in sizes}
+    return MaskedAttention().eval(), (q, *kv, mask), ({2: s}, {2: t}, {2: t}, mask_dims)
+
+
+def make_attention_mask_padding():
+    """A padding mask [B, 1, 1, T] (transformers' attention_mask, broadcast)."""
+    return _masked((2, 1, 1, "T"), torch.bool)
+
+
+def make_attention_mask_bias_gqa_d128():
+    """An additive per-head bias [1, H, S, T] (ALiBi / relative positions), GQA."""
+    return _masked((1, 8, "S", "T"), BF16, d=128, hq=8, hkv=2, b=1)
+
+
 # --------------------------------------------------------------------------- row-wise ops
 class RowOp(nn.Module):
     def __init__(self, kind: str, c: int):
@@ -432,6 +461,10 @@ CASES = [
     Case("attention_gqa_full_d64", _ATTN, {"S": SEQ_SIZES}),
     Case("attention_cross_d64", _ATTN, {"S": SEQ_SIZES, "T": (1, 77, 1000, MAX_SEQ)}),
     Case("attention_cross_gqa_d128", _ATTN, {"S": (1, 129, MAX_SEQ), "T": (7, 1000)}),
+    Case("attention_mask_padding", _ATTN + ("mask",), {"S": (1, 77, MAX_SEQ),
+                                                       "T": (1, 129, 1000, MAX_SEQ)}),
+    Case("attention_mask_bias_gqa_d128", _ATTN + ("mask",), {"S": (1, 129, MAX_SEQ),
+                                                             "T": (7, 1000)}),
     Case("rmsnorm", ("rmsnorm",)),
     Case("rmsnorm_ragged", ("rmsnorm",)),
     Case("layernorm", ("layernorm",)),
