@@ -226,7 +226,7 @@ def test_pt2_keeps_its_dims_when_cast(tmp_path):
 
 
 def test_build_refuses_a_missing_model_pt(tmp_path):
-    with pytest.raises(BuildError, match="a .pt2 file or a model.pt"):
+    with pytest.raises(BuildError, match="a .pt2 file, a model.pt or a model.onnx"):
         build(str(tmp_path / "gone.pt"), tmp_path / "out", progress=False)
 
 
