@@ -52,7 +52,19 @@ def _scalars(graph, env) -> dict[str, float]:
                         vals[n.output[0]] = t
                 elif a.name == "value_float":
                     vals[n.output[0]] = np.array(a.f)
-    return {k: float(v.reshape(-1)[0]) for k, v in vals.items()}
+    out = {k: float(v.reshape(-1)[0]) for k, v in vals.items()}
+    for n in graph.node:  # scalars computed from scalars: a function's expansion casts them
+        fn, arity = _SCALAR_OPS.get(n.op_type, (None, 0))
+        if fn is not None and len(n.input) >= arity and all(i in out for i in n.input[:arity]):
+            out[n.output[0]] = fn(*(out[i] for i in n.input[:arity]))
+    return out
+
+
+# op -> (what it does to scalars, how many leading inputs it reads): CastLike's dtype source
+# is not a value
+_SCALAR_OPS = {"Cast": (float, 1), "CastLike": (float, 1), "Identity": (float, 1),
+               "Sqrt": (math.sqrt, 1), "Mul": (lambda a, b: a * b, 2),
+               "Div": (lambda a, b: a / b if b else math.nan, 2), "Add": (lambda a, b: a + b, 2)}
 
 
 def _close(c: float | None, want: float) -> bool:
@@ -85,6 +97,8 @@ def _match_gelu(graph, e, producer, users, outputs, consts, out: Matches) -> Non
     if src.op_type == "Div" and not _close(c, math.sqrt(2)):
         return
     add = _only_user(erf.output[0], users, outputs, graph, "Add")
+    if add is None:  # the Gelu function's own expansion adds with Sum
+        add = _only_user(erf.output[0], users, outputs, graph, "Sum")
     if add is None or not _close(consts.get(_other(graph.node[add], erf.output[0])), 1.0):
         return
     chain, has_x, has_half, cur = [], False, False, graph.node[add].output[0]

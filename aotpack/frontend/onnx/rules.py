@@ -13,6 +13,7 @@ from aotpack.frontend.onnx.layout import LAYOUT_RULES, ints
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
+from aotpack.ir.sym import is_symbolic
 
 
 def _dim(d: int, rank: int) -> int:
@@ -45,6 +46,16 @@ def _binary(op: Op):
     return rule
 
 
+def _variadic(op: Op):
+    """Max/Min of one or more operands (broadcast): a chain of binary ops."""
+    def rule(cx, n, ins):
+        out = ins[0]
+        for x in ins[1:]:
+            out = binary(cx, op, out, x)
+        return cx.tensor(out) if len(ins) == 1 else out
+    return rule
+
+
 def _unary(op: Op):
     return lambda cx, n, ins: cx.emit(op, [cx.tensor(ins[0])], O.NoAttrs())
 
@@ -59,10 +70,20 @@ def _erf(cx, n, ins):
 
 
 def _matmul(cx, n, ins):
+    """numpy matmul: a 1-D operand gets a unit dim (a row for a, a column for b) that the
+    product drops again."""
     a, b = (cx.tensor(x) for x in ins)
-    if len(a.shape) < 2 or len(b.shape) < 2:
-        raise Unsupported("a 1-D operand (write the product with 2-D operands)")
-    return cx.emit(Op.MATMUL, [a, b], O.NoAttrs())
+    if not a.shape or not b.shape:
+        raise Unsupported("a 0-D operand")
+    row, col = len(a.shape) == 1, len(b.shape) == 1
+    if row:
+        a = cx.emit(Op.UNSQUEEZE, [a], O.DimAttrs((0,)))
+    if col:
+        b = cx.emit(Op.UNSQUEEZE, [b], O.DimAttrs((1,)))
+    y = cx.emit(Op.MATMUL, [a, b], O.NoAttrs())
+    rank = len(y.shape)
+    drop = tuple(d for d, flag in ((rank - 2, row), (rank - 1, col)) if flag)
+    return cx.emit(Op.SQUEEZE, [y], O.DimAttrs(drop)) if drop else y
 
 
 def _gemm(cx, n, ins):
@@ -88,10 +109,25 @@ def _gemm(cx, n, ins):
 
 
 def _softmax(op: Op):
+    """Over the last dim as the kernels compute it; another axis is moved last and back."""
     def rule(cx, n, ins):
         x = cx.tensor(ins[0])
-        return cx.emit(op, [x], O.SoftmaxAttrs(_dim(int(cx.attr("axis", -1)), len(x.shape))))
+        rank = len(x.shape)
+        d = _dim(int(cx.attr("axis", -1)), rank)
+        if d == rank - 1 or rank == 0:
+            return cx.emit(op, [x], O.SoftmaxAttrs(d))
+        perm = tuple(i for i in range(rank) if i != d) + (d,)
+        y = cx.emit(op, [cx.emit(Op.PERMUTE, [x], O.PermuteAttrs(perm))],
+                    O.SoftmaxAttrs(rank - 1))
+        return cx.emit(Op.PERMUTE, [y], O.PermuteAttrs(_inverse(perm)))
     return rule
+
+
+def _inverse(perm) -> tuple:
+    out = [0] * len(perm)
+    for i, p in enumerate(perm):
+        out[p] = i
+    return tuple(out)
 
 
 def _layer_norm(cx, n, ins):
@@ -133,14 +169,42 @@ def _reduce(cx, n, ins):
     if not axes and cx.attr("noop_with_empty_axes", 0):
         return x
     rank = len(x.shape)
-    dims = tuple(sorted(_dim(int(a), rank) for a in axes)) if axes else tuple(range(rank))
-    return cx.emit(_REDUCE[n.op_type], [x], O.ReduceAttrs(dims, bool(cx.attr("keepdims", 1))))
+    dims = tuple(sorted({_dim(int(a), rank) for a in axes})) if axes else tuple(range(rank))
+    keep = bool(cx.attr("keepdims", 1))
+    if n.op_type in ("ReduceMax", "ReduceMin") and any(
+            not is_symbolic(x.shape[d]) and x.shape[d] == 0 for d in dims):
+        raise Unsupported(f"an empty reduced dim (shape {list(x.shape)})")
+    if dims == tuple(range(rank - len(dims), rank)):
+        return cx.emit(_REDUCE[n.op_type], [x], O.ReduceAttrs(dims, keep))
+    # the kernels reduce trailing dims: move the reduced ones last, then shape the result
+    rest = tuple(i for i in range(rank) if i not in dims)
+    y = cx.emit(Op.PERMUTE, [x], O.PermuteAttrs(rest + dims))
+    y = cx.emit(_REDUCE[n.op_type], [y], O.ReduceAttrs(tuple(range(len(rest), rank)), False))
+    if not keep:
+        return y
+    shape = tuple(1 if i in dims else x.shape[i] for i in range(rank))
+    return cx.emit(Op.VIEW, [y], O.ViewAttrs(shape))
 
 
 def _cast(cx, n, ins):
     x = cx.tensor(ins[0])
     dt = cx.onnx_dtype(int(cx.attr("to")))
     return x if dt == x.dtype else cx.emit(Op.CAST, [x], O.CastAttrs(dt))
+
+
+def _cast_like(cx, n, ins):
+    x, like = cx.tensor(ins[0]), ins[1]
+    dt = like.dtype if isinstance(like, Value) else cx.tensor(like).dtype
+    return x if dt == x.dtype else cx.emit(Op.CAST, [x], O.CastAttrs(dt))
+
+
+def _sum_or_mean(cx, n, ins):
+    out = cx.tensor(ins[0]) if len(ins) == 1 else ins[0]
+    for x in ins[1:]:
+        out = binary(cx, Op.ADD, out, x)
+    if n.op_type == "Mean" and len(ins) > 1:
+        out = cx.emit(Op.DIV, [out], O.BinaryAttrs(float(len(ins))))
+    return out
 
 
 def _identity(cx, n, ins):
@@ -151,15 +215,18 @@ def _dropout(cx, n, ins):
     if len(ins) > 2 and ins[2] is not None and (not isinstance(ins[2], np.ndarray)
                                                  or bool(ins[2])):
         raise Unsupported("training_mode (aotpack compiles inference)")
-    if len(n.output) > 1 and n.output[1]:
-        return [ins[0], np.ones(1, dtype=bool)]  # the mask of an inference dropout
+    if len(n.output) > 1 and n.output[1]:  # the mask of an inference dropout: all kept
+        x = cx.tensor(ins[0])
+        one = cx.tensor(np.ones((1,) * len(x.shape), dtype=bool))
+        return [x, cx.emit(Op.EXPAND, [one], O.ExpandAttrs(tuple(x.shape)))]
     return ins[0]
 
 
 def _where(cx, n, ins):
-    """A known condition choosing between a run-time value and a known one (masked_fill of
-    attention scores) → value + (0 where it is kept, the fill elsewhere): the additive mask
-    passes/fuse_attention.py recognises."""
+    """A known condition choosing between a run-time value and a known one. A fill that is
+    -inf or a huge negative where it is used (masked_fill of attention scores) → value + (0
+    where kept, the fill elsewhere): the additive mask passes/fuse_attention.py recognises.
+    Any other known fill → value * kept + (0 where kept, the fill elsewhere)."""
     cond, x, y = ins
     if not isinstance(cond, np.ndarray) or is_symbolic_array(cond):
         raise Unsupported("a condition computed at run time (only known conditions)")
@@ -168,8 +235,18 @@ def _where(cx, n, ins):
                 and not is_symbolic_array(fill) and value.dtype.is_float:
             keep = cond.astype(bool) if keep_if else ~cond.astype(bool)
             mask = np.where(keep, np.zeros((), fill.dtype), fill)
-            return cx.emit(Op.ADD, [value, cx.tensor(mask)], O.BinaryAttrs())
+            used = np.broadcast_to(fill, np.broadcast_shapes(fill.shape, keep.shape))[
+                ~np.broadcast_to(keep, np.broadcast_shapes(fill.shape, keep.shape))]
+            if used.size == 0 or bool((used.astype(np.float64) <= _MASKED).all()):
+                return cx.emit(Op.ADD, [value, cx.tensor(mask)], O.BinaryAttrs())
+            kept = cx.emit(Op.MUL, [value, cx.tensor(keep.astype(fill.dtype))],
+                           O.BinaryAttrs())
+            return cx.emit(Op.ADD, [kept, cx.tensor(mask)], O.BinaryAttrs())
     raise Unsupported("two run-time values to choose between")
+
+
+# a fill at or below this masks a score (transformers fills with the dtype's minimum)
+_MASKED = -1e30
 
 
 def _range(cx, n, ins):
@@ -193,8 +270,8 @@ def _constant_only(cx, n, ins):
 
 RULES = {
     "Add": _binary(Op.ADD), "Sub": _binary(Op.SUB), "Mul": _binary(Op.MUL),
-    "Div": _binary(Op.DIV), "Pow": _binary(Op.POW), "Max": _binary(Op.MAX),
-    "Min": _binary(Op.MIN),
+    "Div": _binary(Op.DIV), "Pow": _binary(Op.POW), "Max": _variadic(Op.MAX),
+    "Min": _variadic(Op.MIN),
     "Sqrt": _unary(Op.SQRT), "Reciprocal": _unary(Op.RECIP), "Exp": _unary(Op.EXP),
     "Log": _unary(Op.LOG), "Tanh": _unary(Op.TANH), "Sigmoid": _unary(Op.SIGMOID),
     "Relu": _unary(Op.RELU), "Neg": _unary(Op.NEG), "Abs": _unary(Op.ABS),
@@ -202,7 +279,8 @@ RULES = {
     "MatMul": _matmul, "Gemm": _gemm, "Softmax": _softmax(Op.SOFTMAX),
     "LogSoftmax": _softmax(Op.LOG_SOFTMAX), "LayerNormalization": _layer_norm,
     "Conv": _conv, **{k: _reduce for k in _REDUCE},
-    "Cast": _cast, "Identity": _identity, "Dropout": _dropout, "Where": _where,
+    "Cast": _cast, "CastLike": _cast_like, "Sum": _sum_or_mean, "Mean": _sum_or_mean,
+    "Identity": _identity, "Dropout": _dropout, "Where": _where,
     **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                                    "Not", "And", "Or", "Trilu", "NonZero")},
     "Range": _range,

@@ -21,7 +21,7 @@ from aotpack.frontend.translate import UnsupportedOpError
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
 from aotpack.ir.ops import NoAttrs, Op
-from aotpack.ir.sym import SymbolicError, symbol
+from aotpack.ir.sym import SymbolicError, is_symbolic, symbol
 
 # never evaluated on the build host: their values are not functions of their inputs
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -128,6 +128,9 @@ class OnnxTranslator:
         if not isinstance(v, Value):
             raise UnsupportedOpError(f"ONNX graph output {name!r} is computed from dynamic "
                                      f"sizes only (a shape): aotpack outputs tensors")
+        if any(not is_symbolic(d) and d == 0 for d in v.shape):
+            raise UnsupportedOpError(f"ONNX graph output {name!r} has no elements (shape "
+                                     f"{list(v.shape)}): aotpack outputs non-empty tensors")
         if v in self.inputs:  # an input passed through: the output needs its own storage
             v = self.emit_named(Op.COPY, [v], NoAttrs(), name)
         return v
@@ -241,7 +244,7 @@ def _clean(name: str) -> str:
 def to_torch(a: np.ndarray):
     import torch
 
-    a = np.ascontiguousarray(a)
+    a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d 1-d
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
     if a.dtype == np.uint16 or a.dtype == np.uint32 or a.dtype == np.uint64:
