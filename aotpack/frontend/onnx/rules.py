@@ -42,8 +42,41 @@ def _binary(op: Op):
     def rule(cx, n, ins):
         if len(ins) != 2:
             raise Unsupported(f"{len(ins)} operands")
-        return binary(cx, op, *ins)
+        fused = _PEEPHOLES.get(op, lambda *a: None)(cx, *ins)
+        return fused if fused is not None else binary(cx, op, *ins)
     return rule
+
+
+def _silu(cx, a, b):
+    """x * Sigmoid(x) (SiLU as exporters write it) → SILU, which the SwiGLU and GEMM-epilogue
+    fusions know."""
+    for x, s in ((a, b), (b, a)):
+        sig = cx.producer(s)
+        if sig is not None and sig.op == Op.SIGMOID and sig.inputs[0] is x:
+            return cx.emit(Op.SILU, [x], O.NoAttrs())
+    return None
+
+
+def _reciprocal_root(cx, a, b):
+    """1 / Sqrt(y) → RSQRT(y): the normalizations' denominator as fuse_patterns knows it."""
+    if _scalar(a) == 1.0:
+        return _rsqrt_of(cx, b)
+    return None
+
+
+def _rsqrt_of(cx, y):
+    root = cx.producer(y)
+    if root is not None and root.op == Op.SQRT:
+        return cx.emit(Op.RSQRT, [root.inputs[0]], O.NoAttrs())
+    return None
+
+
+_PEEPHOLES = {Op.MUL: _silu, Op.DIV: _reciprocal_root}
+
+
+def _reciprocal(cx, n, ins):
+    fused = _rsqrt_of(cx, ins[0])
+    return fused if fused is not None else cx.emit(Op.RECIP, [cx.tensor(ins[0])], O.NoAttrs())
 
 
 def _variadic(op: Op):
@@ -72,6 +105,8 @@ def _erf(cx, n, ins):
 def _matmul(cx, n, ins):
     """numpy matmul: a 1-D operand gets a unit dim (a row for a, a column for b) that the
     product drops again."""
+    if _is_weight(ins[1]) and isinstance(ins[0], Value) and len(ins[0].shape) >= 2:
+        return linear(cx, ins[0], ins[1], None)
     a, b = (cx.tensor(x) for x in ins)
     if not a.shape or not b.shape:
         raise Unsupported("a 0-D operand")
@@ -84,6 +119,23 @@ def _matmul(cx, n, ins):
     rank = len(y.shape)
     drop = tuple(d for d, flag in ((rank - 2, row), (rank - 1, col)) if flag)
     return cx.emit(Op.SQUEEZE, [y], O.DimAttrs(drop)) if drop else y
+
+
+def _is_weight(v) -> bool:
+    return isinstance(v, np.ndarray) and not is_symbolic_array(v) and v.ndim == 2 \
+        and v.dtype.kind == "f"
+
+
+def linear(cx, x: Value, weight: np.ndarray, bias) -> Value:
+    """x @ W (+ bias) with W [K, N] known → LINEAR(x, Wᵀ [N, K] [, bias]): the torch frontend's
+    form, so GEMMs sharing an input (Q, K, V) fuse horizontally as they do for PyTorch."""
+    wt = np.ascontiguousarray(weight.T)
+    name = cx._names.get(id(weight))
+    if name is not None:  # stored once under the initializer's name, transposed
+        cx._names[id(wt)] = f"{name}.T"
+    wt = cx.tensor(wt)
+    return cx.emit(Op.LINEAR, [x, wt] + ([cx.tensor(bias)] if bias is not None else []),
+                   O.NoAttrs())
 
 
 def _gemm(cx, n, ins):
@@ -272,7 +324,7 @@ RULES = {
     "Add": _binary(Op.ADD), "Sub": _binary(Op.SUB), "Mul": _binary(Op.MUL),
     "Div": _binary(Op.DIV), "Pow": _binary(Op.POW), "Max": _variadic(Op.MAX),
     "Min": _variadic(Op.MIN),
-    "Sqrt": _unary(Op.SQRT), "Reciprocal": _unary(Op.RECIP), "Exp": _unary(Op.EXP),
+    "Sqrt": _unary(Op.SQRT), "Reciprocal": _reciprocal, "Exp": _unary(Op.EXP),
     "Log": _unary(Op.LOG), "Tanh": _unary(Op.TANH), "Sigmoid": _unary(Op.SIGMOID),
     "Relu": _unary(Op.RELU), "Neg": _unary(Op.NEG), "Abs": _unary(Op.ABS),
     "Sin": _unary(Op.SIN), "Cos": _unary(Op.COS), "Gelu": _gelu, "Erf": _erf,

@@ -42,6 +42,7 @@ class OnnxTranslator:
         self.inputs: list[Value] = []
         self.constants: dict[str, Constant] = {}
         self.nodes: list[Node] = []
+        self.producers: dict[str, Node] = {}
         self.taken: set[str] = set()
         self.as_ir: dict[str, Value] = {}  # ONNX name of a known value -> its IR constant
         self.node = None
@@ -185,7 +186,12 @@ class OnnxTranslator:
         t = infer(op, [v.type for v in inputs], attrs)
         value = Value(self._fresh(_clean(name)), t.dtype, tuple(t.shape))
         self.nodes.append(Node(op, tuple(inputs), attrs, (value,), self.loc()))
+        self.producers[value.name] = self.nodes[-1]
         return value
+
+    def producer(self, value) -> Node | None:
+        """The IR node that computes `value` (None for inputs, constants, known arrays)."""
+        return self.producers.get(value.name) if isinstance(value, Value) else None
 
     def loc(self) -> SourceLoc:
         n = self.node
