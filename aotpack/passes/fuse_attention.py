@@ -6,8 +6,8 @@ which would need a batched activation × activation GEMM that no kernel implemen
 attention kernel's job: the chain becomes SDPA(q, k, v, scale = c · the softmax's own scale),
 with k the transposed view of k^T (a view, no copy). q, k^T and v are [B, H, S, D],
 [B, H, D, T], [B, H, T, Dv] with equal B and H (heads repeated for GQA are folded after by
-fuse_patterns._fold_repeat_kv). A scale applied to q or k before the product stays where it is
-(it is part of q or k), so the SDPA scale is exactly the product's.
+fuse_patterns._fold_repeat_kv). A positive scalar factor on q or on k^T that only the product
+reads (torch's sdpa export multiplies each by √scale) joins the SDPA scale.
 
 The mask must be a constant (through views), classified as the torch frontend classifies an
 sdpa mask (aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern
@@ -87,7 +87,11 @@ def _match(graph, n: Node, producers, users, outputs):
             node = single(a)
     if node is None or node.op != Op.MATMUL:
         return None
-    q, kt = node.inputs
+    # a positive scalar on q or on k^T read only here joins the scale (torch's sdpa export
+    # scales each by √scale)
+    q, q_scale = _unscaled(node.inputs[0], single)
+    kt, k_scale = _unscaled(node.inputs[1], single)
+    scale *= q_scale * k_scale
     if not _shapes_ok(q, kt, v, n.output):
         return None
     causal = False
@@ -97,6 +101,15 @@ def _match(graph, n: Node, producers, users, outputs):
             return None
         causal = kind == "causal"
     return q, kt, v, causal, float(scale)
+
+
+def _unscaled(x: Value, single) -> tuple[Value, float]:
+    """(y, c) if x = y * c with c a positive number and x read only here, else (x, 1)."""
+    node = single(x)
+    factor = scalar_factor(node) if node is not None else None
+    if factor is not None and factor > 0:
+        return node.inputs[0], factor
+    return x, 1.0
 
 
 def _shapes_ok(q: Value, kt: Value, v: Value, out: Value) -> bool:

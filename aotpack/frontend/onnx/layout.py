@@ -178,11 +178,34 @@ def _gather(cx, n, ins):
     if index.ndim == 0:
         i = int(index)
         return cx.emit(Op.SELECT, [x], O.SelectAttrs(axis, i + x.shape[axis] if i < 0 else i))
-    flat = [int(i) for i in index.reshape(-1)]
-    if index.ndim == 1 and flat and flat == list(range(flat[0], flat[0] + len(flat))) \
-            and flat[0] >= 0:
-        return cx.emit(Op.SLICE, [x], O.SliceAttrs(axis, flat[0], flat[0] + len(flat)))
-    raise Unsupported(f"known indices {flat[:8]} that are no single index or ascending range")
+    size = x.shape[axis]
+    if is_symbolic(size) and bool((index < 0).any()):
+        raise Unsupported(f"negative indices into the dynamic dim {size}")
+    flat = [int(i) + size if i < 0 else int(i) for i in index.reshape(-1)]
+    runs = _runs(flat)
+    if len(runs) > _MAX_RUNS:
+        raise Unsupported(f"{len(flat)} known indices in {len(runs)} separate runs (aotpack "
+                          f"gathers known indices as at most {_MAX_RUNS} slices)")
+    parts = [cx.emit(Op.SLICE, [x], O.SliceAttrs(axis, lo, hi)) for lo, hi in runs]
+    y = parts[0] if len(parts) == 1 else cx.emit(Op.CAT, parts, O.DimAttrs((axis,)))
+    if index.ndim == 1:
+        return y
+    shape = tuple(x.shape[:axis]) + index.shape + tuple(x.shape[axis + 1:])
+    return cx.emit(Op.VIEW, [y], O.ViewAttrs(shape))
+
+
+_MAX_RUNS = 64
+
+
+def _runs(flat: list[int]) -> list[tuple[int, int]]:
+    """Known indices as [lo, hi) runs of consecutive indices, in order."""
+    runs: list[list[int]] = []
+    for i in flat:
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return [(lo, hi) for lo, hi in runs]
 
 
 def _expand(cx, n, ins):

@@ -31,11 +31,61 @@ def find(graph, env: dict) -> Matches:
             users.setdefault(name, []).append(i)
     outputs = {o.name for o in graph.output}
     consts = _scalars(graph, env)
+    known = dict(env)
+    for n in graph.node:  # exporters share equal weights through Identity (zero biases)
+        if n.op_type == "Identity" and n.input[0] in known:
+            known[n.output[0]] = known[n.input[0]]
     out = Matches()
     for i, n in enumerate(graph.node):
-        if n.op_type == "Erf" and n.domain in ("", "ai.onnx"):
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        if n.op_type == "Erf":
             _match_gelu(graph, i, producer, users, outputs, consts, out)
+        elif n.op_type == "MatMul":
+            _match_linear_bias(graph, i, users, outputs, known, out)
+        elif n.op_type == "IsNaN":
+            _match_nan_guard(graph, i, producer, users, outputs, consts, out)
     return out
+
+
+def _match_nan_guard(graph, i, producer, users, outputs, consts, out: Matches) -> None:
+    """Where(IsNaN(p), 0, p) with p = Softmax(...): torch's exporter guards sdpa's
+    probabilities this way (a row whose every score is masked). The masks aotpack's attention
+    takes (none, causal) never mask a whole row, so p passes through."""
+    src = producer.get(graph.node[i].input[0])
+    where = _only_user(graph.node[i].output[0], users, outputs, graph, "Where")
+    if src is None or graph.node[src].op_type != "Softmax" or where is None:
+        return
+    w = graph.node[where]
+    p = graph.node[i].input[0]
+    if list(w.input[::2]) != [graph.node[i].output[0], p] or consts.get(w.input[1]) != 0.0:
+        return
+    out.skip.add(i)
+    out.replace[where] = lambda cx, p=p: cx.env[p]
+
+
+def _match_linear_bias(graph, i, users, outputs, env, out: Matches) -> None:
+    """MatMul(x, W) → Add(·, b) with W [K, N] and b [N] known: one LINEAR with its bias
+    (the PyTorch frontend's form of nn.Linear on a 3-D input)."""
+    from aotpack.frontend.onnx.rules import _is_weight, linear
+
+    mm = graph.node[i]
+    w = env.get(mm.input[1])
+    add = _only_user(mm.output[0], users, outputs, graph, "Add")
+    if not _is_weight(w) or add is None:
+        return
+    b_name = _other(graph.node[add], mm.output[0])
+    b = env.get(b_name)
+    if not isinstance(b, np.ndarray) or b.dtype != w.dtype or b.shape != (w.shape[1],):
+        return
+    x = mm.input[0]
+
+    def replace(cx, x=x, w=mm.input[1], b=b_name):
+        cx._names.update({id(cx.env[w]): w, id(cx.env[b]): b})
+        return linear(cx, cx.tensor(x), cx.env[w], cx.env[b])
+
+    out.skip.add(i)
+    out.replace[add] = replace
 
 
 def _scalars(graph, env) -> dict[str, float]:
@@ -52,7 +102,19 @@ def _scalars(graph, env) -> dict[str, float]:
                         vals[n.output[0]] = t
                 elif a.name == "value_float":
                     vals[n.output[0]] = np.array(a.f)
-    return {k: float(v.reshape(-1)[0]) for k, v in vals.items()}
+    out = {k: float(v.reshape(-1)[0]) for k, v in vals.items()}
+    for n in graph.node:  # scalars computed from scalars: a function's expansion casts them
+        fn, arity = _SCALAR_OPS.get(n.op_type, (None, 0))
+        if fn is not None and len(n.input) >= arity and all(i in out for i in n.input[:arity]):
+            out[n.output[0]] = fn(*(out[i] for i in n.input[:arity]))
+    return out
+
+
+# op -> (what it does to scalars, how many leading inputs it reads): CastLike's dtype source
+# is not a value
+_SCALAR_OPS = {"Cast": (float, 1), "CastLike": (float, 1), "Identity": (float, 1),
+               "Sqrt": (math.sqrt, 1), "Mul": (lambda a, b: a * b, 2),
+               "Div": (lambda a, b: a / b if b else math.nan, 2), "Add": (lambda a, b: a + b, 2)}
 
 
 def _close(c: float | None, want: float) -> bool:
@@ -85,6 +147,8 @@ def _match_gelu(graph, e, producer, users, outputs, consts, out: Matches) -> Non
     if src.op_type == "Div" and not _close(c, math.sqrt(2)):
         return
     add = _only_user(erf.output[0], users, outputs, graph, "Add")
+    if add is None:  # the Gelu function's own expansion adds with Sum
+        add = _only_user(erf.output[0], users, outputs, graph, "Sum")
     if add is None or not _close(consts.get(_other(graph.node[add], erf.output[0])), 1.0):
         return
     chain, has_x, has_half, cur = [], False, False, graph.node[add].output[0]

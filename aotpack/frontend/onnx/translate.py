@@ -21,7 +21,7 @@ from aotpack.frontend.translate import UnsupportedOpError
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
 from aotpack.ir.ops import NoAttrs, Op
-from aotpack.ir.sym import SymbolicError, symbol
+from aotpack.ir.sym import SymbolicError, is_symbolic, symbol
 
 # never evaluated on the build host: their values are not functions of their inputs
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
@@ -42,6 +42,7 @@ class OnnxTranslator:
         self.inputs: list[Value] = []
         self.constants: dict[str, Constant] = {}
         self.nodes: list[Node] = []
+        self.producers: dict[str, Node] = {}
         self.taken: set[str] = set()
         self.as_ir: dict[str, Value] = {}  # ONNX name of a known value -> its IR constant
         self.node = None
@@ -128,6 +129,9 @@ class OnnxTranslator:
         if not isinstance(v, Value):
             raise UnsupportedOpError(f"ONNX graph output {name!r} is computed from dynamic "
                                      f"sizes only (a shape): aotpack outputs tensors")
+        if any(not is_symbolic(d) and d == 0 for d in v.shape):
+            raise UnsupportedOpError(f"ONNX graph output {name!r} has no elements (shape "
+                                     f"{list(v.shape)}): aotpack outputs non-empty tensors")
         if v in self.inputs:  # an input passed through: the output needs its own storage
             v = self.emit_named(Op.COPY, [v], NoAttrs(), name)
         return v
@@ -182,7 +186,12 @@ class OnnxTranslator:
         t = infer(op, [v.type for v in inputs], attrs)
         value = Value(self._fresh(_clean(name)), t.dtype, tuple(t.shape))
         self.nodes.append(Node(op, tuple(inputs), attrs, (value,), self.loc()))
+        self.producers[value.name] = self.nodes[-1]
         return value
+
+    def producer(self, value) -> Node | None:
+        """The IR node that computes `value` (None for inputs, constants, known arrays)."""
+        return self.producers.get(value.name) if isinstance(value, Value) else None
 
     def loc(self) -> SourceLoc:
         n = self.node
@@ -241,7 +250,7 @@ def _clean(name: str) -> str:
 def to_torch(a: np.ndarray):
     import torch
 
-    a = np.ascontiguousarray(a)
+    a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d 1-d
     if a.dtype.name == "bfloat16":
         return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
     if a.dtype == np.uint16 or a.dtype == np.uint32 or a.dtype == np.uint64:
