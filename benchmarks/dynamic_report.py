@@ -22,12 +22,17 @@ def _run_rows(model: dict) -> dict:
 
 
 def _compiled(doc: dict, name: str, shape: str):
-    """torch.compile's time at a shape: the final run's, else the latest earlier run's."""
+    """torch.compile's time at a shape, the commit of the run that measured it and its mode:
+    max-autotune runs first (the stronger peer), then the latest run of any mode."""
+    found = []
     for run in [doc["final"], *doc.get("earlier", [])]:
-        for r in run["models"].get(name, {}).get("rows", []):
+        model = run["models"].get(name, {})
+        for r in model.get("rows", []):
             if r["shape"] == shape and "compiled_ms" in r:
-                return r["compiled_ms"], run["commit"] != doc["final"]["commit"]
-    return None, False
+                found.append((r["compiled_ms"], model.get("commit", run["commit"]),
+                              model.get("compile_mode", "default")))
+    found.sort(key=lambda f: f[2] != "max-autotune")
+    return found[0] if found else (None, None, None)
 
 
 def table(doc: dict, json_name: str) -> str:
@@ -50,9 +55,12 @@ def table(doc: dict, json_name: str) -> str:
                 # a median over 5 % off with equal p10s is a throttled window, not the kernels
                 ratio += (f" ({r_med:.2f}; p10 {r_p10:.2f})" if abs(r_med - 1) > 0.05
                           else f" ({r_med:.2f})")
-            compiled, earlier = _compiled(doc, name, r["shape"])
-            comp = "—" if compiled is None else f"{compiled:.3f}" + ("*" if earlier else "")
-            lines.append(f"| {name if i == 0 else ''}{f' ({dims})' if i == 0 else ''} | "
+            compiled, commit, mode = _compiled(doc, name, r["shape"])
+            comp = "—" if compiled is None else (
+                f"{compiled:.3f} ({'max-autotune' if mode == 'max-autotune' else 'default'}"
+                f"{'' if commit == doc['final']['commit'] else ', ' + commit})")
+            label = f"{name} ({dims})" + (f", {m['commit']}" if "commit" in m else "")
+            lines.append(f"| {label if i == 0 else ''} | "
                          f"{r['shape']} | {r['dynamic_ms']:.3f} | "
                          f"{r.get('static_ms', float('nan')):.3f} | {ratio} | "
                          f"{r['eager_ms']:.3f} | {comp} | {r['rel_err_vs_eager']:.1e} |")
@@ -61,10 +69,10 @@ def table(doc: dict, json_name: str) -> str:
                  f"{doc['date']}, bundles of commit {doc['final']['commit']} "
                  f"([{json_name}](benchmarks/results/{json_name}), chart beside it). Latencies "
                  "through the Python binding (CUDA events, inputs and outputs as torch tensors); "
-                 "in brackets the same two bundles through `aotpack-run`. * torch.compile "
-                 "measured in the run before (same model and shapes, "
-                 f"{doc['earlier'][0]['commit']}). Rel. error: the dynamic bundle against "
-                 "eager bf16.")
+                 "in brackets the same two bundles through `aotpack-run`. torch.compile: its "
+                 "mode, and the commit of the run that measured it when not this one (same "
+                 "model and shapes). A model whose rows carry a `commit` was not re-measured "
+                 "in this run. Rel. error: the dynamic bundle against eager bf16.")
     return "\n".join(lines)
 
 
