@@ -197,8 +197,15 @@ ATTENTION_CASES = {
                                                 BF16),
     "mask_f32_bias_2d": masked_attention_case(2, 2, 2, 19, 19, 64, False, (19, 19), DType.F32),
     "mask_decode": masked_attention_case(3, 4, 2, 1, 45, 64, False, (3, 1, 1, 45), DType.BOOL),
+    # head dims that are no power of two (zero-padded to 128) and the largest, 256
+    "d80_causal": attention_case(1, 2, 2, 70, 70, 80, True),
+    "d96_gqa_noncausal": attention_case(1, 4, 2, 33, 50, 96, False),
+    "d256_causal": attention_case(1, 2, 1, 40, 40, 256, True),
+    "mask_d80_padding": masked_attention_case(2, 2, 2, 20, 30, 80, False, (2, 1, 1, 30),
+                                              DType.BOOL),
 }
-MASKED = {k for k in ATTENTION_CASES if k.startswith("mask_")}
+MASKED = {k for k in ATTENTION_CASES if k.startswith("mask_") or k.startswith("d80")
+          or k.startswith("d96")}  # no TMA kernel: masks, padded head dims
 # Small tiles exercise several row blocks, the unmasked loop and the diagonal split; every
 # case also runs through the TMA (tensor descriptor) kernel.
 SMALL_TILES = {"BLOCK_M": 32, "BLOCK_N": 16}

@@ -33,11 +33,17 @@ def _binary(op: Op):
         if isinstance(x, Value) and isinstance(y, Value):
             return cx.emit(op, [x, y], O.BinaryAttrs(), final=True)
         if isinstance(x, Value):
-            return cx.emit(op, [x], O.BinaryAttrs(float(y)), final=True)
+            return cx.emit(op, [x], O.BinaryAttrs(_number(y)), final=True)
         if isinstance(y, Value):
-            return cx.emit(op, [y], O.BinaryAttrs(float(x), scalar_first=True), final=True)
+            return cx.emit(op, [y], O.BinaryAttrs(_number(x), scalar_first=True), final=True)
         raise Unsupported("both operands are Python numbers")
     return rule
+
+
+def _number(v):
+    """A Python scalar operand as BinaryAttrs keeps it: an int stays an int (int tensor + 1 is
+    an int tensor in torch, + 1.0 is a float one)."""
+    return int(v) if isinstance(v, (bool, int)) else float(v)
 
 
 def _rsub(cx, x, y, alpha=1):
@@ -161,19 +167,26 @@ def _layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn
 def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     """A mask that masks nothing is dropped and the causal pattern becomes is_causal (the
-    kernel then skips the hidden tiles); any other mask, computed at run time (a padding mask
-    from attention_mask) or constant (a window, a bias), is the attention kernel's run-time
-    input."""
+    kernel then skips the hidden tiles), also when it is ANDed with a run-time mask; any other
+    mask, computed at run time (a padding mask from attention_mask) or constant (a window, a
+    bias), is the attention kernel's run-time input."""
+    from aotpack.frontend.aten_logic import peel_causal
+
     inputs = [q, k, v]
     if attn_mask is not None:
         kind = _constant_mask_kind(cx, attn_mask, q.shape[-2], k.shape[-2])
         if kind is None:
+            causal, attn_mask = peel_causal(cx, attn_mask, q.shape[-2], k.shape[-2])
             inputs.append(attn_mask)
+            kind = "causal" if causal else None
         is_causal = is_causal or kind == "causal"
     if dropout_p:
         raise Unsupported(f"dropout_p={dropout_p}")
+    # one k/v head broadcast over the query heads (multi-query attention written without
+    # enable_gqa, as Falcon does): the GQA kernel with one group
+    mqa = k.shape[1] == 1 and v.shape[1] == 1 and q.shape[1] != 1
     attrs = O.SdpaAttrs(bool(is_causal), None if scale is None else float(scale),
-                        bool(enable_gqa))
+                        bool(enable_gqa) or mqa)
     return cx.emit(Op.SDPA, inputs, attrs, final=True)
 
 

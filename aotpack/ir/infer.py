@@ -32,14 +32,22 @@ def _arity(ins, lo, hi=None):
         raise TypeError(f"expected {lo}..{hi} inputs, got {len(ins)}")
 
 
-def _binary(ins, a: O.BinaryAttrs):
-    if a.scalar is not None:
-        _arity(ins, 1)
-        dt = ins[0].dtype if ins[0].dtype.is_float else DType.F32
-        return TensorType(dt, ins[0].shape)
-    _arity(ins, 2)
-    return TensorType(_promote_operands(ins[0], ins[1]),
-                      broadcast_shapes(ins[0].shape, ins[1].shape))
+def _binary(op: Op):
+    def rule(ins, a: O.BinaryAttrs):
+        if a.scalar is not None:
+            _arity(ins, 1)
+            dt = ins[0].dtype
+            if not dt.is_float:  # torch: an int scalar keeps integers (bool -> int64), a
+                # float one and true division give float32
+                keep = isinstance(a.scalar, int) and op != Op.DIV
+                dt = (DType.I64 if dt == DType.BOOL else dt) if keep else DType.F32
+            return TensorType(dt, ins[0].shape)
+        _arity(ins, 2)
+        dt = _promote_operands(ins[0], ins[1])
+        if op == Op.DIV and not dt.is_float:
+            dt = DType.F32
+        return TensorType(dt, broadcast_shapes(ins[0].shape, ins[1].shape))
+    return rule
 
 
 def _promote_operands(a: TensorType, b: TensorType):
@@ -55,6 +63,32 @@ def _promote_operands(a: TensorType, b: TensorType):
 def _unary(ins, a):
     _arity(ins, 1)
     return ins[0]
+
+
+def _compare(ins, a: O.BinaryAttrs):
+    """Comparisons and logic: bool, of the operands' broadcast shape."""
+    _arity(ins, 1 if a.scalar is not None else 2)
+    return TensorType(DType.BOOL, broadcast_shapes(*(t.shape for t in ins)))
+
+
+def _cumsum(ins, a: O.ScanAttrs):
+    _arity(ins, 1)
+    if not 0 <= a.dim < max(len(ins[0].shape), 1):
+        raise TypeError(f"cumsum: dim {a.dim} of a {len(ins[0].shape)}-D tensor")
+    return TensorType(a.dtype, ins[0].shape)
+
+
+def _not(ins, a):
+    _arity(ins, 1)
+    return TensorType(DType.BOOL, ins[0].shape)
+
+
+def _where(ins, a):
+    _arity(ins, 3)
+    if ins[0].dtype != DType.BOOL:
+        raise TypeError(f"where: condition of {ins[0].dtype.value}, not bool")
+    return TensorType(_promote_operands(ins[1], ins[2]),
+                      broadcast_shapes(ins[0].shape, ins[1].shape, ins[2].shape))
 
 
 def _cast(ins, a: O.CastAttrs):
@@ -261,7 +295,9 @@ def _as_strided(ins, a: O.StridedAttrs):
 
 
 _RULES = {
-    **{op: _binary for op in O.BINARY}, **{op: _unary for op in O.UNARY},
+    **{op: _binary(op) for op in O.BINARY}, **{op: _unary for op in O.UNARY},
+    **{op: _compare for op in O.COMPARE + O.LOGIC}, Op.NOT: _not, Op.WHERE: _where,
+    Op.CUMSUM: _cumsum,
     Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.EMBEDDING: _embedding,
     Op.MEAN: _reduce, Op.SUM: _reduce,
     Op.AMAX: _reduce, Op.AMIN: _reduce,

@@ -24,6 +24,13 @@ def eval_node(n: Node, args: list):
     return out.to(n.output.dtype.to_torch())
 
 
+def _tensors(fn):
+    """fn over two operands of which one may be a Python number (a BinaryAttrs scalar)."""
+    import torch
+
+    return lambda x, y: fn(torch.as_tensor(x), torch.as_tensor(y))
+
+
 def _binary(fn):
     def run(a, x, y=None):
         if a.scalar is not None:
@@ -112,6 +119,12 @@ def _build():
         Op.RELU6: lambda a, x: F.relu6(x), Op.HARDSWISH: lambda a, x: F.hardswish(x),
         Op.HARDSIGMOID: lambda a, x: F.hardsigmoid(x), Op.CONV: _conv, Op.POOL: _pool,
         Op.CAST: lambda a, x: x.to(a.dtype.to_torch()),
+        **{op: _binary(_tensors(fn)) for op, fn in (
+            (Op.EQ, T.eq), (Op.NE, T.ne), (Op.LT, T.lt), (Op.LE, T.le), (Op.GT, T.gt),
+            (Op.GE, T.ge), (Op.AND, T.logical_and), (Op.OR, T.logical_or))},
+        Op.NOT: lambda a, x: T.logical_not(x),
+        Op.CUMSUM: lambda a, x: x.cumsum(a.dim, dtype=a.dtype.to_torch()),
+        Op.WHERE: lambda a, c, x, y: T.where(c, x, y),
         Op.MEAN: lambda a, x: x.mean(dim=a.dims, keepdim=a.keepdim),
         Op.SUM: lambda a, x: x.sum(dim=a.dims, keepdim=a.keepdim),
         Op.AMAX: lambda a, x: x.amax(dim=a.dims, keepdim=a.keepdim),

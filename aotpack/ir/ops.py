@@ -47,6 +47,17 @@ class Op(enum.Enum):
     HARDSWISH = "hardswish"  # x * relu6(x + 3) / 6
     HARDSIGMOID = "hardsigmoid"  # relu6(x + 3) / 6
     CAST = "cast"
+    # comparisons (bool results; a scalar operand in BinaryAttrs), logic on bools, selection
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    AND = "and"
+    OR = "or"
+    NOT = "not"
+    WHERE = "where"  # (cond, a, b) -> a where cond else b, broadcast
     # reductions and normalizations
     MEAN = "mean"
     SUM = "sum"
@@ -56,6 +67,7 @@ class Op(enum.Enum):
     LOG_SOFTMAX = "log_softmax"
     RMS_NORM = "rms_norm"  # (x [, w]) over the last `ndim` dims
     LAYER_NORM = "layer_norm"  # (x [, w [, b]])
+    CUMSUM = "cumsum"  # prefix sums along `dim` (ScanAttrs), in the result dtype
     SDPA = "sdpa"  # (q[B,Hq,S,D], k[B,Hkv,T,D], v[B,Hkv,T,Dv])
     ROPE = "rope"  # (x[B,H,S,D], cos, sin) rotate-half form
     # silu(gate) * up of a gate/up linear whose weight rows are interleaved in blocks of
@@ -83,7 +95,9 @@ class Op(enum.Enum):
 BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW)
 UNARY = (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.ABS, Op.SIN, Op.COS, Op.TANH,
          Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.RELU6, Op.HARDSWISH, Op.HARDSIGMOID)
-ELEMENTWISE = BINARY + UNARY + (Op.CAST,)
+COMPARE = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
+LOGIC = (Op.AND, Op.OR)
+ELEMENTWISE = BINARY + UNARY + (Op.CAST,) + COMPARE + LOGIC + (Op.NOT, Op.WHERE)
 LAYOUT = (Op.VIEW, Op.PERMUTE, Op.SLICE, Op.SELECT, Op.EXPAND, Op.UNSQUEEZE, Op.SQUEEZE,
           Op.AS_STRIDED)
 
@@ -98,7 +112,7 @@ class BinaryAttrs:
     """`scalar` set: the op has one tensor input and computes op(x, scalar), or op(scalar, x)
     when `scalar_first` (e.g. rsub, 1 / x)."""
 
-    scalar: float | None = None
+    scalar: float | int | None = None  # an int: integer tensors stay integer (as in torch)
     scalar_first: bool = False
 
 
@@ -124,6 +138,12 @@ class SoftmaxAttrs:
 
     dim: int
     scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class ScanAttrs:
+    dim: int  # non-negative
+    dtype: DType  # torch's: int64 for integer and bool inputs unless asked
 
 
 @dataclass(frozen=True)
@@ -223,14 +243,15 @@ class StridedAttrs:
     offset: int = 0
 
 
-Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, NormAttrs,
+Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, ScanAttrs,
+              NormAttrs,
               SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
               StridedAttrs, SwiGLUAttrs, ConvAttrs, PoolAttrs]
 
 ATTRS_TYPE: dict[Op, type] = {
-    **{op: BinaryAttrs for op in BINARY}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
+    **{op: BinaryAttrs for op in BINARY + COMPARE + LOGIC}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
     Op.MEAN: ReduceAttrs, Op.SUM: ReduceAttrs, Op.AMAX: ReduceAttrs, Op.AMIN: ReduceAttrs,
-    Op.SOFTMAX: SoftmaxAttrs, Op.LOG_SOFTMAX: SoftmaxAttrs,
+    Op.SOFTMAX: SoftmaxAttrs, Op.LOG_SOFTMAX: SoftmaxAttrs, Op.CUMSUM: ScanAttrs,
     Op.RMS_NORM: NormAttrs, Op.LAYER_NORM: NormAttrs, Op.SDPA: SdpaAttrs, Op.VIEW: ViewAttrs,
     Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,

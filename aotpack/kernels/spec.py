@@ -316,8 +316,17 @@ class PoolOp:
     divisor: int | None = None
 
 
+@dataclass(frozen=True)
+class ScanOp:
+    """out[R, C] = cumsum(x[R, C], -1): exact in int64 for integer/bool x, f32 accumulation
+    for floating x, cast to out.dtype. x and out are 2-D views."""
+
+    x: TensorArg
+    out: TensorArg
+
+
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
-                 EmbeddingOp, PointwiseOp, ConvOp, PoolOp]
+                 EmbeddingOp, PointwiseOp, ConvOp, PoolOp, ScanOp]
 
 
 def op_inputs(op: KernelOp) -> list[TensorArg]:
@@ -330,7 +339,7 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.x] + ([op.weight] if op.weight is not None else [])
     if isinstance(op, LayerNormOp):
         return [op.x] + [t for t in (op.weight, op.bias) if t is not None]
-    if isinstance(op, (SoftmaxOp, ReduceOp)):
+    if isinstance(op, (SoftmaxOp, ReduceOp, ScanOp)):
         return [op.x]
     if isinstance(op, RopeOp):
         return [op.x, op.cos, op.sin]

@@ -24,7 +24,8 @@ from __future__ import annotations
 import importlib
 
 from aotpack.kernels.spec import (
-    AttentionOp, ConvOp, EmbeddingOp, KernelOp, PoolOp, LayerNormOp, PointwiseOp, ReduceOp, RMSNormOp, RopeOp,
+    AttentionOp, ConvOp, EmbeddingOp, KernelOp, PoolOp, LayerNormOp, PointwiseOp, ReduceOp,
+    RMSNormOp, RopeOp, ScanOp,
     SoftmaxOp, Target,
 )
 
@@ -211,6 +212,11 @@ class ConvTemplate(Template):
         return importlib.import_module("aotpack.kernels.triton.conv_configs")
 
 
+class ScanTemplate(Template):
+    name, op_type, module = "cumsum", ScanOp, "scan"
+    sources = TRITON_COMMON + ("triton/scan.py",)
+
+
 class PoolTemplate(Template):
     name, op_type, module = "pool", PoolOp, "pool"
     sources = TRITON_COMMON + ("triton/pool.py",)
@@ -241,7 +247,7 @@ def _registry() -> dict[type, Template]:
                  RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),
                  RowwiseTemplate("reduce", ReduceOp, _ROWWISE),
                  RopeTemplate(), EmbeddingTemplate(), PointwiseTemplate(), ConvTemplate(),
-                 PoolTemplate()]
+                 PoolTemplate(), ScanTemplate()]
     return {t.op_type: t for t in templates}
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from aotpack.dtypes import DType
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
-from aotpack.kernels.spec import LayerNormOp, ReduceOp, SoftmaxOp, TensorArg
+from aotpack.kernels.spec import LayerNormOp, ReduceOp, ScanOp, SoftmaxOp, TensorArg
 
 _KIND = {Op.SUM: "sum", Op.MEAN: "mean", Op.AMAX: "amax", Op.AMIN: "amin"}
 
@@ -185,6 +185,16 @@ def lower_reduce(lw, n: Node) -> None:
     lw.ops.append(ReduceOp(_KIND[n.op], x, _out(lw, n, None)))
 
 
-RULES = {Op.LAYER_NORM: lower_layer_norm, Op.SOFTMAX: lower_softmax,
+def lower_cumsum(lw, n: Node) -> None:
+    shape = list(n.inputs[0].shape)
+    if n.attrs.dim != len(shape) - 1:
+        lw._fail(n, f"cumsum over dim {n.attrs.dim} of a {shape} tensor: only the last dim is "
+                    f"supported (x.movedim({n.attrs.dim}, -1).cumsum(-1).movedim(-1, "
+                    f"{n.attrs.dim}))")
+    x = _rows(lw, n.inputs[0], 1)
+    lw.ops.append(ScanOp(x, _out(lw, n, 1)))
+
+
+RULES = {Op.LAYER_NORM: lower_layer_norm, Op.CUMSUM: lower_cumsum, Op.SOFTMAX: lower_softmax,
          Op.LOG_SOFTMAX: lower_softmax,
          **{op: lower_reduce for op in _KIND}}

@@ -6,6 +6,7 @@ Every other elementwise node is a region *root*: its output is materialized and 
 absorbed producers behind it is its expression."""
 from __future__ import annotations
 
+from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
@@ -18,7 +19,8 @@ _UNARY_FN = {
     Op.HARDSWISH: "hardswish", Op.HARDSIGMOID: "hardsigmoid",
 }
 _BINARY_FN = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.DIV: "div", Op.MAX: "max",
-              Op.MIN: "min", Op.POW: "pow"}
+              Op.MIN: "min", Op.POW: "pow", Op.EQ: "eq", Op.NE: "ne", Op.LT: "lt",
+              Op.LE: "le", Op.GT: "gt", Op.GE: "ge", Op.AND: "and", Op.OR: "or"}
 
 
 def absorbed_nodes(graph: Graph, gemm_nodes: set[str]) -> set[str]:
@@ -30,8 +32,8 @@ def absorbed_nodes(graph: Graph, gemm_nodes: set[str]) -> set[str]:
         name = n.output.name
         if n.op not in O.ELEMENTWISE or name in gemm_nodes or name in outputs:
             continue
-        if n.op == Op.CAST and not n.output.dtype.is_float:
-            continue  # the truncation must happen: store it
+        if n.op == Op.CAST and not n.output.dtype.is_float and n.output.dtype != DType.BOOL:
+            continue  # the truncation must happen: store it (a cast to bool is x != 0)
         us = users.get(name, [])
         if len(us) == 1 and us[0].op in O.ELEMENTWISE and us[0].output.name not in gemm_nodes:
             absorbed.add(name)
@@ -50,8 +52,14 @@ def build_expr(root: Node, producers, absorbed: set[str], leaves: list[Value]):
 
     def node_expr(n: Node):
         args = [operand(v) for v in n.inputs]
+        if n.op == Op.CAST and n.output.dtype == DType.BOOL:
+            return PwExpr("ne", (args[0], PwConst(0.0)))
         if n.op == Op.CAST:
             return args[0]  # computed in f32; the cast happens when the result is stored
+        if n.op == Op.NOT:
+            return PwExpr("not", (args[0],))
+        if n.op == Op.WHERE:
+            return PwExpr("where", tuple(args))
         if n.op == Op.GELU:
             return PwExpr("gelu_tanh" if n.attrs.approximate == "tanh" else "gelu_erf",
                           (args[0],))

@@ -78,6 +78,29 @@ def _text(model, max_batch: int = 4, max_seq: int = 128):
     return _seeded(FirstOutput(model)), (ids,), dims
 
 
+class WithMask(torch.nn.Module):
+    """(input_ids, attention_mask) -> the last hidden state: a padded batch, the mask a
+    run-time input (the masked attention kernel; causal models keep the causal one)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, ids, mask):
+        return self.inner(input_ids=ids, attention_mask=mask, return_dict=False)[0]
+
+
+def _padded(model, max_batch: int = 4, max_seq: int = 128):
+    """Fresh masks are drawn 0/1 per token (the example spans both), so rows are padded
+    anywhere, the first token included."""
+    ids = torch.randint(2, 100, (2, 16), generator=torch.Generator().manual_seed(1))
+    ids[0, 0], ids[0, 1] = 2, 99
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, 9:] = 0
+    b, s = torch.export.Dim("B", min=1, max=max_batch), torch.export.Dim("S", min=1, max=max_seq)
+    return _seeded(WithMask(model)), (ids, mask), ({0: b, 1: s}, {0: b, 1: s})
+
+
 _SMALL = dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4,
               intermediate_size=256, vocab_size=100, max_position_embeddings=128)
 
@@ -124,6 +147,40 @@ def opt():
     return _text(OPTModel(cfg))
 
 
+def bert_padded():
+    from transformers import BertConfig, BertModel
+
+    return _padded(BertModel(BertConfig(**_SMALL, attn_implementation="sdpa"),
+                             add_pooling_layer=False))
+
+
+def roberta_padded():
+    """Position ids from the ids (ne, cumsum) and the padding mask."""
+    from transformers import RobertaConfig, RobertaModel
+
+    cfg = RobertaConfig(**{**_SMALL, "max_position_embeddings": 132}, pad_token_id=1,
+                        attn_implementation="sdpa")
+    return _padded(RobertaModel(cfg, add_pooling_layer=False))
+
+
+def gpt2_padded():
+    from transformers import GPT2Config, GPT2Model
+
+    cfg = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=100, n_positions=128,
+                     use_cache=False, attn_implementation="sdpa")
+    return _padded(GPT2Model(cfg))
+
+
+def phi_d80():
+    """A head dim that is no power of two (80: Phi-2, StableLM; zero-padded to 128)."""
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(num_hidden_layers=2, hidden_size=160, num_attention_heads=2,
+                      num_key_value_heads=2, intermediate_size=256, vocab_size=100,
+                      max_position_embeddings=128, use_cache=False, attn_implementation="sdpa")
+    return _text(LlamaModel(cfg))
+
+
 def vit():
     """A small ViT (32x32 images, 8x8 patches: 17 tokens, head dim 32), batch in 1..64."""
     from transformers import ViTConfig, ViTModel
@@ -151,4 +208,8 @@ MODELS = [
     ModelCase("llama", f"{_HERE}:llama"),
     ModelCase("qwen2", f"{_HERE}:qwen2"),
     ModelCase("opt", f"{_HERE}:opt"),
+    ModelCase("bert_padded", f"{_HERE}:bert_padded"),
+    ModelCase("roberta_padded", f"{_HERE}:roberta_padded"),
+    ModelCase("gpt2_padded", f"{_HERE}:gpt2_padded"),
+    ModelCase("phi_d80", f"{_HERE}:phi_d80"),
 ]

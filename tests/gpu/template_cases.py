@@ -244,6 +244,15 @@ def make_attention_cross_d64():
     return _attention(False, 64, cross=True)
 
 
+def make_attention_causal_d80():
+    """A head dim that is no power of two: zero-padded to a 128-wide tile."""
+    return _attention(True, 80)
+
+
+def make_attention_full_d256():
+    return _attention(False, 256, hq=2, hkv=1, b=1)
+
+
 def make_attention_cross_gqa_d128():
     return _attention(False, 128, hq=8, hkv=4, cross=True, b=1)
 
@@ -461,6 +470,8 @@ CASES = [
     Case("attention_gqa_full_d64", _ATTN, {"S": SEQ_SIZES}),
     Case("attention_cross_d64", _ATTN, {"S": SEQ_SIZES, "T": (1, 77, 1000, MAX_SEQ)}),
     Case("attention_cross_gqa_d128", _ATTN, {"S": (1, 129, MAX_SEQ), "T": (7, 1000)}),
+    Case("attention_causal_d80", _ATTN, {"S": SEQ_SIZES}),
+    Case("attention_full_d256", _ATTN, {"S": (1, 77, 1000, MAX_SEQ)}),
     Case("attention_mask_padding", _ATTN + ("mask",), {"S": (1, 77, MAX_SEQ),
                                                        "T": (1, 129, 1000, MAX_SEQ)}),
     Case("attention_mask_bias_gqa_d128", _ATTN + ("mask",), {"S": (1, 129, MAX_SEQ),

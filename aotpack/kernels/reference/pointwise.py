@@ -16,6 +16,7 @@ def _unary(fn: str, x):
         "recip": torch.reciprocal, "relu6": F.relu6, "hardswish": F.hardswish,
         "hardsigmoid": F.hardsigmoid,
         "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
+        "not": lambda t: (t == 0).to(t.dtype),
     }
     return table[fn](x)
 
@@ -26,13 +27,19 @@ def _binary(fn: str, a, b):
     table = {
         "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
         "max": torch.maximum, "min": torch.minimum, "pow": torch.pow,
+        "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
+        "ge": torch.ge, "and": lambda x, y: (x != 0) & (y != 0),
+        "or": lambda x, y: (x != 0) | (y != 0),
     }
-    return table[fn](a, b)
+    out = table[fn](a, b)
+    # comparisons and logic: 1 / 0 in the compute type, as the kernel
+    return out.to(torch.promote_types(a.dtype, b.dtype)) if out.dtype == torch.bool else out
 
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "silu",
-         "abs", "recip", "gelu_tanh", "gelu_erf", "relu6", "hardswish", "hardsigmoid")
-BINARY = ("add", "sub", "mul", "div", "max", "min", "pow")
+         "abs", "recip", "gelu_tanh", "gelu_erf", "relu6", "hardswish", "hardsigmoid", "not")
+BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge",
+          "and", "or")
 
 
 def evaluate(node, inputs):
@@ -48,10 +55,17 @@ def evaluate(node, inputs):
             return _unary(node.fn, *args)
         if node.fn in BINARY:
             return _binary(node.fn, *args)
+        if node.fn == "where":
+            return torch.where(args[0] != 0, args[1], args[2])
     raise ValueError(f"bad pointwise node {node!r}")
 
 
 def reference(op: PointwiseOp, env) -> None:
-    inputs = [view(env, a).float() for a in op.inputs]
+    # f32 as the kernel computes, or f64 (exact for integers below 2**53) when the kernel runs
+    # an all-integer expression in int64
+    from aotpack.kernels.triton._pointwise_codegen import integer_exact
+
+    wide = integer_exact(op.expr, [a.dtype for a in op.inputs], op.out.dtype)
+    inputs = [view(env, a).double() if wide else view(env, a).float() for a in op.inputs]
     out = evaluate(op.expr, inputs)
     write(env, op.out, out.expand(op.out.shape))

@@ -14,25 +14,12 @@ round-to-nearest-even f32 -> bf16 casts like the GPU.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-_TEMPLATE_MODULE = {
-    "AttentionOp": "aotpack.kernels.triton.attention",
-    "RMSNormOp": "aotpack.kernels.triton.rmsnorm",
-    "LayerNormOp": "aotpack.kernels.triton.layernorm",
-    "SoftmaxOp": "aotpack.kernels.triton.softmax",
-    "ReduceOp": "aotpack.kernels.triton.reduce",
-    "RopeOp": "aotpack.kernels.triton.rope",
-    "EmbeddingOp": "aotpack.kernels.triton.embedding",
-    "PointwiseOp": "aotpack.kernels.triton.pointwise",
-    "ConvOp": "aotpack.kernels.triton.conv",
-    "PoolOp": "aotpack.kernels.triton.pool",
-}
 
 
 def in_interpreter_process() -> bool:
@@ -123,8 +110,10 @@ def _run_jobs_here(jobs) -> None:
     _patch_scalar_index()
     _patch_bf16_dot()
     _patch_bf16_rounding()
+    from aotpack.kernels.templates import template_for
+
     for op, env, config, *point in jobs:  # point: the dims of a symbolic op
-        module = importlib.import_module(_TEMPLATE_MODULE[type(op).__name__])
+        module = template_for(op).triton()  # the registry names each op's kernel module
         module.run_plan_interpreted_here(op, env, config, *point)
 
 

@@ -33,6 +33,16 @@ BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
     "max": "tl.maximum({0}, {1})", "min": "tl.minimum({0}, {1})", "pow": "_pow({0}, {1})",
 }
+# Comparisons and logic give 1 / 0 in the compute type (so they can be summed, multiplied or
+# stored as bool, which is != 0).
+PREDICATES = {
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+    "gt": "({0} > {1})", "ge": "({0} >= {1})", "and": "(({0} != 0) & ({1} != 0))",
+    "or": "(({0} != 0) | ({1} != 0))", "not": "({0} == 0)",
+}
+# What an all-integer expression may use and stay exact in int64 (ids past 2**24 compared,
+# offset, masked: f32 would round them)
+INTEGER_EXACT = {"add", "sub", "mul", "max", "min", "neg", "abs", *PREDICATES, "where"}
 # pow by a constant exponent: cheaper and exact forms.
 _POW_CONST = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 1.0: "({0} + 0.0)",
               0.5: "tl.sqrt({0})", -1.0: "(1.0 / {0})", -0.5: "tl.rsqrt({0})"}
@@ -157,11 +167,13 @@ def _const_literal(value: float) -> str:
 
 class _Emitter:
     """Turns the expression tree into straight-line statements, one variable per distinct
-    subtree (a repeated input or subexpression is computed once)."""
+    subtree (a repeated input or subexpression is computed once), in the compute type `ctype`
+    (tl.float32, or tl.int64 for all-integer expressions)."""
 
-    def __init__(self):
+    def __init__(self, ctype: str = "tl.float32"):
         self.lines: list[str] = []
         self.names: dict[object, str] = {}
+        self.ctype = ctype
 
     def emit(self, node) -> str:
         if node in self.names:
@@ -169,7 +181,9 @@ class _Emitter:
         if isinstance(node, PwInput):
             return f"x{node.index}"  # loaded before the expression
         if isinstance(node, PwConst):
-            text = f"tl.full([BLOCK], {_const_literal(node.value)}, tl.float32)"
+            literal = (str(int(node.value)) if self.ctype == "tl.int64"
+                       else _const_literal(node.value))
+            text = f"tl.full([BLOCK], {literal}, {self.ctype})"
         elif isinstance(node, PwExpr):
             text = self._call(node)
         else:
@@ -188,6 +202,12 @@ class _Emitter:
                 return form.format(self.emit(node.args[0]))
         if node.fn in BINARY and len(node.args) == 2:
             return BINARY[node.fn].format(self.emit(node.args[0]), self.emit(node.args[1]))
+        if node.fn in PREDICATES and len(node.args) == (1 if node.fn == "not" else 2):
+            cond = PREDICATES[node.fn].format(*(self.emit(a) for a in node.args))
+            return f"tl.where({cond}, 1, 0).to({self.ctype})"
+        if node.fn == "where" and len(node.args) == 3:
+            c, a, b = (self.emit(x) for x in node.args)
+            return f"tl.where({c} != 0, {a}, {b})"
         raise ValueError(f"pointwise: unsupported function {node.fn!r} with {len(node.args)} args")
 
 
@@ -229,9 +249,33 @@ def needs_wide_index(layout: Layout, block: int) -> bool:
     return max(upper_bound(layout.numel) + block, _max_offset(layout)) >= 2**31
 
 
-def kernel_source(name: str, expr, n_inputs: int, layout: Layout, out_dtype: DType,
+def fn_names(node, acc: list[str]) -> list[str]:
+    """The functions an expression uses, in order of first use."""
+    if isinstance(node, PwExpr):
+        if node.fn not in acc:
+            acc.append(node.fn)
+        for a in node.args:
+            fn_names(a, acc)
+    return acc
+
+
+def integer_exact(expr, in_dtypes, out_dtype: DType) -> bool:
+    """The expression runs in int64: integer/bool operands and result, integral constants,
+    and only functions that are exact on integers."""
+    def consts(node):
+        if isinstance(node, PwConst):
+            return [node.value]
+        return [c for a in getattr(node, "args", ()) for c in consts(a)]
+    return (not out_dtype.is_float and all(not d.is_float for d in in_dtypes)
+            and set(fn_names(expr, [])) <= INTEGER_EXACT
+            and all(float(c).is_integer() for c in consts(expr)))
+
+
+def kernel_source(name: str, expr, in_dtypes, layout: Layout, out_dtype: DType,
                   block: int) -> str:
     wide = needs_wide_index(layout, block)
+    n_inputs = len(in_dtypes)
+    ctype = "tl.int64" if integer_exact(expr, in_dtypes, out_dtype) else "tl.float32"
     names = {v: f"p{i}" for i, v in enumerate(layout.params())}
     params = ", ".join(["out_ptr"] + [f"in{i}_ptr" for i in range(n_inputs)] +
                        list(names.values()) + ["BLOCK: tl.constexpr"])
@@ -241,12 +285,12 @@ def kernel_source(name: str, expr, n_inputs: int, layout: Layout, out_dtype: DTy
     exact_copy = isinstance(expr, PwInput) and not out_dtype.is_float
     for i, strides in enumerate(layout.in_strides):
         body.append(f"    x{i} = tl.load(in{i}_ptr + ({_address(strides, names)}), mask=mask, "
-                    f"other=0)" + ("" if exact_copy else ".to(tl.float32)"))
-    emitter = _Emitter()
+                    f"other=0)" + ("" if exact_copy else f".to({ctype})"))
+    emitter = _Emitter(ctype)
     result = emitter.emit(expr)
     body += emitter.lines
     if isinstance(expr, PwInput) and not exact_copy:
-        result = f"({result} + 0.0)"
+        result = f"({result} + 0)"
     body.append(f"    tl.store(out_ptr + ({_address(layout.out_strides, names)}), "
                 f"{result}.to({_TL_DTYPE[out_dtype]}), mask=mask)")
     header = (f'"""Generated by aotpack (pointwise codegen): {expr!r}; '

@@ -62,18 +62,23 @@ def _softmax_step(acc, row_sum, row_max, q, k, v, rows, cols, seq_kv, qk_scale,
 def _attend_tiles(acc, row_sum, row_max, q, k_base, v_base, k_stride_s, v_stride_s,
                   rows, kv_start, kv_end, seq_kv, qk_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """Key tiles [kv_start, kv_end) through pointer loads (cp.async when pipelined)."""
+                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, D_VALID: tl.constexpr):
+    """Key tiles [kv_start, kv_end) through pointer loads (cp.async when pipelined). A head
+    dim that is no power of two (80, 96) is padded to HEAD_DIM with zeros (D_VALID real)."""
     dims = tl.arange(0, HEAD_DIM)
+    dim_ok = dims[None, :] < D_VALID
     for start in range(kv_start, kv_end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k_ptrs = k_base + cols[:, None] * k_stride_s + dims[None, :]
         v_ptrs = v_base + cols[:, None] * v_stride_s + dims[None, :]
         if MASKED:
             # Out-of-range K/V rows must load as 0, not garbage: 0 * NaN would poison acc.
-            in_range = cols[:, None] < seq_kv
+            in_range = (cols[:, None] < seq_kv) & dim_ok
             k = tl.load(k_ptrs, mask=in_range, other=0.0)
             v = tl.load(v_ptrs, mask=in_range, other=0.0)
+        elif D_VALID != HEAD_DIM:
+            k = tl.load(k_ptrs, mask=dim_ok, other=0.0)
+            v = tl.load(v_ptrs, mask=dim_ok, other=0.0)
         else:
             k = tl.load(k_ptrs)
             v = tl.load(v_ptrs)
@@ -122,6 +127,7 @@ def attention_fwd_kernel(
     seq_q, seq_kv, qk_scale,
     HEADS_Q: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    D_VALID: tl.constexpr,
 ):
     batch_head = tl.program_id(0)
     row_block = tl.num_programs(1) - 1 - tl.program_id(1)  # longest causal rows first
@@ -134,9 +140,10 @@ def attention_fwd_kernel(
     rows = row_start + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows[:, None] < seq_q
+    io_ok = row_ok & (dims[None, :] < D_VALID)
 
     q_base = q_ptr + batch * q_stride_b + head_q * q_stride_h
-    q = tl.load(q_base + rows[:, None] * q_stride_s + dims[None, :], mask=row_ok, other=0.0)
+    q = tl.load(q_base + rows[:, None] * q_stride_s + dims[None, :], mask=io_ok, other=0.0)
     k_base = k_ptr + batch * k_stride_b + head_kv * k_stride_h
     v_base = v_ptr + batch * v_stride_b + head_kv * v_stride_h
 
@@ -147,15 +154,15 @@ def attention_fwd_kernel(
     full_end, kv_end = _key_ranges(seq_kv, row_start, BLOCK_M, BLOCK_N, CAUSAL)
     acc, row_sum, row_max = _attend_tiles(
         acc, row_sum, row_max, q, k_base, v_base, k_stride_s, v_stride_s, rows, 0, full_end,
-        seq_kv, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL)
+        seq_kv, qk_scale, HEAD_DIM, BLOCK_N, False, CAUSAL, D_VALID)
     acc, row_sum, row_max = _attend_tiles(
         acc, row_sum, row_max, q, k_base, v_base, k_stride_s, v_stride_s, rows, full_end, kv_end,
-        seq_kv, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL)
+        seq_kv, qk_scale, HEAD_DIM, BLOCK_N, True, CAUSAL, D_VALID)
 
     out = acc / row_sum[:, None]
     out_base = out_ptr + batch * out_stride_b + head_q * out_stride_h
     out_ptrs = out_base + rows[:, None] * out_stride_s + dims[None, :]
-    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_ok)
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=io_ok)
 
 
 @triton.jit
@@ -206,6 +213,8 @@ def default_config(op: AttentionOp) -> dict:
         block = max(16, 1 << (sq - 1).bit_length())
         return {"BLOCK_M": block, "BLOCK_N": block, "num_warps": 4, "num_stages": 2,
                 "TMA": False}
+    if padded_dim(op.q.shape[3]) > 128:  # head dim 256: a 128-row f32 accumulator would spill
+        return {"BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2, "TMA": False}
     return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 3, "TMA": False}
 
 
@@ -233,10 +242,15 @@ def candidate_configs(op: AttentionOp) -> list[dict]:
     return configs
 
 
+def padded_dim(d: int) -> int:
+    """The power-of-two tile width a head dim computes in (80 -> 128: zeros past 80)."""
+    return 1 << (d - 1).bit_length()
+
+
 def tma_possible(op: AttentionOp) -> bool:
     """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides (and no mask:
     the masked kernel loads through pointers)."""
-    if op.mask is not None:
+    if op.mask is not None or padded_dim(op.q.shape[3]) != op.q.shape[3]:
         return False
     for t in (op.q, op.k, op.v, op.out):
         nbytes = t.dtype.nbytes
@@ -254,8 +268,9 @@ def _check(op: AttentionOp) -> None:
                          f"v{op.v.shape} out{op.out.shape}")
     if hq % hkv:
         raise ValueError(f"attention: {hq} query heads not a multiple of {hkv} kv heads")
-    if d not in (16, 32, 64, 128, 256):
-        raise ValueError(f"attention: head dim {d} not supported (16/32/64/128/256)")
+    if not 16 <= d <= 256 or d % 8:
+        raise ValueError(f"attention: head dim {d} not supported (16 to 256, a multiple of 8: "
+                         f"rows of 16 bytes)")
     if skv == 0:
         raise ValueError("attention: no keys (S_kv = 0)")
     if not op.scale > 0:  # the unmasked loop scales the row max: needs a positive scale
@@ -301,9 +316,11 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
         args["seq_q"] = int_arg(sq)
     args.update({
         "seq_kv": int_arg(op.k.shape[2]), "qk_scale": F32(op.scale * _LOG2E),
-        "HEADS_Q": Const(hq), "GROUP": Const(hq // hkv), "HEAD_DIM": Const(d),
+        "HEADS_Q": Const(hq), "GROUP": Const(hq // hkv), "HEAD_DIM": Const(padded_dim(d)),
         "BLOCK_M": Const(block_m), "BLOCK_N": Const(block_n), "CAUSAL": Const(bool(op.causal)),
     })
+    if not cfg["TMA"]:
+        args["D_VALID"] = Const(d)
     fused = ("attention",) + (("causal",) if op.causal else ()) + (("gqa",) if hq != hkv else ())
     return KernelPlan(fn, args, (b * hq, cdiv(sq, block_m), 1), cfg["num_warps"],
                       cfg["num_stages"], fused,

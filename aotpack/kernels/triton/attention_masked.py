@@ -58,7 +58,7 @@ def attention_fwd_masked_kernel(
     seq_q, seq_kv, sm_scale,
     HEADS_Q: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    MASK_KIND: tl.constexpr,
+    MASK_KIND: tl.constexpr, D_VALID: tl.constexpr,
 ):
     batch_head = tl.program_id(0)
     row_block = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -71,9 +71,11 @@ def attention_fwd_masked_kernel(
     rows = row_start + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows[:, None] < seq_q
+    dim_ok = dims[None, :] < D_VALID  # a head dim padded to a power of two (80 -> 128)
 
     q_base = q_ptr + batch * q_stride_b + head_q * q_stride_h
-    q = tl.load(q_base + rows[:, None] * q_stride_s + dims[None, :], mask=row_ok, other=0.0)
+    q = tl.load(q_base + rows[:, None] * q_stride_s + dims[None, :], mask=row_ok & dim_ok,
+                other=0.0)
     k_base = k_ptr + batch * k_stride_b + head_kv * k_stride_h
     v_base = v_ptr + batch * v_stride_b + head_kv * v_stride_h
     m_base = (mask_ptr + batch * mask_stride_b + head_q * mask_stride_h
@@ -87,7 +89,7 @@ def attention_fwd_masked_kernel(
         kv_end = tl.minimum(seq_kv, row_start + BLOCK_M)
     for start in range(0, kv_end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        in_range = cols[:, None] < seq_kv
+        in_range = (cols[:, None] < seq_kv) & dim_ok
         k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :], mask=in_range,
                     other=0.0)
         v = tl.load(v_base + cols[:, None] * v_stride_s + dims[None, :], mask=in_range,
@@ -100,7 +102,7 @@ def attention_fwd_masked_kernel(
     out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
     out_base = out_ptr + batch * out_stride_b + head_q * out_stride_h
     out_ptrs = out_base + rows[:, None] * out_stride_s + dims[None, :]
-    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_ok)
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_ok & dim_ok)
 
 
 def mask_kind(mask: TensorArg) -> int:
@@ -123,7 +125,8 @@ def plan_masked(op: AttentionOp, cfg: dict) -> KernelPlan:
     args.update(strides_args("mask", op.mask, ("b", "h", "q", "k")))
     args.update({
         "seq_q": int_arg(sq), "seq_kv": int_arg(op.k.shape[2]), "sm_scale": F32(op.scale),
-        "HEADS_Q": Const(hq), "GROUP": Const(hq // hkv), "HEAD_DIM": Const(d),
+        "HEADS_Q": Const(hq), "GROUP": Const(hq // hkv),
+        "HEAD_DIM": Const(1 << (d - 1).bit_length()), "D_VALID": Const(d),
         "BLOCK_M": Const(cfg["BLOCK_M"]), "BLOCK_N": Const(cfg["BLOCK_N"]),
         "CAUSAL": Const(bool(op.causal)), "MASK_KIND": Const(mask_kind(op.mask)),
     })

@@ -24,12 +24,12 @@ from aotpack import knobs
 from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput
 from aotpack.kernels.triton._common import KernelPlan, entry_points
 from aotpack.kernels.triton._pointwise_codegen import (
-    Layout, coalesce, kernel_source, needs_wide_index,
+    Layout, coalesce, fn_names, kernel_source, needs_wide_index,
 )
 from aotpack.ir.sym import sym_max, upper_bound
 from aotpack.kernels.triton.compile import I32, I64, Const, Ptr, cdiv
 
-CODEGEN_VERSION = 1
+CODEGEN_VERSION = 2  # 2: int64 compute for all-integer expressions
 BLOCK = 2048
 NUM_WARPS = 8  # 8 elements per thread: one 16-byte bf16 vector
 
@@ -69,8 +69,8 @@ def generated_kernel(op: PointwiseOp):
     imported (memoised per file, so a changed AOTPACK_CACHE_DIR gets its own copy)."""
     name = kernel_name(op)
     path = _source_dir() / f"{name}.py"
-    _write_once(path, kernel_source(name, op.expr, len(op.inputs), _layout(op), op.out.dtype,
-                                    BLOCK))
+    _write_once(path, kernel_source(name, op.expr, [a.dtype for a in op.inputs], _layout(op),
+                                    op.out.dtype, BLOCK))
     module_name = f"aotpack_generated_{name}"
     module = sys.modules.get(module_name)
     if module is None or Path(module.__file__) != path:
@@ -79,15 +79,6 @@ def generated_kernel(op: PointwiseOp):
         spec.loader.exec_module(module)
         sys.modules[module_name] = module
     return getattr(module, name)
-
-
-def _fn_names(node, acc: list[str]) -> list[str]:
-    if isinstance(node, PwExpr):
-        if node.fn not in acc:
-            acc.append(node.fn)
-        for a in node.args:
-            _fn_names(a, acc)
-    return acc
 
 
 def plan(op: PointwiseOp, config: dict | None = None) -> KernelPlan:
@@ -103,7 +94,7 @@ def plan(op: PointwiseOp, config: dict | None = None) -> KernelPlan:
     grid = (sym_max(1, cdiv(op.out.numel, BLOCK)), 1, 1)
     if upper_bound(grid[0]) >= 2**31:
         raise ValueError(f"pointwise: {op.out.numel} elements is too many for one grid")
-    fused = ("pointwise",) + tuple(_fn_names(op.expr, []))
+    fused = ("pointwise",) + tuple(fn_names(op.expr, []))
     return KernelPlan(fn, args, grid, NUM_WARPS, 1, fused, {"BLOCK": BLOCK})
 
 

@@ -1,0 +1,239 @@
+"""aten → IR rules for comparisons, logic and selection on run-time values: what models compute
+from token ids and masks (`attention_mask.bool()`, `input_ids.ne(pad)`, `where(mask, x, -inf)`,
+`masked_fill`), and advanced indexing by constant index tensors (transformers' mask code picks
+`mask[batch_arange, kv_arange]`).
+
+On constants these ops fold at translation (translate._fold_constant_call); the rules here see a
+run-time operand. The comparisons and logic become pointwise kernels (bool results); indexing
+by constant indices that step evenly through the indexed dims becomes a strided view, no kernel.
+"""
+from __future__ import annotations
+
+from aotpack.dtypes import DType
+from aotpack.frontend.aten_table import Unsupported
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Value
+from aotpack.ir.ops import Op
+
+# x < c is c > x: the op with its operands swapped
+_SWAPPED = {Op.EQ: Op.EQ, Op.NE: Op.NE, Op.LT: Op.GT, Op.GT: Op.LT, Op.LE: Op.GE, Op.GE: Op.LE}
+
+
+def _compare(op: Op):
+    def rule(cx, x, y):
+        if isinstance(x, Value) and isinstance(y, Value):
+            return cx.emit(op, [x, y], O.BinaryAttrs(), final=True)
+        if isinstance(x, Value):
+            return cx.emit(op, [x], O.BinaryAttrs(float(y)), final=True)
+        if isinstance(y, Value):
+            return cx.emit(_SWAPPED[op], [y], O.BinaryAttrs(float(x)), final=True)
+        raise Unsupported("both operands are Python numbers")
+    return rule
+
+
+def _logic(op: Op):
+    """logical_and/or, and bitwise_and/or of bools (of integers they are bit operations).
+    AND with a constant that is all True (OR: all False) is the other operand, broadcast: the
+    mask code of transformers ANDs a run-time padding mask with such constants, and a [B, 1,
+    S, T] mask materialized from a [B, 1, 1, T] one would be written and read for nothing."""
+    def rule(cx, x, y):
+        operands = [v for v in (x, y) if isinstance(v, Value)]
+        if any(v.dtype != DType.BOOL for v in operands) and "bitwise" in str(cx.fx_node.target):
+            raise Unsupported("bit operations on integers (only on bools)")
+        if len(operands) == 2:
+            for keep, other in ((x, y), (y, x)):
+                if _constant_all(cx, other, op == Op.AND) and keep.dtype == DType.BOOL:
+                    return _broadcast(cx, keep)
+            return cx.emit(op, [x, y], O.BinaryAttrs(), final=True)
+        value, number = (x, y) if isinstance(x, Value) else (y, x)
+        return cx.emit(op, [value], O.BinaryAttrs(float(bool(number))), final=True)
+    return rule
+
+
+def _constant_all(cx, v: Value, truth: bool) -> bool:
+    """v is a constant (at every probe size) whose every entry is `truth`."""
+    samples = cx.constant_samples(v)
+    return samples is not None and all(bool((t.bool() == truth).all()) for _, t in samples)
+
+
+def _broadcast(cx, v: Value) -> Value:
+    shape = tuple(cx.out_shape())
+    if tuple(v.shape) == shape:
+        return cx.emit(Op.EXPAND, [v], O.ExpandAttrs(shape), final=True)
+    if len(v.shape) < len(shape):
+        v = cx.emit(Op.VIEW, [v], O.ViewAttrs((1,) * (len(shape) - len(v.shape))
+                                              + tuple(v.shape)))
+    return cx.emit(Op.EXPAND, [v], O.ExpandAttrs(shape), final=True)
+
+
+def _not(cx, x):
+    if x.dtype != DType.BOOL and "bitwise" in str(cx.fx_node.target):
+        raise Unsupported("bitwise_not of integers (only of bools)")
+    return cx.emit(Op.NOT, [x], O.NoAttrs(), final=True)
+
+
+def _where(cx, cond, a, b):
+    """where(cond, a, b); a Python number becomes a 0-d constant of the result's dtype."""
+    import torch
+
+    dtype = cx.fx_node.meta["val"].dtype
+    a, b = (v if isinstance(v, Value) else cx.add_constant(name, torch.tensor(v, dtype=dtype))
+            for v, name in ((a, "then"), (b, "else")))
+    if cond.dtype != DType.BOOL:
+        cond = cx.emit(Op.CAST, [cond], O.CastAttrs(DType.BOOL))
+    return cx.emit(Op.WHERE, [cond, a, b], O.NoAttrs(), final=True)
+
+
+def _masked_fill(cx, x, mask, value):
+    return _where(cx, mask, value, x)
+
+
+def peel_causal(cx, mask: Value, seq_q, seq_k):
+    """(causal, rest) when `mask` is the AND of the causal pattern (a constant, as
+    aten_table._constant_mask_kind classifies it) and a run-time mask (GPT-2's and Llama's
+    padding): the kernel then skips the hidden tiles and reads the small padding mask. Else
+    (False, mask)."""
+    from aotpack.frontend.aten_table import _constant_mask_kind
+
+    node = _producer(cx, mask)
+    while node is not None and node.op == Op.EXPAND:
+        node = _producer(cx, node.inputs[0])  # rest broadcasts to the mask as the AND did
+    if node is None or node.op != Op.AND or len(node.inputs) != 2:
+        return False, mask
+    for causal, rest in (node.inputs, node.inputs[::-1]):
+        if _constant_mask_kind(cx, causal, seq_q, seq_k) == "causal" \
+                and cx.constant_samples(rest) is None:
+            return True, rest
+    return False, mask
+
+
+def _producer(cx, v: Value):
+    return next((n for n in reversed(cx.nodes) if n.outputs[0].name == v.name), None)
+
+
+def _cumsum(cx, x, dim, dtype=None):
+    out = DType.from_torch(cx.fx_node.meta["val"].dtype)
+    dim = dim + len(x.shape) if dim < 0 else dim
+    return cx.emit(Op.CUMSUM, [x], O.ScanAttrs(dim, out), final=True)
+
+
+# ----------------------------------------------------------------------------- indexing
+def _gather(cx, x, dim, index, sparse_grad=False):
+    """gather from a constant by run-time indices: when every entry of the constant is the
+    same value (RoBERTa's all-zero token-type buffer, gathered at the positions it computes
+    from the ids) the result is that value everywhere; any other gather is refused."""
+    samples = cx.constant_samples(x) if isinstance(x, Value) else None
+    if samples:
+        first = samples[0][1].reshape(-1)[:1]
+        if first.numel() and all(bool((t == first).all()) for _, t in samples):
+            return _broadcast(cx, cx.add_constant("value", first.reshape(())))
+    raise Unsupported("a gather by indices computed at run time (only from a constant whose "
+                      "entries are all equal)")
+
+
+
+def _index(cx, x, indices):
+    """x[i0, i1, ...] with constant index tensors (None: the whole dim) that step evenly
+    through x's dims: a strided view of x. Indices computed at run time (a gather by ids)
+    are refused."""
+    import torch
+
+    if not isinstance(x, Value):
+        raise Unsupported("indexing a Python value")
+    picked = [k for k, t in enumerate(indices) if t is not None]
+    if not picked or picked != list(range(picked[0], picked[-1] + 1)):
+        raise Unsupported("index tensors that are not side by side")
+    samples = []
+    for k in picked:
+        got = cx.constant_samples(indices[k])
+        if got is None:
+            raise Unsupported("indices computed at run time (a gather); only constant index "
+                              "tensors are supported")
+        samples.append(got)
+    out_shape = cx.out_shape()
+    first, n_idx = picked[0], len(picked)
+    rank_b = len(out_shape) - (len(x.shape) - n_idx)  # the broadcast index dims
+    coeffs = None
+    for j in range(len(samples[0])):
+        point = samples[0][j][0]
+        tensors = torch.broadcast_tensors(*(s[j][1] for s in samples))
+        sizes = [_at(x.shape[k], point) for k in picked]
+        fit = [_affine(t.long(), size) for t, size in zip(tensors, sizes)]
+        if any(f is None for f in fit):
+            raise Unsupported("index tensors that do not step evenly through the dims "
+                              "(a general gather)")
+        coeffs = fit if coeffs is None else _agree(coeffs, fit)
+    strides = _contiguous_strides(x.shape)
+    x_strides = [strides[k] for k in picked]
+    b_strides = []
+    for d in range(rank_b):
+        b_strides.append(sum((c[1][d] or 0) * s for c, s in zip(coeffs, x_strides)))
+    offset = sum(c[0] * s for c, s in zip(coeffs, x_strides))
+    view_strides = (tuple(strides[:first]) + tuple(b_strides)
+                    + tuple(strides[first + n_idx:]))
+    attrs = O.StridedAttrs(tuple(out_shape), view_strides, offset)
+    return cx.emit(Op.AS_STRIDED, [x], attrs, final=True)
+
+
+def _agree(known, fit):
+    """Merge the fits of two probe sizes: a step is None where the dim had size 1 (any step
+    fits it)."""
+    merged = []
+    for (c0, a0), (c1, a1) in zip(known, fit):
+        if c0 != c1:
+            raise Unsupported("index tensors whose start changes with the dims")
+        if any(x is not None and y is not None and x != y for x, y in zip(a0, a1)):
+            raise Unsupported("index tensors whose steps change with the dims")
+        merged.append((c0, [x if x is not None else y for x, y in zip(a0, a1)]))
+    return merged
+
+
+def _affine(t, size: int):
+    """(c, [a_d]) with t[i] == c + sum_d a_d * i_d and every entry in [0, size), or None
+    (a_d None on a dim of size 1).
+    Negative indices count from the end, as torch's do."""
+    import torch
+
+    t = torch.where(t < 0, t + size, t)
+    if t.numel() == 0 or bool((t < 0).any()) or bool((t >= size).any()):
+        return None
+    c = int(t.reshape(-1)[0])
+    steps = []  # None: a dim of size 1 (no step to see)
+    for d, n in enumerate(t.shape):
+        steps.append(int(t.narrow(d, 1, 1).reshape(-1)[0]) - c if n > 1 else None)
+    grid = torch.full(t.shape, c, dtype=torch.long)
+    for d, (n, a) in enumerate(zip(t.shape, steps)):
+        shape = [1] * t.dim()
+        shape[d] = n
+        grid = grid + (a or 0) * torch.arange(n).reshape(shape)
+    return (c, steps) if bool((grid == t).all()) else None
+
+
+def _at(size, point: dict) -> int:
+    from aotpack.ir.sym import subs
+
+    return int(subs(size, point)) if point else int(size)
+
+
+def _contiguous_strides(shape) -> list:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc = acc * s
+    return strides[::-1]
+
+
+RULES = {
+    **{f"aten.{name}.{form}": _compare(op) for name, op in
+       (("eq", Op.EQ), ("ne", Op.NE), ("lt", Op.LT), ("le", Op.LE), ("gt", Op.GT),
+        ("ge", Op.GE)) for form in ("Tensor", "Scalar")},
+    "aten.logical_and.default": _logic(Op.AND), "aten.logical_or.default": _logic(Op.OR),
+    "aten.bitwise_and.Tensor": _logic(Op.AND), "aten.bitwise_or.Tensor": _logic(Op.OR),
+    "aten.bitwise_and.Scalar": _logic(Op.AND), "aten.bitwise_or.Scalar": _logic(Op.OR),
+    "aten.logical_not.default": _not, "aten.bitwise_not.default": _not,
+    "aten.where.self": _where, "aten.where.ScalarOther": _where,
+    "aten.where.ScalarSelf": _where, "aten.where.Scalar": _where,
+    "aten.masked_fill.Scalar": _masked_fill, "aten.masked_fill.Tensor": _masked_fill,
+    "aten.index.Tensor": _index, "aten.cumsum.default": _cumsum,
+    "aten.gather.default": _gather,
+}

@@ -1,0 +1,193 @@
+"""Model coverage on the CPU: run-time attention masks, comparisons/logic/where/cumsum on token
+ids, and indexing by constant indices, as real models use them. Each transformers family is
+built with a padded batch (`attention_mask` a real input) and its compiled program (kernel
+references) compared with eager; the kernels behind the new ops run in Triton's interpreter.
+"""
+import pytest
+import torch
+
+from aotpack.dtypes import DType
+from aotpack.executor import run_reference
+from aotpack.frontend import to_graph
+from aotpack.ir import Op
+from aotpack.kernels import run_reference as run_op_reference
+from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput, ScanOp, contiguous
+from aotpack.kernels.triton._interpret import run_interpreted_batch
+from aotpack.passes import compile_graph
+from program_checks import rel_err
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+             intermediate_size=256, vocab_size=1000)
+FAMILIES = {  # name: (factory, the attention the kernel must get: causal, mask strides)
+    "bert": (lambda: transformers.BertModel(transformers.BertConfig(**SMALL)), False),
+    "roberta": (lambda: transformers.RobertaModel(
+        transformers.RobertaConfig(**SMALL, pad_token_id=1)), False),
+    "gpt2": (lambda: transformers.GPT2Model(
+        transformers.GPT2Config(n_embd=128, n_layer=2, n_head=2, vocab_size=1000)), True),
+    "llama": (lambda: transformers.LlamaModel(
+        transformers.LlamaConfig(**SMALL, num_key_value_heads=1)), True),
+    "opt": (lambda: transformers.OPTModel(transformers.OPTConfig(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=2, ffn_dim=256,
+        vocab_size=1000, word_embed_proj_dim=128)), True),
+    "t5_encoder": (lambda: transformers.T5EncoderModel(transformers.T5Config(
+        d_model=128, num_layers=2, num_heads=2, d_ff=256, d_kv=64, vocab_size=1000)), False),
+    "falcon": (lambda: transformers.FalconModel(transformers.FalconConfig(
+        hidden_size=128, num_hidden_layers=2, num_attention_heads=2, vocab_size=1000)), True),
+}
+
+
+class WithMask(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _padded(batch=3, seq=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, 1000, (batch, seq), generator=g)
+    mask = torch.ones(batch, seq, dtype=torch.long)
+    mask[1, seq // 2:] = 0  # one row padded from the middle, one with a single token
+    mask[2, 1:] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_padded_batch_matches_eager(family):
+    """The attention mask is a run-time input: a second padding pattern (not the example's)
+    runs through the same program. Causal models keep the causal kernel and read only the
+    [B, 1, 1, T] padding mask (stride 0 over heads and queries); padded positions are not
+    compared (their values are whatever the model computes for tokens no one reads)."""
+    factory, causal = FAMILIES[family]
+    torch.manual_seed(0)
+    model = WithMask(factory().eval()).to(torch.bfloat16)
+    program = compile_graph(to_graph(model, _padded(seed=0)))
+    attention = [op for op in program.ops if type(op).__name__ == "AttentionOp"]
+    assert attention and all(op.mask is not None for op in attention)
+    assert all(op.causal == causal for op in attention)
+    if family != "t5_encoder":  # T5 adds its relative-position bias: a [B, H, S, T] mask
+        assert all(op.mask.strides[1:3] == (0, 0) for op in attention)
+    ids, mask = _padded(seed=1)
+    mask[0, 11:] = 0
+    with torch.no_grad():
+        want = model(ids, mask)
+    got = run_reference(program, [ids, mask])[0]
+    keep = mask.bool()[..., None]
+    assert rel_err(got * keep, want * keep) < 2e-2
+
+
+def test_falcon_multi_query_uses_gqa():
+    """One k/v head broadcast over the query heads (sdpa without enable_gqa) is GQA."""
+    factory, _ = FAMILIES["falcon"]
+    model = WithMask(factory().eval()).to(torch.bfloat16)
+    g = to_graph(model, _padded())
+    assert all(n.attrs.gqa for n in g.nodes if n.op == Op.SDPA)
+
+
+# --------------------------------------------------------------------------- small models
+class IdsLogic(torch.nn.Module):
+    """What models compute from ids: a padding mask, positions from a cumsum (RoBERTa/OPT),
+    where/masked_fill, comparisons with numbers on either side."""
+
+    def forward(self, ids, x):
+        keep = ids.ne(1)
+        positions = torch.cumsum(keep.int(), dim=1) * keep + 1
+        big = (ids > 500) & ~(3 >= ids) | ids.eq(7)
+        y = torch.where(big[..., None], x, -x).masked_fill(~keep[..., None], 0.0)
+        return y * positions[..., None].to(x.dtype), positions
+
+
+def test_ids_logic_matches_eager():
+    ids = torch.tensor([[5, 600, 1, 7, 3, 1], [1, 2, 900, 4, 5, 6]])
+    x = torch.randn(2, 6, 8)
+    model = IdsLogic()
+    program = compile_graph(to_graph(model, (ids, x)))
+    kinds = {type(op).__name__ for op in program.ops}
+    assert "ScanOp" in kinds and "PointwiseOp" in kinds
+    got = run_reference(program, [ids, x])
+    want = model(ids, x)
+    assert torch.equal(got[1], want[1])  # integer positions: exact
+    assert rel_err(got[0], want[0]) < 1e-6
+
+
+def test_index_by_constant_aranges_is_a_view():
+    """transformers' padding-mask code: mask[batch_arange[:, None, None, None],
+    kv_arange[None, None, None, :]] is a strided view of the mask (no gather kernel)."""
+    class Picks(torch.nn.Module):
+        def forward(self, mask):
+            b, s = mask.shape
+            return mask[torch.arange(b)[:, None, None, None], torch.arange(s)[None, None, None]]
+
+    mask = torch.rand(3, 10) > 0.5
+    g = to_graph(Picks(), (mask,))
+    assert [n.op for n in g.nodes] == [Op.AS_STRIDED]
+    assert torch.equal(run_reference(compile_graph(g), [mask])[0], Picks()(mask))
+
+
+# --------------------------------------------------------------------------- kernels
+def _f(fn, *args):
+    return PwExpr(fn, tuple(args))
+
+
+def test_integer_and_logic_kernels_in_the_interpreter():
+    """All-integer expressions run in int64 (ids past 2**24 stay exact), predicates give 1/0,
+    where selects; cumsum over long ragged rows (several chunks, a carry between them)."""
+    big = 2**40
+    ids = contiguous("ids", DType.I64, (3, 50))
+    other = contiguous("other", DType.I64, (50,))
+    expr = _f("where", _f("ne", PwInput(0), PwConst(7.0)),
+              _f("add", PwInput(0), PwConst(3.0)), PwInput(1))
+    int_op = PointwiseOp((ids, other), expr, contiguous("out", DType.I64, (3, 50)))
+    flags = contiguous("flags", DType.BOOL, (3, 50))
+    logic = _f("and", _f("gt", PwInput(0), PwConst(0.0)), _f("not", PwInput(1)))
+    bool_op = PointwiseOp((contiguous("x", DType.BF16, (3, 50)), flags), logic,
+                          contiguous("bout", DType.BOOL, (3, 50)))
+    scan_i = ScanOp(contiguous("si", DType.I32, (4, 5000)), contiguous("so", DType.I64, (4, 5000)))
+    scan_f = ScanOp(contiguous("sf", DType.BF16, (2, 37)), contiguous("sfo", DType.F32, (2, 37)))
+    g = torch.Generator().manual_seed(0)
+    envs = [
+        {"ids": big + torch.randint(0, 10, (150,), generator=g), "other": -torch.arange(50),
+         "out": torch.zeros(150, dtype=torch.int64)},
+        {"x": torch.randn(150, generator=g).to(torch.bfloat16),
+         "flags": torch.rand(150, generator=g) > 0.5, "bout": torch.zeros(150, dtype=torch.bool)},
+        {"si": torch.randint(0, 2, (20000,), generator=g, dtype=torch.int32),
+         "so": torch.zeros(20000, dtype=torch.int64)},
+        {"sf": torch.randn(74, generator=g).to(torch.bfloat16), "sfo": torch.zeros(74)},
+    ]
+    envs[0]["ids"][::9] = 7
+    ops = [int_op, bool_op, scan_i, scan_f]
+    refs = []
+    for op, env in zip(ops, envs):
+        ref = {k: v.clone() for k, v in env.items()}
+        run_op_reference(op, ref)
+        refs.append(ref[op.out.storage])
+    run_interpreted_batch([(op, env, None) for op, env in zip(ops, envs)])
+    for op, env, ref in zip(ops, envs, refs):
+        got = env[op.out.storage]
+        if op.out.dtype.is_float:
+            assert rel_err(got, ref) < 1e-5, op
+        else:
+            assert torch.equal(got, ref), op
+    assert int(envs[0]["out"][0]) in (big + 3, big + 4, big + 5, big + 6, big + 7, big + 8,
+                                      big + 9, big + 10, big + 11, big + 12, 0)
+
+
+def test_padded_batch_with_dynamic_dims():
+    """Batch and sequence dynamic: the padding mask's view of the run-time mask (indexing by
+    aranges of the dims) is symbolic, one program serves every size."""
+    factory, _ = FAMILIES["bert"]
+    torch.manual_seed(0)
+    model = WithMask(factory().eval()).to(torch.bfloat16)
+    b, s = torch.export.Dim("B", min=1, max=8), torch.export.Dim("S", min=1, max=64)
+    program = compile_graph(to_graph(model, _padded(), ({0: b, 1: s}, {0: b, 1: s})))
+    for batch, seq in ((3, 5), (5, 37)):
+        ids, mask = _padded(batch, seq, seed=seq)
+        with torch.no_grad():
+            want = model(ids, mask)
+        got = run_reference(program, [ids, mask])[0]
+        keep = mask.bool()[..., None]
+        assert rel_err(got * keep, want * keep) < 2e-2
