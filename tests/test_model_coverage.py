@@ -191,3 +191,66 @@ def test_padded_batch_with_dynamic_dims():
         got = run_reference(program, [ids, mask])[0]
         keep = mask.bool()[..., None]
         assert rel_err(got * keep, want * keep) < 2e-2
+
+
+def test_clip_text_pools_at_the_end_token():
+    """CLIP's text pooling: hidden[arange(B), (ids == eos).int().argmax(-1)] — an argmax
+    kernel, then the embedding kernel reading rows of the hidden states at flat ids; with a
+    dynamic batch too."""
+    cfg = transformers.CLIPTextConfig(hidden_size=128, num_hidden_layers=2,
+                                      num_attention_heads=2, intermediate_size=256,
+                                      vocab_size=1000, max_position_embeddings=77,
+                                      eos_token_id=2)
+    torch.manual_seed(0)
+    clip = transformers.CLIPTextModel(cfg).eval()
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.clip = clip
+
+        def forward(self, ids):
+            return self.clip(input_ids=ids).pooler_output
+
+    model = Pooled().to(torch.bfloat16)
+
+    def ids_with_end(batch, ends, seed):
+        ids = torch.randint(3, 1000, (batch, 77), generator=torch.Generator().manual_seed(seed))
+        for row, end in enumerate(ends):
+            ids[row, end] = 2
+        return ids
+
+    b = torch.export.Dim("B", min=1, max=16)
+    program = compile_graph(to_graph(model, (ids_with_end(3, (10, 76, 0), 0),), ({0: b},)))
+    reduce_kinds = [op.kind for op in program.ops if type(op).__name__ == "ReduceOp"]
+    assert reduce_kinds == ["argmax"]
+    ids = ids_with_end(4, (5, 40, 70, 0), 1)
+    with torch.no_grad():
+        want = model(ids)
+    assert rel_err(run_reference(program, [ids])[0], want) < 2e-2
+
+
+def test_argmax_and_row_gather_kernels_in_the_interpreter():
+    from aotpack.kernels.spec import EmbeddingOp, ReduceOp, TensorArg
+
+    flags = contiguous("flags", DType.I32, (5, 77))
+    arg = ReduceOp("argmax", flags, contiguous("pos", DType.I64, (5,)))
+    table = contiguous("hidden", DType.BF16, (5 * 77, 64))
+    ids = TensorArg("flat", DType.I64, (5, 1), (1, 1))
+    rows = EmbeddingOp(table, ids, contiguous("pooled", DType.BF16, (5, 64)))
+    g = torch.Generator().manual_seed(0)
+    f = torch.zeros(5, 77, dtype=torch.int32)
+    f[0, 3] = f[0, 9] = 1  # two maxima: the first wins, as torch's argmax
+    f[1, 76] = f[3, 0] = f[4, 50] = 1  # row 2: all equal -> 0
+    envs = [{"flags": f.reshape(-1), "pos": torch.zeros(5, dtype=torch.int64)},
+            {"hidden": torch.randn(5 * 77 * 64, generator=g).to(torch.bfloat16),
+             "flat": torch.tensor([3, 77 + 76, 2 * 77, 3 * 77, 4 * 77 + 50]),
+             "pooled": torch.zeros(5 * 64, dtype=torch.bfloat16)}]
+    refs = []
+    for op, env in ((arg, envs[0]), (rows, envs[1])):
+        ref = {k: v.clone() for k, v in env.items()}
+        run_op_reference(op, ref)
+        refs.append(ref[op.out.storage])
+    run_interpreted_batch([(arg, envs[0], None), (rows, envs[1], None)])
+    assert envs[0]["pos"].tolist() == [3, 76, 0, 0, 50] == refs[0].tolist()
+    assert torch.equal(envs[1]["pooled"], refs[1])

@@ -111,6 +111,13 @@ def _producer(cx, v: Value):
     return next((n for n in reversed(cx.nodes) if n.outputs[0].name == v.name), None)
 
 
+def _argmax(cx, x, dim=None, keepdim=False):
+    if dim is None:
+        raise Unsupported("argmax over all elements (give a dim)")
+    dim = dim + len(x.shape) if dim < 0 else dim
+    return cx.emit(Op.ARGMAX, [x], O.ReduceAttrs((dim,), bool(keepdim)), final=True)
+
+
 def _cumsum(cx, x, dim, dtype=None):
     out = DType.from_torch(cx.fx_node.meta["val"].dtype)
     dim = dim + len(x.shape) if dim < 0 else dim
@@ -146,9 +153,8 @@ def _index(cx, x, indices):
     samples = []
     for k in picked:
         got = cx.constant_samples(indices[k])
-        if got is None:
-            raise Unsupported("indices computed at run time (a gather); only constant index "
-                              "tensors are supported")
+        if got is None:  # an index computed at run time: a row gather
+            return _gather_rows(cx, x, [indices[k] for k in picked], picked)
         samples.append(got)
     out_shape = cx.out_shape()
     first, n_idx = picked[0], len(picked)
@@ -173,6 +179,41 @@ def _index(cx, x, indices):
                     + tuple(strides[first + n_idx:]))
     attrs = O.StridedAttrs(tuple(out_shape), view_strides, offset)
     return cx.emit(Op.AS_STRIDED, [x], attrs, final=True)
+
+
+def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:
+    """x[i0, i1, ...] over x's leading dims with index tensors of which some are computed at
+    run time (CLIP's pooling: hidden[arange(B), ids.argmax(-1)]): x seen as a table of rows
+    [prod(indexed dims), prod(the rest)], read by the embedding kernel at flat row ids
+    i0 * n1 + i1 (a pointwise int64 expression; negative indices count from the end)."""
+    if picked[0] != 0:
+        raise Unsupported("indices computed at run time on other than the leading dims")
+    sizes = [x.shape[k] for k in picked]
+    flat = None
+    for k, (v, size) in enumerate(zip(idx, sizes)):
+        later = 1
+        for s in sizes[k + 1:]:
+            later = later * s
+        if not isinstance(later, int) or not isinstance(size, int) and k:
+            raise Unsupported("indices computed at run time with a dynamic dim after the "
+                              "first indexed one")
+        if v.dtype not in (DType.I64, DType.I32):
+            raise Unsupported(f"indices of {v.dtype.value}")
+        negative = cx.emit(Op.LT, [v], O.BinaryAttrs(0))
+        wrapped = (cx.emit(Op.WHERE, [negative, cx.emit(Op.ADD, [v], O.BinaryAttrs(size)), v],
+                           O.NoAttrs()) if isinstance(size, int) else v)
+        term = cx.emit(Op.MUL, [wrapped], O.BinaryAttrs(later)) if later != 1 else wrapped
+        flat = term if flat is None else cx.emit(Op.ADD, [flat, term], O.BinaryAttrs())
+    rows = 1
+    for s in sizes:
+        rows = rows * s
+    rest = tuple(x.shape[len(picked):])
+    width = 1
+    for s in rest:
+        width = width * s
+    table = cx.emit(Op.VIEW, [x], O.ViewAttrs((rows, width)))
+    out = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
+    return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(cx.out_shape())), final=True)
 
 
 def _agree(known, fit):
@@ -235,5 +276,5 @@ RULES = {
     "aten.where.ScalarSelf": _where, "aten.where.Scalar": _where,
     "aten.masked_fill.Scalar": _masked_fill, "aten.masked_fill.Tensor": _masked_fill,
     "aten.index.Tensor": _index, "aten.cumsum.default": _cumsum,
-    "aten.gather.default": _gather,
+    "aten.gather.default": _gather, "aten.argmax.default": _argmax,
 }

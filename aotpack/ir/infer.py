@@ -125,6 +125,12 @@ def _embedding(ins, a):
     return TensorType(table.dtype, tuple(ids.shape) + (table.shape[1],))
 
 
+def _argmax(ins, a: O.ReduceAttrs):
+    if len(a.dims) != 1:
+        raise TypeError(f"argmax over dims {a.dims}: one dim")
+    return TensorType(DType.I64, _reduce(ins, a).shape)
+
+
 def _reduce(ins, a: O.ReduceAttrs):
     _arity(ins, 1)
     dims = ins[0].shape
@@ -300,7 +306,7 @@ _RULES = {
     Op.CUMSUM: _cumsum,
     Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.EMBEDDING: _embedding,
     Op.MEAN: _reduce, Op.SUM: _reduce,
-    Op.AMAX: _reduce, Op.AMIN: _reduce,
+    Op.AMAX: _reduce, Op.AMIN: _reduce, Op.ARGMAX: _argmax,
     Op.SOFTMAX: _unary, Op.LOG_SOFTMAX: _unary, Op.RMS_NORM: _norm, Op.LAYER_NORM: _norm,
     Op.SDPA: _sdpa,
     Op.ROPE: _rope, Op.SWIGLU: _swiglu, Op.VIEW: _view, Op.PERMUTE: _permute, Op.SLICE: _slice,

@@ -129,6 +129,7 @@ def _build():
         Op.SUM: lambda a, x: x.sum(dim=a.dims, keepdim=a.keepdim),
         Op.AMAX: lambda a, x: x.amax(dim=a.dims, keepdim=a.keepdim),
         Op.AMIN: lambda a, x: x.amin(dim=a.dims, keepdim=a.keepdim),
+        Op.ARGMAX: lambda a, x: x.argmax(dim=a.dims[0], keepdim=a.keepdim),
         Op.SOFTMAX: lambda a, x: (x * a.scale if a.scale != 1.0 else x).softmax(a.dim),
         Op.LOG_SOFTMAX: lambda a, x: (x * a.scale if a.scale != 1.0 else x).log_softmax(a.dim),
         Op.RMS_NORM: lambda a, x, w=None: F.rms_norm(x, x.shape[-a.ndim:], w, a.eps),

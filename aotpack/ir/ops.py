@@ -63,6 +63,7 @@ class Op(enum.Enum):
     SUM = "sum"
     AMAX = "amax"
     AMIN = "amin"
+    ARGMAX = "argmax"  # ReduceAttrs with one dim; int64 (the first of equal maxima)
     SOFTMAX = "softmax"
     LOG_SOFTMAX = "log_softmax"
     RMS_NORM = "rms_norm"  # (x [, w]) over the last `ndim` dims
@@ -251,6 +252,7 @@ Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAt
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY + COMPARE + LOGIC}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
     Op.MEAN: ReduceAttrs, Op.SUM: ReduceAttrs, Op.AMAX: ReduceAttrs, Op.AMIN: ReduceAttrs,
+    Op.ARGMAX: ReduceAttrs,
     Op.SOFTMAX: SoftmaxAttrs, Op.LOG_SOFTMAX: SoftmaxAttrs, Op.CUMSUM: ScanAttrs,
     Op.RMS_NORM: NormAttrs, Op.LAYER_NORM: NormAttrs, Op.SDPA: SdpaAttrs, Op.VIEW: ViewAttrs,
     Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,

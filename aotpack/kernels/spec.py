@@ -198,7 +198,7 @@ class SoftmaxOp:
     log: bool = False
 
 
-REDUCE_KINDS = ("sum", "mean", "amax", "amin")
+REDUCE_KINDS = ("sum", "mean", "amax", "amin", "argmax")  # argmax: int64, first of equals
 
 
 @dataclass(frozen=True)

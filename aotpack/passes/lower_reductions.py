@@ -20,7 +20,8 @@ from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
 from aotpack.kernels.spec import LayerNormOp, ReduceOp, ScanOp, SoftmaxOp, TensorArg
 
-_KIND = {Op.SUM: "sum", Op.MEAN: "mean", Op.AMAX: "amax", Op.AMIN: "amin"}
+_KIND = {Op.SUM: "sum", Op.MEAN: "mean", Op.AMAX: "amax", Op.AMIN: "amin",
+         Op.ARGMAX: "argmax"}
 
 
 # ----------------------------------------------------------------------------- casts
@@ -169,7 +170,8 @@ def lower_softmax(lw, n: Node) -> None:
 
 
 def lower_reduce(lw, n: Node) -> None:
-    _require_float(lw, n)
+    if n.op != Op.ARGMAX:  # argmax of ids or of 0/1 flags (CLIP's end token): f32 is exact
+        _require_float(lw, n)  # below 2**24
     shape = list(n.inputs[0].shape)
     rank, dims = len(shape), tuple(n.attrs.dims)
     k = len(dims)

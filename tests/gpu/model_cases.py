@@ -181,6 +181,28 @@ def phi_d80():
     return _text(LlamaModel(cfg))
 
 
+def clip_text():
+    """CLIP's text tower: causal attention, quick-GELU, pooling at the end token (argmax and a
+    row gather); S fixed at 77 as CLIP runs, batch dynamic."""
+    from transformers import CLIPTextConfig, CLIPTextModel
+
+    cfg = CLIPTextConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                         intermediate_size=256, vocab_size=100, max_position_embeddings=77,
+                         eos_token_id=2, attn_implementation="sdpa")
+
+    class Pooled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = CLIPTextModel(cfg)
+
+        def forward(self, ids):
+            return self.inner(input_ids=ids).pooler_output
+
+    ids = torch.randint(3, 100, (2, 77), generator=torch.Generator().manual_seed(1))
+    ids[0, 0], ids[1, 30] = 2, 2  # fresh ids (drawn in the example's range) hold 2 too
+    return _seeded(Pooled()), (ids,), ({0: torch.export.Dim("B", min=1, max=16)},)
+
+
 def vit():
     """A small ViT (32x32 images, 8x8 patches: 17 tokens, head dim 32), batch in 1..64."""
     from transformers import ViTConfig, ViTModel
@@ -212,4 +234,5 @@ MODELS = [
     ModelCase("roberta_padded", f"{_HERE}:roberta_padded"),
     ModelCase("gpt2_padded", f"{_HERE}:gpt2_padded"),
     ModelCase("phi_d80", f"{_HERE}:phi_d80"),
+    ModelCase("clip_text", f"{_HERE}:clip_text"),
 ]

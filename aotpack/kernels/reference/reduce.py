@@ -15,6 +15,8 @@ def reference(op: ReduceOp, env) -> None:
         y = x.amax(-1)
     elif op.kind == "amin":
         y = x.amin(-1)
+    elif op.kind == "argmax":
+        y = x.argmax(-1)
     else:
         raise ValueError(f"unknown reduction {op.kind!r}")
     write(env, op.out, y)

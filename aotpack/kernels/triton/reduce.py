@@ -15,7 +15,7 @@ from aotpack.kernels.triton._common import KernelPlan, entry_points, int_arg
 from aotpack.kernels.triton._rowwise_jit import load_chunk, row_block
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
-_KIND_CODE = {k: i for i, k in enumerate(REDUCE_KINDS)}  # sum 0, mean 1, amax 2, amin 3
+_KIND_CODE = {k: i for i, k in enumerate(REDUCE_KINDS)}  # sum 0 mean 1 amax 2 amin 3 argmax 4
 
 
 @triton.jit
@@ -30,7 +30,9 @@ def _combine(acc, x, KIND: tl.constexpr):
 
 @triton.jit
 def _finish(acc, nan, n_cols, KIND: tl.constexpr):
-    if KIND == 2:
+    if KIND == 4:
+        r = tl.argmax(acc, 1, tie_break_left=True)
+    elif KIND == 2:
         r = tl.where(tl.sum(nan, 1) > 0, float("nan"), tl.max(acc, 1))
     elif KIND == 3:
         r = tl.where(tl.sum(nan, 1) > 0, float("nan"), tl.min(acc, 1))
@@ -48,7 +50,7 @@ def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_
     rows, row_mask = row_block(n_rows, ROWS)
     cols = tl.arange(0, BLOCK_C)
     x_row = x_ptr + rows[:, None] * x_stride_r
-    if KIND == 2:
+    if KIND == 2 or KIND == 4:
         fill = float("-inf")
     elif KIND == 3:
         fill = float("inf")
@@ -77,6 +79,8 @@ def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:
     if op.out.shape != (rows,):
         raise ValueError(f"reduce: out must be a [{rows}] vector, got {op.out.shape}")
     cfg = rw.config(rows, cols, config)
+    if op.kind == "argmax" and cfg["LOOP"]:  # the looped form keeps no positions
+        raise ValueError(f"argmax over {cols} columns: rows of at most {rw.MAX_COLS} only")
     args = {
         "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out), **rw.view_args("x", op.x),
         "out_stride": int_arg(op.out.strides[0]),
