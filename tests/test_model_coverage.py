@@ -254,3 +254,54 @@ def test_argmax_and_row_gather_kernels_in_the_interpreter():
     run_interpreted_batch([(arg, envs[0], None), (rows, envs[1], None)])
     assert envs[0]["pos"].tolist() == [3, 76, 0, 0, 50] == refs[0].tolist()
     assert torch.equal(envs[1]["pooled"], refs[1])
+
+
+EAGER_ATTENTION = {  # families whose attention is written out with a term sdpa cannot take
+    "bloom": lambda: transformers.BloomModel(transformers.BloomConfig(
+        hidden_size=128, n_layer=2, n_head=2, vocab_size=1000)),  # ALiBi through baddbmm
+    "gptj": lambda: transformers.GPTJModel(transformers.GPTJConfig(
+        n_embd=128, n_layer=2, n_head=2, vocab_size=1000, rotary_dim=32)),  # f32 scores
+    "mpnet": lambda: transformers.MPNetModel(transformers.MPNetConfig(**SMALL)),  # rel. bias
+}
+
+
+@pytest.mark.parametrize("family", list(EAGER_ATTENTION))
+def test_eager_attention_families_compile(family):
+    """Attention products of two computed operands that no pass turns into the attention
+    kernel run as batched matmuls (the bmm kernel): the model compiles and matches eager."""
+    torch.manual_seed(0)
+    model = WithMask(EAGER_ATTENTION[family]().eval()).to(torch.bfloat16)
+    program = compile_graph(to_graph(model, _padded(seed=0)))
+    kinds = {type(op).__name__ for op in program.ops}
+    assert "BmmOp" in kinds or "AttentionOp" in kinds
+    ids, mask = _padded(seed=2)
+    with torch.no_grad():
+        want = model(ids, mask)
+    keep = mask.bool()[..., None]
+    assert rel_err(run_reference(program, [ids, mask])[0] * keep, want * keep) < 2e-2
+
+
+def test_bmm_kernel_in_the_interpreter():
+    """Batched matmul over strided views: a transposed operand, a batch broadcast (stride 0),
+    ragged M/N/K; bf16 and f32 (full precision)."""
+    from aotpack.kernels.spec import BmmOp, TensorArg
+
+    cases = []
+    for dt, tol in ((DType.BF16, 1e-2), (DType.F32, 1e-5)):
+        a = contiguous("a", dt, (3, 37, 45))
+        b = TensorArg("b", dt, (3, 45, 70), (0, 1, 45))  # one [70, 45] matrix, transposed
+        cases.append((BmmOp(a, b, contiguous("out", dt, (3, 37, 70))), tol))
+    g = torch.Generator().manual_seed(0)
+    jobs, refs = [], []
+    for op, _ in cases:
+        t = op.a.dtype.to_torch()
+        env = {"a": torch.randn(3 * 37 * 45, generator=g).to(t),
+               "b": torch.randn(45 * 70, generator=g).to(t),
+               "out": torch.full((3 * 37 * 70,), float("nan")).to(t)}
+        ref = {k: v.clone() for k, v in env.items()}
+        run_op_reference(op, ref)
+        refs.append(ref["out"])
+        jobs.append((op, env, None))
+    run_interpreted_batch(jobs)
+    for (op, tol), (_, env, _), ref in zip(cases, jobs, refs):
+        assert rel_err(env["out"], ref) < tol, op.a.dtype

@@ -23,9 +23,6 @@ SKIPS = {
         "8-, 4- and 2-bit element types: aotpack has no dtype for them (FP8 is planned)",
     r"^test_(add|sub|mul|div|max|min|pow)_.*uint(16|32|64)$|^test_pow_types_float32_uint":
         "unsigned 16/32/64-bit element types: no aotpack dtype",
-    r"^test_matmul_(3d|4d|bcast|1d_3d)$":
-        "a batched MatMul of two run-time tensors outside attention: no batched GEMM kernel "
-        "(attention's MatMul-Softmax-MatMul is fused; [.., M, K] @ [K, N] is a GEMM)",
     r"^test_where_(long_)?example$":
         "Where choosing between two run-time tensors: no select kernel (a known condition "
         "with a known fill, the attention-mask form, is supported)",

@@ -317,6 +317,16 @@ class PoolOp:
 
 
 @dataclass(frozen=True)
+class BmmOp:
+    """out[Bt, M, N] = a[Bt, M, K] @ b[Bt, K, N], f32 accumulation: two computed operands
+    (batch dims of either may be broadcast: stride 0). All 3-D strided views."""
+
+    a: TensorArg
+    b: TensorArg
+    out: TensorArg
+
+
+@dataclass(frozen=True)
 class ScanOp:
     """out[R, C] = cumsum(x[R, C], -1): exact in int64 for integer/bool x, f32 accumulation
     for floating x, cast to out.dtype. x and out are 2-D views."""
@@ -326,7 +336,7 @@ class ScanOp:
 
 
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
-                 EmbeddingOp, PointwiseOp, ConvOp, PoolOp, ScanOp]
+                 EmbeddingOp, PointwiseOp, ConvOp, PoolOp, ScanOp, BmmOp]
 
 
 def op_inputs(op: KernelOp) -> list[TensorArg]:
@@ -341,6 +351,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.x] + [t for t in (op.weight, op.bias) if t is not None]
     if isinstance(op, (SoftmaxOp, ReduceOp, ScanOp)):
         return [op.x]
+    if isinstance(op, BmmOp):
+        return [op.a, op.b]
     if isinstance(op, RopeOp):
         return [op.x, op.cos, op.sin]
     if isinstance(op, EmbeddingOp):

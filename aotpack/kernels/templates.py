@@ -25,7 +25,7 @@ import importlib
 
 from aotpack.kernels.spec import (
     AttentionOp, ConvOp, EmbeddingOp, KernelOp, PoolOp, LayerNormOp, PointwiseOp, ReduceOp,
-    RMSNormOp, RopeOp, ScanOp,
+    RMSNormOp, RopeOp, ScanOp, BmmOp,
     SoftmaxOp, Target,
 )
 
@@ -212,6 +212,15 @@ class ConvTemplate(Template):
         return importlib.import_module("aotpack.kernels.triton.conv_configs")
 
 
+class BmmTemplate(Template):
+    name, op_type, module = "bmm", BmmOp, "bmm"
+    sources = TRITON_COMMON + ("triton/bmm.py",)
+
+    def describe(self, op):
+        b, m, n = op.out.shape
+        return f"bmm B={b} M={m} N={n} K={op.a.shape[2]} {op.a.dtype.value}"
+
+
 class ScanTemplate(Template):
     name, op_type, module = "cumsum", ScanOp, "scan"
     sources = TRITON_COMMON + ("triton/scan.py",)
@@ -247,7 +256,7 @@ def _registry() -> dict[type, Template]:
                  RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),
                  RowwiseTemplate("reduce", ReduceOp, _ROWWISE),
                  RopeTemplate(), EmbeddingTemplate(), PointwiseTemplate(), ConvTemplate(),
-                 PoolTemplate(), ScanTemplate()]
+                 PoolTemplate(), ScanTemplate(), BmmTemplate()]
     return {t.op_type: t for t in templates}
 
 

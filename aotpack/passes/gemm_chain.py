@@ -60,9 +60,14 @@ def find_chains(graph: Graph) -> dict[str, Chain]:
     ctx = _Context(producers, position, set(graph.constants))
     chains = {}
     for i, n in enumerate(graph.nodes):
-        if n.op in GEMM_ROOTS:
+        if n.op in GEMM_ROOTS and not is_batched_matmul(n):
             chains[n.output.name] = _follow(n, i, users, outputs, ctx)
     return chains
+
+
+def is_batched_matmul(n: Node) -> bool:
+    """A matmul whose second operand has batch dims: the bmm kernel, not a GEMM chain."""
+    return n.op == Op.MATMUL and len(n.inputs[1].shape) > 2
 
 
 @dataclass(frozen=True)

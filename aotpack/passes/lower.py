@@ -21,7 +21,7 @@ from aotpack.ir.ops import Op
 from aotpack.ir.sym import SymbolicError
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    AttentionOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
+    AttentionOp, BmmOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
     PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous, op_inputs,
 )
 from aotpack.passes import lower_conv, lower_reductions, pointwise as pw
@@ -351,14 +351,8 @@ class _Lowering:
         b = root.inputs[1]
         if root.op == Op.LINEAR:
             return self._as_2d(self.args[b.name], b.name)
-        if len(b.shape) != 2:
-            self._fail(root, "batched matmul (only [.., M, K] @ [K, N] is supported); "
-                             "attention written as matmul/softmax/matmul is fused into the "
-                             "attention kernel (passes/fuse_attention.py) only when it is "
-                             "[B, H, S, D], softmax over the last dim, and its mask is a "
-                             "constant that masks nothing or is the causal pattern; else use "
-                             "F.scaled_dot_product_attention (transformers: "
-                             "attn_implementation='sdpa')")
+        if len(b.shape) != 2:  # batched ones are bmm ops (gemm_chain.is_batched_matmul)
+            self._fail(root, f"a matmul with a {len(b.shape)}-D second operand")
         if b.name in self.g.constants:
             t_name = f"{b.name}.T"
             tensor = self.g.constants[b.name].tensor.t().contiguous()
@@ -397,6 +391,23 @@ class _Lowering:
         out = self._new_storage(n.output)
         self.ops.append(AttentionOp(q, k, v, out, n.attrs.causal, float(scale), mask))
 
+    def _lower_bmm(self, n: Node) -> None:
+        """A matmul of two operands with batch dims (gemm_chain.is_batched_matmul): both
+        broadcast to the output's batch dims and seen as [batch, rows, cols]."""
+        batch = tuple(n.output.shape[:-2])
+        a, b = (self._batched(self.args[v.name], batch, v.name) for v in n.inputs)
+        out = self._batched(self._new_storage(n.output), batch, n.output.name)
+        self.ops.append(BmmOp(a, b, out))
+
+    def _batched(self, arg: TensorArg, batch: tuple, hint: str) -> TensorArg:
+        full = broadcast_to(arg, batch + tuple(arg.shape[-2:]))
+        merged = _merge_dims(full.shape[:-2], full.strides[:-2])
+        if merged is None:  # batch dims that walk memory unevenly: a contiguous copy
+            full = broadcast_to(self._materialize(full, hint), full.shape)
+            merged = _merge_dims(full.shape[:-2], full.strides[:-2])
+        return TensorArg(full.storage, full.dtype, (merged[0],) + tuple(full.shape[-2:]),
+                         (merged[1],) + tuple(full.strides[-2:]), full.offset)
+
     def _lower_rope(self, n: Node) -> None:
         x, cos, sin = (self.args[v.name] for v in n.inputs)
         if len(x.shape) != 4:
@@ -434,6 +445,7 @@ class _Lowering:
 
 
 _LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
+          Op.MATMUL: _Lowering._lower_bmm,
           Op.EMBEDDING: _Lowering._lower_embedding,
           Op.RMS_NORM: _Lowering._lower_rms_norm, Op.POOL: lower_conv.lower_pool,
           **lower_reductions.RULES}
@@ -455,6 +467,13 @@ def _flatten_2d(arg: TensorArg) -> TensorArg | None:
     row = lead[-1][1] if lead else arg.shape[-1] * arg.strides[-1]
     return TensorArg(arg.storage, arg.dtype, (m, arg.shape[-1]), (row, arg.strides[-1]),
                      arg.offset)
+
+
+def _merge_dims(shape, strides):
+    """(size, stride) of dims that walk memory as one strided dim (or none: (1, 0))."""
+    if not shape:
+        return 1, 0
+    return lower_reductions.merge_dims(shape, strides)
 
 
 def broadcast_to(arg: TensorArg, shape: tuple) -> TensorArg:

@@ -68,7 +68,7 @@ def _input(lw, n: Node) -> Value:
 
 
 # ----------------------------------------------------------------------------- views
-def _merge(shape, strides) -> tuple[int, int] | None:
+def merge_dims(shape, strides) -> tuple[int, int] | None:
     """(size, stride) of dims that walk memory as one strided dim, or None."""
     size = 1
     for d in shape:
@@ -85,15 +85,15 @@ def _merge(shape, strides) -> tuple[int, int] | None:
 def merge_2d(arg: TensorArg, ncols: int) -> TensorArg | None:
     """arg as [prod(leading dims), prod(last `ncols` dims)], or None if that is no view."""
     k = len(arg.shape) - ncols
-    lead = _merge(arg.shape[:k], arg.strides[:k])
-    tail = _merge(arg.shape[k:], arg.strides[k:])
+    lead = merge_dims(arg.shape[:k], arg.strides[:k])
+    tail = merge_dims(arg.shape[k:], arg.strides[k:])
     if lead is None or tail is None:
         return None
     return TensorArg(arg.storage, arg.dtype, (lead[0], tail[0]), (lead[1], tail[1]), arg.offset)
 
 
 def merge_1d(arg: TensorArg) -> TensorArg | None:
-    m = _merge(arg.shape, arg.strides)
+    m = merge_dims(arg.shape, arg.strides)
     return None if m is None else TensorArg(arg.storage, arg.dtype, (m[0],), (m[1],), arg.offset)
 
 
