@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -30,21 +29,12 @@ sys.path.insert(0, str(ROOT / "examples"))
 import torch  # noqa: E402
 
 import conv_nets  # noqa: E402
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from compare import median_ms  # noqa: E402
 
 
 def time_ms(fn, warmup=10, reps=50) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    return median_ms(fn, warmup=warmup, reps=reps)
 
 
 def rel_err(got, want) -> float:

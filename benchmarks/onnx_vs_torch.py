@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import onnx_families  # noqa: E402
+from compare import median_ms  # noqa: E402
 
 SHAPES = {"gpt2": (4, 512), "bert": (8, 128), "vit": (8, 0), "llama": (1, 1024)}
 WARMUP, ITERS = 10, 50
@@ -33,18 +33,7 @@ def log(msg: str) -> None:
 
 def cuda_ms(fn) -> float:
     """Median of ITERS CUDA-event timings of fn() after WARMUP calls."""
-    for _ in range(WARMUP):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(ITERS):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return median_ms(fn, warmup=WARMUP, reps=ITERS)
 
 
 def build_both(name: str, size: str, work: Path):
