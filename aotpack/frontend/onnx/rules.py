@@ -43,7 +43,13 @@ def _binary(op: Op):
         if len(ins) != 2:
             raise Unsupported(f"{len(ins)} operands")
         fused = _PEEPHOLES.get(op, lambda *a: None)(cx, *ins)
-        return fused if fused is not None else binary(cx, op, *ins)
+        out = fused if fused is not None else binary(cx, op, *ins)
+        ints = [v.dtype for v in ins if isinstance(v, Value) and not v.dtype.is_float]
+        if op == Op.DIV and ints and out.dtype.is_float:
+            # ONNX's integer Div truncates (the IR's DIV is true division, as torch's): the
+            # quotient cast back to the operands' type truncates toward zero
+            out = cx.emit(Op.CAST, [out], O.CastAttrs(ints[0]))
+        return out
     return rule
 
 
