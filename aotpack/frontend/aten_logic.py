@@ -147,6 +147,9 @@ def _index(cx, x, indices):
 
     if not isinstance(x, Value):
         raise Unsupported("indexing a Python value")
+    folded = _index_constants(cx, x, indices)
+    if folded is not None:
+        return folded
     picked = [k for k, t in enumerate(indices) if t is not None]
     if not picked or picked != list(range(picked[0], picked[-1] + 1)):
         raise Unsupported("index tensors that are not side by side")
@@ -179,6 +182,70 @@ def _index(cx, x, indices):
                     + tuple(strides[first + n_idx:]))
     attrs = O.StridedAttrs(tuple(out_shape), view_strides, offset)
     return cx.emit(Op.AS_STRIDED, [x], attrs, final=True)
+
+
+def _index_select(cx, x, dim, index):
+    """x.index_select(dim, constant indices) as slices of x concatenated: torch.roll (Swin's
+    cyclic shift) decomposes to this with two runs of consecutive indices. A constant x is
+    folded; run-time indices on the leading dim are a row gather."""
+    dim = dim + len(x.shape) if dim < 0 else dim
+    full = [None] * dim + [index]
+    if cx.constant_samples(index) is None or cx.constant_value(x) is not None:
+        return _index(cx, x, full)
+    size = x.shape[dim]
+    picks = cx.constant_value(index)
+    if not isinstance(size, int) or picks is None:
+        raise Unsupported("index_select by constant indices along a dynamic dim")
+    runs = _runs([int(i) % size for i in picks.reshape(-1).tolist()])
+    if len(runs) > 16:
+        raise Unsupported(f"index_select picking {len(runs)} separate runs (a general gather)")
+    parts = [cx.emit(Op.SLICE, [x], O.SliceAttrs(dim, lo, hi, 1)) for lo, hi in runs]
+    if len(parts) == 1:
+        return cx.emit(Op.COPY, parts, O.NoAttrs(), final=True)
+    return cx.emit(Op.CAT, parts, O.DimAttrs((dim,)), final=True)
+
+
+def _roll(cx, x, shifts, dims=()):
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if len(shifts) != len(dims) or not dims:
+        raise Unsupported("roll of the flattened tensor (give dims)")
+    for shift, dim in zip(shifts, dims):
+        dim = dim + len(x.shape) if dim < 0 else dim
+        size = x.shape[dim]
+        if not isinstance(size, int):
+            raise Unsupported("roll along a dynamic dim")
+        shift %= size
+        if shift:
+            x = cx.emit(Op.CAT, [cx.emit(Op.SLICE, [x], O.SliceAttrs(dim, size - shift, size, 1)),
+                                 cx.emit(Op.SLICE, [x], O.SliceAttrs(dim, 0, size - shift, 1))],
+                        O.DimAttrs((dim,)))
+    return cx.emit(Op.COPY, [x], O.NoAttrs(), final=True)
+
+
+def _runs(picks: list[int]) -> list[tuple[int, int]]:
+    """[(start, end)] of consecutive ascending indices."""
+    runs = []
+    for i in picks:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
+
+
+def _index_constants(cx, x: Value, indices) -> Value | None:
+    """A weight indexed by constant indices (Swin's relative-position bias table picked by
+    its index buffer): computed now, a constant like any folded one."""
+    import torch
+
+    table = cx.constant_value(x)
+    if table is None:
+        return None
+    picks = [None if t is None else cx.constant_value(t) for t in indices]
+    if any(p is None for p, t in zip(picks, indices) if t is not None):
+        return None
+    return cx.add_constant("picked", table[tuple(p for p in picks)].contiguous())
 
 
 def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:
@@ -277,4 +344,5 @@ RULES = {
     "aten.masked_fill.Scalar": _masked_fill, "aten.masked_fill.Tensor": _masked_fill,
     "aten.index.Tensor": _index, "aten.cumsum.default": _cumsum,
     "aten.gather.default": _gather, "aten.argmax.default": _argmax,
+    "aten.index_select.default": _index_select, "aten.roll.default": _roll,
 }
