@@ -2,7 +2,8 @@
 `attention_mask`, a sliding window, a relative-position or ALiBi bias, a mask the model
 computed. Same online softmax as attention.py, but every key tile goes through the masked step:
 the mask tile [BLOCK_M, BLOCK_N] is loaded through its 4-D strides (0 on broadcast dims, so a
-[B, 1, 1, T] padding mask is one row per batch, read from L2).
+[B, 1, 1, T] padding mask is one row per batch, read from L2). A tile that the mask hides from
+every row of the block is skipped (the padded tail of a short sequence costs no products).
 
 Scores are kept in natural units (scale * q.k + bias) and exponentiated as
 exp2((s - max) * log2 e): a bias of finfo.min (how transformers writes "masked") stays finite,
@@ -89,15 +90,23 @@ def attention_fwd_masked_kernel(
         kv_end = tl.minimum(seq_kv, row_start + BLOCK_M)
     for start in range(0, kv_end, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        in_range = (cols[:, None] < seq_kv) & dim_ok
-        k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :], mask=in_range,
-                    other=0.0)
-        v = tl.load(v_base + cols[:, None] * v_stride_s + dims[None, :], mask=in_range,
-                    other=0.0)
         tile_ok = row_ok & (cols[None, :] < seq_kv)
         mask_tile = tl.load(m_base + cols[None, :] * mask_stride_k, mask=tile_ok, other=0)
-        acc, row_sum, row_max = _masked_step(acc, row_sum, row_max, q, k, v, mask_tile, rows,
-                                             cols, seq_kv, sm_scale, MASK_KIND, CAUSAL)
+        # a tile every row of the block hides (padding past a sequence's end) changes nothing:
+        # skip its loads and both products
+        if MASK_KIND == 1:
+            seen = tile_ok & (mask_tile != 0)
+        else:
+            seen = tile_ok & (mask_tile.to(tl.float32) > float("-inf"))
+        if tl.max(seen.to(tl.int32)) > 0:
+            in_range = (cols[:, None] < seq_kv) & dim_ok
+            k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :], mask=in_range,
+                        other=0.0)
+            v = tl.load(v_base + cols[:, None] * v_stride_s + dims[None, :], mask=in_range,
+                        other=0.0)
+            acc, row_sum, row_max = _masked_step(acc, row_sum, row_max, q, k, v, mask_tile,
+                                                 rows, cols, seq_kv, sm_scale, MASK_KIND,
+                                                 CAUSAL)
 
     out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
     out_base = out_ptr + batch * out_stride_b + head_q * out_stride_h
