@@ -208,27 +208,47 @@ AOTPACK_API aotpack_status* aotpack_model_output_shapes(const aotpack_model* mod
 
 typedef struct aotpack_session aotpack_session;
 
-/* Options of aotpack_session_create. Zero-initialize, set struct_size; NULL = defaults
- * (session-allocated workspace, CUDA graphs on). */
+/* aotpack_session_options.cuda_graphs. */
+typedef enum aotpack_cuda_graphs {
+  AOTPACK_CUDA_GRAPHS_DEFAULT = 0, /* the default: on */
+  AOTPACK_CUDA_GRAPHS_ON = 1,      /* capture the steps once per (shape, pointer set), replay */
+  AOTPACK_CUDA_GRAPHS_OFF = 2,     /* launch each step with cuLaunchKernelEx on every run */
+} aotpack_cuda_graphs;
+
+/* Options of aotpack_session_create. Zero-initialize, set struct_size = sizeof(the struct):
+ * every zero field means its documented default (session-allocated workspace, CUDA graphs on,
+ * programmatic launch on, 8 cached plans, pointers checked). NULL options = all defaults.
+ *
+ * Compatibility: structures of releases before 0.2 were AOTPACK_SESSION_OPTIONS_V1_SIZE bytes
+ * and their third field was `int use_cuda_graph` (0 = off). A caller passing that struct_size
+ * keeps that meaning, so programs built against the old header run as before. */
+#define AOTPACK_SESSION_OPTIONS_V1_SIZE 40
 typedef struct aotpack_session_options {
   size_t struct_size;
   /* Caller-owned device workspace (CUdeviceptr, 256-aligned) or 0: the session allocates
-   * arena_bytes itself. */
+   * arena_bytes itself. Checked like inputs (device memory of the model's device, large
+   * enough) unless skip_pointer_checks is set. */
   uint64_t workspace;
   /* Size of `workspace` in bytes; must be >= aotpack_model_arena_bytes(). */
   size_t workspace_bytes;
-  /* 1: capture the steps in a CUDA graph once per (shape, pointer set), replay it (default);
-   * 0: launch each step with cuLaunchKernelEx on every run. */
-  int use_cuda_graph;
+  /* An aotpack_cuda_graphs value (0: the default, on). */
+  int cuda_graphs;
   /* 0 (default): kernels the bundle marks as waiting on their predecessor (manifest "pdl")
    * are launched with programmatic dependent launch, so each may start (and prefetch what no
    * kernel writes) while the one before it drains; 1: every kernel waits for the previous one
-   * to finish (for A/B timing). Zero means the default because this field sits where the
-   * structure of earlier releases had padding: their zeroed structures keep the default. */
+   * to finish (for A/B timing). */
   int disable_programmatic_launch;
   /* How many (shape, pointer set) plans the session caches, each with its tensor maps and
    * CUDA graph; the least recently used is evicted. 0 (default): 8. */
   int max_cached_plans;
+  /* 0 (default): the first run with a new pointer set asks the driver (cuPointerGetAttribute)
+   * whether every input/output pointer is device memory of the model's device (or managed
+   * memory) with room for its tensor, and refuses it (INVALID_ARGUMENT naming the tensor)
+   * otherwise: a host pointer would make the kernels fault and poison the CUDA context.
+   * 1: trust the pointers (only for memory the driver cannot describe). */
+  int skip_pointer_checks;
+  /* Must be zero (room for options of later releases). */
+  uint64_t reserved[2];
 } aotpack_session_options;
 
 /* Creates a session for `model` (the session keeps the model alive). */
@@ -242,8 +262,11 @@ AOTPACK_API aotpack_status* aotpack_session_create(aotpack_model* model,
  * valid until the work on `stream` completes. Tensors read by TMA (tensor maps) must be
  * 16-byte aligned (INVALID_ARGUMENT otherwise). Runs of one session share its workspace:
  * enqueue them on one stream, or order them yourself (events), never concurrently.
- * The first run with a new set of pointers encodes tensor maps and captures a CUDA graph
- * (a few hundred microseconds); later runs with the same pointers only replay it.
+ * The first run with a new set of pointers checks them (device memory of the model's device
+ * or managed memory, each allocation large enough for its tensor; INVALID_ARGUMENT naming the
+ * tensor otherwise, see aotpack_session_options.skip_pointer_checks), encodes tensor maps and
+ * captures a CUDA graph (a few hundred microseconds); later runs with the same pointers only
+ * replay it. Prefer aotpack_session_execute, which also takes the array lengths.
  * A model with symbols (aotpack_model_num_symbols() > 0) needs aotpack_session_run_shaped:
  * this call returns INVALID_ARGUMENT for it. */
 AOTPACK_API aotpack_status* aotpack_session_run(aotpack_session* session,
@@ -264,6 +287,22 @@ AOTPACK_API aotpack_status* aotpack_session_run_shaped(aotpack_session* session,
                                                        const aotpack_shape* input_shapes,
                                                        const uint64_t* output_ptrs,
                                                        void* stream);
+
+/* The run call to use (aotpack_session_run and _run_shaped are kept for existing programs):
+ * enqueues one inference on `stream` like aotpack_session_run_shaped, with the array lengths
+ * passed so they are checked. num_inputs / num_outputs must equal the model's input / output
+ * counts (INVALID_ARGUMENT naming both otherwise; nothing is read past them). `input_shapes`:
+ * NULL, or num_inputs shapes (required for a model with symbols; for a static model they are
+ * checked against its shapes). `output_shapes`: NULL, or num_outputs entries that receive the
+ * outputs' shapes of this run. Pointers are checked as aotpack_session_options describes. */
+AOTPACK_API aotpack_status* aotpack_session_execute(aotpack_session* session,
+                                                    const uint64_t* input_ptrs,
+                                                    size_t num_inputs,
+                                                    const aotpack_shape* input_shapes,
+                                                    const uint64_t* output_ptrs,
+                                                    size_t num_outputs,
+                                                    aotpack_shape* output_shapes,
+                                                    void* stream);
 
 /* Releases the session (waits for nothing: synchronize the stream first). */
 AOTPACK_API void aotpack_session_free(aotpack_session* session);
