@@ -2,13 +2,14 @@
 #include "safetensors.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <new>
 
 #include "dtype.hpp"
 #include "error.hpp"
@@ -27,29 +28,43 @@ uint64_t read_le64(const uint8_t* p) {
 }
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path, const std::string& what) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+FileBytes::FileBytes(const std::string& path, const std::string& what) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) fail(AOTPACK_IO, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail(AOTPACK_IO, "cannot read ", what, " '", path, "': not a regular file");
+    fail(AOTPACK_IO, "cannot read ", what, " '", path, "': not a regular file (a directory, "
+         "FIFO or device): pass the file itself");
   }
   size_ = uint64_t(st.st_size);
-  if (size_ > 0) {  // mmap of length 0 is an error; an empty file is reported by the parser
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
+  data_.reset(new (std::nothrow) uint8_t[size_ ? size_ : 1]);
+  if (!data_) {
+    ::close(fd);
+    fail(AOTPACK_OUT_OF_MEMORY, "cannot allocate ", size_, " bytes of host memory to read ",
+         what, " '", path, "'");
+  }
+  uint64_t done = 0;
+  while (done < size_) {
+    ssize_t n = ::pread(fd, data_.get() + done, size_t(std::min<uint64_t>(size_ - done, 1 << 30)),
+                        off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
       int e = errno;
       ::close(fd);
-      fail(AOTPACK_IO, "cannot map ", what, " '", path, "': ", std::strerror(e));
+      if (n == 0)
+        fail(AOTPACK_IO, what, " '", path, "' shrank from ", size_, " to ", done,
+             " bytes while it was read (is it being rewritten?): try again once it is complete");
+      fail(AOTPACK_IO, "cannot read ", what, " '", path, "': ", std::strerror(e));
     }
-    data_ = static_cast<const uint8_t*>(p);
+    done += uint64_t(n);
   }
-  ::close(fd);  // the mapping stays valid after close
-}
-
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  bool changed = ::fstat(fd, &st) != 0 || uint64_t(st.st_size) != size_;
+  ::close(fd);
+  if (changed)
+    fail(AOTPACK_IO, what, " '", path, "' changed size while it was read (is it being "
+         "rewritten?): try again once it is complete");
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& what)

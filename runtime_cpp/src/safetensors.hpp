@@ -22,19 +22,22 @@ struct TensorEntry {
   uint64_t nbytes = 0;
 };
 
-// A read-only mapping of a whole file (munmap on destruction).
-class MappedFile {
+// The bytes of a whole regular file, read into memory. Not a mapping on purpose: a mapped file
+// truncated by another process while we read it kills this one with SIGBUS; a copy turns that
+// into a status (the file shrank or changed while it was read).
+class FileBytes {
  public:
-  // Maps `path`; throws Error(IO) naming `what` and the path on failure.
-  MappedFile(const std::string& path, const std::string& what);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* data() const { return data_; }
+  // Reads `path`; throws Error(IO) naming `what` and the path when it cannot be opened or
+  // read, is not a regular file (a FIFO or a device would block or never end), or changes
+  // size while it is read; Error(OUT_OF_MEMORY) when the copy cannot be allocated.
+  FileBytes(const std::string& path, const std::string& what);
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+  const uint8_t* data() const { return data_.get(); }
   uint64_t size() const { return size_; }
 
  private:
-  const uint8_t* data_ = nullptr;
+  std::unique_ptr<uint8_t[]> data_;
   uint64_t size_ = 0;
 };
 
@@ -53,7 +56,7 @@ class SafetensorsFile {
 
  private:
   void parse_header(const std::string& what);
-  MappedFile file_;
+  FileBytes file_;
   std::string path_;
   std::vector<TensorEntry> tensors_;
   std::unordered_map<std::string, size_t> by_name_;  // big checkpoints have 1000s of tensors

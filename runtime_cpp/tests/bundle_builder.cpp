@@ -173,7 +173,11 @@ std::string TestBundle::write(const std::string& dir, const std::string& file) c
   tensors.push_back({"__aotpack__.cubin.0", "U8", {int64_t(cubin.size())}, cubin.data(),
                      cubin.size()});
   std::string path = dir + "/" + file;
-  aotpack::write_safetensors(path, tensors, {{"aotpack.manifest", dump(manifest)}}, 256);
+  std::string text = dump(manifest);
+  aotpack::write_safetensors(path, tensors,
+                             {{"aotpack.manifest", text},
+                              {"aotpack.manifest_sha256", sha_of(text.data(), text.size())}},
+                             256);
   if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256);
   return path;
 }
