@@ -19,20 +19,21 @@ void bad(const std::string& where, const std::string& msg) {
 
 namespace {
 
-// Edit distance of two short keys, capped: only "is it within 2 edits" matters.
+// Edits (insert, delete, replace, swap two neighbours) from key a to key b: "smme" is one
+// swap from "smem". Keys are short; a key is capped at 64 characters (longer: no suggestion).
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
+  if (a.size() > 64 || b.size() > 64) return SIZE_MAX;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
-  }
-  return row[b.size()];
+  return d[a.size()][b.size()];
 }
 
 }  // namespace
@@ -43,10 +44,12 @@ void check_keys(const Value& obj, const std::string& where,
   for (const auto& kv : obj.fields) {
     bool known = false;
     const char* close = nullptr;
+    size_t best = 3;  // suggest a key within 2 edits, the closest one
     std::string list;
     for (const char* a : allowed) {
       known = known || kv.first == a;
-      if (!close && edit_distance(kv.first, a) <= 2) close = a;
+      size_t d = edit_distance(kv.first, a);
+      if (d < best) best = d, close = a;
       list += cat(list.empty() ? "" : " ", a);
     }
     if (!known)
