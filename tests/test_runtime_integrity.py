@@ -3,6 +3,10 @@ built): pointers the GPU cannot use are refused before any launch, the run call 
 zero-initialized session options mean the defaults."""
 from __future__ import annotations
 
+import json
+import random
+import struct
+
 import pytest
 
 from test_runtime_binding import _fake_driver, _fake_env, _run_py, write_bundle
@@ -43,3 +47,94 @@ def test_host_pointer_refused_through_binding(tmp_path):
     assert lines[0].startswith("RESULT INVALID_ARGUMENT | input 0 ('x') at 0x"), lines
     assert "not memory the CUDA driver knows" in lines[0]
     assert lines[-1] == "RESULT2 ok"
+
+
+# --------------------------------------------------------------- one verdict: Python and C
+def _c_verdict(path) -> str | None:
+    from aotpack.runtime import AotpackError, Model
+
+    try:
+        Model.check_file(path)
+        return None
+    except AotpackError as e:
+        return e.message
+
+
+def _py_verdict(path) -> str | None:
+    from aotpack.bundle import BundleError, read_bundle
+
+    try:
+        read_bundle(path, checksums=True)
+        return None
+    except BundleError as e:  # anything else (KeyError, ...) fails the test
+        return str(e)
+
+
+def _edit(path, edit, digest=True):
+    from test_bundle import _rewrite_manifest
+
+    _rewrite_manifest(path, edit, digest)
+
+
+@pytest.mark.parametrize("edit, digest, needle", [
+    (lambda m: None, True, None),
+    (lambda m: m.update(arena_bytes=1), False, "has sha256"),  # an edit, checksum not updated
+    (lambda m: m["kernels"][0].update(smme=0), True, "unknown field 'smme' (did you mean 'smem'?"),
+    (lambda m: m["steps"][0]["args"][2].update(offest=0), True, "did you mean 'offset'?"),
+    (lambda m: m.update(stpes=[]), True, "unknown field 'stpes' (did you mean 'steps'?"),
+    (lambda m: m["target"].update(arch="sm_80"), True, "means compute capability 8.0 but cc"),
+    (lambda m: m.update(external_weights={"file": "../w.safetensors"}), True,
+     "inside the bundle's folder"),
+    (lambda m: m.update(symbols=[]), True, "need bundle format v2"),
+])
+def test_python_and_runtime_give_one_verdict(tmp_path, edit, digest, needle):
+    """The schema rules both readers apply give the same reason, word for word."""
+    from handmade_bundle import write_handmade
+
+    path = write_handmade(tmp_path / "m.aotpack")
+    _edit(path, edit, digest)
+    c, py = _c_verdict(path), _py_verdict(path)
+    if needle is None:
+        assert c is None and py is None, (c, py)
+        return
+    assert c is not None and needle in c, c
+    assert py is not None and c in py, (c, py)
+
+
+def test_missing_checksum_means_rebuild(tmp_path):
+    from handmade_bundle import write_handmade
+    from test_bundle import _header
+
+    path = write_handmade(tmp_path / "m.aotpack")
+    header, n, raw = _header(path)
+    del header["__metadata__"]["aotpack.manifest_sha256"]
+    new = json.dumps(header).encode()
+    new += b" " * (-(8 + len(new)) % 256)
+    path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n:])
+    c, py = _c_verdict(path), _py_verdict(path)
+    assert "no manifest checksum" in c and "rebuild" in c and c in py, (c, py)
+
+
+def test_byte_flips_one_verdict(tmp_path):
+    """Flipped bytes all over a bundle (header, manifest, checksums, weights, cubins, padding):
+    the Python reader (with checksums) and the runtime accept or refuse each alike, and the
+    Python reader only ever raises BundleError."""
+    from handmade_bundle import write_handmade
+
+    path = write_handmade(tmp_path / "m.aotpack")
+    good = path.read_bytes()
+    n = struct.unpack_from("<Q", good)[0]
+    rng = random.Random(19)
+    positions = sorted(set(range(0, 8 + n, 3)) | {rng.randrange(8 + n, len(good))
+                                                  for _ in range(300)})
+    disagree, refused = [], 0
+    for i in positions:
+        bad = bytearray(good)
+        bad[i] ^= 1 << rng.randrange(8)
+        path.write_bytes(bytes(bad))
+        c, py = _c_verdict(path), _py_verdict(path)
+        refused += c is not None
+        if (c is None) != (py is None):
+            disagree.append((i, c, py))
+    assert not disagree, disagree[:5]
+    assert refused > len(positions) // 2

@@ -120,6 +120,7 @@ void load_weights(Bundle& b, const std::string& weights_path) {
       fail(AOTPACK_IO, e.what(), " (the bundle was built with external weights; "
            "put the file next to the bundle or pass its path as weights_path / --weights)");
     }
+    b.external->check_contiguous("external weights file");
     src = b.external.get();
     what = cat("external weights file '", p, "'");
   }
@@ -156,6 +157,7 @@ std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& 
   std::unique_ptr<Bundle> b(new Bundle);
   b->path = path;
   b->file.reset(new SafetensorsFile(path, "bundle"));
+  b->file->check_contiguous("bundle");
   b->manifest = parse_manifest(manifest_text(*b->file));
   validate_manifest(b->manifest);
   load_cubins(*b);

@@ -369,6 +369,9 @@ Manifest parse_manifest(const std::string& text) {
     check_keys(root, kTop, {"format", "version", "target", "symbols", "inputs", "outputs",
                             "weights", "external_weights", "arena_bytes", "buffers", "kernels",
                             "steps", "provenance"});
+  else if (root.find("symbols"))
+    fail(AOTPACK_UNSUPPORTED_VERSION, "manifest: \"symbols\" (symbolic, dynamic dims) need "
+         "bundle format v2 but this bundle says \"version\": 1; rebuild the bundle");
   else
     check_keys(root, kTop, {"format", "version", "target", "inputs", "outputs", "weights",
                             "external_weights", "arena_bytes", "buffers", "kernels", "steps",

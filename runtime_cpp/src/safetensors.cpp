@@ -87,6 +87,7 @@ void SafetensorsFile::parse_header(const std::string& what) {
     fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated or not a safetensors file: header length ",
          n, " but the file has ", file_.size(), " bytes");
   const uint64_t data_start = 8 + n;
+  data_start_ = data_start;
   const uint64_t data_size = file_.size() - data_start;
   json::Value header = json::parse(reinterpret_cast<const char*>(file_.data() + 8), n,
                                    where + " header");
@@ -138,6 +139,24 @@ void SafetensorsFile::parse_header(const std::string& what) {
   }
 }
 
+void SafetensorsFile::check_contiguous(const std::string& what) const {
+  std::vector<const TensorEntry*> order;
+  for (const TensorEntry& t : tensors_) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const TensorEntry* a, const TensorEntry* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->nbytes < b->nbytes;
+  });
+  uint64_t pos = data_start_;
+  for (const TensorEntry* t : order) {
+    if (t->offset != pos)
+      fail(AOTPACK_CORRUPT_BUNDLE, what, " '", path_, "': tensor '", t->name, "' does not start "
+           "where the previous one ends (overlap or gap): the file is corrupt");
+    pos += t->nbytes;
+  }
+  if (pos != file_.size())
+    fail(AOTPACK_CORRUPT_BUNDLE, what, " '", path_, "': data section ends at byte ", pos,
+         " but the file has ", file_.size(), " bytes: the file is truncated or has trailing data");
+}
+
 namespace {
 void write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
   if (n && std::fwrite(p, 1, n, f) != n) {
@@ -150,8 +169,23 @@ uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::vector<std::pair<std::string, std::string>>& metadata,
-                       uint64_t alignment) {
+                       uint64_t alignment, bool pad_tensors) {
   if (alignment == 0) alignment = 8;
+  if (pad_tensors) {  // the same file, with every gap a named zero tensor
+    std::vector<TensorToWrite> padded;
+    static const std::vector<uint8_t> zeros(4096, 0);
+    uint64_t pos = 0;
+    for (const TensorToWrite& t : tensors) {
+      uint64_t gap = round_up(pos, alignment) - pos;
+      if (gap > zeros.size()) fail(AOTPACK_INTERNAL, "alignment too large for pad tensors");
+      if (gap)
+        padded.push_back({cat("__aotpack__.pad.", padded.size()), "U8", {int64_t(gap)},
+                          zeros.data(), gap});
+      padded.push_back(t);
+      pos += gap + t.nbytes;
+    }
+    return write_safetensors(path, padded, metadata, alignment, false);  // now without gaps
+  }
   // Lay out the data section first: header length depends on the offsets' digits, so
   // offsets are relative to the data start and the header is padded afterwards.
   std::vector<uint64_t> begins;

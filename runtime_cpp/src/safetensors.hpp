@@ -50,6 +50,10 @@ class SafetensorsFile {
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
   const TensorEntry* find(const std::string& name) const;
   const uint8_t* tensor_data(const TensorEntry& t) const { return file_.data() + t.offset; }
+  // Refuses gaps, overlaps and trailing bytes: in a bundle (and its weights file) every byte
+  // of the data section belongs to exactly one tensor (aotpack's writer names its alignment
+  // padding "__aotpack__.pad.<i>"), as safetensors readers and the Python reader require.
+  void check_contiguous(const std::string& what) const;
   // The "__metadata__" object (type Null when absent).
   const json::Value& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
@@ -59,6 +63,7 @@ class SafetensorsFile {
   FileBytes file_;
   std::string path_;
   std::vector<TensorEntry> tensors_;
+  uint64_t data_start_ = 0;
   std::unordered_map<std::string, size_t> by_name_;  // big checkpoints have 1000s of tensors
   json::Value metadata_;
 };
@@ -75,8 +80,10 @@ struct TensorToWrite {
 // Writes a safetensors file. Tensors are placed in the given order, each at a file offset
 // that is a multiple of `alignment` (header padded with spaces, gaps zero-filled).
 // Throws Error(IO) on failure.
+// With `pad_tensors`, the zero bytes before an aligned tensor are a U8 tensor named
+// "__aotpack__.pad.<i>" (bundles: every byte covered, see check_contiguous).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::vector<std::pair<std::string, std::string>>& metadata,
-                       uint64_t alignment = 8);
+                       uint64_t alignment = 8, bool pad_tensors = false);
 
 }  // namespace aotpack

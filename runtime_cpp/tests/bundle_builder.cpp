@@ -177,8 +177,8 @@ std::string TestBundle::write(const std::string& dir, const std::string& file) c
   aotpack::write_safetensors(path, tensors,
                              {{"aotpack.manifest", text},
                               {"aotpack.manifest_sha256", sha_of(text.data(), text.size())}},
-                             256);
-  if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256);
+                             256, true);
+  if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256, true);
   return path;
 }
 
