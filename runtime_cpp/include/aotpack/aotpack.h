@@ -35,7 +35,9 @@ extern "C" {
 #endif
 
 /* Newest bundle format this runtime reads (manifest "version"); it reads every older one too
- * (version 1: static shapes; version 2: dims that vary at run time, see "Dynamic shapes"). */
+ * (version 1: static shapes; version 2: dims that vary at run time, see "Dynamic shapes").
+ * Since 0.2 every bundle must also carry its manifest's sha256 (docs/manifest.md): one
+ * written by an older aotpack is UNSUPPORTED_VERSION ("rebuild the bundle"). */
 #define AOTPACK_BUNDLE_FORMAT_VERSION 2
 /* Maximum tensor rank (aotpack_tensor_info.dims, aotpack_shape.dims). */
 #define AOTPACK_MAX_RANK 8
@@ -48,14 +50,16 @@ extern "C" {
 typedef enum aotpack_code {
   AOTPACK_OK = 0,
   AOTPACK_INVALID_ARGUMENT = 1,    /* bad pointer/option/size passed by the caller */
-  AOTPACK_IO = 2,                  /* a file could not be opened/read/written */
+  AOTPACK_IO = 2,                  /* a file could not be opened/read/written, is not a regular
+                                      file, or changed while it was read */
   AOTPACK_CORRUPT_BUNDLE = 3,      /* bundle bytes/JSON/manifest are malformed or inconsistent */
   AOTPACK_UNSUPPORTED_VERSION = 4, /* manifest format version (or a feature) this runtime lacks */
-  AOTPACK_CHECKSUM_MISMATCH = 5,   /* a cubin's sha256 differs from the manifest */
+  AOTPACK_CHECKSUM_MISMATCH = 5,   /* the manifest's or a cubin's sha256 differs from the record */
   AOTPACK_WEIGHTS_MISMATCH = 6,    /* a weight is missing or has another dtype/shape/sha256 */
   AOTPACK_DRIVER_NOT_FOUND = 7,    /* libcuda.so.1 could not be loaded / lacks a symbol */
   AOTPACK_DRIVER_TOO_OLD = 8,      /* driver version < manifest target.min_driver */
-  AOTPACK_DEVICE_MISMATCH = 9,     /* wrong compute capability / not enough shared memory */
+  AOTPACK_DEVICE_MISMATCH = 9,     /* wrong compute capability / not enough shared memory
+                                      (the message says what the bundle needs and the device has) */
   AOTPACK_CUDA_ERROR = 10,         /* a CUDA driver call failed (message names call + step) */
   AOTPACK_OUT_OF_MEMORY = 11,      /* host or device allocation failed */
   AOTPACK_INTERNAL = 12,           /* a bug in aotpack: please report it */
@@ -83,11 +87,12 @@ AOTPACK_API const char* aotpack_version(void);
 typedef struct aotpack_model aotpack_model;
 
 /* Options of aotpack_model_load / aotpack_model_check_file. Zero-initialize, then set
- * struct_size = sizeof(aotpack_model_options). */
+ * struct_size = sizeof(aotpack_model_options): every zero field is its default. */
 typedef struct aotpack_model_options {
   size_t struct_size;
-  /* External weights file (safetensors). NULL: the manifest's external_weights.file,
-   * relative to the bundle's folder. Ignored when the bundle embeds its weights. */
+  /* External weights file (safetensors), anywhere the caller chooses. NULL: the manifest's
+   * external_weights.file, relative to the bundle's folder (the bundle can only name a file
+   * inside its folder). Ignored when the bundle embeds its weights. */
   const char* weights_path;
   /* CUDA device ordinal (default 0). */
   int device_ordinal;
@@ -137,15 +142,20 @@ typedef struct aotpack_symbol_info {
   int64_t example; /* the shape the model was exported with; -1 when the bundle has none */
 } aotpack_symbol_info;
 
-/* Parses and validates the bundle at `path`, initializes the driver, checks the device
- * (compute capability, shared memory, driver version), loads every cubin and uploads the
- * weights. On success *out owns the model (free with aotpack_model_free). */
+/* Parses and validates the bundle at `path` (as aotpack_model_check_file), initializes the
+ * driver, checks the device (compute capability against target.arch, shared memory, driver
+ * version: DEVICE_MISMATCH / DRIVER_TOO_OLD saying what the bundle needs and what the machine
+ * has), loads every cubin and uploads the weights. `path` must be a regular file; it is read
+ * into host memory (released before returning), so a file changed meanwhile is an IO status,
+ * never a crash. On success *out owns the model (free with aotpack_model_free). */
 AOTPACK_API aotpack_status* aotpack_model_load(const char* path,
                                                const aotpack_model_options* options,
                                                aotpack_model** out);
 
-/* Parses and validates the bundle (checksums, weights, bounds, tensor-map rules) WITHOUT
- * touching the driver: works on machines with no GPU. Returns NULL if the bundle is valid. */
+/* Parses and validates the bundle WITHOUT touching the driver (works on machines with no GPU):
+ * the manifest's checksum, its schema (unknown keys refused), cubin and weight checksums,
+ * every slot against its cubin's parameter table, bounds, tensor-map rules
+ * (docs/manifest.md). Returns NULL if the bundle is valid. */
 AOTPACK_API aotpack_status* aotpack_model_check_file(const char* path,
                                                      const aotpack_model_options* options);
 
