@@ -281,7 +281,9 @@ API cuFuncSetAttribute(CUfunction, CUfunction_attribute a, int v) {
 API cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
   void* mem = std::aligned_alloc(256, (n + 255) / 256 * 256);
   if (!mem) return 2;
-  std::memset(mem, 0xCD, n);  // garbage, like fresh device memory
+  // Garbage, like fresh device memory; only the first MiB: a big arena (a fuzzed bundle may
+  // ask for GBs, legitimately) must not cost seconds of memset.
+  std::memset(mem, 0xCD, n < (1u << 20) ? n : (1u << 20));
   *p = reinterpret_cast<CUdeviceptr>(mem);
   fake_cuda_set_pointer(*p, n ? n : 1, kDevice);
   return 0;
