@@ -138,3 +138,23 @@ def test_byte_flips_one_verdict(tmp_path):
             disagree.append((i, c, py))
     assert not disagree, disagree[:5]
     assert refused > len(positions) // 2
+
+
+@pytest.mark.parametrize("edit, digest, needle", [
+    (lambda m: m["kernels"][0].update(smme=0), True, "unknown field 'smme'"),
+    (lambda m: m.update(arena_bytes=1), False, "CHECKSUM_MISMATCH"),
+    (lambda m: m.pop("steps"), True, "missing field 'steps'"),
+    (lambda m: m["buffers"].append([]), True, "]: expected an object"),
+])
+def test_inspect_prints_the_runtimes_reason(tmp_path, edit, digest, needle):
+    """`aotpack inspect` on a bundle the runtime refuses: one line with the runtime's reason,
+    exit status 1, never a traceback (it used to crash with a KeyError)."""
+    from handmade_bundle import write_handmade
+
+    path = write_handmade(tmp_path / "m.aotpack")
+    _edit(path, edit, digest)
+    r = _run_py(f"import sys; sys.argv = ['aotpack', 'inspect', {str(path)!r}]; "
+                f"from aotpack.cli.main import main; main()")
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "Traceback" not in out, out
+    assert "error:" in out and needle in " ".join(out.split()), out

@@ -73,6 +73,9 @@ def read_bundle(path, *, weights_path=None, checksums: bool = False,
     `checksums`, also hash all cubins and weights. `require_weights=False` (inspect): an
     external weights file that is not there is not an error; `weights_path` stays None."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise BundleError(f"cannot read bundle '{path}': not a regular file (a directory, FIFO "
+                          f"or device): pass the file itself")
     if not path.is_file():
         raise BundleError(f"{path}: no such bundle file (build one with `aotpack build`)")
     tensors, metadata, _ = read_header(path)

@@ -69,6 +69,8 @@ struct Fixture {
 void expect_input_refused(int kind, uint64_t size, const char* needle) {
   Fixture f("ptrbad");
   set_pointer(f.x, size, kind);
+  // Whatever follows is not memory either (the fake calls unknown addresses device memory).
+  set_pointer(reinterpret_cast<char*>(f.x) + size, 1, kUnknown);
   std::string msg;
   EXPECT(f.run(&msg) == AOTPACK_INVALID_ARGUMENT);
   EXPECT(has(msg, "input 0 ('x')") && has(msg, needle));
@@ -76,6 +78,7 @@ void expect_input_refused(int kind, uint64_t size, const char* needle) {
   set_pointer(f.x, 1024, kDevice);
   EXPECT(f.run(&msg) == AOTPACK_OK);
   set_pointer(f.x, 0, 0);
+  set_pointer(reinterpret_cast<char*>(f.x) + size, 0, 0);
 }
 
 }  // namespace
@@ -85,7 +88,7 @@ TEST(fake_pointer_host_memory_refused) {
 }
 
 TEST(fake_pointer_pinned_host_refused) {
-  expect_input_refused(kPinnedHost, 1024, "page-locked host memory");
+  expect_input_refused(kPinnedHost, 1024, "is host memory (page-locked or mapped)");
 }
 
 TEST(fake_pointer_other_device_refused) {
@@ -111,16 +114,28 @@ TEST(fake_pointer_managed_and_interior_accepted) {
   EXPECT(f.run(&msg) == AOTPACK_OK);
   set_pointer(f.x, 0, 0);
   // x inside a larger device allocation (a caching allocator's block) is fine.
-  char* block = static_cast<char*>(std::aligned_alloc(256, 4096));
-  std::memset(block, 0, 4096);
+  char* block = static_cast<char*>(std::aligned_alloc(256, 8192));
+  std::memset(block, 0, 8192);
   set_pointer(block, 4096, kDevice);
+  set_pointer(block + 4096, 4096, kUnknown);  // the end of the allocation
   float* own = f.x;
   f.x = reinterpret_cast<float*>(block + 1024);
   EXPECT(f.run(&msg) == AOTPACK_OK);
   f.x = reinterpret_cast<float*>(block + 3328);  // 768 bytes left: too few
   EXPECT(f.run(&msg) == AOTPACK_INVALID_ARGUMENT && has(msg, "has only 768 bytes"));
+  // Two mappings back to back (an allocator's chunks in one virtual range): followed.
+  set_pointer(block + 3584, 512, kDevice);
+  set_pointer(block, 3584, kDevice);
+  set_pointer(block + 4096, 4096, kDevice);
+  EXPECT(f.run(&msg) == AOTPACK_OK);  // x at 3328: 256 + 512 bytes, then the next chunk
   f.x = own;
-  set_pointer(block, 0, 0);
+  set_pointer(block + 4096, 4096, kPinnedHost);  // ... unless the next one is not device memory
+  Fixture g("ptrchunk");  // a new session: the pointer set above is cached as checked
+  float* g_own = g.x;
+  g.x = reinterpret_cast<float*>(block + 3328);
+  EXPECT(g.run(&msg) == AOTPACK_INVALID_ARGUMENT && has(msg, "has only 768 bytes"));
+  g.x = g_own;
+  for (size_t at : {size_t(0), size_t(3584), size_t(4096)}) set_pointer(block + at, 0, 0);
   std::free(block);
 }
 

@@ -334,7 +334,7 @@ def test_pinned_host_memory_refused(bundles):
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
     assert lines[0].startswith("RESULT INVALID_ARGUMENT | input 0 ('x')"), lines
-    assert "page-locked host memory" in lines[0], lines
+    assert "is host memory (page-locked or mapped)" in lines[0], lines
     assert lines[-1] == "RESULT2 ok", lines
 
 
