@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <new>
 
 #include "dtype.hpp"
 #include "error.hpp"
@@ -39,7 +39,7 @@ FileBytes::FileBytes(const std::string& path, const std::string& what) {
          "FIFO or device): pass the file itself");
   }
   size_ = uint64_t(st.st_size);
-  data_.reset(new (std::nothrow) uint8_t[size_ ? size_ : 1]);
+  data_.reset(static_cast<uint8_t*>(std::malloc(size_ ? size_t(size_) : 1)));
   if (!data_) {
     ::close(fd);
     fail(AOTPACK_OUT_OF_MEMORY, "cannot allocate ", size_, " bytes of host memory to read ",

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -37,7 +38,10 @@ class FileBytes {
   uint64_t size() const { return size_; }
 
  private:
-  std::unique_ptr<uint8_t[]> data_;
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;  // malloc'd: no zero fill of a file about to be read
   uint64_t size_ = 0;
 };
 

@@ -279,6 +279,7 @@ API cuFuncSetAttribute(CUfunction, CUfunction_attribute a, int v) {
 }
 
 API cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
+  if (n > (size_t(64) << 30)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY: a 64 GiB "device"
   void* mem = std::aligned_alloc(256, (n + 255) / 256 * 256);
   if (!mem) return 2;
   // Garbage, like fresh device memory; only the first MiB: a big arena (a fuzzed bundle may
