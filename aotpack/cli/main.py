@@ -256,6 +256,17 @@ def _runtime_verdict(bundle: Path, weights: Optional[Path]):
     return None
 
 
+def _one_verdict(reader_error, runtime_error):
+    """The runtime's reason first (what loading the bundle would say), the reader's too when
+    it words it otherwise; a file that cannot be read at all keeps the reader's advice."""
+    if runtime_error is None or ": IO: " in str(runtime_error):
+        return reader_error
+    theirs, ours = str(runtime_error), str(reader_error)
+    if theirs.split(": ", 2)[-1] in ours:
+        return runtime_error
+    return type(reader_error)(f"{theirs} (aotpack's reader: {ours})")
+
+
 @app.command()
 @friendly
 def inspect(
@@ -274,7 +285,7 @@ def inspect(
     try:
         b = read_bundle(bundle, weights_path=weights, checksums=check, require_weights=check)
     except BundleError as e:
-        raise _runtime_verdict(bundle, weights) or e from None
+        raise _one_verdict(e, _runtime_verdict(bundle, weights)) from None
     if check:  # the full check: the runtime's own verdict too, when its library is here
         verdict = _runtime_verdict(bundle, weights)
         if verdict:
