@@ -290,7 +290,8 @@ const ShapePlan& Session::run(const uint64_t* inputs, const aotpack_shape* shape
     fail(AOTPACK_INVALID_ARGUMENT, "input_ptrs/output_ptrs must not be NULL");
   if (!shapes && !m.symbols.empty())
     fail(AOTPACK_INVALID_ARGUMENT, "the model has dims that vary at run time (symbols ",
-         symbol_names(m), "): pass the input shapes (aotpack_session_execute or _run_shaped)");
+         symbol_names(m), "): pass the input shapes (aotpack_session_execute or "
+         "aotpack_session_run_shaped)");
   if (shapes) bind_symbols(m, shapes, syms_.data());
   model_->make_current();
   Plan& p = plan_for(inputs, shapes, outputs);
