@@ -122,7 +122,8 @@ int main(int argc, char** argv) {
   check(aotpack_session_create(model, NULL, &session), "aotpack_session_create");
   CUstream stream;
   check_cu(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  check(aotpack_session_run(session, in_ptrs, out_ptrs, stream), "aotpack_session_run");
+  check(aotpack_session_execute(session, in_ptrs, nin, NULL, out_ptrs, nout, NULL, stream),
+        "aotpack_session_execute");
   check_cu(cuStreamSynchronize(stream), "cuStreamSynchronize");
 
   for (size_t i = 0; i < nout; ++i) {

@@ -234,11 +234,16 @@ def test_reader_refuses_truncated_and_foreign_files(tmp_path):
         read_bundle(plain)
 
 
-def _rewrite_manifest(path, edit):
+def _rewrite_manifest(path, edit, digest: bool = True):
+    """Edits the manifest of `path`; with `digest`, records the new manifest's checksum too
+    (an edit made on purpose, which only the schema checks can catch)."""
     header, n, raw = _header(path)
     m = json.loads(header["__metadata__"]["aotpack.manifest"])
     edit(m)
-    header["__metadata__"]["aotpack.manifest"] = json.dumps(m)
+    text = json.dumps(m)
+    header["__metadata__"]["aotpack.manifest"] = text
+    if digest:
+        header["__metadata__"]["aotpack.manifest_sha256"] = hashlib.sha256(text.encode()).hexdigest()
     data = raw[8 + n:]
     new = json.dumps(header).encode()
     new += b" " * (-(8 + len(new)) % 256)

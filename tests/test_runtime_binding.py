@@ -43,18 +43,26 @@ def _sha(b: bytes) -> str:
 
 def write_safetensors(path: Path, tensors: list[tuple[str, str, list[int], bytes]],
                       metadata: dict[str, str] | None = None, align: int = 256) -> None:
-    """A safetensors file with every tensor `align`-aligned from the file start."""
+    """A safetensors file with every tensor `align`-aligned from the file start; the zero
+    bytes before an aligned tensor are a U8 tensor `__aotpack__.pad.<i>` (bundles may have no
+    gaps, as aotpack's writer makes them)."""
     header: dict = {"__metadata__": metadata} if metadata else {}
-    offsets, cursor = [], 0
-    for name, dtype, shape, data in tensors:
-        cursor = -(-cursor // align) * align
+    offsets, cursor, padded = [], 0, []
+    for t in tensors:
+        gap = -cursor % align
+        if gap:
+            padded.append((f"__aotpack__.pad.{len(padded)}", "U8", [gap], bytes(gap)))
+        padded.append(t)
+        cursor += gap + len(t[3])
+    cursor = 0
+    for name, dtype, shape, data in padded:
         header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [cursor, cursor + len(data)]}
         offsets.append(cursor)
         cursor += len(data)
     text = json.dumps(header).encode()
     text += b" " * ((-(8 + len(text))) % align)
     body = bytearray(cursor)
-    for (_, _, _, data), off in zip(tensors, offsets):
+    for (_, _, _, data), off in zip(padded, offsets):
         body[off:off + len(data)] = data
     path.write_bytes(struct.pack("<Q", len(text)) + text + bytes(body))
 
@@ -107,7 +115,9 @@ def write_bundle(folder: Path, m: dict | None = None, cubin: bytes = FAKE_CUBIN,
     else:
         tensors.insert(0, ("w", "F32", [64], weight))
     path = folder / "model.aotpack"
-    write_safetensors(path, tensors, {"aotpack.manifest": json.dumps(m)})
+    text = json.dumps(m)
+    write_safetensors(path, tensors, {"aotpack.manifest": text,
+                                      "aotpack.manifest_sha256": _sha(text.encode())})
     return path
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from aotpack.bundle import schema
 from aotpack.bundle.stfile import BundleError
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
@@ -154,9 +155,27 @@ def _buffer(index: dict[str, int], storage: str, where: str) -> int:
 
 # ----------------------------------------------------------------------------- checking
 def check(m: dict, where: str = "manifest") -> None:
-    """Raise BundleError on anything the runtime would refuse (GPU-independent part)."""
+    """Raise BundleError on anything the runtime would refuse (GPU-independent part). Never
+    anything else: a manifest of the wrong shape (a missing key, a list where an object
+    belongs) is a BundleError naming what it is, like the runtime's CORRUPT_BUNDLE."""
+    try:
+        _check(m, where)
+    except BundleError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as e:
+        what = f"missing field {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+        raise BundleError(f"{where}: malformed manifest ({what}): the bundle is corrupt or was "
+                          f"not written by aotpack; rebuild it") from None
+
+
+def _check(m: dict, where: str) -> None:
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise BundleError(f"{where}: not an aotpack manifest (format != {FORMAT!r})")
+    if m.get("version") in (VERSION, VERSION_DYNAMIC):
+        schema.check_all_keys(m)
+        schema.check_target(m["target"])
+        if m.get("external_weights") is not None:
+            schema.check_weights_file(m["external_weights"].get("file"))
     if m.get("version") == VERSION_DYNAMIC:
         symbols = parse_symbols(m, where)
         named = {d for e in m.get("inputs", []) for d in e.get("shape", [])}

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aotpack.bundle import manifest as mf
-from aotpack.bundle.stfile import BundleError, TensorInfo, read_bytes, read_header
+from aotpack.bundle import schema
+from aotpack.bundle.cubin_params import check_params, param_sizes
+from aotpack.bundle.stfile import BundleError, TensorInfo, loads_strict, read_bytes, read_header
 from aotpack.dtypes import DType
 
 
@@ -71,15 +73,22 @@ def read_bundle(path, *, weights_path=None, checksums: bool = False,
     `checksums`, also hash all cubins and weights. `require_weights=False` (inspect): an
     external weights file that is not there is not an error; `weights_path` stays None."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise BundleError(f"cannot read bundle '{path}': not a regular file (a directory, FIFO "
+                          f"or device): pass the file itself")
     if not path.is_file():
         raise BundleError(f"{path}: no such bundle file (build one with `aotpack build`)")
     tensors, metadata, _ = read_header(path)
     if mf.MANIFEST_KEY not in metadata:
         raise BundleError(f"{path}: a safetensors file without an aotpack manifest "
                           f"(is this a plain weights file?)")
+    text = metadata[mf.MANIFEST_KEY]
+    if not isinstance(text, str):
+        raise BundleError(f"{path}: __metadata__[\"{mf.MANIFEST_KEY}\"] must be a JSON string")
+    schema.check_digest(metadata, text, path)  # first, as the runtime: nothing unverified is read
     try:
-        manifest = json.loads(metadata[mf.MANIFEST_KEY])
-    except json.JSONDecodeError as e:
+        manifest = loads_strict(text)
+    except (UnicodeError, json.JSONDecodeError, RecursionError) as e:
         raise BundleError(f"{path}: manifest is not valid JSON ({e})") from None
     mf.check(manifest, str(path))
     bundle = Bundle(path, manifest, metadata, tensors)
@@ -91,16 +100,19 @@ def read_bundle(path, *, weights_path=None, checksums: bool = False,
 
 
 def _check_cubins(b: Bundle) -> None:
-    for k in b.manifest["kernels"]:
+    for i, k in enumerate(b.manifest["kernels"]):
         t = b.tensors.get(f"{mf.CUBIN_PREFIX}{k['cubin']}")
         if t is None or t.dtype != "U8" or len(t.shape) != 1:
             raise BundleError(f"{b.path}: kernel {k['name']}: cubin {k['cubin']} missing or not "
                               f"a 1-D U8 tensor")
+        sizes = param_sizes(b.cubin(k["cubin"]), k["entry"])
+        if sizes is not None:
+            check_params(b.manifest, i, sizes)
 
 
 def _attach_weights(b: Bundle, weights_path, required: bool = True) -> None:
     ext = b.manifest.get("external_weights")
-    if ext:
+    if ext:  # ext["file"] is inside the bundle's folder (manifest.check)
         wp = Path(weights_path) if weights_path else b.path.parent / ext["file"]
         if not wp.is_file():
             if not required:

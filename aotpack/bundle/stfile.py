@@ -123,6 +123,25 @@ def atomic_output(path: Path):
 
 
 # ----------------------------------------------------------------------------- reading
+def loads_strict(text: str):
+    """json.loads as the runtime's parser reads JSON: a key named twice, or a lone surrogate
+    escape (\\ud800), is an error (json.JSONDecodeError / ValueError)."""
+    doc = json.loads(text, object_pairs_hook=_unique_keys)
+    json.dumps(doc, ensure_ascii=False).encode("utf-8")  # UnicodeEncodeError on a surrogate
+    return doc
+
+
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object that names a key twice is refused (as the runtime's parser does): which
+    of the two counts would otherwise depend on the reader."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise json.JSONDecodeError(f"duplicate key in object: {dup!r}", "", 0)
+    return out
+
+
 def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]:
     """Parse and check a safetensors header: (tensors by name, metadata, data section start)."""
     path = Path(path)
@@ -140,8 +159,8 @@ def read_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str], int]
     except OSError as e:
         raise BundleError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        doc = loads_strict(raw.decode("utf-8"))
+    except (UnicodeError, json.JSONDecodeError, RecursionError) as e:
         raise BundleError(f"{path}: header is not valid JSON ({e}): not a safetensors file") from None
     if not isinstance(doc, dict):
         raise BundleError(f"{path}: header is not a JSON object")

@@ -12,6 +12,8 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from aotpack.bundle import manifest as mf
+from aotpack.bundle import schema
+from aotpack.bundle.cubin_params import check_params, param_sizes
 from aotpack.bundle.stfile import BundleError, Entry, atomic_output, write_safetensors
 from aotpack.ir.sym import upper_bound
 from aotpack.kernels.spec import CompiledKernel, Target
@@ -43,7 +45,12 @@ def write_bundle(path, program, plan, *, target: Target, provenance: dict,
     if program.dynamic:  # v1 bundles stay byte for byte what they were
         manifest["symbols"] = mf.symbols_json(program)
     mf.check(manifest, f"{path.name} (being written)")
-    metadata = {mf.MANIFEST_KEY: _dumps(manifest),
+    for i, k in enumerate(kernels):  # the slots against what each cubin says it takes
+        sizes = param_sizes(cubins[k["cubin"]], k["entry"])
+        if sizes is not None:
+            check_params(manifest, i, sizes)
+    text = _dumps(manifest)
+    metadata = {mf.MANIFEST_KEY: text, schema.DIGEST_KEY: schema.digest(text),
                 mf.SUMMARY_KEY: _dumps({**_summary(program, plan, buffer_names),
                                         **(summary or {})})}
     cubin_entries = [Entry(f"{mf.CUBIN_PREFIX}{i}", "U8", (len(c),), c) for i, c in enumerate(cubins)]

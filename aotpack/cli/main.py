@@ -239,6 +239,34 @@ def tune(
               dynamic=dynamic or (), inputs=input_ or (), dtype=dtype and dtype.value)
 
 
+def _runtime_verdict(bundle: Path, weights: Optional[Path]):
+    """The C runtime's reason for refusing `bundle` (aotpack_model_check_file, no GPU) as a
+    BundleError, so inspect and the runtime say the same thing; None when the runtime accepts
+    it or its library is not available here."""
+    from aotpack.bundle import BundleError
+
+    try:
+        from aotpack.runtime import AotpackError, Model
+
+        Model.check_file(bundle, weights)
+    except AotpackError as e:
+        return BundleError(f"{bundle}: {e.code.name}: {e.message}")
+    except (FileNotFoundError, OSError, AttributeError):
+        return None  # no libaotpack.so here (or one too old): the Python reader's verdict
+    return None
+
+
+def _one_verdict(reader_error, runtime_error):
+    """The runtime's reason first (what loading the bundle would say), the reader's too when
+    it words it otherwise; a file that cannot be read at all keeps the reader's advice."""
+    if runtime_error is None or ": IO: " in str(runtime_error):
+        return reader_error
+    theirs, ours = str(runtime_error), str(reader_error)
+    if theirs.split(": ", 2)[-1] in ours:
+        return runtime_error
+    return type(reader_error)(f"{theirs} (aotpack's reader: {ours})")
+
+
 @app.command()
 @friendly
 def inspect(
@@ -251,10 +279,17 @@ def inspect(
 ):
     """Show what a bundle holds: signature, graph summary, every kernel (backend, fused ops,
     config, shared memory, cluster), the memory plan and provenance. Reads the bundle alone."""
-    from aotpack.bundle import read_bundle
+    from aotpack.bundle import BundleError, read_bundle
 
     # without --check, a bundle whose external weights live elsewhere can still be inspected
-    b = read_bundle(bundle, weights_path=weights, checksums=check, require_weights=check)
+    try:
+        b = read_bundle(bundle, weights_path=weights, checksums=check, require_weights=check)
+    except BundleError as e:
+        raise _one_verdict(e, _runtime_verdict(bundle, weights)) from None
+    if check:  # the full check: the runtime's own verdict too, when its library is here
+        verdict = _runtime_verdict(bundle, weights)
+        if verdict:
+            raise verdict
     doc = report.inspect_document(b)
     if as_json:
         typer.echo(json.dumps(doc, indent=2, sort_keys=True))

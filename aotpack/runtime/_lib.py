@@ -63,16 +63,24 @@ class ModelOptionsC(ctypes.Structure):
 
 
 class SessionOptionsC(ctypes.Structure):
-    """aotpack_session_options."""
+    """aotpack_session_options. A library without aotpack_session_execute (0.1) reads only the
+    first SESSION_OPTIONS_V1_SIZE bytes, and its `cuda_graphs` field means use_cuda_graph
+    (0 = off): Session fills it so (has_execute)."""
 
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("workspace", ctypes.c_uint64),
         ("workspace_bytes", ctypes.c_size_t),
-        ("use_cuda_graph", ctypes.c_int),
+        ("cuda_graphs", ctypes.c_int),  # CUDA_GRAPHS_DEFAULT / _ON / _OFF
         ("disable_programmatic_launch", ctypes.c_int),
         ("max_cached_plans", ctypes.c_int),
+        ("skip_pointer_checks", ctypes.c_int),
+        ("reserved", ctypes.c_uint64 * 2),
     ]
+
+
+SESSION_OPTIONS_V1_SIZE = 40
+CUDA_GRAPHS_ON, CUDA_GRAPHS_OFF = 1, 2
 
 
 def _candidates() -> list[Path]:
@@ -142,11 +150,13 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_session_run": (vp, [vp, ctypes.POINTER(u64), ctypes.POINTER(u64), vp]),
         "aotpack_session_run_shaped": (vp, [vp, ctypes.POINTER(u64), ctypes.POINTER(ShapeC),
                                             ctypes.POINTER(u64), vp]),
+        "aotpack_session_execute": (vp, [vp, ctypes.POINTER(u64), sz, ctypes.POINTER(ShapeC),
+                                         ctypes.POINTER(u64), sz, ctypes.POINTER(ShapeC), vp]),
         "aotpack_session_free": (None, [vp]),
     }
     for name, (res, args) in sigs.items():
-        if name in _SINCE_V2 and not hasattr(lib, name):
-            continue  # an older library: has_dynamic_shapes() says so
+        if name in _SINCE_V2 | _SINCE_0_2 and not hasattr(lib, name):
+            continue  # an older library: has_dynamic_shapes() / has_execute() say so
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
@@ -157,6 +167,15 @@ def _declare(lib: ctypes.CDLL) -> None:
 _SINCE_V2 = frozenset({"aotpack_model_num_symbols", "aotpack_model_symbol_info",
                        "aotpack_model_input_dim", "aotpack_model_output_dim",
                        "aotpack_model_output_shapes", "aotpack_session_run_shaped"})
+
+
+# Entry points of release 0.2 (run with counts, pointer checks, zero = default options).
+_SINCE_0_2 = frozenset({"aotpack_session_execute"})
+
+
+def has_execute(lib: ctypes.CDLL) -> bool:
+    """Whether `lib` has aotpack_session_execute (and the 0.2 session options layout)."""
+    return hasattr(lib, "aotpack_session_execute")
 
 
 def has_dynamic_shapes(lib: ctypes.CDLL) -> bool:

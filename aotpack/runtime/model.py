@@ -14,8 +14,9 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from aotpack.runtime._lib import (ModelOptionsC, SessionOptionsC, ShapeC, SymbolInfoC,
-                                  TensorInfoC, has_dynamic_shapes, load_library)
+from aotpack.runtime._lib import (CUDA_GRAPHS_OFF, CUDA_GRAPHS_ON, SESSION_OPTIONS_V1_SIZE,
+                                  ModelOptionsC, SessionOptionsC, ShapeC, SymbolInfoC,
+                                  TensorInfoC, has_dynamic_shapes, has_execute, load_library)
 from aotpack.runtime.errors import AotpackError, StatusCode, raise_if_error
 
 
@@ -217,19 +218,28 @@ class Session:
     Not thread-safe: use one Session per thread."""
 
     def __init__(self, model: Model, workspace=None, use_cuda_graph: bool = True,
-                 programmatic_launch: bool = True, max_cached_plans: int = 0):
+                 programmatic_launch: bool = True, max_cached_plans: int = 0,
+                 check_pointers: bool = True):
         """workspace: None (the session allocates model.arena_bytes), a torch CUDA tensor,
         or (device_pointer, nbytes). A caller-provided workspace must outlive the session.
         programmatic_launch: False launches every kernel only after the previous one ends
         (aotpack_session_options.disable_programmatic_launch; for A/B timing).
-        max_cached_plans: (shape, pointer set) plans kept, each with its CUDA graph; 0: 8."""
+        max_cached_plans: (shape, pointer set) plans kept, each with its CUDA graph; 0: 8.
+        check_pointers: False skips the driver's check that new pointers are device memory
+        large enough (aotpack_session_options.skip_pointer_checks)."""
         self.model = model  # keeps the Python handle alive as long as the session
         self._lib = model._lib
         self._shaped: dict = {}  # input shapes -> (output shapes, C shapes): dynamic models
         self._workspace_ref = workspace
         o = SessionOptionsC()
-        o.struct_size = ctypes.sizeof(SessionOptionsC)
-        o.use_cuda_graph = 1 if use_cuda_graph else 0
+        self._execute = has_execute(self._lib)
+        if self._execute:
+            o.struct_size = ctypes.sizeof(SessionOptionsC)
+            o.cuda_graphs = CUDA_GRAPHS_ON if use_cuda_graph else CUDA_GRAPHS_OFF
+            o.skip_pointer_checks = 0 if check_pointers else 1
+        else:  # a 0.1 library: its layout, where this field was use_cuda_graph
+            o.struct_size = SESSION_OPTIONS_V1_SIZE
+            o.cuda_graphs = 1 if use_cuda_graph else 0
         o.disable_programmatic_launch = 0 if programmatic_launch else 1
         o.max_cached_plans = int(max_cached_plans)
         if workspace is not None:
@@ -257,6 +267,14 @@ class Session:
         ins = (ctypes.c_uint64 * max(n_in, 1))(*[int(p) for p in input_ptrs])
         outs = (ctypes.c_uint64 * max(n_out, 1))(*[int(p) for p in output_ptrs])
         handle = ctypes.c_void_p(int(stream) or None)
+        if self._execute:  # counts passed, so the runtime checks them too
+            shapes = None if input_shapes is None else _c_shapes(input_shapes, "input shape")
+            if shapes is not None and len(input_shapes) != n_in:
+                raise AotpackError(StatusCode.INVALID_ARGUMENT,
+                                   f"expected {n_in} input shapes, got {len(input_shapes)}")
+            raise_if_error(self._lib, self._lib.aotpack_session_execute(
+                self._handle, ins, n_in, shapes, outs, n_out, None, handle))
+            return
         if input_shapes is None and not self.model.is_dynamic:
             raise_if_error(self._lib, self._lib.aotpack_session_run(self._handle, ins, outs,
                                                                     handle))
@@ -327,8 +345,13 @@ class Session:
             n_in, n_out = len(inputs), len(outputs)
             ins = (ctypes.c_uint64 * max(n_in, 1))(*[t.data_ptr() for t in inputs])
             outs = (ctypes.c_uint64 * max(n_out, 1))(*[t.data_ptr() for t in outputs])
-            raise_if_error(self._lib, self._lib.aotpack_session_run_shaped(
-                self._handle, ins, c_shapes, outs, ctypes.c_void_p(int(handle) or None)))
+            stream_handle = ctypes.c_void_p(int(handle) or None)
+            if self._execute:
+                raise_if_error(self._lib, self._lib.aotpack_session_execute(
+                    self._handle, ins, n_in, c_shapes, outs, n_out, None, stream_handle))
+            else:
+                raise_if_error(self._lib, self._lib.aotpack_session_run_shaped(
+                    self._handle, ins, c_shapes, outs, stream_handle))
         else:
             self.run_pointers([t.data_ptr() for t in inputs], [t.data_ptr() for t in outputs],
                               handle)

@@ -1,11 +1,27 @@
 // bundle.cpp — open + verify a bundle on the host (docs/manifest.md, "Load-time validation").
 #include "bundle.hpp"
 
+#include "cubin_params.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
 #include "sha256.hpp"
+#include "shape_plan.hpp"
 
 namespace aotpack {
+
+void check_manifest_digest(const json::Value& metadata, const std::string& manifest,
+                           const std::string& path) {
+  const json::Value* d = metadata.find(kManifestDigestKey);
+  if (!d)
+    fail(AOTPACK_UNSUPPORTED_VERSION, "'", path, "' has no manifest checksum (__metadata__[\"",
+         kManifestDigestKey, "\"]): it was written by an aotpack older than 0.2 (or the "
+         "checksum was removed); rebuild the bundle with this aotpack");
+  std::string got = sha256_hex(manifest.data(), manifest.size());
+  if (d->type != json::Type::String || d->s != got)
+    fail(AOTPACK_CHECKSUM_MISMATCH, "the manifest of '", path, "' has sha256 ", got,
+         " but the bundle records ", d->type == json::Type::String ? d->s : "a non-string",
+         ": the manifest was modified or corrupted; rebuild or re-copy the bundle");
+}
 
 namespace {
 
@@ -16,6 +32,7 @@ std::string manifest_text(const SafetensorsFile& f) {
          "manifest (__metadata__[\"aotpack.manifest\"]): not an aotpack bundle");
   if (m->type != json::Type::String)
     fail(AOTPACK_CORRUPT_BUNDLE, "__metadata__[\"aotpack.manifest\"] must be a JSON string");
+  check_manifest_digest(f.metadata(), m->s, f.path());
   return m->s;
 }
 
@@ -25,15 +42,52 @@ std::string dir_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+const char* slot_kind_name(SlotKind k) {
+  switch (k) {
+    case SlotKind::Ptr: return "ptr";
+    case SlotKind::Null: return "null";
+    case SlotKind::I32: return "i32";
+    case SlotKind::I64: return "i64";
+    case SlotKind::U32: return "u32";
+    case SlotKind::U64: return "u64";
+    case SlotKind::F32: return "f32";
+    case SlotKind::FastDivmod: return "fastdivmod";
+    case SlotKind::TensorMap: return "tensormap";
+  }
+  return "?";
+}
+
+// Every step of kernel `k` passes exactly the parameters its cubin declares (`sizes`, in
+// bytes): the driver reads each parameter with the declared size from what we point it at.
+void check_params(const Manifest& m, uint32_t k, const std::vector<uint32_t>& sizes) {
+  const KernelSpec& ks = m.kernels[k];
+  std::string declared;
+  for (uint32_t s : sizes) declared += cat(declared.empty() ? "" : " ", s);
+  for (size_t i = 0; i < m.steps.size(); ++i) {
+    const StepSpec& st = m.steps[i];
+    if (st.kernel != k) continue;
+    std::string w = cat("manifest: steps[", i, "] (kernel '", ks.name, "')");
+    if (st.args.size() != sizes.size())
+      fail(AOTPACK_CORRUPT_BUNDLE, w, ": ", st.args.size(), " parameter slots but the cubin's "
+           "entry '", ks.entry, "' takes ", sizes.size(), " parameters (bytes: ", declared, ")");
+    for (size_t a = 0; a < sizes.size(); ++a)
+      if (slot_size(st.args[a].kind) != sizes[a])
+        fail(AOTPACK_CORRUPT_BUNDLE, w, ": args[", a, "] is ", slot_kind_name(st.args[a].kind),
+             " (", slot_size(st.args[a].kind), " bytes) but the cubin's entry '", ks.entry,
+             "' declares parameter ", a, " as ", sizes[a], " bytes");
+  }
+}
+
 void load_cubins(Bundle& b) {
   const Manifest& m = b.manifest;
-  for (const KernelSpec& k : m.kernels) {
-    if (b.cubins.size() <= k.cubin) b.cubins.resize(size_t(k.cubin) + 1);
+  for (uint32_t ki = 0; ki < m.kernels.size(); ++ki) {
+    const KernelSpec& k = m.kernels[ki];
     std::string name = cubin_tensor_name(k.cubin);
     const TensorEntry* t = b.file->find(name);
     if (!t)
       fail(AOTPACK_CORRUPT_BUNDLE, "kernel '", k.name, "': cubin ", k.cubin, " (tensor '", name,
            "') is missing from the bundle");
+
     if (t->dtype != "U8" || t->shape.size() != 1)
       fail(AOTPACK_CORRUPT_BUNDLE, "kernel '", k.name, "': tensor '", name,
            "' must be U8 with shape [nbytes]");
@@ -43,7 +97,9 @@ void load_cubins(Bundle& b) {
       fail(AOTPACK_CHECKSUM_MISMATCH, "kernel '", k.name, "': cubin ", k.cubin,
            " sha256 is ", got, " but the manifest says ", k.cubin_sha256,
            ": the bundle is corrupt or was modified; rebuild or re-copy it");
-    b.cubins[k.cubin] = r;
+    b.kernel_cubins.push_back(r);
+    std::vector<uint32_t> sizes;
+    if (cubin_param_sizes(r.data, r.size, k.entry, &sizes)) check_params(m, ki, sizes);
   }
 }
 
@@ -64,6 +120,7 @@ void load_weights(Bundle& b, const std::string& weights_path) {
       fail(AOTPACK_IO, e.what(), " (the bundle was built with external weights; "
            "put the file next to the bundle or pass its path as weights_path / --weights)");
     }
+    b.external->check_contiguous("external weights file");
     src = b.external.get();
     what = cat("external weights file '", p, "'");
   }
@@ -100,6 +157,7 @@ std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& 
   std::unique_ptr<Bundle> b(new Bundle);
   b->path = path;
   b->file.reset(new SafetensorsFile(path, "bundle"));
+  b->file->check_contiguous("bundle");
   b->manifest = parse_manifest(manifest_text(*b->file));
   validate_manifest(b->manifest);
   load_cubins(*b);

@@ -22,7 +22,9 @@ struct Bundle {
   Manifest manifest;
   std::unique_ptr<SafetensorsFile> file;      // the bundle itself
   std::unique_ptr<SafetensorsFile> external;  // external weights file, if any
-  std::vector<ByteRange> cubins;              // by cubin index (empty range if unused)
+  // By kernel index: the bytes of each kernel's cubin (kernels sharing a cubin share the
+  // range). Never indexed by a cubin number: those come from the manifest, unbounded.
+  std::vector<ByteRange> kernel_cubins;
   std::vector<ByteRange> weights;             // by weight index (manifest order)
 };
 
@@ -30,6 +32,15 @@ struct Bundle {
 // `weights_path` overrides manifest external_weights.file (may be empty).
 // Throws Error with the matching aotpack_code.
 std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& weights_path);
+
+// __metadata__ key of the manifest's sha256 (lower-case hex of the manifest string's bytes).
+constexpr const char* kManifestDigestKey = "aotpack.manifest_sha256";
+
+// Verifies `manifest` (the "aotpack.manifest" string) against its recorded sha256: a bundle
+// without one is UNSUPPORTED_VERSION (written before checksummed manifests: rebuild), another
+// digest is CHECKSUM_MISMATCH. Runs before the manifest is parsed.
+void check_manifest_digest(const json::Value& metadata, const std::string& manifest,
+                           const std::string& path);
 
 // Name of the safetensors tensor that holds cubin `i`.
 std::string cubin_tensor_name(uint32_t i);

@@ -124,25 +124,38 @@ void fill_shapes(const std::vector<std::vector<int64_t>>& dims, aotpack_shape* o
   }
 }
 
-// Session options from a caller's (possibly older, shorter) struct.
+// Session options from a caller's (possibly older, shorter) struct. Zero means the default
+// in every field, except in structs of the 0.1 layout (AOTPACK_SESSION_OPTIONS_V1_SIZE),
+// whose third field was use_cuda_graph with 0 = off.
 aotpack::Session::Options session_options(const aotpack_session_options* in) {
+  static_assert(sizeof(aotpack_session_options) > AOTPACK_SESSION_OPTIONS_V1_SIZE,
+                "a new options layout must be told apart from the 0.1 one by its size");
   aotpack_session_options o;
   std::memset(&o, 0, sizeof(o));
-  o.use_cuda_graph = 1;
+  bool v1 = false;
   if (in) {
     if (in->struct_size < sizeof(size_t))
       aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.struct_size is not set");
     std::memcpy(&o, in, in->struct_size < sizeof(o) ? in->struct_size : sizeof(o));
+    v1 = in->struct_size <= AOTPACK_SESSION_OPTIONS_V1_SIZE;
+    if (v1) o.skip_pointer_checks = 0;  // padding in that layout: whatever bytes were there
   }
   if (o.max_cached_plans < 0)
     aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.max_cached_plans is ",
                   o.max_cached_plans, ": use 0 (the default, 8) or a positive count");
+  if (!v1 && (o.cuda_graphs < 0 || o.cuda_graphs > AOTPACK_CUDA_GRAPHS_OFF))
+    aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.cuda_graphs is ",
+                  o.cuda_graphs, ": use AOTPACK_CUDA_GRAPHS_DEFAULT (0), _ON (1) or _OFF (2)");
+  if (o.reserved[0] || o.reserved[1])
+    aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.reserved must be zero "
+                  "(zero-initialize the struct)");
   aotpack::Session::Options so;
   so.workspace = o.workspace;
   so.workspace_bytes = o.workspace_bytes;
-  so.use_cuda_graph = o.use_cuda_graph != 0;
+  so.use_cuda_graph = v1 ? o.cuda_graphs != 0 : o.cuda_graphs != AOTPACK_CUDA_GRAPHS_OFF;
   so.programmatic_launch = o.disable_programmatic_launch == 0;
   so.max_cached_plans = size_t(o.max_cached_plans);
+  so.check_pointers = o.skip_pointer_checks == 0;
   return so;
 }
 
@@ -318,6 +331,26 @@ aotpack_status* aotpack_session_run_shaped(aotpack_session* session, const uint6
                     "dims that vary at run time (symbols ", aotpack::symbol_names(m), ")");
     session->impl->run(input_ptrs, input_shapes, output_ptrs,
                        static_cast<aotpack::cu::CUstream>(stream));
+  });
+}
+
+aotpack_status* aotpack_session_execute(aotpack_session* session, const uint64_t* input_ptrs,
+                                        size_t num_inputs, const aotpack_shape* input_shapes,
+                                        const uint64_t* output_ptrs, size_t num_outputs,
+                                        aotpack_shape* output_shapes, void* stream) {
+  return guard([&] {
+    if (!session) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "session must not be NULL");
+    const aotpack::Manifest& m = session->impl->model().manifest();
+    if (num_inputs != m.inputs.size() || num_outputs != m.outputs.size())
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "the model has ", m.inputs.size(), " inputs and ",
+                    m.outputs.size(), " outputs, got num_inputs = ", num_inputs,
+                    " and num_outputs = ", num_outputs);
+    if (!input_shapes && !m.symbols.empty())
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "input_shapes must not be NULL: the model has "
+                    "dims that vary at run time (symbols ", aotpack::symbol_names(m), ")");
+    const aotpack::ShapePlan& plan = session->impl->run(
+        input_ptrs, input_shapes, output_ptrs, static_cast<aotpack::cu::CUstream>(stream));
+    if (output_shapes) fill_shapes(plan.outputs, output_shapes);
   });
 }
 

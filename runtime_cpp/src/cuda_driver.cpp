@@ -56,6 +56,7 @@ Driver load() {
   resolve(d, d.cuMemFree, "cuMemFree_v2");
   resolve(d, d.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   resolve(d, d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  resolve(d, d.cuPointerGetAttribute, "cuPointerGetAttribute");
   resolve(d, d.cuMemsetD32Async, "cuMemsetD32Async");
   resolve(d, d.cuLaunchKernelEx, "cuLaunchKernelEx");
   resolve(d, d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");

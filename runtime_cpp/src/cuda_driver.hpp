@@ -90,6 +90,20 @@ enum CUstreamCaptureStatus {
   CU_STREAM_CAPTURE_STATUS_ACTIVE = 1,
   CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2,
 };
+enum CUpointer_attribute {
+  CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,     // unsigned int: a CUmemorytype
+  CU_POINTER_ATTRIBUTE_IS_MANAGED = 8,      // unsigned int (bool)
+  CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,  // int
+  CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,  // CUdeviceptr
+  CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,     // size_t
+};
+enum CUmemorytype {
+  CU_MEMORYTYPE_HOST = 1,
+  CU_MEMORYTYPE_DEVICE = 2,
+  CU_MEMORYTYPE_ARRAY = 3,
+  CU_MEMORYTYPE_UNIFIED = 4,
+};
+constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_EVENT_DEFAULT = 0x0;
 
@@ -152,6 +166,7 @@ struct Driver {
   CUresult (*cuMemFree)(CUdeviceptr);                               // _v2
   CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void*, size_t);       // _v2
   CUresult (*cuMemcpyDtoH)(void*, CUdeviceptr, size_t);             // _v2
+  CUresult (*cuPointerGetAttribute)(void*, CUpointer_attribute, CUdeviceptr);
   CUresult (*cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
   CUresult (*cuLaunchKernelEx)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,

@@ -198,8 +198,32 @@ class Parser {
       if (c == '"') return out;
       if (c == '\\') { parse_escape(out); continue; }
       if (static_cast<unsigned char>(c) < 0x20) error("control character in string");
+      if (static_cast<unsigned char>(c) >= 0x80) {
+        --pos_;
+        copy_utf8(out);
+        continue;
+      }
       out += c;
     }
+  }
+
+  // One UTF-8 encoded character, validated as strictly as Python's decoder (no overlong
+  // forms, no surrogates, at most U+10FFFF), so both readers accept the same headers.
+  void copy_utf8(std::string& out) {
+    const unsigned char b0 = static_cast<unsigned char>(p_[pos_]);
+    size_t len = b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : b0 >= 0xC0 ? 2 : 0;
+    if (len == 0 || b0 > 0xF4 || n_ - pos_ < len) error("invalid UTF-8 in string");
+    unsigned cp = b0 & (0x7F >> len);
+    for (size_t k = 1; k < len; ++k) {
+      unsigned char b = static_cast<unsigned char>(p_[pos_ + k]);
+      if ((b & 0xC0) != 0x80) error("invalid UTF-8 in string");
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    static const unsigned kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      error("invalid UTF-8 in string");
+    out.append(p_ + pos_, len);
+    pos_ += len;
   }
 
   Value parse_number() {

@@ -3,6 +3,7 @@
 // tensors, buffers and kernels here; steps and their slots in manifest_steps.cpp.
 #include "manifest.hpp"
 
+#include <algorithm>
 #include <set>
 
 #include "dtype.hpp"
@@ -14,6 +15,48 @@ namespace manifest_parse {
 
 void bad(const std::string& where, const std::string& msg) {
   fail(AOTPACK_CORRUPT_BUNDLE, "manifest: ", where, ": ", msg);
+}
+
+namespace {
+
+// Edits (insert, delete, replace, swap two neighbours) from key a to key b: "smme" is one
+// swap from "smem". Keys are short; a key is capped at 64 characters (longer: no suggestion).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  if (a.size() > 64 || b.size() > 64) return SIZE_MAX;
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+void check_keys(const Value& obj, const std::string& where,
+                std::initializer_list<const char*> allowed) {
+  if (obj.type != Type::Object) bad(where, "expected an object");
+  for (const auto& kv : obj.fields) {
+    bool known = false;
+    const char* close = nullptr;
+    size_t best = 3;  // suggest a key within 2 edits, the closest one
+    std::string list;
+    for (const char* a : allowed) {
+      known = known || kv.first == a;
+      size_t d = edit_distance(kv.first, a);
+      if (d < best) best = d, close = a;
+      list += cat(list.empty() ? "" : " ", a);
+    }
+    if (!known)
+      bad(where, cat("unknown field '", kv.first, "' (", close ? cat("did you mean '", close, "'? ")
+                                                              : std::string(),
+                     "allowed: ", list, ")"));
+  }
 }
 
 const Value& req(const Value& obj, const char* key, const std::string& where) {
@@ -114,6 +157,8 @@ void check_sha(const std::string& hex, const std::string& where, const std::stri
 
 TensorSpec parse_tensor(Ctx& c, const Value& v, const std::string& where, bool is_weight) {
   TensorSpec t;
+  if (is_weight) check_keys(v, where, {"name", "dtype", "shape", "nbytes", "sha256"});
+  else check_keys(v, where, {"name", "dtype", "shape"});
   t.name = get_str(v, "name", where);
   t.dtype = get_dtype(v, where);
   const Value& shape = get_array(v, "shape", where);
@@ -154,6 +199,7 @@ BufferSpec parse_buffer(const Ctx& c, const Value& v, const std::string& where) 
   BufferSpec b;
   std::string kind = get_str(v, "kind", where);
   if (kind == "arena") {
+    check_keys(v, where, {"kind", "offset", "nbytes"});
     b.kind = BufferKind::Arena;
     b.offset = uint64_t(get_int(c, v, "offset", where, 0, kMaxI64));
     b.nbytes = uint64_t(get_int(c, v, "nbytes", where, 0, kMaxI64));
@@ -163,12 +209,16 @@ BufferSpec parse_buffer(const Ctx& c, const Value& v, const std::string& where) 
   else if (kind == "output") b.kind = BufferKind::Output;
   else if (kind == "weight") b.kind = BufferKind::Weight;
   else bad(where + ".kind", cat("unknown buffer kind '", kind, "' (input|output|weight|arena)"));
+  check_keys(v, where, {"kind", "index"});
   b.index = uint32_t(get_int(c, v, "index", where, 0, kMaxU32));
   return b;
 }
 
 KernelSpec parse_kernel(const Ctx& c, const Value& v, const std::string& where) {
   KernelSpec k;
+  // fused_ops and config describe the kernel for people (inspect); the runtime ignores them.
+  check_keys(v, where, {"name", "entry", "cubin", "cubin_sha256", "block", "cluster", "smem",
+                        "backend", "fused_ops", "config", "pdl"});
   k.name = get_str(v, "name", where);
   k.entry = get_str(v, "entry", where);
   k.cubin = uint32_t(get_int(c, v, "cubin", where, 0, kMaxU32));
@@ -190,6 +240,7 @@ KernelSpec parse_kernel(const Ctx& c, const Value& v, const std::string& where) 
 
 void parse_target(const Ctx& c, const Value& root, Manifest& m) {
   const Value& t = req(root, "target", kTop);
+  check_keys(t, kTarget, {"arch", "cc", "min_driver", "sm_count"});
   m.arch = get_str(t, "arch", kTarget);
   const Value& cc = get_array(t, "cc", kTarget);
   if (cc.items.size() != 2) bad("target.cc", "expected [major, minor]");
@@ -197,8 +248,51 @@ void parse_target(const Ctx& c, const Value& root, Manifest& m) {
   m.cc_minor = int(as_int(c, cc.items[1], "target.cc[1]", 0, 1000));
   m.min_driver = get_int(c, t, "min_driver", kTarget, 0, kMaxI64);
   const Value* sm = t.find("sm_count");
-  if (sm && sm->type == Type::Int) m.sm_count = sm->i;
+  if (sm && !sm->is_null()) m.sm_count = as_int(c, *sm, "target.sm_count", 0, 1 << 20);
+  int major = 0, minor = 0;
+  if (!parse_arch(m.arch, &major, &minor))
+    bad("target.arch", cat("'", m.arch, "' is not a GPU architecture like sm_90a (sm_, the "
+                           "compute capability's digits, an optional a or f)"));
+  if (major != m.cc_major || minor != m.cc_minor)
+    bad("target", cat("arch '", m.arch, "' means compute capability ", major, ".", minor,
+                      " but cc says ", m.cc_major, ".", m.cc_minor,
+                      ": the manifest contradicts itself; rebuild the bundle"));
 }
+
+// external_weights.file: a path relative to the bundle's folder that stays inside it. Another
+// place is the caller's to choose (weights_path / --weights), never the bundle's.
+void check_weights_file(const std::string& f) {
+  bool up = false;
+  for (size_t i = 0; i <= f.size();) {
+    size_t j = f.find('/', i);
+    if (j == std::string::npos) j = f.size();
+    up = up || f.compare(i, j - i, "..") == 0;
+    i = j + 1;
+  }
+  if (f.empty() || f[0] == '/' || up || f.find('\0') != std::string::npos)
+    bad("external_weights.file", cat("'", f, "' must be a relative path inside the bundle's "
+                                     "folder (no leading '/', no '..'); to load weights from "
+                                     "elsewhere, pass their path (weights_path / --weights)"));
+}
+
+}  // namespace
+
+bool parse_arch(const std::string& arch, int* major, int* minor) {
+  if (arch.size() < 5 || arch.compare(0, 3, "sm_") != 0) return false;
+  size_t end = arch.size();
+  if (arch[end - 1] == 'a' || arch[end - 1] == 'f') --end;
+  if (end - 3 < 2 || end - 3 > 3) return false;
+  int v = 0;
+  for (size_t i = 3; i < end; ++i) {
+    if (arch[i] < '0' || arch[i] > '9') return false;
+    v = v * 10 + (arch[i] - '0');
+  }
+  *major = v / 10;
+  *minor = v % 10;
+  return true;
+}
+
+namespace {
 
 bool is_identifier(const std::string& s) {
   if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
@@ -216,6 +310,7 @@ void parse_symbols(Ctx& c, const Value& root) {
   for (size_t i = 0; i < a.items.size(); ++i) {
     const Value& v = a.items[i];
     std::string w = cat("symbols[", i, "]");
+    check_keys(v, w, {"name", "min", "max", "example"});
     SymbolSpec s;
     s.name = get_str(v, "name", w);
     if (!is_identifier(s.name) || s.name == "min" || s.name == "max")
@@ -269,6 +364,18 @@ Manifest parse_manifest(const std::string& text) {
   Manifest m;
   Ctx c{m, {}};
   parse_version(root, m);
+  // provenance: free-form build facts, never read by the runtime (covered by the digest).
+  if (m.version >= 2)
+    check_keys(root, kTop, {"format", "version", "target", "symbols", "inputs", "outputs",
+                            "weights", "external_weights", "arena_bytes", "buffers", "kernels",
+                            "steps", "provenance"});
+  else if (root.find("symbols"))
+    fail(AOTPACK_UNSUPPORTED_VERSION, "manifest: \"symbols\" (symbolic, dynamic dims) need "
+         "bundle format v2 but this bundle says \"version\": 1; rebuild the bundle");
+  else
+    check_keys(root, kTop, {"format", "version", "target", "inputs", "outputs", "weights",
+                            "external_weights", "arena_bytes", "buffers", "kernels", "steps",
+                            "provenance"});
   if (m.version >= 2) parse_symbols(c, root);  // before anything that may hold expressions
   parse_target(c, root, m);
   m.inputs = parse_tensors(c, root, "inputs", false);
@@ -277,7 +384,9 @@ Manifest parse_manifest(const std::string& text) {
   const Value* ext = root.find("external_weights");
   if (ext && !ext->is_null()) {
     m.external_weights = true;
+    check_keys(*ext, "external_weights", {"file"});
     m.external_weights_file = get_str(*ext, "file", "external_weights");
+    check_weights_file(m.external_weights_file);
   }
   m.arena_bytes = uint64_t(get_int(c, root, "arena_bytes", kTop, 0, kMaxI64));
   const Value& bufs = get_array(root, "buffers", kTop);

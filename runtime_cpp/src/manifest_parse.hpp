@@ -3,6 +3,7 @@
 // Every error names the field by its JSON path ("steps[3].args[2].box[1]").
 #pragma once
 
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ struct Ctx {
 
 [[noreturn]] void bad(const std::string& where, const std::string& msg);
 
+// Refuses any member of object `obj` not in `allowed` (a misspelled key would otherwise be
+// ignored and its default used): "unknown field 'smme' (did you mean 'smem'?; allowed: ...)".
+void check_keys(const Value& obj, const std::string& where,
+                std::initializer_list<const char*> allowed);
+
 // Member `key` of object `obj`, required.
 const Value& req(const Value& obj, const char* key, const std::string& where);
 
@@ -46,6 +52,9 @@ IntExpr as_expr(Ctx& c, const Value& v, const std::string& where, int64_t lo, in
 std::string get_str(const Value& obj, const char* key, const std::string& where);
 const Value& get_array(const Value& obj, const char* key, const std::string& where);
 aotpack_dtype get_dtype(const Value& obj, const std::string& where);
+
+// "sm_90a" -> 9, 0 (sm_, two or three digits, an optional a or f); false if not that form.
+bool parse_arch(const std::string& arch, int* major, int* minor);
 
 // steps[] entry (manifest_steps.cpp).
 StepSpec parse_step(Ctx& c, const Value& v, const std::string& where);

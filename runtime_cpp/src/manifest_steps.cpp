@@ -74,18 +74,25 @@ SlotSpec parse_slot(Ctx& c, const Value& v, const std::string& where) {
   std::string kind = get_str(v, "kind", where);
   if (kind == "ptr" || kind == "tensormap") {
     s.kind = kind == "ptr" ? SlotKind::Ptr : SlotKind::TensorMap;
+    if (s.kind == SlotKind::Ptr) check_keys(v, where, {"kind", "buffer", "offset"});
+    else
+      check_keys(v, where, {"kind", "buffer", "offset", "dtype", "dims", "strides", "box",
+                            "swizzle", "l2", "oob"});
     s.buffer = uint32_t(get_int(c, v, "buffer", where, 0, kMaxU32));
     const Value* off = v.find("offset");
     if (off) s.offset = as_expr(c, *off, where + ".offset", 0, kMaxI64);
     if (s.kind == SlotKind::TensorMap) s.tmap = parse_tensormap(c, v, where);
   } else if (kind == "null") {
     s.kind = SlotKind::Null;
+    check_keys(v, where, {"kind"});
   } else if (integer_kind(kind, &s.kind)) {
+    check_keys(v, where, {"kind", "value"});
     int64_t lo, hi;
     slot_value_range(s.kind, &lo, &hi);
     s.value = as_expr(c, req(v, "value", where), where + ".value", lo, hi);
   } else if (kind == "f32") {
     s.kind = SlotKind::F32;
+    check_keys(v, where, {"kind", "value"});
     const Value& val = req(v, "value", where);
     if (!val.is_number()) bad(where + ".value", "expected a number");
     float f = float(val.type == Type::Int ? double(val.i) : val.d);
@@ -110,6 +117,7 @@ std::vector<Condition> parse_when(Ctx& c, const Value& v, const std::string& whe
   for (size_t i = 0; i < when->items.size(); ++i) {
     const Value& w = when->items[i];
     std::string wi = cat(where, ".when[", i, "]");
+    check_keys(w, wi, {"expr", "min", "max"});
     Condition cond;
     cond.expr = as_expr(c, req(w, "expr", wi), wi + ".expr", kMinI64, kMaxI64);
     cond.min = get_int(c, w, "min", wi, kMinI64, kMaxI64);
@@ -123,6 +131,7 @@ std::vector<Condition> parse_when(Ctx& c, const Value& v, const std::string& whe
 
 StepSpec parse_step(Ctx& c, const Value& v, const std::string& where) {
   StepSpec st;
+  check_keys(v, where, {"kernel", "grid", "args", "when"});
   st.kernel = uint32_t(get_int(c, v, "kernel", where, 0, kMaxU32));
   const Value& grid = get_array(v, "grid", where);
   if (grid.items.size() != 3) bad(where + ".grid", "expected [x, y, z]");

@@ -1,6 +1,8 @@
 // model.cpp — load a verified bundle onto a device (docs/manifest.md, device checks + load).
 #include "model.hpp"
 
+#include <map>
+
 #include "bundle.hpp"
 #include "error.hpp"
 
@@ -8,6 +10,23 @@ namespace aotpack {
 
 namespace {
 constexpr uint64_t kWeightAlign = 256;
+
+// "12.8 (12080)": a driver version as cuDriverGetVersion reports it.
+std::string cuda_version(int64_t v) { return cat(v / 1000, ".", v % 1000 / 10, " (", v, ")"); }
+
+// sm_90a (arch-specific features) runs only on 9.0; sm_90 / sm_100f run on the same major
+// with a minor at least theirs (the cubin's SASS is forward compatible within a family).
+bool exact_arch(const Manifest& m) { return m.arch.empty() || m.arch.back() == 'a'; }
+
+bool cc_fits(const Manifest& m, int major, int minor) {
+  if (exact_arch(m)) return major == m.cc_major && minor == m.cc_minor;
+  return major == m.cc_major && minor >= m.cc_minor;
+}
+
+std::string cc_rule(const Manifest& m) {
+  return cat("a GPU of compute capability ", m.cc_major, ".", m.cc_minor,
+             exact_arch(m) ? " exactly" : cat(" to ", m.cc_major, ".9"), " (", m.arch, ")");
+}
 // Above this much dynamic shared memory a kernel must opt in (cuFuncSetAttribute).
 constexpr uint32_t kDefaultSmemLimit = 48 * 1024;
 }  // namespace
@@ -21,9 +40,9 @@ std::shared_ptr<const Model> Model::load(const std::string& path,
   m->ordinal_ = device;
   m->check_device();
   m->make_current();
-  m->load_modules(b->cubins);
+  m->load_modules(b->kernel_cubins);
   m->upload_weights(b->weights);
-  return m;  // the bundle's mappings are released here: everything lives on the device now
+  return m;  // the bundle's host copy is released here: everything lives on the device now
 }
 
 void Model::check_device() {
@@ -31,20 +50,21 @@ void Model::check_device() {
   const Manifest& m = manifest_;
   int version = 0;
   cu::check(d.cuDriverGetVersion(&version), "cuDriverGetVersion", "");
+  const std::string needs = cat("the bundle needs ", cc_rule(m), " and a driver for CUDA ",
+                                cuda_version(m.min_driver), " or newer");
   if (version < m.min_driver)
-    fail(AOTPACK_DRIVER_TOO_OLD, "the NVIDIA driver supports CUDA ", version / 1000, ".",
-         version % 1000 / 10, " (", version, ") but the bundle needs ", m.min_driver / 1000, ".",
-         m.min_driver % 1000 / 10, " (", m.min_driver, ") or newer: upgrade the NVIDIA driver");
+    fail(AOTPACK_DRIVER_TOO_OLD, needs, "; this machine's NVIDIA driver supports CUDA ",
+         cuda_version(version), ": upgrade the NVIDIA driver");
   dev_ = cu::device(ordinal_);
   char name[256] = {0};
   d.cuDeviceGetName(name, sizeof(name) - 1, dev_);
   int major = cu::attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "device check");
   int minor = cu::attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "device check");
-  if (major != m.cc_major || minor != m.cc_minor)
-    fail(AOTPACK_DEVICE_MISMATCH, "the bundle was compiled for ", m.arch,
-         " (compute capability ", m.cc_major, ".", m.cc_minor, ") but device ", ordinal_, " (",
-         name, ") has compute capability ", major, ".", minor,
-         ": rebuild the bundle for this GPU (e.g. aotpack build --arch sm", major, minor, ")");
+  if (!cc_fits(m, major, minor))
+    fail(AOTPACK_DEVICE_MISMATCH, needs, "; device ", ordinal_, " (", name,
+         ") has compute capability ", major, ".", minor, " (driver for CUDA ",
+         cuda_version(version), "): rebuild the bundle for this GPU (aotpack build --arch sm",
+         major, minor, major >= 9 ? "a" : "", ")");
   int optin = cu::attribute(dev_, cu::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
                             "device check");
   for (const KernelSpec& k : m.kernels)
@@ -63,14 +83,16 @@ void Model::make_current() const {
   cu::check(d.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent", "");
 }
 
-void Model::load_modules(const std::vector<ByteRange>& cubins) {
+void Model::load_modules(const std::vector<ByteRange>& kernel_cubins) {
   const cu::Driver& d = cu::driver();
-  modules_.assign(cubins.size(), nullptr);
-  for (const KernelSpec& k : manifest_.kernels) {
+  std::map<uint32_t, cu::CUmodule> by_cubin;  // kernels sharing a cubin share its module
+  for (size_t ki = 0; ki < manifest_.kernels.size(); ++ki) {
+    const KernelSpec& k = manifest_.kernels[ki];
     std::string what = cat("kernel '", k.name, "' (cubin ", k.cubin, ")");
-    cu::CUmodule& mod = modules_[k.cubin];
+    cu::CUmodule& mod = by_cubin[k.cubin];
     if (!mod) {
-      cu::CUresult r = d.cuModuleLoadData(&mod, cubins[k.cubin].data);
+      cu::CUresult r = d.cuModuleLoadData(&mod, kernel_cubins[ki].data);
+      if (r == cu::CUDA_SUCCESS) modules_.push_back(mod);
       if (r == cu::CUDA_ERROR_NO_BINARY_FOR_GPU || r == cu::CUDA_ERROR_UNSUPPORTED_PTX_VERSION)
         fail(AOTPACK_DEVICE_MISMATCH, what, ": cuModuleLoadData failed: ", cu::describe(r),
              ": the cubin does not match this GPU/driver; rebuild for this GPU or upgrade "

@@ -33,14 +33,14 @@ class Model {
  private:
   Model() = default;
   void check_device();
-  void load_modules(const std::vector<ByteRange>& cubins);
+  void load_modules(const std::vector<ByteRange>& kernel_cubins);
   void upload_weights(const std::vector<ByteRange>& weights);
 
   Manifest manifest_;
   int ordinal_ = 0;
   cu::CUdevice dev_ = 0;
   cu::CUcontext ctx_ = nullptr;
-  std::vector<cu::CUmodule> modules_;  // by cubin index (nullptr when unused)
+  std::vector<cu::CUmodule> modules_;  // every module loaded (unloaded with the model)
   std::vector<cu::CUfunction> functions_;  // by kernel index
   cu::CUdeviceptr weights_base_ = 0;
   std::vector<uint64_t> weight_offsets_;

@@ -2,12 +2,13 @@
 #include "safetensors.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "dtype.hpp"
@@ -27,29 +28,43 @@ uint64_t read_le64(const uint8_t* p) {
 }
 }  // namespace
 
-MappedFile::MappedFile(const std::string& path, const std::string& what) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+FileBytes::FileBytes(const std::string& path, const std::string& what) {
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) fail(AOTPACK_IO, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    fail(AOTPACK_IO, "cannot read ", what, " '", path, "': not a regular file");
+    fail(AOTPACK_IO, "cannot read ", what, " '", path, "': not a regular file (a directory, "
+         "FIFO or device): pass the file itself");
   }
   size_ = uint64_t(st.st_size);
-  if (size_ > 0) {  // mmap of length 0 is an error; an empty file is reported by the parser
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
+  data_.reset(static_cast<uint8_t*>(std::malloc(size_ ? size_t(size_) : 1)));
+  if (!data_) {
+    ::close(fd);
+    fail(AOTPACK_OUT_OF_MEMORY, "cannot allocate ", size_, " bytes of host memory to read ",
+         what, " '", path, "'");
+  }
+  uint64_t done = 0;
+  while (done < size_) {
+    ssize_t n = ::pread(fd, data_.get() + done, size_t(std::min<uint64_t>(size_ - done, 1 << 30)),
+                        off_t(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
       int e = errno;
       ::close(fd);
-      fail(AOTPACK_IO, "cannot map ", what, " '", path, "': ", std::strerror(e));
+      if (n == 0)
+        fail(AOTPACK_IO, what, " '", path, "' shrank from ", size_, " to ", done,
+             " bytes while it was read (is it being rewritten?): try again once it is complete");
+      fail(AOTPACK_IO, "cannot read ", what, " '", path, "': ", std::strerror(e));
     }
-    data_ = static_cast<const uint8_t*>(p);
+    done += uint64_t(n);
   }
-  ::close(fd);  // the mapping stays valid after close
-}
-
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  bool changed = ::fstat(fd, &st) != 0 || uint64_t(st.st_size) != size_;
+  ::close(fd);
+  if (changed)
+    fail(AOTPACK_IO, what, " '", path, "' changed size while it was read (is it being "
+         "rewritten?): try again once it is complete");
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& what)
@@ -72,6 +87,7 @@ void SafetensorsFile::parse_header(const std::string& what) {
     fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated or not a safetensors file: header length ",
          n, " but the file has ", file_.size(), " bytes");
   const uint64_t data_start = 8 + n;
+  data_start_ = data_start;
   const uint64_t data_size = file_.size() - data_start;
   json::Value header = json::parse(reinterpret_cast<const char*>(file_.data() + 8), n,
                                    where + " header");
@@ -123,6 +139,24 @@ void SafetensorsFile::parse_header(const std::string& what) {
   }
 }
 
+void SafetensorsFile::check_contiguous(const std::string& what) const {
+  std::vector<const TensorEntry*> order;
+  for (const TensorEntry& t : tensors_) order.push_back(&t);
+  std::sort(order.begin(), order.end(), [](const TensorEntry* a, const TensorEntry* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->nbytes < b->nbytes;
+  });
+  uint64_t pos = data_start_;
+  for (const TensorEntry* t : order) {
+    if (t->offset != pos)
+      fail(AOTPACK_CORRUPT_BUNDLE, what, " '", path_, "': tensor '", t->name, "' does not start "
+           "where the previous one ends (overlap or gap): the file is corrupt");
+    pos += t->nbytes;
+  }
+  if (pos != file_.size())
+    fail(AOTPACK_CORRUPT_BUNDLE, what, " '", path_, "': data section ends at byte ", pos,
+         " but the file has ", file_.size(), " bytes: the file is truncated or has trailing data");
+}
+
 namespace {
 void write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
   if (n && std::fwrite(p, 1, n, f) != n) {
@@ -135,8 +169,23 @@ uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::vector<std::pair<std::string, std::string>>& metadata,
-                       uint64_t alignment) {
+                       uint64_t alignment, bool pad_tensors) {
   if (alignment == 0) alignment = 8;
+  if (pad_tensors) {  // the same file, with every gap a named zero tensor
+    std::vector<TensorToWrite> padded;
+    static const std::vector<uint8_t> zeros(4096, 0);
+    uint64_t pos = 0;
+    for (const TensorToWrite& t : tensors) {
+      uint64_t gap = round_up(pos, alignment) - pos;
+      if (gap > zeros.size()) fail(AOTPACK_INTERNAL, "alignment too large for pad tensors");
+      if (gap)
+        padded.push_back({cat("__aotpack__.pad.", padded.size()), "U8", {int64_t(gap)},
+                          zeros.data(), gap});
+      padded.push_back(t);
+      pos += gap + t.nbytes;
+    }
+    return write_safetensors(path, padded, metadata, alignment, false);  // now without gaps
+  }
   // Lay out the data section first: header length depends on the offsets' digits, so
   // offsets are relative to the data start and the header is padded afterwards.
   std::vector<uint64_t> begins;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -22,19 +23,25 @@ struct TensorEntry {
   uint64_t nbytes = 0;
 };
 
-// A read-only mapping of a whole file (munmap on destruction).
-class MappedFile {
+// The bytes of a whole regular file, read into memory. Not a mapping on purpose: a mapped file
+// truncated by another process while we read it kills this one with SIGBUS; a copy turns that
+// into a status (the file shrank or changed while it was read).
+class FileBytes {
  public:
-  // Maps `path`; throws Error(IO) naming `what` and the path on failure.
-  MappedFile(const std::string& path, const std::string& what);
-  ~MappedFile();
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const uint8_t* data() const { return data_; }
+  // Reads `path`; throws Error(IO) naming `what` and the path when it cannot be opened or
+  // read, is not a regular file (a FIFO or a device would block or never end), or changes
+  // size while it is read; Error(OUT_OF_MEMORY) when the copy cannot be allocated.
+  FileBytes(const std::string& path, const std::string& what);
+  FileBytes(const FileBytes&) = delete;
+  FileBytes& operator=(const FileBytes&) = delete;
+  const uint8_t* data() const { return data_.get(); }
   uint64_t size() const { return size_; }
 
  private:
-  const uint8_t* data_ = nullptr;
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;  // malloc'd: no zero fill of a file about to be read
   uint64_t size_ = 0;
 };
 
@@ -47,15 +54,20 @@ class SafetensorsFile {
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
   const TensorEntry* find(const std::string& name) const;
   const uint8_t* tensor_data(const TensorEntry& t) const { return file_.data() + t.offset; }
+  // Refuses gaps, overlaps and trailing bytes: in a bundle (and its weights file) every byte
+  // of the data section belongs to exactly one tensor (aotpack's writer names its alignment
+  // padding "__aotpack__.pad.<i>"), as safetensors readers and the Python reader require.
+  void check_contiguous(const std::string& what) const;
   // The "__metadata__" object (type Null when absent).
   const json::Value& metadata() const { return metadata_; }
   const std::string& path() const { return path_; }
 
  private:
   void parse_header(const std::string& what);
-  MappedFile file_;
+  FileBytes file_;
   std::string path_;
   std::vector<TensorEntry> tensors_;
+  uint64_t data_start_ = 0;
   std::unordered_map<std::string, size_t> by_name_;  // big checkpoints have 1000s of tensors
   json::Value metadata_;
 };
@@ -72,8 +84,10 @@ struct TensorToWrite {
 // Writes a safetensors file. Tensors are placed in the given order, each at a file offset
 // that is a multiple of `alignment` (header padded with spaces, gaps zero-filled).
 // Throws Error(IO) on failure.
+// With `pad_tensors`, the zero bytes before an aligned tensor are a U8 tensor named
+// "__aotpack__.pad.<i>" (bundles: every byte covered, see check_contiguous).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::vector<std::pair<std::string, std::string>>& metadata,
-                       uint64_t alignment = 8);
+                       uint64_t alignment = 8, bool pad_tensors = false);
 
 }  // namespace aotpack

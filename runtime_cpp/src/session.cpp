@@ -8,6 +8,7 @@
 
 #include "dtype.hpp"
 #include "error.hpp"
+#include "pointers.hpp"
 
 namespace aotpack {
 
@@ -65,6 +66,7 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
     : model_(std::move(model)),
       use_graph_(opts.use_cuda_graph),
       pdl_(opts.programmatic_launch),
+      check_ptrs_(opts.check_pointers),
       max_plans_(opts.max_cached_plans ? opts.max_cached_plans : 8),
       syms_(model_->manifest().symbols.size()) {
   const cu::Driver& d = cu::driver();
@@ -77,6 +79,8 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
     if (opts.workspace_bytes < need)
       fail(AOTPACK_INVALID_ARGUMENT, "workspace has ", opts.workspace_bytes,
            " bytes but the model needs arena_bytes = ", need);
+    if (check_ptrs_ && need > 0)
+      check_device_range(opts.workspace, need, model_->device_ordinal(), "the workspace");
     workspace_ = opts.workspace;
   } else if (need > 0) {
     cu::check(d.cuMemAlloc(&workspace_, size_t(need)), "cuMemAlloc",
@@ -173,16 +177,22 @@ std::shared_ptr<const ShapePlan> Session::shape_plan(const aotpack_shape* shapes
   return sp;
 }
 
+// Run once per new (shape, pointer set), before anything is encoded or launched: a null
+// pointer, or one the GPU cannot use (host memory, another device's, an allocation smaller
+// than the tensor at this shape), is INVALID_ARGUMENT naming the tensor.
 void Session::check_pointers(const ShapePlan& sp, const uint64_t* inputs,
                              const uint64_t* outputs) const {
   const Manifest& m = model_->manifest();
+  auto check = [&](const char* kind, size_t i, const TensorSpec& t, uint64_t ptr, uint64_t n) {
+    if (n == 0) return;  // an empty tensor: nothing reads or writes it
+    std::string what = cat(kind, " ", i, " ('", t.name, "')");
+    if (!ptr) fail(AOTPACK_INVALID_ARGUMENT, what, " is a null pointer");
+    if (check_ptrs_) check_device_range(ptr, n, model_->device_ordinal(), what);
+  };
   for (size_t i = 0; i < m.inputs.size(); ++i)
-    if (!inputs[i] && sp.input_nbytes[i])
-      fail(AOTPACK_INVALID_ARGUMENT, "input ", i, " ('", m.inputs[i].name, "') is a null pointer");
+    check("input", i, m.inputs[i], inputs[i], sp.input_nbytes[i]);
   for (size_t i = 0; i < m.outputs.size(); ++i)
-    if (!outputs[i] && sp.output_nbytes[i])
-      fail(AOTPACK_INVALID_ARGUMENT, "output ", i, " ('", m.outputs[i].name,
-           "') is a null pointer");
+    check("output", i, m.outputs[i], outputs[i], sp.output_nbytes[i]);
 }
 
 void Session::evict_lru() {
@@ -273,17 +283,23 @@ void Session::capture(Plan& p) {
   cu::check(r, "cuGraphInstantiateWithFlags", "instantiating the CUDA graph");
 }
 
-void Session::run(const uint64_t* inputs, const aotpack_shape* shapes, const uint64_t* outputs,
-                  cu::CUstream stream) {
+const ShapePlan& Session::run(const uint64_t* inputs, const aotpack_shape* shapes,
+                              const uint64_t* outputs, cu::CUstream stream) {
   const Manifest& m = model_->manifest();
   if ((!inputs && !m.inputs.empty()) || (!outputs && !m.outputs.empty()))
     fail(AOTPACK_INVALID_ARGUMENT, "input_ptrs/output_ptrs must not be NULL");
   if (!shapes && !m.symbols.empty())
     fail(AOTPACK_INVALID_ARGUMENT, "the model has dims that vary at run time (symbols ",
-         symbol_names(m), "): call aotpack_session_run_shaped with the input shapes");
+         symbol_names(m), "): pass the input shapes (aotpack_session_execute or "
+         "aotpack_session_run_shaped)");
   if (shapes) bind_symbols(m, shapes, syms_.data());
   model_->make_current();
   Plan& p = plan_for(inputs, shapes, outputs);
+  launch(p, stream);
+  return *p.shape;
+}
+
+void Session::launch(Plan& p, cu::CUstream stream) {
   if (p.shape->steps.empty()) return;  // every step skipped at this shape: nothing to launch
   if (!use_graph_) return launch_steps(p, stream);
   // If the caller is itself capturing this stream (e.g. a torch CUDA graph), launch the

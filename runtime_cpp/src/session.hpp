@@ -19,6 +19,7 @@ class Session {
     bool use_cuda_graph = true;
     bool programmatic_launch = true;  // launch kernels marked pdl with PDL (see KernelSpec)
     size_t max_cached_plans = 8;      // (shape, pointer set) plans kept, LRU evicted
+    bool check_pointers = true;       // ask the driver whether new pointers are device memory
   };
   Session(std::shared_ptr<const Model> model, const Options& opts);
   ~Session();
@@ -27,8 +28,9 @@ class Session {
 
   // Enqueues all steps on `stream` (see aotpack_session_run_shaped). `shapes` (one per input)
   // may be nullptr only when the model has no symbols.
-  void run(const uint64_t* inputs, const aotpack_shape* shapes, const uint64_t* outputs,
-           cu::CUstream stream);
+  // Returns the shape plan of the run (its output shapes).
+  const ShapePlan& run(const uint64_t* inputs, const aotpack_shape* shapes,
+                       const uint64_t* outputs, cu::CUstream stream);
   const Model& model() const { return *model_; }
 
  private:
@@ -51,6 +53,7 @@ class Session {
                           const uint64_t* outputs) const;
   void launch_steps(const Plan& p, cu::CUstream stream) const;
   void capture(Plan& p);
+  void launch(Plan& p, cu::CUstream stream);
   void evict_lru();
 
   std::shared_ptr<const Model> model_;
@@ -58,6 +61,7 @@ class Session {
   bool owns_workspace_ = false;
   bool use_graph_ = true;
   bool pdl_ = true;
+  bool check_ptrs_ = true;
   size_t max_plans_ = 8;
   cu::CUstream capture_stream_ = nullptr;
   std::vector<std::unique_ptr<Plan>> cache_;

@@ -137,7 +137,52 @@ const char* kDynamicTemplate = R"JSON({
 
 std::string sha_of(const void* p, size_t n) { return aotpack::sha256_hex(p, n); }
 
+void put(std::vector<uint8_t>& b, size_t at, uint64_t v, int n) {
+  if (b.size() < at + size_t(n)) b.resize(at + size_t(n));
+  for (int i = 0; i < n; ++i) b[at + size_t(i)] = uint8_t(v >> (8 * i));
+}
+
 }  // namespace
+
+std::vector<uint8_t> cubin_with_params(const std::string& entry,
+                                       const std::vector<uint32_t>& sizes) {
+  std::string strtab = std::string("\0.shstrtab\0", 11) + ".nv.info." + entry + '\0';
+  std::vector<uint8_t> info = {4, 0x37, 4, 0, 0x82, 0, 0, 0};  // a sized record of another kind
+  for (size_t i = sizes.size(); i-- > 0;) {
+    std::vector<uint8_t> r;
+    put(r, 0, 4, 1);
+    put(r, 1, 0x17, 1);
+    put(r, 2, 12, 2);
+    put(r, 4, 0, 4);
+    put(r, 8, i, 2);
+    put(r, 10, 8 * i, 2);
+    put(r, 12, 0x1f000u | (uint64_t(sizes[i]) << 18), 4);
+    info.insert(info.end(), r.begin(), r.end());
+  }
+  info.insert(info.end(), {3, 0x1b, 0xff, 0});  // a half-word record
+  std::vector<uint8_t> b = {0x7f, 'E', 'L', 'F', 2, 1, 1};  // ELF64, little-endian
+  b.resize(64, 0);
+  const size_t str_off = 64, info_off = str_off + strtab.size();
+  b.insert(b.end(), strtab.begin(), strtab.end());
+  b.insert(b.end(), info.begin(), info.end());
+  while (b.size() % 8) b.push_back(0);
+  const size_t sh_off = b.size();
+  b.resize(sh_off + 3 * 64, 0);
+  put(b, 0x28, sh_off, 8);
+  put(b, 0x3a, 64, 2);
+  put(b, 0x3c, 3, 2);
+  put(b, 0x3e, 1, 2);
+  auto section = [&](size_t i, uint32_t name, uint64_t off, uint64_t size) {
+    put(b, sh_off + i * 64, name, 4);
+    put(b, sh_off + i * 64 + 0x18, off, 8);
+    put(b, sh_off + i * 64 + 0x20, size, 8);
+  };
+  section(1, 1, str_off, strtab.size());
+  section(2, 11, info_off, info.size());
+  return b;
+}
+
+
 
 TestBundle::TestBundle(bool external_weights) : external(external_weights) {
   manifest = aotpack::json::parse(kManifestTemplate, std::strlen(kManifestTemplate), "template");
@@ -173,8 +218,12 @@ std::string TestBundle::write(const std::string& dir, const std::string& file) c
   tensors.push_back({"__aotpack__.cubin.0", "U8", {int64_t(cubin.size())}, cubin.data(),
                      cubin.size()});
   std::string path = dir + "/" + file;
-  aotpack::write_safetensors(path, tensors, {{"aotpack.manifest", dump(manifest)}}, 256);
-  if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256);
+  std::string text = dump(manifest);
+  aotpack::write_safetensors(path, tensors,
+                             {{"aotpack.manifest", text},
+                              {"aotpack.manifest_sha256", sha_of(text.data(), text.size())}},
+                             256, true);
+  if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256, true);
   return path;
 }
 

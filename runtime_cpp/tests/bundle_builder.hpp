@@ -56,6 +56,12 @@ struct TestBundle {
   std::string write(const std::string& dir, const std::string& file = "model.aotpack") const;
 };
 
+// A minimal ELF64 image with a ".nv.info.<entry>" section declaring parameters of `sizes`
+// bytes (records in reverse order, as ptxas writes them, between two other records): a cubin
+// whose parameter table the loader checks (see cubin_params.hpp).
+std::vector<uint8_t> cubin_with_params(const std::string& entry,
+                                       const std::vector<uint32_t>& sizes);
+
 // Validates the bundle at `path` through aotpack_model_check_file (with `weights_path` when
 // given) and fails the test unless the status is `code` and its message contains every needle.
 void expect_check_file(const std::string& path, int code,

@@ -15,6 +15,11 @@
 // two names so tests see which step group ran): parameters ptr x, ptr w, ptr y, tensor map
 // over x, i32 n, f32 alpha; y[i] = x[i] + alpha * w[i % 64] for i < n.
 //
+// Pointers (cuPointerGetAttribute): cuMemAlloc'd ranges are device memory of device 0; ranges
+// a test declares with fake_cuda_set_pointer have the kind it says (unknown to the driver,
+// pinned host, device, managed, device 1); any other address counts as device memory of
+// device 0 reaching 1 TiB (tests pass host buffers as "device" memory).
+//
 // Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000).
 // fake_cuda_stats() reports counters to tests; fake_cuda_launch_log() the executed launches.
 #include <signal.h>
@@ -74,6 +79,16 @@ FakeStream g_default_stream;
 // f32 alpha).
 const std::vector<size_t> kAddParams = {8, 8, 8, 128, 8, 4, 4, 8, 8};
 const std::vector<size_t> kDynParams = {8, 8, 8, 128, 4, 4};
+
+// Address ranges the driver "knows" (start -> size, kind), see fake_cuda_set_pointer.
+enum PointerKind { kUnknown = 0, kPinnedHost = 1, kDevice = 2, kManaged = 3, kOtherDevice = 4 };
+struct Range {
+  uint64_t size;
+  int kind;
+};
+std::mutex g_ptr_mu;
+std::map<uint64_t, Range> g_ranges;
+int g_pointer_queries = 0;
 
 // Executed launches: variant, grid x, the i32 parameter n (see fake_cuda_launch_log).
 std::vector<int> g_launch_log;
@@ -190,6 +205,20 @@ __attribute__((visibility("default"))) int fake_cuda_launch_log(int* out, int ma
   return n;
 }
 
+// Declares [start, start + size) as memory of `kind` (0 unknown to the driver, 1 pinned host,
+// 2 device, 3 managed, 4 device 1); size 0 forgets the range starting at `start`.
+__attribute__((visibility("default"))) void fake_cuda_set_pointer(uint64_t start, uint64_t size,
+                                                                  int kind) {
+  std::lock_guard<std::mutex> lock(g_ptr_mu);
+  if (size == 0) g_ranges.erase(start);
+  else g_ranges[start] = Range{size, kind};
+}
+// cuPointerGetAttribute calls so far (the hot path must make none).
+__attribute__((visibility("default"))) int fake_cuda_pointer_queries() {
+  std::lock_guard<std::mutex> lock(g_ptr_mu);
+  return g_pointer_queries;
+}
+
 #define API extern "C" __attribute__((visibility("default"))) CUresult
 
 API cuInit(unsigned) { return 0; }
@@ -250,13 +279,48 @@ API cuFuncSetAttribute(CUfunction, CUfunction_attribute a, int v) {
 }
 
 API cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
+  if (n > (size_t(64) << 30)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY: a 64 GiB "device"
   void* mem = std::aligned_alloc(256, (n + 255) / 256 * 256);
   if (!mem) return 2;
-  std::memset(mem, 0xCD, n);  // garbage, like fresh device memory
+  // Garbage, like fresh device memory; only the first MiB: a big arena (a fuzzed bundle may
+  // ask for GBs, legitimately) must not cost seconds of memset.
+  std::memset(mem, 0xCD, n < (1u << 20) ? n : (1u << 20));
   *p = reinterpret_cast<CUdeviceptr>(mem);
+  fake_cuda_set_pointer(*p, n ? n : 1, kDevice);
   return 0;
 }
-API cuMemFree_v2(CUdeviceptr p) { std::free(reinterpret_cast<void*>(p)); return 0; }
+API cuMemFree_v2(CUdeviceptr p) {
+  fake_cuda_set_pointer(p, 0, 0);
+  std::free(reinterpret_cast<void*>(p));
+  return 0;
+}
+API cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
+  std::lock_guard<std::mutex> lock(g_ptr_mu);
+  ++g_pointer_queries;
+  if (g_sticky) return g_sticky;
+  uint64_t start = p, size = uint64_t(1) << 40;
+  int kind = kDevice;
+  auto it = g_ranges.upper_bound(p);
+  if (it != g_ranges.begin() && p - (--it)->first < it->second.size) {
+    start = it->first;
+    size = it->second.size;
+    kind = it->second.kind;
+  }
+  if (kind == kUnknown) return fail_with("pointer unknown to the driver");
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = kind == kManaged; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = kind == kPinnedHost ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = kind == kOtherDevice ? 1 : 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = start; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = size_t(size); break;
+    default: return fail_with("cuPointerGetAttribute: attribute the fake does not know");
+  }
+  return 0;
+}
 API cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) {
   if (g_sticky) return g_sticky;
   std::memcpy(reinterpret_cast<void*>(d), s, n);

@@ -8,6 +8,7 @@
 
 #include "aotpack/aotpack.h"
 #include "bundle_builder.hpp"
+#include "sha256.hpp"
 #include "test_main.hpp"
 
 using namespace aotpack_test;
@@ -89,7 +90,9 @@ TEST(bad_json) {
 
 TEST(bad_manifest_json) {
   std::string p = make_temp_dir("badmjson") + "/model.aotpack";
-  std::string hdr = "{\"__metadata__\": {\"aotpack.manifest\": \"{\\\"format\\\": \"}}";
+  std::string digest = aotpack::sha256_hex("{\"format\": ", 11);  // the string's bytes
+  std::string hdr = "{\"__metadata__\": {\"aotpack.manifest\": \"{\\\"format\\\": \", "
+                    "\"aotpack.manifest_sha256\": \"" + digest + "\"}}";
   write_bytes(p, le64(hdr.size()) + hdr);
   expect_status(p, AOTPACK_CORRUPT_BUNDLE, "manifest: invalid JSON");
 }

@@ -25,14 +25,21 @@ int main(int argc, char** argv) {
   aotpack_status* s2 = aotpack_model_symbol_info(NULL, 0, &symbol);
   aotpack_status* s3 = aotpack_model_input_dim(NULL, 0, 0, &expr, &lo, &hi);
   aotpack_status* s4 = aotpack_session_run_shaped(NULL, NULL, &in_shape, NULL, NULL);
+  aotpack_status* s5 = aotpack_session_execute(NULL, NULL, 0, &in_shape, NULL, 0, &out_shape,
+                                               NULL);
+  session_options.cuda_graphs = AOTPACK_CUDA_GRAPHS_OFF;
+  session_options.skip_pointer_checks = 0;
   int refused = aotpack_status_code(s1) == AOTPACK_INVALID_ARGUMENT &&
                 aotpack_status_code(s2) == AOTPACK_INVALID_ARGUMENT &&
                 aotpack_status_code(s3) == AOTPACK_INVALID_ARGUMENT &&
                 aotpack_status_code(s4) == AOTPACK_INVALID_ARGUMENT &&
+                aotpack_status_code(s5) == AOTPACK_INVALID_ARGUMENT &&
+                sizeof(session_options) > AOTPACK_SESSION_OPTIONS_V1_SIZE &&
                 aotpack_model_num_symbols(NULL) == 0 && AOTPACK_BUNDLE_FORMAT_VERSION == 2;
   aotpack_status_free(s1);
   aotpack_status_free(s2);
   aotpack_status_free(s3);
   aotpack_status_free(s4);
+  aotpack_status_free(s5);
   return code == AOTPACK_IO && refused ? 0 : 1;
 }

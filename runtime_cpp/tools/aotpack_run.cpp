@@ -319,7 +319,7 @@ void Runner::open() {
   check_status(aotpack_model_load(a.bundle.c_str(), &mo, &h.m));
   aotpack_session_options so{};
   so.struct_size = sizeof(so);
-  so.use_cuda_graph = a.graph ? 1 : 0;
+  so.cuda_graphs = a.graph ? AOTPACK_CUDA_GRAPHS_ON : AOTPACK_CUDA_GRAPHS_OFF;
   so.disable_programmatic_launch = a.pdl ? 0 : 1;
   check_status(aotpack_session_create(h.m, &so, &h.s));
   // The driver is already loaded by the model; the model's context is current.
@@ -355,11 +355,11 @@ void Runner::run_shape(const std::vector<Dims>& in_shapes, bool announce) {
                 "cuMemcpyHtoD", cat("input '", in_t[i].name, "'"));
   }
   for (const auto& t : out_t) out_ptrs.push_back(bufs.alloc(t.nbytes, cat("output '", t.name, "'")));
-  // A model without symbols keeps the plain run (the path every static caller takes).
+  // A model without symbols passes no shapes (the path every static caller takes).
   auto run_once = [&] {
-    check_status(dynamic ? aotpack_session_run_shaped(h.s, in_ptrs.data(), c_in.data(),
-                                                      out_ptrs.data(), stream)
-                         : aotpack_session_run(h.s, in_ptrs.data(), out_ptrs.data(), stream));
+    check_status(aotpack_session_execute(h.s, in_ptrs.data(), in_ptrs.size(),
+                                         dynamic ? c_in.data() : nullptr, out_ptrs.data(),
+                                         out_ptrs.size(), nullptr, stream));
   };
 
   run_once();

@@ -169,7 +169,8 @@ std::vector<std::vector<uint8_t>> run_for_outputs(ChildState& st, const Signatur
     cu::check(d.cuMemsetD32Async(st.d_out[i], 0xFFFFFFFFu, size_t(alloc_bytes(sig.outs[i].nbytes) / 4),
                                  st.stream),
               "cuMemsetD32Async", cat("output '", sig.outs[i].name, "'"));
-  check_status(aotpack_session_run(session, st.d_in.data(), st.d_out.data(), st.stream));
+  check_status(aotpack_session_execute(session, st.d_in.data(), st.d_in.size(), nullptr,
+                                       st.d_out.data(), st.d_out.size(), nullptr, st.stream));
   cu::check(d.cuStreamSynchronize(st.stream), "cuStreamSynchronize", "first run");
   return outputs_to_host(sig.outs, st.d_out.data());
 }
@@ -215,7 +216,10 @@ double percentile(const std::vector<double>& sorted, double q) {
 // run is timed and it starts with a cold L2 (as in a model, where other kernels ran before).
 void time_candidate(ChildState& st, aotpack_session* session, CandidateResult* r) {
   const cu::Driver& d = cu::driver();
-  auto run = [&] { check_status(aotpack_session_run(session, st.d_in.data(), st.d_out.data(), st.stream)); };
+  auto run = [&] {
+    check_status(aotpack_session_execute(session, st.d_in.data(), st.d_in.size(), nullptr,
+                                         st.d_out.data(), st.d_out.size(), nullptr, st.stream));
+  };
   for (int64_t i = 0; i < st.plan.settings.warmup; ++i) run();
   size_t words = size_t(st.plan.settings.l2_flush_bytes / 4);
   for (size_t i = 0; i < st.events.size(); i += 2) {
@@ -250,7 +254,7 @@ CandidateResult measure(ChildState& st, size_t c) {
   check_status(aotpack_model_load(path.c_str(), &mo, &h.m));
   aotpack_session_options so{};
   so.struct_size = sizeof(so);
-  so.use_cuda_graph = 1;  // how the runtime runs in production
+  so.cuda_graphs = AOTPACK_CUDA_GRAPHS_ON;  // how the runtime runs in production
   check_status(aotpack_session_create(h.m, &so, &h.s));
   Signature sig = signature(h.m);
   bool is_ref = c == st.problem.reference;

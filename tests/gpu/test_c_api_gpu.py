@@ -263,6 +263,125 @@ def test_load_errors(bundles, tmp_path):
     _expect("CORRUPT_BUNDLE", "", lambda: aotpack.load(cut))
 
 
+def _retarget(bundle, tmp_path, **target):
+    """A copy of `bundle` whose manifest target says `target`, its checksum recomputed: a bundle
+    built for another machine (not a corrupt one)."""
+    import hashlib
+
+    data = bundle.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header["__metadata__"]
+    m = json.loads(meta["aotpack.manifest"])
+    m["target"].update(target)
+    meta["aotpack.manifest"] = json.dumps(m, sort_keys=True, separators=(",", ":"))
+    meta["aotpack.manifest_sha256"] = hashlib.sha256(meta["aotpack.manifest"].encode()).hexdigest()
+    text = json.dumps(header).encode()
+    text += b" " * (-(8 + len(text)) % 256)
+    out = tmp_path / f"retarget_{len(list(tmp_path.iterdir()))}.aotpack"
+    out.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
+    return out
+
+
+def test_load_says_what_the_bundle_needs_and_what_the_machine_has(bundles, tmp_path):
+    """Issue 19: arch, compute capability and driver checked at load, the message naming both
+    sides (this H200: compute capability 9.0, a CUDA 13 driver)."""
+    import aotpack
+
+    e = _expect("DEVICE_MISMATCH", "has compute capability 9.0",
+                lambda: aotpack.load(_retarget(bundles["static"], tmp_path, arch="sm_80a",
+                                               cc=[8, 0])))
+    assert "needs a GPU of compute capability 8.0 exactly (sm_80a)" in e.message, e.message
+    e = _expect("DRIVER_TOO_OLD", "a driver for CUDA 99.0 (99000) or newer",
+                lambda: aotpack.load(_retarget(bundles["static"], tmp_path, min_driver=99000)))
+    assert "this machine's NVIDIA driver supports CUDA 1" in e.message, e.message
+    _expect("CORRUPT_BUNDLE", "contradicts itself",
+            lambda: aotpack.load(_retarget(bundles["static"], tmp_path, arch="sm_100a")))
+    with aotpack.load(_retarget(bundles["static"], tmp_path, min_driver=12000)) as model:
+        assert model.num_kernels > 0  # the control: a retargeted copy loads when it fits
+
+
+_PINNED = r"""
+import sys
+import torch
+import aotpack
+from aotpack.runtime import AotpackError
+model = aotpack.load(sys.argv[1])
+session = model.session()
+x = torch.randn(77, 256).bfloat16().pin_memory()
+extra = torch.randn(77, 200, device="cuda").bfloat16()
+y = torch.empty(77, 200, device="cuda", dtype=torch.bfloat16)
+try:
+    session.run_pointers([x.data_ptr(), extra.data_ptr()], [y.data_ptr()],
+                         input_shapes=[(77, 256), (77, 200)])
+    torch.cuda.synchronize()
+    print("RESULT accepted")
+except AotpackError as e:
+    print("RESULT", e.code.name, "|", e.message)
+(want,) = session.run([x.cuda(), extra])  # the session is still usable
+torch.cuda.synchronize()
+print("RESULT2 ok")
+"""
+
+
+def test_pinned_host_memory_refused(bundles):
+    """Page-locked host memory is not device memory either: refused by name, in a child (a
+    faulting kernel would poison the context)."""
+    proc = subprocess.run([sys.executable, "-c", _PINNED, str(bundles["residual"])],
+                          capture_output=True, text=True, timeout=120, cwd=h.REPO,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                              [str(h.REPO), os.environ.get("PYTHONPATH", "")])))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT")]
+    assert lines[0].startswith("RESULT INVALID_ARGUMENT | input 0 ('x')"), lines
+    assert "is host memory (page-locked or mapped)" in lines[0], lines
+    assert lines[-1] == "RESULT2 ok", lines
+
+
+def test_execute_takes_counts_and_zeroed_options_are_defaults(bundles):
+    """aotpack_session_execute refuses a short pointer array instead of reading past it, and a
+    session made from zero-initialized options (only struct_size set) runs with the defaults
+    (CUDA graphs on) and gives the same output."""
+    import ctypes
+
+    import aotpack
+    import torch
+    from aotpack.runtime import AotpackError, StatusCode
+    from aotpack.runtime._lib import SessionOptionsC, ShapeC
+    from aotpack.runtime.errors import raise_if_error
+
+    with aotpack.load(bundles["residual"]) as model, model.session() as session:
+        lib = model._lib
+        x, extra = _inputs(model, 77)
+        y = torch.empty(77, 200, dtype=torch.bfloat16, device="cuda")
+        ins = (ctypes.c_uint64 * 2)(x.data_ptr(), extra.data_ptr())
+        outs = (ctypes.c_uint64 * 1)(y.data_ptr())
+        shapes = (ShapeC * 2)()
+        for s, t in zip(shapes, (x, extra)):
+            s.rank = 2
+            s.dims[0], s.dims[1] = t.shape
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream or None)
+        with pytest.raises(AotpackError) as e:
+            raise_if_error(lib, lib.aotpack_session_execute(session._handle, ins, 1, shapes,
+                                                            outs, 1, None, stream))
+        assert e.value.code == StatusCode.INVALID_ARGUMENT and "num_inputs = 1" in e.value.message
+        o = SessionOptionsC()
+        o.struct_size = ctypes.sizeof(SessionOptionsC)
+        zeroed = ctypes.c_void_p()
+        raise_if_error(lib, lib.aotpack_session_create(model._live(), ctypes.byref(o),
+                                                       ctypes.byref(zeroed)))
+        try:
+            out_shape = ShapeC()
+            raise_if_error(lib, lib.aotpack_session_execute(zeroed, ins, 2, shapes, outs, 1,
+                                                            ctypes.byref(out_shape), stream))
+            assert out_shape.rank == 2 and list(out_shape.dims[:2]) == [77, 200]
+            (want,) = session.run([x, extra])
+            torch.cuda.synchronize()
+            assert torch.equal(y, want)
+        finally:
+            lib.aotpack_session_free(zeroed)
+
+
 def _corrupt_cubin(bundle, tmp_path):
     """A copy of `bundle` with one byte flipped inside its first cubin."""
     data = bytearray(bundle.read_bytes())

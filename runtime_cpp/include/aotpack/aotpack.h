@@ -35,7 +35,9 @@ extern "C" {
 #endif
 
 /* Newest bundle format this runtime reads (manifest "version"); it reads every older one too
- * (version 1: static shapes; version 2: dims that vary at run time, see "Dynamic shapes"). */
+ * (version 1: static shapes; version 2: dims that vary at run time, see "Dynamic shapes").
+ * Since 0.2 every bundle must also carry its manifest's sha256 (docs/manifest.md): one
+ * written by an older aotpack is UNSUPPORTED_VERSION ("rebuild the bundle"). */
 #define AOTPACK_BUNDLE_FORMAT_VERSION 2
 /* Maximum tensor rank (aotpack_tensor_info.dims, aotpack_shape.dims). */
 #define AOTPACK_MAX_RANK 8
@@ -48,14 +50,16 @@ extern "C" {
 typedef enum aotpack_code {
   AOTPACK_OK = 0,
   AOTPACK_INVALID_ARGUMENT = 1,    /* bad pointer/option/size passed by the caller */
-  AOTPACK_IO = 2,                  /* a file could not be opened/read/written */
+  AOTPACK_IO = 2,                  /* a file could not be opened/read/written, is not a regular
+                                      file, or changed while it was read */
   AOTPACK_CORRUPT_BUNDLE = 3,      /* bundle bytes/JSON/manifest are malformed or inconsistent */
   AOTPACK_UNSUPPORTED_VERSION = 4, /* manifest format version (or a feature) this runtime lacks */
-  AOTPACK_CHECKSUM_MISMATCH = 5,   /* a cubin's sha256 differs from the manifest */
+  AOTPACK_CHECKSUM_MISMATCH = 5,   /* the manifest's or a cubin's sha256 differs from the record */
   AOTPACK_WEIGHTS_MISMATCH = 6,    /* a weight is missing or has another dtype/shape/sha256 */
   AOTPACK_DRIVER_NOT_FOUND = 7,    /* libcuda.so.1 could not be loaded / lacks a symbol */
   AOTPACK_DRIVER_TOO_OLD = 8,      /* driver version < manifest target.min_driver */
-  AOTPACK_DEVICE_MISMATCH = 9,     /* wrong compute capability / not enough shared memory */
+  AOTPACK_DEVICE_MISMATCH = 9,     /* wrong compute capability / not enough shared memory
+                                      (the message says what the bundle needs and the device has) */
   AOTPACK_CUDA_ERROR = 10,         /* a CUDA driver call failed (message names call + step) */
   AOTPACK_OUT_OF_MEMORY = 11,      /* host or device allocation failed */
   AOTPACK_INTERNAL = 12,           /* a bug in aotpack: please report it */
@@ -83,11 +87,12 @@ AOTPACK_API const char* aotpack_version(void);
 typedef struct aotpack_model aotpack_model;
 
 /* Options of aotpack_model_load / aotpack_model_check_file. Zero-initialize, then set
- * struct_size = sizeof(aotpack_model_options). */
+ * struct_size = sizeof(aotpack_model_options): every zero field is its default. */
 typedef struct aotpack_model_options {
   size_t struct_size;
-  /* External weights file (safetensors). NULL: the manifest's external_weights.file,
-   * relative to the bundle's folder. Ignored when the bundle embeds its weights. */
+  /* External weights file (safetensors), anywhere the caller chooses. NULL: the manifest's
+   * external_weights.file, relative to the bundle's folder (the bundle can only name a file
+   * inside its folder). Ignored when the bundle embeds its weights. */
   const char* weights_path;
   /* CUDA device ordinal (default 0). */
   int device_ordinal;
@@ -137,15 +142,20 @@ typedef struct aotpack_symbol_info {
   int64_t example; /* the shape the model was exported with; -1 when the bundle has none */
 } aotpack_symbol_info;
 
-/* Parses and validates the bundle at `path`, initializes the driver, checks the device
- * (compute capability, shared memory, driver version), loads every cubin and uploads the
- * weights. On success *out owns the model (free with aotpack_model_free). */
+/* Parses and validates the bundle at `path` (as aotpack_model_check_file), initializes the
+ * driver, checks the device (compute capability against target.arch, shared memory, driver
+ * version: DEVICE_MISMATCH / DRIVER_TOO_OLD saying what the bundle needs and what the machine
+ * has), loads every cubin and uploads the weights. `path` must be a regular file; it is read
+ * into host memory (released before returning), so a file changed meanwhile is an IO status,
+ * never a crash. On success *out owns the model (free with aotpack_model_free). */
 AOTPACK_API aotpack_status* aotpack_model_load(const char* path,
                                                const aotpack_model_options* options,
                                                aotpack_model** out);
 
-/* Parses and validates the bundle (checksums, weights, bounds, tensor-map rules) WITHOUT
- * touching the driver: works on machines with no GPU. Returns NULL if the bundle is valid. */
+/* Parses and validates the bundle WITHOUT touching the driver (works on machines with no GPU):
+ * the manifest's checksum, its schema (unknown keys refused), cubin and weight checksums,
+ * every slot against its cubin's parameter table, bounds, tensor-map rules
+ * (docs/manifest.md). Returns NULL if the bundle is valid. */
 AOTPACK_API aotpack_status* aotpack_model_check_file(const char* path,
                                                      const aotpack_model_options* options);
 
@@ -208,27 +218,47 @@ AOTPACK_API aotpack_status* aotpack_model_output_shapes(const aotpack_model* mod
 
 typedef struct aotpack_session aotpack_session;
 
-/* Options of aotpack_session_create. Zero-initialize, set struct_size; NULL = defaults
- * (session-allocated workspace, CUDA graphs on). */
+/* aotpack_session_options.cuda_graphs. */
+typedef enum aotpack_cuda_graphs {
+  AOTPACK_CUDA_GRAPHS_DEFAULT = 0, /* the default: on */
+  AOTPACK_CUDA_GRAPHS_ON = 1,      /* capture the steps once per (shape, pointer set), replay */
+  AOTPACK_CUDA_GRAPHS_OFF = 2,     /* launch each step with cuLaunchKernelEx on every run */
+} aotpack_cuda_graphs;
+
+/* Options of aotpack_session_create. Zero-initialize, set struct_size = sizeof(the struct):
+ * every zero field means its documented default (session-allocated workspace, CUDA graphs on,
+ * programmatic launch on, 8 cached plans, pointers checked). NULL options = all defaults.
+ *
+ * Compatibility: structures of releases before 0.2 were AOTPACK_SESSION_OPTIONS_V1_SIZE bytes
+ * and their third field was `int use_cuda_graph` (0 = off). A caller passing that struct_size
+ * keeps that meaning, so programs built against the old header run as before. */
+#define AOTPACK_SESSION_OPTIONS_V1_SIZE 40
 typedef struct aotpack_session_options {
   size_t struct_size;
   /* Caller-owned device workspace (CUdeviceptr, 256-aligned) or 0: the session allocates
-   * arena_bytes itself. */
+   * arena_bytes itself. Checked like inputs (device memory of the model's device, large
+   * enough) unless skip_pointer_checks is set. */
   uint64_t workspace;
   /* Size of `workspace` in bytes; must be >= aotpack_model_arena_bytes(). */
   size_t workspace_bytes;
-  /* 1: capture the steps in a CUDA graph once per (shape, pointer set), replay it (default);
-   * 0: launch each step with cuLaunchKernelEx on every run. */
-  int use_cuda_graph;
+  /* An aotpack_cuda_graphs value (0: the default, on). */
+  int cuda_graphs;
   /* 0 (default): kernels the bundle marks as waiting on their predecessor (manifest "pdl")
    * are launched with programmatic dependent launch, so each may start (and prefetch what no
    * kernel writes) while the one before it drains; 1: every kernel waits for the previous one
-   * to finish (for A/B timing). Zero means the default because this field sits where the
-   * structure of earlier releases had padding: their zeroed structures keep the default. */
+   * to finish (for A/B timing). */
   int disable_programmatic_launch;
   /* How many (shape, pointer set) plans the session caches, each with its tensor maps and
    * CUDA graph; the least recently used is evicted. 0 (default): 8. */
   int max_cached_plans;
+  /* 0 (default): the first run with a new pointer set asks the driver (cuPointerGetAttribute)
+   * whether every input/output pointer is device memory of the model's device (or managed
+   * memory) with room for its tensor, and refuses it (INVALID_ARGUMENT naming the tensor)
+   * otherwise: a host pointer would make the kernels fault and poison the CUDA context.
+   * 1: trust the pointers (only for memory the driver cannot describe). */
+  int skip_pointer_checks;
+  /* Must be zero (room for options of later releases). */
+  uint64_t reserved[2];
 } aotpack_session_options;
 
 /* Creates a session for `model` (the session keeps the model alive). */
@@ -242,8 +272,11 @@ AOTPACK_API aotpack_status* aotpack_session_create(aotpack_model* model,
  * valid until the work on `stream` completes. Tensors read by TMA (tensor maps) must be
  * 16-byte aligned (INVALID_ARGUMENT otherwise). Runs of one session share its workspace:
  * enqueue them on one stream, or order them yourself (events), never concurrently.
- * The first run with a new set of pointers encodes tensor maps and captures a CUDA graph
- * (a few hundred microseconds); later runs with the same pointers only replay it.
+ * The first run with a new set of pointers checks them (device memory of the model's device
+ * or managed memory, each allocation large enough for its tensor; INVALID_ARGUMENT naming the
+ * tensor otherwise, see aotpack_session_options.skip_pointer_checks), encodes tensor maps and
+ * captures a CUDA graph (a few hundred microseconds); later runs with the same pointers only
+ * replay it. Prefer aotpack_session_execute, which also takes the array lengths.
  * A model with symbols (aotpack_model_num_symbols() > 0) needs aotpack_session_run_shaped:
  * this call returns INVALID_ARGUMENT for it. */
 AOTPACK_API aotpack_status* aotpack_session_run(aotpack_session* session,
@@ -264,6 +297,22 @@ AOTPACK_API aotpack_status* aotpack_session_run_shaped(aotpack_session* session,
                                                        const aotpack_shape* input_shapes,
                                                        const uint64_t* output_ptrs,
                                                        void* stream);
+
+/* The run call to use (aotpack_session_run and _run_shaped are kept for existing programs):
+ * enqueues one inference on `stream` like aotpack_session_run_shaped, with the array lengths
+ * passed so they are checked. num_inputs / num_outputs must equal the model's input / output
+ * counts (INVALID_ARGUMENT naming both otherwise; nothing is read past them). `input_shapes`:
+ * NULL, or num_inputs shapes (required for a model with symbols; for a static model they are
+ * checked against its shapes). `output_shapes`: NULL, or num_outputs entries that receive the
+ * outputs' shapes of this run. Pointers are checked as aotpack_session_options describes. */
+AOTPACK_API aotpack_status* aotpack_session_execute(aotpack_session* session,
+                                                    const uint64_t* input_ptrs,
+                                                    size_t num_inputs,
+                                                    const aotpack_shape* input_shapes,
+                                                    const uint64_t* output_ptrs,
+                                                    size_t num_outputs,
+                                                    aotpack_shape* output_shapes,
+                                                    void* stream);
 
 /* Releases the session (waits for nothing: synchronize the stream first). */
 AOTPACK_API void aotpack_session_free(aotpack_session* session);

@@ -183,6 +183,7 @@ struct SessionOptions {
   bool use_cuda_graph = true;
   bool programmatic_launch = true;  // see aotpack_session_options
   int max_cached_plans = 0;         // 0: the default (8)
+  bool check_pointers = true;       // see aotpack_session_options.skip_pointer_checks
 };
 
 // Per-thread execution state (move-only). Keeps the model alive.
@@ -193,9 +194,10 @@ class Session {
     o.struct_size = sizeof(o);
     o.workspace = opts.workspace;
     o.workspace_bytes = opts.workspace_bytes;
-    o.use_cuda_graph = opts.use_cuda_graph ? 1 : 0;
+    o.cuda_graphs = opts.use_cuda_graph ? AOTPACK_CUDA_GRAPHS_ON : AOTPACK_CUDA_GRAPHS_OFF;
     o.disable_programmatic_launch = opts.programmatic_launch ? 0 : 1;
     o.max_cached_plans = opts.max_cached_plans;
+    o.skip_pointer_checks = opts.check_pointers ? 0 : 1;
     check(aotpack_session_create(model.get(), &o, &handle_));
   }
   ~Session() { aotpack_session_free(handle_); }
@@ -210,7 +212,8 @@ class Session {
   // Enqueues one inference on `stream` (CUstream, nullptr = legacy default stream).
   void run(const std::vector<uint64_t>& inputs, const std::vector<uint64_t>& outputs,
            void* stream = nullptr) {
-    check(aotpack_session_run(handle_, inputs.data(), outputs.data(), stream));
+    check(aotpack_session_execute(handle_, inputs.data(), inputs.size(), nullptr,
+                                  outputs.data(), outputs.size(), nullptr, stream));
   }
   // The same with the shape of every input (needed when the model has symbols).
   void run(const std::vector<uint64_t>& inputs, const std::vector<Shape>& input_shapes,
@@ -219,8 +222,8 @@ class Session {
       throw Exception(AOTPACK_INVALID_ARGUMENT, "got " + std::to_string(inputs.size()) +
                       " input pointers but " + std::to_string(input_shapes.size()) + " shapes");
     std::vector<aotpack_shape> shapes = Model::c_shapes(input_shapes);
-    check(aotpack_session_run_shaped(handle_, inputs.data(), shapes.data(), outputs.data(),
-                                     stream));
+    check(aotpack_session_execute(handle_, inputs.data(), inputs.size(), shapes.data(),
+                                  outputs.data(), outputs.size(), nullptr, stream));
   }
   aotpack_session* get() const { return handle_; }
 
