@@ -25,6 +25,8 @@ def _dim(d: int, rank: int) -> int:
 
 def _binary(op: Op):
     def rule(cx, x, y, alpha=1, **kw):
+        if kw.get("rounding_mode") == "floor" and op == Op.DIV:
+            return _binary(Op.FLOORDIV)(cx, x, y, alpha)
         if kw.get("rounding_mode") is not None:
             raise Unsupported(f"rounding_mode={kw['rounding_mode']!r}")
         if alpha != 1:
