@@ -97,8 +97,9 @@ def _pool(a, x):
 
 
 def _topk(a, x):
-    values, indices = x.topk(a.k, dim=-1)
-    return indices if a.indices else values
+    # the kernel's rule for equal values: the first index (torch.topk leaves it open)
+    values, indices = x.sort(dim=-1, descending=True, stable=True)
+    return (indices if a.indices else values)[..., :a.k]
 
 
 def _sort(a, x):

@@ -338,7 +338,7 @@ class ScanOp:
 @dataclass(frozen=True)
 class TopkOp:
     """out[R, k] = the k largest of each row of x[R, C] (descending; equal values in index
-    order, as torch): their values (cast to out.dtype) or, with `indices`, their int64
+    order, as a stable descending sort; torch.topk leaves that order open): their values (cast to out.dtype) or, with `indices`, their int64
     column indices."""
 
     x: TensorArg

@@ -10,8 +10,11 @@ def reference(op, env) -> None:
     import torch
 
     if isinstance(op, TopkOp):
-        values, indices = view(env, op.x).float().topk(op.k, dim=-1)
-        write(env, op.out, indices if op.indices else values)
+        # torch.topk leaves the order of equal values open (the CPU's k=1 picks the last);
+        # the kernel takes the first, as a stable descending sort does
+        values, indices = view(env, op.x).float().sort(dim=-1, descending=True, stable=True)
+        keep = indices if op.indices else values
+        write(env, op.out, keep[..., :op.k])
     elif isinstance(op, SortOp):
         values, order = view(env, op.x).long().sort(stable=True)
         write(env, op.out, order if op.indices else values)
