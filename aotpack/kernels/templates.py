@@ -238,8 +238,17 @@ class RoutingTemplate(Template):
 
 
 class GroupedMmTemplate(Template):
+    """Bucketed by the routed rows T*k: decode (a few rows per expert) wants short, wide
+    tiles; prefill square ones (triton/grouped_mm.default_config)."""
+
     name, op_type, module = "grouped_mm", GroupedMmOp, "grouped_mm"
     sources = TRITON_COMMON + ("triton/grouped_mm.py",)
+
+    def bucket_size(self, op):
+        return op.a.shape[0]
+
+    def default_config(self, op, target, backend="triton"):
+        return {"template": "grouped_mm.triton", **self.triton().default_config(op)}
 
     def describe(self, op):
         t, k = op.a.shape
