@@ -111,3 +111,16 @@ def test_routing_refusals_name_the_op(form, words):
         compile_graph(to_graph(_Routing(form).eval(), (torch.randn(5, 16),)))
     text = str(e.value)
     assert words in text and "node:" in text and "source:" in text
+
+
+def test_sum_over_a_short_inner_dim_is_a_sum_of_slices():
+    """The combine of the k expert outputs ([T, k, D].sum(1)): one pointwise kernel reading k
+    strided slices, no reduction kernel; keepdim too."""
+    class Combine(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(1) + x.sum(1, keepdim=True).squeeze(1)
+
+    x = torch.randn(5, 3, 7)
+    program = compile_graph(to_graph(Combine(), (x,)))
+    assert {type(op).__name__ for op in program.ops} == {"PointwiseOp"}
+    assert rel_err(run_reference(program, [x])[0], Combine()(x)) < 1e-6
