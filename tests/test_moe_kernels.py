@@ -122,3 +122,24 @@ def test_moe_kernels_compile_for_sm90a():
     (launch,) = grouped_mm.compile(gmm)
     sass = sass_or_skip(launch.kernel.cubin)
     assert "HGMMA" in sass or "HMMA" in sass
+
+
+def test_floor_division_of_integers_rounds_down():
+    """order // k (a token's row from its routed slot): int64, exact past 2**24, negatives
+    round toward -inf as torch's; floats take the floor of the quotient."""
+    from aotpack.kernels import compile as compile_op
+    from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput
+
+    expr = PwExpr("floordiv", (PwInput(0), PwConst(3.0)))
+    ops = [PointwiseOp((contiguous("i", DType.I64, (40,)),), expr,
+                       contiguous("q", DType.I64, (40,))),
+           PointwiseOp((contiguous("f", DType.F32, (40,)),), expr,
+                       contiguous("fq", DType.F32, (40,)))]
+    ints = torch.arange(-20, 20) + torch.tensor([0] * 39 + [2**40])
+    envs = [{"i": ints.clone(), "q": torch.zeros(40, dtype=torch.int64)},
+            {"f": torch.linspace(-7, 7, 40), "fq": torch.zeros(40)}]
+    refs = _interpret(list(zip(ops, envs)))
+    assert torch.equal(envs[0]["q"], torch.div(ints, 3, rounding_mode="floor"))
+    assert torch.equal(envs[0]["q"], refs[0]) and torch.equal(envs[1]["fq"], refs[1])
+    for op in ops:
+        assert compile_op(op)[0].kernel.cubin

@@ -31,7 +31,7 @@ UNARY = {
 }
 BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
-    "floordiv": "_floordiv({0}, {1})",
+    "floordiv": "tl.floor({0} / {1})",  # in int64: _Emitter._call
     "max": "tl.maximum({0}, {1})", "min": "tl.minimum({0}, {1})", "pow": "_pow({0}, {1})",
 }
 # Comparisons and logic give 1 / 0 in the compute type (so they can be summed, multiplied or
@@ -59,10 +59,8 @@ def _tanh(x):
 
 
 @triton.jit
-def _floordiv(a, b):
-    # torch's floor division: integers (int64 here) round toward -inf, not toward 0 as //
-    if a.dtype.is_floating():
-        return tl.floor(a / b)
+def _floordiv_int(a, b):
+    # torch's floor division of integers rounds toward -inf, Triton's // toward 0
     q = a // b
     return q - ((q * b != a) & ((a < 0) != (b < 0))).to(q.dtype)
 
@@ -210,6 +208,8 @@ class _Emitter:
             form = _POW_CONST.get(float(node.args[1].value))
             if form is not None:
                 return form.format(self.emit(node.args[0]))
+        if node.fn == "floordiv" and self.ctype == "tl.int64" and len(node.args) == 2:
+            return f"_floordiv_int({self.emit(node.args[0])}, {self.emit(node.args[1])})"
         if node.fn in BINARY and len(node.args) == 2:
             return BINARY[node.fn].format(self.emit(node.args[0]), self.emit(node.args[1]))
         if node.fn in PREDICATES and len(node.args) == (1 if node.fn == "not" else 2):
