@@ -24,6 +24,14 @@ FAMILIES = {
         shared_expert_intermediate_size=96)),
     "olmoe": lambda: transformers.OlmoeModel(transformers.OlmoeConfig(
         **SMALL, num_experts=4, num_experts_per_tok=2)),
+    "mixtral_top1": lambda: transformers.MixtralModel(transformers.MixtralConfig(
+        **SMALL, num_local_experts=8, num_experts_per_tok=1)),  # k = 1: the combine a view
+    "qwen3_moe": lambda: transformers.Qwen3MoeModel(transformers.Qwen3MoeConfig(
+        **SMALL, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+        head_dim=64)),
+    "gpt_oss": lambda: transformers.GptOssModel(transformers.GptOssConfig(  # router bias,
+        **SMALL, num_local_experts=4, num_experts_per_tok=2, head_dim=64,  # max.dim, int clamp
+        layer_types=["full_attention"])),
 }
 ROUTING = {"TopkOp", "SortOp", "HistcOp", "InversePermOp", "GroupedMmOp"}
 
@@ -59,7 +67,8 @@ def test_moe_family_matches_eager(family):
     kinds = {type(op).__name__ for op in program.ops}
     assert ROUTING <= kinds
     grouped = [op for op in program.ops if type(op).__name__ == "GroupedMmOp"]
-    assert len(grouped) == 2 and all(op.b.shape[0] == 4 for op in grouped)
+    experts = 8 if family == "mixtral_top1" else 4
+    assert len(grouped) == 2 and all(op.b.shape[0] == experts for op in grouped)
     _check(model, program, _ids(2, 16, 1))
 
 

@@ -123,7 +123,19 @@ def _grouped_mm(cx, a, b, offs=None, bias=None, out_dtype=None):
     return cx.emit(Op.GROUPED_MM, [a, b, offs], O.NoAttrs(), final=out_dtype is None)
 
 
+def _max_dim(cx, x, dim, keepdim=False):
+    """max over a dim with its index (PhiMoE's and GPT-OSS's routers): amax and argmax, two
+    reductions of the same input (the index: the first of equal maxima)."""
+    if not isinstance(x, Value):
+        raise Unsupported("max of a Python value")
+    rank = len(x.shape)
+    dim = dim + rank if dim < 0 else dim
+    attrs = O.ReduceAttrs((dim,), bool(keepdim))
+    return [cx.emit(Op.AMAX, [x], attrs), cx.emit(Op.ARGMAX, [x], attrs)]
+
+
 RULES = {
+    "aten.max.dim": _max_dim,
     "aten.topk.default": _topk, "aten.sort.default": _sort, "aten.sort.stable": _sort_stable,
     "aten.histc.default": _histc, "aten.index_put.default": _index_put,
     "aten.empty_permuted.default": _empty, "aten.empty.memory_format": _empty,

@@ -127,7 +127,7 @@ def _few_inner(x, dims) -> bool:
         return False
     d = dims[0]
     size = x.shape[d]
-    return (isinstance(size, int) and 1 < size <= _MAX_SLICES
+    return (isinstance(size, int) and 1 <= size <= _MAX_SLICES
             and any(s != 1 for s in x.shape[d + 1:]))
 
 
