@@ -63,10 +63,14 @@ def export(model, example_inputs, dynamic_shapes=None):
             # a wrong dtype, missing arguments): the user's to fix, said as torch says it
             shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
                                for t in example_inputs)
+            hint = ("; sizes that depend on the data (a loop over the experts that were hit) "
+                    "cannot be exported: for transformers' mixture-of-experts blocks built on "
+                    "their own, pass experts_implementation='grouped_mm' in the config"
+                    if "DataDependent" in type(e).__name__ + str(e) else "")
             raise ModelLoadError(f"torch.export could not run the model on its example "
                                  f"inputs ({shapes}): {type(e).__name__}: "
                                  f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                                 ) from e
+                                 f"{hint}") from e
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)
