@@ -133,3 +133,14 @@ def test_sum_over_a_short_inner_dim_is_a_sum_of_slices():
     program = compile_graph(to_graph(Combine(), (x,)))
     assert {type(op).__name__ for op in program.ops} == {"PointwiseOp"}
     assert rel_err(run_reference(program, [x])[0], Combine()(x)) < 1e-6
+
+
+def test_expert_loop_refusal_names_the_grouped_mm_implementation():
+    """A bare MoE block defaults to a loop over the experts hit (data-dependent shapes): the
+    error says which config setting exports the grouped-GEMM form."""
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    block = MixtralSparseMoeBlock(transformers.MixtralConfig(
+        hidden_size=64, intermediate_size=128, num_local_experts=4, num_experts_per_tok=2))
+    with pytest.raises(UserError, match="experts_implementation='grouped_mm'"):
+        to_graph(block.eval(), (torch.randn(1, 8, 64),))
