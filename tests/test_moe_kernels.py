@@ -119,9 +119,12 @@ def test_moe_kernels_compile_for_sm90a():
         (launch,) = routing.compile(op)
         assert launch.kernel.cubin
     gmm = _grouped(t * k, [0] * e, d, f, DType.BF16, b_strides=(f * d, 1, d))
-    (launch,) = grouped_mm.compile(gmm)
-    sass = sass_or_skip(launch.kernel.cubin)
-    assert "HGMMA" in sass or "HMMA" in sass
+    decode = grouped_mm.default_config(_grouped(2, [0] * e, d, f, DType.BF16))
+    assert decode["BLOCK_M"] == 16 and grouped_mm.default_config(gmm)["BLOCK_M"] == 128
+    for config in (None, decode):  # the prefill and the decode bucket's tiles
+        (launch,) = grouped_mm.compile(gmm, config=config)
+        sass = sass_or_skip(launch.kernel.cubin)
+        assert "HGMMA" in sass or "HMMA" in sass
 
 
 def test_floor_division_of_integers_rounds_down():
