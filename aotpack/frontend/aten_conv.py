@@ -199,6 +199,13 @@ def _clamp(cx, x, lo=None, hi=None):
         raise Unsupported("clamp with tensor bounds")
     if lo is None and hi is None:
         return x
+    if not x.dtype.is_float:  # int bounds keep integers integer (expert ids: GPT-OSS)
+        out = x
+        for op, v in ((Op.MAX, lo), (Op.MIN, hi)):
+            if v is not None:
+                out = cx.emit(op, [out], O.BinaryAttrs(int(v) if isinstance(v, int)
+                                                       else float(v)))
+        return out
     if lo is not None and hi is not None:
         return _hardtanh(cx, x, lo, hi)
     op, v = (Op.MAX, lo) if lo is not None else (Op.MIN, hi)

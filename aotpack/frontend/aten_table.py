@@ -25,6 +25,8 @@ def _dim(d: int, rank: int) -> int:
 
 def _binary(op: Op):
     def rule(cx, x, y, alpha=1, **kw):
+        if kw.get("rounding_mode") == "floor" and op == Op.DIV:
+            return _binary(Op.FLOORDIV)(cx, x, y, alpha)
         if kw.get("rounding_mode") is not None:
             raise Unsupported(f"rounding_mode={kw['rounding_mode']!r}")
         if alpha != 1:
@@ -109,8 +111,36 @@ def _reduce(op: Op):
         if dtype is not None:
             x = _to_copy(cx, x, dtype) if dtype != x.dtype.to_torch() else x
         dims = _reduce_dims(dims, len(x.shape))
+        if op == Op.SUM and _few_inner(x, dims):
+            return _sum_of_slices(cx, x, dims[0], keepdim)
         return cx.emit(op, [x], O.ReduceAttrs(dims, bool(keepdim)), final=True)
     return rule
+
+
+_MAX_SLICES = 8
+
+
+def _few_inner(x, dims) -> bool:
+    """A float sum over one short dim that is not the last (MoE's combine of the k expert
+    outputs of each token: [T, k, D].sum(1)): the reduction kernels reduce the last dims only."""
+    if len(dims) != 1 or not x.dtype.is_float:
+        return False
+    d = dims[0]
+    size = x.shape[d]
+    return (isinstance(size, int) and 1 <= size <= _MAX_SLICES
+            and any(s != 1 for s in x.shape[d + 1:]))
+
+
+def _sum_of_slices(cx, x, dim: int, keepdim: bool):
+    """x.sum(dim) as x[.., 0, ..] + x[.., 1, ..] + ...: one pointwise kernel reading the
+    slices as strided views (f32 arithmetic, one rounding at the store)."""
+    total = None
+    for i in range(x.shape[dim]):
+        part = cx.emit(Op.SELECT, [x], O.SelectAttrs(dim, i))
+        total = part if total is None else cx.emit(Op.ADD, [total, part], O.BinaryAttrs())
+    if keepdim:
+        return cx.emit(Op.UNSQUEEZE, [total], O.DimAttrs((dim,)), final=True)
+    return total
 
 
 def _var(sqrt: bool):

@@ -7,6 +7,7 @@ import re
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_conv import RULES as CONV_RULES
 from aotpack.frontend.aten_logic import RULES as LOGIC_RULES
+from aotpack.frontend.aten_moe import RULES as MOE_RULES, Uninitialized
 from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
 from aotpack.errors import UserError
 from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
@@ -15,7 +16,7 @@ from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Valu
 from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError
 
-RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES}
+RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES}
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
 # integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
@@ -62,10 +63,14 @@ def export(model, example_inputs, dynamic_shapes=None):
             # a wrong dtype, missing arguments): the user's to fix, said as torch says it
             shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
                                for t in example_inputs)
+            hint = ("; sizes that depend on the data (a loop over the experts that were hit) "
+                    "cannot be exported: for transformers' mixture-of-experts blocks built on "
+                    "their own, pass experts_implementation='grouped_mm' in the config"
+                    if "DataDependent" in type(e).__name__ + str(e) else "")
             raise ModelLoadError(f"torch.export could not run the model on its example "
                                  f"inputs ({shapes}): {type(e).__name__}: "
                                  f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                                 ) from e
+                                 f"{hint}") from e
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)
@@ -228,6 +233,10 @@ class _Translator:
             raise self._error(f"operator {n.target} is not supported")
         args = self._map(n.args)
         kwargs = self._map(n.kwargs)
+        if str(n.target) != "aten.index_put.default" and any(
+                isinstance(a, Uninitialized) for a in list(args) + list(kwargs.values())):
+            raise self._error(f"{n.target} reading uninitialised memory (torch.empty) is not "
+                              f"supported (only a scatter that overwrites all of it)")
         try:
             self.env[n.name] = rule(self, *args, **kwargs)
         except Unsupported as e:

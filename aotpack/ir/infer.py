@@ -78,6 +78,46 @@ def _cumsum(ins, a: O.ScanAttrs):
     return TensorType(a.dtype, ins[0].shape)
 
 
+def _topk(ins, a: O.TopkAttrs):
+    _arity(ins, 1)
+    x = ins[0]
+    if not x.shape or not isinstance(x.shape[-1], int) or not 1 <= a.k <= x.shape[-1]:
+        raise TypeError(f"topk: k={a.k} of a last dim of {x.shape[-1:] or 'none'}")
+    return TensorType(DType.I64 if a.indices else x.dtype, tuple(x.shape[:-1]) + (a.k,))
+
+
+def _sort(ins, a: O.SortAttrs):
+    _arity(ins, 1)
+    if len(ins[0].shape) != 1:
+        raise TypeError(f"sort: a {len(ins[0].shape)}-D tensor (1-D only)")
+    return TensorType(DType.I64 if a.indices else ins[0].dtype, ins[0].shape)
+
+
+def _histc(ins, a: O.HistcAttrs):
+    _arity(ins, 1)
+    if a.bins < 1 or not a.lo < a.hi:
+        raise TypeError(f"histc: {a.bins} bins over [{a.lo}, {a.hi}]")
+    return TensorType(ins[0].dtype if ins[0].dtype.is_float else DType.F32, (a.bins,))
+
+
+def _inverse_perm(ins, a):
+    _arity(ins, 1)
+    if len(ins[0].shape) != 1 or ins[0].dtype not in (DType.I64, DType.I32):
+        raise TypeError(f"inverse_perm: {ins[0].dtype.value}{list(ins[0].shape)} (1-D ints)")
+    return TensorType(DType.I64, ins[0].shape)
+
+
+def _grouped_mm(ins, a):
+    _arity(ins, 3)
+    x, w, offs = ins
+    if len(x.shape) != 2 or len(w.shape) != 3 or x.shape[1] != w.shape[1]:
+        raise TypeError(f"grouped_mm: a {x.shape} @ b {w.shape} (a [T, K], b [E, K, N])")
+    if tuple(offs.shape) != (w.shape[0],) or offs.dtype not in (DType.I32, DType.I64):
+        raise TypeError(f"grouped_mm: offsets {offs.dtype.value}{list(offs.shape)}, not "
+                        f"[{w.shape[0]}] integers")
+    return TensorType(promote(x.dtype, w.dtype), (x.shape[0], w.shape[2]))
+
+
 def _not(ins, a):
     _arity(ins, 1)
     return TensorType(DType.BOOL, ins[0].shape)
@@ -303,7 +343,8 @@ def _as_strided(ins, a: O.StridedAttrs):
 _RULES = {
     **{op: _binary(op) for op in O.BINARY}, **{op: _unary for op in O.UNARY},
     **{op: _compare for op in O.COMPARE + O.LOGIC}, Op.NOT: _not, Op.WHERE: _where,
-    Op.CUMSUM: _cumsum,
+    Op.CUMSUM: _cumsum, Op.TOPK: _topk, Op.SORT: _sort, Op.HISTC: _histc,
+    Op.INVERSE_PERM: _inverse_perm, Op.GROUPED_MM: _grouped_mm,
     Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.EMBEDDING: _embedding,
     Op.MEAN: _reduce, Op.SUM: _reduce,
     Op.AMAX: _reduce, Op.AMIN: _reduce, Op.ARGMAX: _argmax,

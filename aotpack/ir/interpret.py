@@ -96,6 +96,38 @@ def _pool(a, x):
     return y.permute(0, 2, 3, 1)
 
 
+def _topk(a, x):
+    # the kernel's rule for equal values: the first index (torch.topk leaves it open)
+    values, indices = x.sort(dim=-1, descending=True, stable=True)
+    return (indices if a.indices else values)[..., :a.k]
+
+
+def _sort(a, x):
+    values, order = x.sort(stable=True)
+    return order if a.indices else values
+
+
+def _inverse_perm(a, order):
+    import torch
+
+    out = torch.empty_like(order, dtype=torch.int64)
+    out[order.long()] = torch.arange(order.numel())
+    return out
+
+
+def _grouped_mm(a, x, w, offs):
+    """Group g: rows offs[g-1]..offs[g] of x times w[g], f32 accumulation; rows past the
+    last offset are 0."""
+    import torch
+
+    out = torch.zeros(x.shape[0], w.shape[2], dtype=torch.float32)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        out[start:end] = x[start:end].float() @ w[g].float()
+        start = end
+    return out
+
+
 def _build():
     import torch
     import torch.nn.functional as F
@@ -106,6 +138,8 @@ def _build():
         Op.EMBEDDING: lambda a, table, ids: F.embedding(ids.long(), table),
         Op.ADD: _binary(lambda x, y: x + y), Op.SUB: _binary(lambda x, y: x - y),
         Op.MUL: _binary(lambda x, y: x * y), Op.DIV: _binary(lambda x, y: x / y),
+        Op.FLOORDIV: _binary(lambda x, y: T.div(T.as_tensor(x), T.as_tensor(y),
+                                                rounding_mode="floor")),
         Op.MAX: _binary(lambda x, y: T.maximum(T.as_tensor(x), T.as_tensor(y))),
         Op.MIN: _binary(lambda x, y: T.minimum(T.as_tensor(x), T.as_tensor(y))),
         Op.POW: _binary(lambda x, y: x ** y),
@@ -125,6 +159,9 @@ def _build():
         Op.NOT: lambda a, x: T.logical_not(x),
         Op.CUMSUM: lambda a, x: x.cumsum(a.dim, dtype=a.dtype.to_torch()),
         Op.WHERE: lambda a, c, x, y: T.where(c, x, y),
+        Op.TOPK: _topk, Op.SORT: _sort, Op.INVERSE_PERM: _inverse_perm,
+        Op.HISTC: lambda a, x: T.histc(x.float(), a.bins, a.lo, a.hi),
+        Op.GROUPED_MM: _grouped_mm,
         Op.MEAN: lambda a, x: x.mean(dim=a.dims, keepdim=a.keepdim),
         Op.SUM: lambda a, x: x.sum(dim=a.dims, keepdim=a.keepdim),
         Op.AMAX: lambda a, x: x.amax(dim=a.dims, keepdim=a.keepdim),

@@ -25,6 +25,7 @@ class Op(enum.Enum):
     SUB = "sub"
     MUL = "mul"
     DIV = "div"
+    FLOORDIV = "floordiv"  # torch.div(rounding_mode="floor"): integers stay integers
     MAX = "max"
     MIN = "min"
     POW = "pow"
@@ -69,6 +70,15 @@ class Op(enum.Enum):
     RMS_NORM = "rms_norm"  # (x [, w]) over the last `ndim` dims
     LAYER_NORM = "layer_norm"  # (x [, w [, b]])
     CUMSUM = "cumsum"  # prefix sums along `dim` (ScanAttrs), in the result dtype
+    # mixture-of-experts routing (frontend/aten_moe.py): one output each, so topk and sort
+    # are two nodes (values, indices) over the same input
+    TOPK = "topk"  # (x[..., C]) -> [..., k]: the k largest of the last dim (TopkAttrs)
+    SORT = "sort"  # (x[N] integer) -> [N]: ascending, stable (SortAttrs: values or order)
+    HISTC = "histc"  # (x[N]) -> [bins] f32: counts per equal-width bin of [lo, hi] (HistcAttrs)
+    INVERSE_PERM = "inverse_perm"  # (order[N] a permutation) -> out[order[i]] = i, int64
+    # (a[T, K], b[E, K, N], offs[E] int32 cumulative row ends) -> [T, N]: rows
+    # offs[g-1]..offs[g] of a times b[g] (torch._grouped_mm); rows past offs[E-1] are 0
+    GROUPED_MM = "grouped_mm"
     SDPA = "sdpa"  # (q[B,Hq,S,D], k[B,Hkv,T,D], v[B,Hkv,T,Dv])
     ROPE = "rope"  # (x[B,H,S,D], cos, sin) rotate-half form
     # silu(gate) * up of a gate/up linear whose weight rows are interleaved in blocks of
@@ -93,7 +103,7 @@ class Op(enum.Enum):
     AS_STRIDED = "as_strided"
 
 
-BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.MAX, Op.MIN, Op.POW)
+BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MAX, Op.MIN, Op.POW)
 UNARY = (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.ABS, Op.SIN, Op.COS, Op.TANH,
          Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.RELU6, Op.HARDSWISH, Op.HARDSIGMOID)
 COMPARE = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
@@ -145,6 +155,24 @@ class SoftmaxAttrs:
 class ScanAttrs:
     dim: int  # non-negative
     dtype: DType  # torch's: int64 for integer and bool inputs unless asked
+
+
+@dataclass(frozen=True)
+class TopkAttrs:
+    k: int
+    indices: bool  # the node's output: the int64 indices, else the values
+
+
+@dataclass(frozen=True)
+class SortAttrs:
+    indices: bool  # the node's output: the permutation (int64), else the sorted values
+
+
+@dataclass(frozen=True)
+class HistcAttrs:
+    bins: int
+    lo: float
+    hi: float
 
 
 @dataclass(frozen=True)
@@ -247,7 +275,7 @@ class StridedAttrs:
 Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, ScanAttrs,
               NormAttrs,
               SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
-              StridedAttrs, SwiGLUAttrs, ConvAttrs, PoolAttrs]
+              StridedAttrs, SwiGLUAttrs, ConvAttrs, PoolAttrs, TopkAttrs, SortAttrs, HistcAttrs]
 
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY + COMPARE + LOGIC}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
@@ -259,6 +287,7 @@ ATTRS_TYPE: dict[Op, type] = {
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,
     Op.AS_STRIDED: StridedAttrs, Op.SWIGLU: SwiGLUAttrs,
     Op.CONV: ConvAttrs, Op.POOL: PoolAttrs,
+    Op.TOPK: TopkAttrs, Op.SORT: SortAttrs, Op.HISTC: HistcAttrs,
 }
 
 

@@ -335,8 +335,62 @@ class ScanOp:
     out: TensorArg
 
 
+@dataclass(frozen=True)
+class TopkOp:
+    """out[R, k] = the k largest of each row of x[R, C] (descending; equal values in index
+    order, as a stable descending sort; torch.topk leaves that order open): their values (cast to out.dtype) or, with `indices`, their int64
+    column indices."""
+
+    x: TensorArg
+    out: TensorArg
+    k: int
+    indices: bool
+
+
+@dataclass(frozen=True)
+class SortOp:
+    """x[N] integers sorted ascending, stable: out the sorted values or, with `indices`, the
+    int64 permutation (out[r] = the index of the r-th smallest)."""
+
+    x: TensorArg
+    out: TensorArg
+    indices: bool
+
+
+@dataclass(frozen=True)
+class HistcOp:
+    """out[bins] = counts of x[N] in equal-width bins of [lo, hi] (torch.histc: hi falls in
+    the last bin, values outside are not counted)."""
+
+    x: TensorArg
+    out: TensorArg
+    lo: float
+    hi: float
+
+
+@dataclass(frozen=True)
+class InversePermOp:
+    """out[order[i]] = i for a permutation order[N] (int64 out)."""
+
+    order: TensorArg
+    out: TensorArg
+
+
+@dataclass(frozen=True)
+class GroupedMmOp:
+    """out[T, N] = a[T, K] @ b[g] for the rows of group g, offs[g-1] <= row < offs[g]
+    (offs[-1] = 0; offs int32/int64 cumulative ends, E of them); rows past offs[E-1] are 0.
+    f32 accumulation; b a strided [E, K, N] view (a weight's permute)."""
+
+    a: TensorArg
+    b: TensorArg
+    offs: TensorArg
+    out: TensorArg
+
+
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
-                 EmbeddingOp, PointwiseOp, ConvOp, PoolOp, ScanOp, BmmOp]
+                 EmbeddingOp, PointwiseOp, ConvOp, PoolOp, ScanOp, BmmOp, TopkOp, SortOp,
+                 HistcOp, InversePermOp, GroupedMmOp]
 
 
 def op_inputs(op: KernelOp) -> list[TensorArg]:
@@ -349,8 +403,12 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.x] + ([op.weight] if op.weight is not None else [])
     if isinstance(op, LayerNormOp):
         return [op.x] + [t for t in (op.weight, op.bias) if t is not None]
-    if isinstance(op, (SoftmaxOp, ReduceOp, ScanOp)):
+    if isinstance(op, (SoftmaxOp, ReduceOp, ScanOp, TopkOp, SortOp, HistcOp)):
         return [op.x]
+    if isinstance(op, InversePermOp):
+        return [op.order]
+    if isinstance(op, GroupedMmOp):
+        return [op.a, op.b, op.offs]
     if isinstance(op, BmmOp):
         return [op.a, op.b]
     if isinstance(op, RopeOp):

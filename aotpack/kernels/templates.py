@@ -25,7 +25,7 @@ import importlib
 
 from aotpack.kernels.spec import (
     AttentionOp, ConvOp, EmbeddingOp, KernelOp, PoolOp, LayerNormOp, PointwiseOp, ReduceOp,
-    RMSNormOp, RopeOp, ScanOp, BmmOp,
+    RMSNormOp, RopeOp, ScanOp, BmmOp, TopkOp, SortOp, HistcOp, InversePermOp, GroupedMmOp,
     SoftmaxOp, Target,
 )
 
@@ -226,6 +226,36 @@ class ScanTemplate(Template):
     sources = TRITON_COMMON + ("triton/scan.py",)
 
 
+class RoutingTemplate(Template):
+    """Mixture-of-experts routing (triton/routing.py): topk, sort, histc, inverse
+    permutation. Small kernels; one config each."""
+
+    module = "routing"
+    sources = TRITON_COMMON + ("triton/routing.py",)
+
+    def __init__(self, name: str, op_type: type):
+        self.name, self.op_type = name, op_type
+
+
+class GroupedMmTemplate(Template):
+    """Bucketed by the routed rows T*k: decode (a few rows per expert) wants short, wide
+    tiles; prefill square ones (triton/grouped_mm.default_config)."""
+
+    name, op_type, module = "grouped_mm", GroupedMmOp, "grouped_mm"
+    sources = TRITON_COMMON + ("triton/grouped_mm.py",)
+
+    def bucket_size(self, op):
+        return op.a.shape[0]
+
+    def default_config(self, op, target, backend="triton"):
+        return {"template": "grouped_mm.triton", **self.triton().default_config(op)}
+
+    def describe(self, op):
+        t, k = op.a.shape
+        e, _, n = op.b.shape
+        return f"grouped_mm T={t} E={e} K={k} N={n} {op.a.dtype.value}"
+
+
 class PoolTemplate(Template):
     name, op_type, module = "pool", PoolOp, "pool"
     sources = TRITON_COMMON + ("triton/pool.py",)
@@ -256,7 +286,10 @@ def _registry() -> dict[type, Template]:
                  RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),
                  RowwiseTemplate("reduce", ReduceOp, _ROWWISE),
                  RopeTemplate(), EmbeddingTemplate(), PointwiseTemplate(), ConvTemplate(),
-                 PoolTemplate(), ScanTemplate(), BmmTemplate()]
+                 PoolTemplate(), ScanTemplate(), BmmTemplate(),
+                 RoutingTemplate("topk", TopkOp), RoutingTemplate("sort", SortOp),
+                 RoutingTemplate("histc", HistcOp),
+                 RoutingTemplate("inverse_perm", InversePermOp), GroupedMmTemplate()]
     return {t.op_type: t for t in templates}
 
 

@@ -24,7 +24,7 @@ from aotpack.kernels.spec import (
     AttentionOp, BmmOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
     PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous, op_inputs,
 )
-from aotpack.passes import lower_conv, lower_reductions, pointwise as pw
+from aotpack.passes import lower_conv, lower_moe, lower_reductions, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
 from aotpack.passes.views import View, compose, is_reshape, normalized
 from aotpack.program import Program, Storage
@@ -448,7 +448,7 @@ _LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
           Op.MATMUL: _Lowering._lower_bmm,
           Op.EMBEDDING: _Lowering._lower_embedding,
           Op.RMS_NORM: _Lowering._lower_rms_norm, Op.POOL: lower_conv.lower_pool,
-          **lower_reductions.RULES}
+          **lower_reductions.RULES, **lower_moe.RULES}
 
 
 # ---------------------------------------------------------------------- TensorArg helpers

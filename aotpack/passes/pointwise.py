@@ -18,7 +18,7 @@ _UNARY_FN = {
     Op.SIGMOID: "sigmoid", Op.RELU: "relu", Op.SILU: "silu", Op.RELU6: "relu6",
     Op.HARDSWISH: "hardswish", Op.HARDSIGMOID: "hardsigmoid",
 }
-_BINARY_FN = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.DIV: "div", Op.MAX: "max",
+_BINARY_FN = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.DIV: "div", Op.FLOORDIV: "floordiv", Op.MAX: "max",
               Op.MIN: "min", Op.POW: "pow", Op.EQ: "eq", Op.NE: "ne", Op.LT: "lt",
               Op.LE: "le", Op.GT: "gt", Op.GE: "ge", Op.AND: "and", Op.OR: "or"}
 

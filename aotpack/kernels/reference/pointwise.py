@@ -26,6 +26,7 @@ def _binary(fn: str, a, b):
 
     table = {
         "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+        "floordiv": lambda x, y: torch.div(x, y, rounding_mode="floor"),
         "max": torch.maximum, "min": torch.minimum, "pow": torch.pow,
         "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
         "ge": torch.ge, "and": lambda x, y: (x != 0) & (y != 0),
@@ -38,7 +39,7 @@ def _binary(fn: str, a, b):
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "silu",
          "abs", "recip", "gelu_tanh", "gelu_erf", "relu6", "hardswish", "hardsigmoid", "not")
-BINARY = ("add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge",
+BINARY = ("add", "sub", "mul", "div", "floordiv", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge",
           "and", "or")
 
 

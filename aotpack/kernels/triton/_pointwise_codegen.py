@@ -31,6 +31,7 @@ UNARY = {
 }
 BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "floordiv": "tl.floor({0} / {1})",  # in int64: _Emitter._call
     "max": "tl.maximum({0}, {1})", "min": "tl.minimum({0}, {1})", "pow": "_pow({0}, {1})",
 }
 # Comparisons and logic give 1 / 0 in the compute type (so they can be summed, multiplied or
@@ -42,7 +43,7 @@ PREDICATES = {
 }
 # What an all-integer expression may use and stay exact in int64 (ids past 2**24 compared,
 # offset, masked: f32 would round them)
-INTEGER_EXACT = {"add", "sub", "mul", "max", "min", "neg", "abs", *PREDICATES, "where"}
+INTEGER_EXACT = {"add", "sub", "mul", "floordiv", "max", "min", "neg", "abs", *PREDICATES, "where"}
 # pow by a constant exponent: cheaper and exact forms.
 _POW_CONST = {2.0: "({0} * {0})", 3.0: "({0} * {0} * {0})", 1.0: "({0} + 0.0)",
               0.5: "tl.sqrt({0})", -1.0: "(1.0 / {0})", -0.5: "tl.rsqrt({0})"}
@@ -55,6 +56,13 @@ def _tanh(x):
     t = tl.exp2(-2.8853900817779268 * tl.abs(x))  # exp(-2|x|) in (0, 1]
     y = (1.0 - t) / (1.0 + t)
     return tl.where(x < 0, -y, y)
+
+
+@triton.jit
+def _floordiv_int(a, b):
+    # torch's floor division of integers rounds toward -inf, Triton's // toward 0
+    q = a // b
+    return q - ((q * b != a) & ((a < 0) != (b < 0))).to(q.dtype)
 
 
 @triton.jit
@@ -200,6 +208,8 @@ class _Emitter:
             form = _POW_CONST.get(float(node.args[1].value))
             if form is not None:
                 return form.format(self.emit(node.args[0]))
+        if node.fn == "floordiv" and self.ctype == "tl.int64" and len(node.args) == 2:
+            return f"_floordiv_int({self.emit(node.args[0])}, {self.emit(node.args[1])})"
         if node.fn in BINARY and len(node.args) == 2:
             return BINARY[node.fn].format(self.emit(node.args[0]), self.emit(node.args[1]))
         if node.fn in PREDICATES and len(node.args) == (1 if node.fn == "not" else 2):

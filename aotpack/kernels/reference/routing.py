@@ -1,0 +1,30 @@
+"""Torch references of the mixture-of-experts routing ops: TopkOp, SortOp, HistcOp,
+InversePermOp."""
+from __future__ import annotations
+
+from aotpack.kernels.reference import view, write
+from aotpack.kernels.spec import HistcOp, InversePermOp, SortOp, TopkOp
+
+
+def reference(op, env) -> None:
+    import torch
+
+    if isinstance(op, TopkOp):
+        # torch.topk leaves the order of equal values open (the CPU's k=1 picks the last);
+        # the kernel takes the first, as a stable descending sort does
+        values, indices = view(env, op.x).float().sort(dim=-1, descending=True, stable=True)
+        keep = indices if op.indices else values
+        write(env, op.out, keep[..., :op.k])
+    elif isinstance(op, SortOp):
+        values, order = view(env, op.x).long().sort(stable=True)
+        write(env, op.out, order if op.indices else values)
+    elif isinstance(op, HistcOp):
+        bins = op.out.shape[0]
+        write(env, op.out, torch.histc(view(env, op.x).double(), bins, op.lo, op.hi))
+    elif isinstance(op, InversePermOp):
+        order = view(env, op.order).long()
+        out = torch.empty_like(order)
+        out[order] = torch.arange(order.numel())
+        write(env, op.out, out)
+    else:
+        raise TypeError(f"not a routing op: {type(op).__name__}")
