@@ -2,11 +2,16 @@
 
 A CONV's weight is a constant (the frontend refuses others), packed here once at build time in
 the layout its kernel reads (spec.ConvOp); the unpacked constant is then read by no kernel and
-is not stored. The epilogue is built as a GEMM's (bias, activations, residual add, ...)."""
+is not stored. The epilogue is built as a GEMM's (bias, activations, residual add, ...).
+
+A pointwise convolution (1x1, stride 1, no padding, one group) over a channels-last tensor is a
+plain GEMM of the [pixels, channels] view by the [OC, C] weight: it becomes a GemmOp, so it
+runs the GEMM template (TMA loads, its heuristics, its tuned configs and split-K for the few
+rows of a squeeze-excitation FC) instead of the implicit GEMM's gathers."""
 from __future__ import annotations
 
 from aotpack.ir.graph import Node, Value
-from aotpack.kernels.spec import ConvOp, PoolOp
+from aotpack.kernels.spec import ConvOp, GemmOp, PoolOp
 from aotpack.passes.fold_conv_bn import constant_tensor
 
 
@@ -39,9 +44,30 @@ def lower_conv(lw, chain) -> None:
     out2d = _flatten_rows(out)
     if out2d is None:
         lw._fail(root, f"its output view {out.shape} / {out.strides} is not [pixels, channels]")
+    gemm_a = _pointwise_gemm_operand(x, w_arg, a, (kh, kw))
+    if gemm_a is not None:
+        lw.ops.append(GemmOp(gemm_a, w_arg, out2d, tuple(epilogue)))
+        return
     out_hw = tuple(root.output.shape[1:3])
     lw.ops.append(ConvOp(x, w_arg, out2d, (kh, kw), tuple(a.stride), tuple(a.padding),
                          tuple(a.dilation), a.groups, out_hw, tuple(epilogue)))
+
+
+def _pointwise_gemm_operand(x, w_arg, attrs, kernel):
+    """x as the [pixels, C] A operand of a GEMM when the conv is one (1x1, stride 1, no
+    padding, one group, x viewable as rows of contiguous channels the GEMM template can load
+    by TMA, a dtype it runs); else None."""
+    from aotpack.kernels.gemm_template import GemmTemplate
+    from aotpack.kernels.triton.gemm import tma_problem
+
+    if kernel != (1, 1) or tuple(attrs.stride) != (1, 1) or attrs.groups != 1 \
+            or any(map(any, attrs.padding)):
+        return None
+    a = _flatten_rows(x)
+    if a is None or a.strides[1] != 1 or tma_problem(a) or tma_problem(w_arg):
+        return None
+    probe = GemmOp(a, w_arg, a)  # supports() looks at the operands' dtypes only
+    return a if GemmTemplate().supports(probe) is None else None
 
 
 def _flatten_rows(arg):

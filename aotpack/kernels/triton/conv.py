@@ -28,7 +28,10 @@ from aotpack.kernels.triton.gemm_epilogue import (
     MAX_STEPS, MAX_TENSOR_OPERANDS, _epilogue_step, epilogue_steps,
 )
 
-_DOT_DTYPES = (DType.BF16, DType.F16)
+# f32 convolutions run tl.dot on tf32 tensor cores (10-bit mantissa, f32 accumulation): what
+# eager torch does for f32 convolutions by default (torch.backends.cudnn.allow_tf32 is True),
+# so the bundle's numerics are the peer's, at tensor-core speed (f32 FMA would be ~8x slower)
+_DOT_DTYPES = (DType.BF16, DType.F16, DType.F32)
 _DIRECT_DTYPES = (DType.BF16, DType.F16, DType.F32)
 
 
@@ -173,9 +176,10 @@ def supports(op: ConvOp) -> str | None:
                 f"{MAX_TENSOR_OPERANDS} tensor operands")
     dtypes = _DIRECT_DTYPES if op.depthwise else _DOT_DTYPES
     if op.x.dtype not in dtypes or op.w.dtype != op.x.dtype:
-        return (f"convolutions run on tensor cores in bf16 or f16, and this one's input is "
-                f"{op.x.dtype.value}: build with --dtype bf16 (casts the model's weights and "
-                f"float inputs), or cast the model where it is made")
+        return (f"convolutions run in bf16, f16 or f32 (tf32 tensor cores), and this one's "
+                f"input is {op.x.dtype.value} with a {op.w.dtype.value} weight: give the model "
+                f"one float dtype, or build with --dtype bf16 (casts the model's weights and "
+                f"float inputs)")
     if op.out.dtype not in _DIRECT_DTYPES:
         return f"output dtype {op.out.dtype.value} (bf16, f16 or f32)"
     return None

@@ -28,6 +28,8 @@ def default_config(op: ConvOp, target: Target) -> dict:
     cg, ocg = c // op.groups, op.out.shape[1] // op.groups
     flat = cg < 16
     bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
+    if op.x.dtype.nbytes == 4:  # tf32: a 128-byte row is 32 elements; the stages fit in smem
+        bk = min(bk, 32)
     bn = _pow2_at_least(ocg, 16, 128)
     bm = 128 if m >= 128 * target.sm_count // max(1, ocg // bn) else 64
     big = bm * bn >= 128 * 128
