@@ -258,11 +258,23 @@ def test_uneven_adaptive_pool_is_refused():
     _refused(nn.AdaptiveAvgPool2d(3).eval(), torch.randn(1, 4, 7, 7), "adaptive", "7x7")
 
 
-def test_f32_conv_build_names_the_dtype():
+def test_f32_conv_runs_on_tf32_tensor_cores():
+    """An f32 convolution is supported: tl.dot on tf32 (what cuDNN does for f32 by default),
+    K steps of 32 elements (one 128-byte row) so the stages fit in shared memory."""
+    from aotpack.kernels.triton import conv as conv_kernels
+    from program_checks import sass_or_skip
+
     model, x = conv_nets.make("resnet18")
     program = compile_graph(to_graph(model, [x]))
-    conv = next(op for op in program.ops if isinstance(op, ConvOp) and not op.depthwise)
-    assert "--dtype bf16" in template_for(conv).supports(conv)
+    conv = max((op for op in program.ops if isinstance(op, ConvOp) and op.kernel == (3, 3)),
+               key=lambda op: op.x.shape[3])  # 128 channels: bf16 would take BK=64
+    assert template_for(conv).supports(conv) is None
+    from aotpack.kernels.spec import SM90
+    from aotpack.kernels.triton import conv_configs
+
+    assert conv_configs.default_config(conv, SM90)["BK"] == 32
+    launches = conv_kernels.compile(conv)
+    assert "TF32" in sass_or_skip(launches[0].kernel.cubin)
 
 
 def test_pool_op_has_a_template():
