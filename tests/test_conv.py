@@ -150,6 +150,7 @@ POOL_CASES = [
     ("avg_divisor", nn.AvgPool2d(2, divisor_override=3), (2, 8, 6, 6)),
     ("adaptive_2x2", nn.AdaptiveAvgPool2d(2), (2, 8, 6, 6)),
     ("global", nn.AdaptiveAvgPool2d(1), (2, 8, 5, 7)),
+    ("max_global", nn.MaxPool2d((5, 7)), (2, 8, 5, 7)),
 ]
 
 
@@ -195,6 +196,20 @@ def test_kernels_interpreted_on_geometries():
         programs.append((compile_graph(to_graph(m, [x])), x))
     checked = sum(check_kernels_interpreted(p, [x]) for p, x in programs)
     assert checked >= len(CONV_CASES) + 2 * len(POOL_CASES) - 1
+
+
+@pytest.mark.parametrize("batch,size,channels", [(1, 30, 40), (3, 9, 72)])
+def test_global_pool_kernel(batch, size, channels):
+    """Global pooling streams each image in [BR, BC] tiles (its own kernel): ragged pixel and
+    channel tails, batch 1 (16 channels per program) and more."""
+    from aotpack.kernels import compile as compile_op
+
+    model = conv_nets.SqueezeExcitation(channels, 8).eval().to(torch.bfloat16)
+    x = torch.randn(batch, channels, size, size).to(torch.bfloat16)
+    program = compile_graph(to_graph(model, [x]))
+    pool = next(op for op in program.ops if isinstance(op, PoolOp))
+    assert compile_op(pool)[0].kernel.entry == "global_pool_kernel"
+    assert check_kernels_interpreted(program, [x]) == 2  # the conv and the pool
 
 
 def test_resnet18_kernels_compile_for_sm90():
