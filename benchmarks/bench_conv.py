@@ -6,6 +6,8 @@
     OUT=/dir python benchmarks/bench_conv.py ...   # rows also go to $OUT/conv_bench_*.json,
                                                    # rewritten after every row
     --contenders eager,aotpack,compile,aoti   (default: all four, run in that order)
+    --kernels   aotpack rows also get GPU ms per kernel name and a device copy of the
+                depthwise convs' bytes (their bandwidth floor)
 
 Models: torchvision's own (random weights) where torchvision imports, else
 examples/vision_nets.py's definitions of the same layers; batch norms and layer scales
@@ -93,6 +95,47 @@ def count_flops(model, x) -> int:
     return total[0]
 
 
+def depthwise_bytes(model, x) -> int:
+    """Bytes the depthwise convs must move at least (input read once, output written)."""
+    total = [0]
+
+    def hook(m, inp, out):
+        total[0] += (inp[0].numel() + out.numel()) * out.element_size()
+
+    hooks = [m.register_forward_hook(hook) for m in model.modules()
+             if isinstance(m, torch.nn.Conv2d) and m.groups > 1
+             and m.groups == m.in_channels == m.out_channels]
+    with torch.no_grad():
+        model(x)
+    for h in hooks:
+        h.remove()
+    return total[0]
+
+
+def kernel_times(fn, reps: int = 5) -> dict:
+    """GPU ms per forward by kernel name (CUPTI sees the kernels of graph replays too)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            out[e.key] = round(e.device_time_total / 1e3 / reps, 4)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def copy_ms(nbytes: int) -> float:
+    """A device copy reading and writing `nbytes` in all: the depthwise convs' floor."""
+    src = torch.empty(max(1, nbytes // 4), dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    return time_ms(lambda: dst.copy_(src), warmup=5, reps=20)
+
+
 def count_launches(fn) -> int | None:
     from torch.profiler import ProfilerActivity, profile
 
@@ -141,7 +184,7 @@ def run_compile(model, x, row):
     return lambda: compiled(x)
 
 
-def run_aotpack(model, x, row, name, batch, tmp: Path, tune: str):
+def run_aotpack(model, x, row, name, batch, tmp: Path, tune: str, kernel_report: bool):
     import aotpack
 
     factory = tmp / f"{name}_b{batch}.py"
@@ -165,7 +208,14 @@ def run_aotpack(model, x, row, name, batch, tmp: Path, tune: str):
     row["arena_mib"] = round(bundle.arena_bytes / 2**20, 1)
     row.update(_manifest_facts(folder))
     row["_keep"] = (bundle, session)  # alive while timed
-    return lambda: session.run([xn], out)[0]
+    fn = lambda: session.run([xn], out)[0]  # noqa: E731
+    if kernel_report:
+        row["kernel_ms"] = kernel_times(fn)
+        dw = depthwise_bytes(model, x)
+        if dw:
+            row["depthwise_mib"] = round(dw / 2**20, 1)
+            row["copy_same_bytes_ms"] = round(copy_ms(dw), 4)
+    return fn
 
 
 def _manifest_facts(folder: Path) -> dict:
@@ -249,7 +299,8 @@ def bench(name: str, batch: int, args, tmp: Path, sink) -> None:
                 with torch.no_grad():
                     fn = {"eager": run_eager, "compile": run_compile}[contender](model, x, row) \
                         if contender != "aotpack" else \
-                        run_aotpack(model, x, row, name, batch, tmp, args.tune)
+                        run_aotpack(model, x, row, name, batch, tmp, args.tune,
+                                    args.kernels)
                     measure(row, fn, want, batch)
         except Exception as e:  # report and go on
             traceback.print_exc()
@@ -286,6 +337,11 @@ def main() -> None:
     p.add_argument("--contenders", default=",".join(CONTENDERS))
     p.add_argument("--tune", default="none", choices=["none", "fast", "full"])
     p.add_argument("--aoti-timeout", type=int, default=420)
+    p.add_argument("--kernels", action="store_true",
+                   help="aotpack rows: GPU ms per kernel name, and the depthwise convs' bytes "
+                        "timed as one device copy (their floor)")
+    p.add_argument("--keep", default=None,
+                   help="build the bundles here and keep them (benchmarks/profile_bundle.py)")
     args = p.parse_args()
     args.models = list(MODELS) if args.models == "all" else args.models.split(",")
     args.contenders = args.contenders.split(",")
@@ -308,9 +364,11 @@ def main() -> None:
                  "torch": torch.__version__, "results": rows}, indent=1))
 
     with tempfile.TemporaryDirectory(prefix="aotpack-bench-conv-") as tmp:
+        work = Path(args.keep) if args.keep else Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for name in args.models:
             for batch in (int(b) for b in args.batches.split(",")):
-                bench(name, batch, args, Path(tmp), sink)
+                bench(name, batch, args, work, sink)
     print_table(rows)
 
 
