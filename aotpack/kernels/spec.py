@@ -278,6 +278,8 @@ class ConvOp:
     """2-D convolution (1-D: H = KH = 1), channels-last, f32 accumulation, then the epilogue
     (as GemmOp's: the output is out[M = N*OH*OW, OC], a pixel per row) and a cast to out.dtype.
     x is a 4-D view [N, H, W, C] (any strides: a model's NCHW input is read where it lies).
+    out is a 2-D view [M, OC], or a 4-D view [N, OH, OW, OC] of any strides (a model's NCHW
+    output written where it lies); the epilogue's tensor operands are [M, OC] views.
     w is packed at build time, contiguous: [OC, KH*KW*C/groups] with K ordered (kh, kw, c) for
     the implicit GEMM; for a depthwise conv (`depthwise`: groups == C == OC) [KH*KW, C].
     padding is ((top, bottom), (left, right)); out_hw = (OH, OW)."""
@@ -294,9 +296,19 @@ class ConvOp:
     epilogue: tuple[EpilogueStep, ...] = ()
 
     @property
+    def rows(self):
+        """M = N*OH*OW: the output pixels."""
+        s = self.out.shape
+        return s[0] if len(s) == 2 else s[0] * s[1] * s[2]
+
+    @property
+    def out_channels(self) -> int:
+        return self.out.shape[-1]
+
+    @property
     def depthwise(self) -> bool:
         c = self.x.shape[3]
-        return self.groups == c and self.out.shape[1] == c and c > 1
+        return self.groups == c and self.out_channels == c and c > 1
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ class ConvTemplate(Template):
         return self.triton().supports(op)
 
     def bucket_size(self, op):
-        return op.out.shape[0]
+        return op.rows
 
     def default_config(self, op, target, backend="triton"):
         return {"template": "conv.triton", **self._configs().default_config(op, target)}
@@ -195,7 +195,7 @@ class ConvTemplate(Template):
 
     def describe(self, op):
         n, h, w, c = op.x.shape
-        oc = op.out.shape[1]
+        oc = op.out_channels
         kind = "depthwise " if op.depthwise else ""
         geo = f"{op.kernel[0]}x{op.kernel[1]}/s{op.stride[0]}x{op.stride[1]}"
         if op.dilation != (1, 1):

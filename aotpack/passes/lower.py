@@ -159,8 +159,7 @@ class _Lowering:
             return
         src = view_node.inputs[0]
         view_users = len(self.users.get(view.name, [])) + (output_name is not None)
-        if not (_kernel_writes_strided(self._writer(src))
-                and src.name not in self.chain_of  # a GEMM writes 2-D row-major views
+        if not (self._writes_any_view(src)
                 and src.name not in self.preset
                 and len(self.users.get(src.name, [])) == 1 and view_users == 1
                 and src.name not in self.g.output_names()):
@@ -173,6 +172,15 @@ class _Lowering:
         out = self._new_storage(dest, storage_name=src.name)
         inverse = normalized(View(tuple(src.shape), inverse)).strides
         self.preset[src.name] = TensorArg(out.storage, src.dtype, tuple(src.shape), inverse, 0)
+
+    def _writes_any_view(self, src: Value) -> bool:
+        """Whether the kernel writing `src` can write it through any strided view: not a GEMM
+        (2-D row-major views), but a convolution chain's end (its pixel rows' own strides: a
+        model's NCHW output is written in place, no copy after the last conv)."""
+        chain = self.chain_of.get(src.name)
+        if chain is not None:
+            return chain.root.op == Op.CONV and chain.end == src and len(src.shape) in (3, 4)
+        return _kernel_writes_strided(self._writer(src))
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Program:
@@ -488,7 +496,8 @@ def _inverse_permutation(attrs: O.StridedAttrs, src_shape) -> tuple[int, ...] | 
     from aotpack.ir.types import contiguous_strides
 
     src_strides = contiguous_strides(src_shape)
-    if attrs.offset != 0 or Counter(attrs.shape) != Counter(src_shape):
+    sizes = lambda shape: Counter(d for d in shape if d != 1)  # noqa: E731 (1s hold no data:
+    if attrs.offset != 0 or sizes(attrs.shape) != sizes(src_shape):  # a Conv1d's H = 1)
         return None
     view_strides = contiguous_strides(attrs.shape)
     out = [0] * len(src_shape)

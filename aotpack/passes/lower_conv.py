@@ -11,7 +11,7 @@ rows of a squeeze-excitation FC) instead of the implicit GEMM's gathers."""
 from __future__ import annotations
 
 from aotpack.ir.graph import Node, Value
-from aotpack.kernels.spec import ConvOp, GemmOp, PoolOp
+from aotpack.kernels.spec import ConvOp, GemmOp, PoolOp, TensorArg
 from aotpack.passes.fold_conv_bn import constant_tensor
 
 
@@ -42,9 +42,15 @@ def lower_conv(lw, chain) -> None:
     epilogue = lw._epilogue(chain)
     out = lw._new_storage(chain.end)
     out2d = _flatten_rows(out)
-    if out2d is None:
+    if out2d is None and len(out.shape) == 3 and root.output.shape[1] == 1:  # Conv1d: [N, L, C]
+        n, length, oc = out.shape
+        out = TensorArg(out.storage, out.dtype, (n, 1, length, oc),
+                        (out.strides[0], 0, out.strides[1], out.strides[2]), out.offset)
+    if out2d is None and len(out.shape) != 4:
         lw._fail(root, f"its output view {out.shape} / {out.strides} is not [pixels, channels]")
-    gemm_a = _pointwise_gemm_operand(x, w_arg, a, (kh, kw))
+    # (not 2-D: the conv writes the model's NCHW output in place, lower.py _try_elide)
+    out2d = out if out2d is None else out2d
+    gemm_a = _pointwise_gemm_operand(x, w_arg, a, (kh, kw)) if len(out2d.shape) == 2 else None
     if gemm_a is not None:
         lw.ops.append(GemmOp(gemm_a, w_arg, out2d, tuple(epilogue)))
         return

@@ -25,4 +25,4 @@ def reference(op: ConvOp, env) -> None:
     x = F.pad(x, (pl, pr, pt, pb))
     y = F.conv2d(x, unpacked_weight(op, env), None, op.stride, 0, op.dilation, op.groups)
     acc = y.permute(0, 2, 3, 1).reshape(-1, y.shape[1])
-    write(env, op.out, apply_epilogue(acc, op.epilogue, env))
+    write(env, op.out, apply_epilogue(acc, op.epilogue, env).reshape(op.out.shape))

@@ -48,7 +48,7 @@ def _pixels(offs_m, OH, OW, SH: tl.constexpr, SW: tl.constexpr, PT: tl.constexpr
 
 
 @triton.jit
-def _finish(acc, offs_m, offs_n, M, n_limit, out_ptr, s_om, s_on,
+def _finish(acc, offs_m, offs_n, M, n_limit, out_ptr, OH, OW, s_on, s_oh, s_ow, s_oc,
             S0: tl.constexpr, e0, e0_m, e0_n, S1: tl.constexpr, e1, e1_m, e1_n,
             S2: tl.constexpr, e2, e2_m, e2_n, S3: tl.constexpr, e3, e3_m, e3_n,
             S4: tl.constexpr, e4, e4_m, e4_n):
@@ -59,12 +59,16 @@ def _finish(acc, offs_m, offs_n, M, n_limit, out_ptr, s_om, s_on,
     acc = _epilogue_step(acc, S3, e3, e3_m, e3_n, offs_m, offs_n, M, n_limit)
     acc = _epilogue_step(acc, S4, e4, e4_m, e4_n, offs_m, offs_n, M, n_limit)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < n_limit)
-    ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
+    # the output pixel's own strides: [M, OC] rows, or an NCHW output written in place
+    ow = offs_m % OW
+    t = offs_m // OW
+    row = (t // OH) * s_on + (t % OH) * s_oh + ow * s_ow
+    ptrs = out_ptr + row[:, None] + offs_n[None, :] * s_oc
     tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
+def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow, s_oc,
                 M, H, W, OH, OW, C_G, OC_G, K_TOT,
                 e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                 e4, e4_m, e4_n,
@@ -125,13 +129,13 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
             b = tl.load(w_rows[:, None] + (tap * C_G + c)[None, :],
                         mask=n_ok[:, None] & c_ok[None, :], other=0.0)
             acc = tl.dot(a, b.T, acc)
-    _finish(acc, offs_m, offs_n, M, g * OC_G + OC_G, out_ptr, s_om, s_on,
+    _finish(acc, offs_m, offs_n, M, g * OC_G + OC_G, out_ptr, OH, OW, s_on, s_oh, s_ow, s_oc,
             S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n,
             S4, e4, e4_m, e4_n)
 
 
 @triton.jit
-def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
+def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow, s_oc,
                      M, H, W, OH, OW, C,
                      e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                      e4, e4_m, e4_n,
@@ -161,7 +165,7 @@ def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
                          mask=ok[:, None] & c_ok[None, :], other=0.0)
             wv = tl.load(w_ptr + (kh * KW + kw) * C + offs_c, mask=c_ok, other=0.0)
             acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
-    _finish(acc, offs_m, offs_c, M, C, out_ptr, s_om, s_on,
+    _finish(acc, offs_m, offs_c, M, C, out_ptr, OH, OW, s_on, s_oh, s_ow, s_oc,
             S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n,
             S4, e4, e4_m, e4_n)
 
@@ -189,6 +193,9 @@ def check_op(op: ConvOp) -> None:
     why = supports(op)
     if why is not None:
         raise ValueError(f"conv: {why}")
+    if len(op.out.shape) not in (2, 4):
+        raise ValueError(f"conv: the output must be a [M, OC] or [N, OH, OW, OC] view, got "
+                         f"{op.out}")
     if len(op.w.shape) != 2 or not op.w.is_contiguous():
         raise ValueError(f"conv: the packed weight must be a contiguous 2-D view, got {op.w}")
 
@@ -223,13 +230,22 @@ def _geometry_args(op: ConvOp) -> dict:
         "x_ptr": Ptr(op.x), "w_ptr": Ptr(op.w), "out_ptr": Ptr(op.out),
         "sx_n": int_arg(op.x.strides[0]), "sx_h": int_arg(op.x.strides[1]),
         "sx_w": int_arg(op.x.strides[2]), "sx_c": int_arg(op.x.strides[3]),
-        "s_om": int_arg(op.out.strides[0]), "s_on": int_arg(op.out.strides[1]),
-        "M": int_arg(op.out.shape[0]), "H": int_arg(h), "W": int_arg(w),
+        **{k: int_arg(s) for k, s in zip(("s_on", "s_oh", "s_ow", "s_oc"), _out_strides(op))},
+        "M": int_arg(op.rows), "H": int_arg(h), "W": int_arg(w),
         "OH": int_arg(op.out_hw[0]), "OW": int_arg(op.out_hw[1]),
         "KH": Const(kh), "KW": Const(kw), "SH": Const(sh), "SW": Const(sw),
         "PT": Const(pt), "PL": Const(pl), "DH": Const(dh), "DW": Const(dw),
         "WIDE_INDEX": Const(wide),
     }
+
+
+def _out_strides(op: ConvOp) -> tuple:
+    """(image, output row, output column, channel) strides of op.out, 2-D or 4-D."""
+    if len(op.out.shape) == 4:
+        return tuple(op.out.strides)
+    r, c = op.out.strides
+    oh, ow = op.out_hw
+    return oh * ow * r, ow * r, r, c
 
 
 def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
@@ -239,7 +255,7 @@ def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
     check_op(op)
     cfg = dict(conv_configs.default_config(op, SM90), **(config or {}))
     args = {**_geometry_args(op), **_epilogue_args(op)}
-    m, oc = op.out.shape
+    m, oc = op.rows, op.out_channels
     c = op.x.shape[3]
     if op.depthwise:
         args.update({"C": int_arg(c), "BP": Const(cfg["BP"]), "BC": Const(cfg["BC"])})

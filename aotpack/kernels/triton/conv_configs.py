@@ -24,7 +24,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def default_config(op: ConvOp, target: Target) -> dict:
-    m = upper_bound(op.out.shape[0])
+    m = upper_bound(op.rows)
     c = op.x.shape[3]
     if op.depthwise:
         bc = _pow2_at_least(c, 16, 64)
@@ -33,7 +33,7 @@ def default_config(op: ConvOp, target: Target) -> dict:
         while _cdiv(m, bp) * _cdiv(c, bc) < target.sm_count and (bc > 32 or bp > 16):
             bc, bp = (bc // 2, bp) if bc > 32 else (bc, bp // 2)
         return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2}
-    cg, ocg = c // op.groups, op.out.shape[1] // op.groups
+    cg, ocg = c // op.groups, op.out_channels // op.groups
     flat = cg < 16
     bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
     if op.x.dtype.nbytes == 4:  # tf32: a 128-byte row is 32 elements; the stages fit in smem
@@ -67,6 +67,6 @@ def candidate_configs(op: ConvOp, target: Target) -> list[dict]:
             variants += [{"BK": 32}, {"BK": 64, "num_stages": 3}]
     for v in variants:
         c = {**base, **v}
-        if c not in out and (op.depthwise or c["BN"] <= max(16, 2 * op.out.shape[1])):
+        if c not in out and (op.depthwise or c["BN"] <= max(16, 2 * op.out_channels)):
             out.append(c)
     return out
