@@ -20,7 +20,7 @@ from aotpack.errors import UserError  # noqa: E402
 from aotpack.frontend import to_graph  # noqa: E402
 from aotpack.ir.ops import Op  # noqa: E402
 from aotpack.kernels import template_for  # noqa: E402
-from aotpack.kernels.spec import ConvOp, PoolOp  # noqa: E402
+from aotpack.kernels.spec import ConvOp, PoolOp, op_inputs  # noqa: E402
 from aotpack.passes import compile_graph  # noqa: E402
 from aotpack.passes.pipeline import optimize  # noqa: E402
 from conv_checks import check_kernels_interpreted  # noqa: E402
@@ -211,6 +211,25 @@ def test_global_pool_kernel(batch, size, channels):
     pool = next(op for op in program.ops if isinstance(op, PoolOp))
     assert compile_op(pool)[0].kernel.entry == "global_pool_kernel"
     assert check_kernels_interpreted(program, [x]) == 2  # the conv and the pool
+
+
+def test_squeeze_excitation_gate_is_applied_by_the_next_conv():
+    """EfficientNet's MBConv: the SE gate x * s is not stored; the projection conv multiplies
+    its input tiles by s[n, c] as it loads them (ConvOp.x_scale). Eager's result in f32; the
+    kernels in the interpreter in bf16 (batch 3: the scale differs per image)."""
+    import vision_nets
+
+    torch.manual_seed(0)
+    block = conv_nets.randomize_batch_norms(vision_nets.MBConv(6, 3, 1, 16, 16)).eval()
+    program = check_matches_eager(block, [torch.randn(3, 16, 9, 9)], 1e-5)
+    scaled = [op for op in program.ops if isinstance(op, ConvOp) and op.x_scale is not None]
+    assert len(scaled) == 1 and scaled[0].x_scale.shape == (3, 96)
+    gate = scaled[0].x_scale.storage  # read by the conv only: no kernel multiplies it apart
+    assert [op for op in program.ops if gate in {t.storage for t in op_inputs(op)}] == scaled
+    x = torch.randn(3, 16, 9, 9).to(torch.bfloat16)
+    bf16 = compile_graph(to_graph(block.to(torch.bfloat16), [x]))
+    assert any(isinstance(op, ConvOp) and op.x_scale is not None for op in bf16.ops)
+    assert check_kernels_interpreted(bf16, [x]) >= 2
 
 
 def test_resnet18_kernels_compile_for_sm90():

@@ -119,21 +119,28 @@ def test_mobilenet_v3_plan():
 
 def test_efficientnet_b0_plan():
     """Every squeeze-excitation: global pool, FC + SiLU, FC + sigmoid (GEMM epilogues), and the
-    channel scale fused into the projection GEMM's A-load or left as one pointwise multiply."""
+    channel scale applied by the projection conv as it loads its input (no pointwise kernel)."""
     program = _plan("efficientnet_b0")
     convs = [op for op in program.ops if isinstance(op, ConvOp)]
     assert sorted({op.kernel for op in convs if op.depthwise}) == [(3, 3), (5, 5)]
     assert sum(op.depthwise for op in convs) == 16
     assert len(_gates(program, "sigmoid")) == 16
-    scales = [op for op in program.ops if isinstance(op, PointwiseOp)]
-    assert len(scales) <= 16
+    assert sum(op.x_scale is not None for op in convs) == 16  # the gate, applied by conv c
+    assert not any(isinstance(op, PointwiseOp) for op in program.ops)
+    assert sum(op.x_scale is not None for op in convs) == 16
 
 
 def test_convnext_tiny_plan():
     program = _plan("convnext_tiny")
     convs = [op for op in program.ops if isinstance(op, ConvOp)]
-    assert len(convs) == 18 and all(op.depthwise and op.kernel == (7, 7) for op in convs)
+    depthwise = [op for op in convs if op.depthwise]
+    assert len(depthwise) == 18 and all(op.kernel == (7, 7) for op in depthwise)
+    # the 2x2/s2 downsamplings read their LayerNorm's channels-last output in place; only the
+    # stem (the NCHW image) is copied into patches for its GEMM
+    down = [op for op in convs if not op.depthwise]
+    assert [op.kernel for op in down] == [(2, 2)] * 3 and all(op.x.strides[3] == 1 for op in down)
     kind = Counter(kinds(program))
+    assert kind["PointwiseOp"] == 1
     assert kind["LayerNormOp"] == 18 + 3 + 2  # blocks, downsamples, stem and head
     gelu = [op for op in program.ops if isinstance(op, GemmOp) and "gelu_erf" in _acts(op)]
     assert len(gelu) == 18
@@ -149,6 +156,7 @@ def test_regnet_y_400mf_plan():
     grouped = [op for op in convs if op.groups > 1 and not op.depthwise]
     assert len(grouped) == 16 and all(op.x.shape[3] // op.groups == 8 for op in grouped)
     assert len(_gates(program, "sigmoid")) == 16
+    assert sum(op.x_scale is not None for op in convs) == 16  # the gate, applied by conv c
 
 
 def test_f32_plans_keep_convs_and_gemms_apart():

@@ -56,8 +56,8 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
         raise Unsupported(f"padding={padding!r} left unresolved by torch.export")
     padding = _ints(padding, spatial)
     x, pads = cx.padded_source(x)  # a zero pad before the conv joins its padding
-    if spatial == 2 and not any(map(any, pads)) and _is_patch_embedding(x, w, stride, padding, dilation,
-                                                               groups):
+    if spatial == 2 and not any(map(any, pads)) and not _is_channels_last(cx, x) \
+            and _is_patch_embedding(x, w, stride, padding, dilation, groups):
         return _conv2d(cx, x, w, b, stride, padding, dilation, groups)  # one GEMM: fast
     if spatial == 1:
         stride, dilation, padding = (1,) + stride, (1,) + dilation, (0,) + padding
@@ -105,6 +105,14 @@ def _evaluate_from_constants(cx, v: Value, memo: dict, depth: int = 0):
         except NotImplementedError:
             memo[v.name] = None
     return memo[v.name]
+
+
+def _is_channels_last(cx, x: Value) -> bool:
+    """x is an NCHW view of a channels-last result (ConvNeXt's downsampling conv reads its
+    LayerNorm2d's output): the implicit GEMM reads it in place, where the patch-embedding GEMM
+    would first copy it into patches."""
+    node = next((m for m in reversed(cx.nodes) if m.outputs[0].name == x.name), None)
+    return node is not None and node.op == Op.PERMUTE and tuple(node.attrs.dims) == (0, 3, 1, 2)
 
 
 def _is_patch_embedding(x, w, stride, padding, dilation, groups) -> bool:

@@ -280,6 +280,8 @@ class ConvOp:
     x is a 4-D view [N, H, W, C] (any strides: a model's NCHW input is read where it lies).
     out is a 2-D view [M, OC], or a 4-D view [N, OH, OW, OC] of any strides (a model's NCHW
     output written where it lies); the epilogue's tensor operands are [M, OC] views.
+    x_scale, a [N, C] view: x is multiplied by it per image and input channel as it is loaded
+    (a squeeze-excitation's channel gate, applied by the convolution that reads its result).
     w is packed at build time, contiguous: [OC, KH*KW*C/groups] with K ordered (kh, kw, c) for
     the implicit GEMM; for a depthwise conv (`depthwise`: groups == C == OC) [KH*KW, C].
     padding is ((top, bottom), (left, right)); out_hw = (OH, OW)."""
@@ -294,6 +296,7 @@ class ConvOp:
     groups: int
     out_hw: tuple
     epilogue: tuple[EpilogueStep, ...] = ()
+    x_scale: TensorArg | None = None
 
     @property
     def rows(self):
@@ -351,7 +354,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
     if isinstance(op, PointwiseOp):
         return list(op.inputs)
     if isinstance(op, ConvOp):
-        return [op.x, op.w, *epilogue_operands(op.epilogue)]
+        scale = [op.x_scale] if op.x_scale is not None else []
+        return [op.x, op.w, *scale, *epilogue_operands(op.epilogue)]
     if isinstance(op, PoolOp):
         return [op.x]
     raise TypeError(f"not a kernel op: {type(op).__name__}")

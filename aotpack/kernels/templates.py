@@ -204,6 +204,8 @@ class ConvTemplate(Template):
             geo += f"/g{op.groups}"
         epi = ",".join(type(s).__name__[2:].lower() +
                        (f":{s.act.value}" if hasattr(s, "act") else "") for s in op.epilogue)
+        if op.x_scale is not None:
+            geo += " x*scale[n,c]"
         return (f"{kind}conv N={n} {h}x{w}x{c} -> {op.out_hw[0]}x{op.out_hw[1]}x{oc} {geo} "
                 f"{op.x.dtype.value}->{op.out.dtype.value} epilogue=[{epi}]")
 

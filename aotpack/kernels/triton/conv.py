@@ -69,7 +69,7 @@ def _finish(acc, offs_m, offs_n, M, n_limit, out_ptr, OH, OW, s_on, s_oh, s_ow, 
 
 @triton.jit
 def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow, s_oc,
-                M, H, W, OH, OW, C_G, OC_G, K_TOT,
+                xs_ptr, sxs_n, sxs_c, M, H, W, OH, OW, C_G, OC_G, K_TOT,
                 e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                 e4, e4_m, e4_n,
                 S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
@@ -77,7 +77,7 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow,
                 KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                 PT: tl.constexpr, PL: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                FLAT_K: tl.constexpr, WIDE_INDEX: tl.constexpr):
+                FLAT_K: tl.constexpr, WIDE_INDEX: tl.constexpr, X_SCALE: tl.constexpr):
     g = tl.program_id(1)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(OC_G, BN)
@@ -112,6 +112,10 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow,
                 & (iw < W)
             a = tl.load(x_rows[:, None] + ih * sx_h + iw * sx_w + c[None, :] * sx_c, mask=ok,
                         other=0.0)
+            if X_SCALE:
+                s = tl.load(xs_ptr + (n * sxs_n)[:, None] + (g * C_G + c)[None, :] * sxs_c,
+                            mask=ok, other=0.0)
+                a = (a.to(tl.float32) * s.to(tl.float32)).to(a.dtype)
             b = tl.load(w_rows[:, None] + k[None, :], mask=n_ok[:, None] & (k < K_TOT)[None, :],
                         other=0.0)
             acc = tl.dot(a, b.T, acc)
@@ -126,6 +130,10 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow,
             c_ok = c < C_G
             a = tl.load((x_rows + ih * sx_h + iw * sx_w)[:, None] + c[None, :] * sx_c,
                         mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+            if X_SCALE:
+                s = tl.load(xs_ptr + (n * sxs_n)[:, None] + (g * C_G + c)[None, :] * sxs_c,
+                            mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+                a = (a.to(tl.float32) * s.to(tl.float32)).to(a.dtype)
             b = tl.load(w_rows[:, None] + (tap * C_G + c)[None, :],
                         mask=n_ok[:, None] & c_ok[None, :], other=0.0)
             acc = tl.dot(a, b.T, acc)
@@ -196,6 +204,10 @@ def check_op(op: ConvOp) -> None:
     if len(op.out.shape) not in (2, 4):
         raise ValueError(f"conv: the output must be a [M, OC] or [N, OH, OW, OC] view, got "
                          f"{op.out}")
+    if op.x_scale is not None and (op.depthwise or len(op.x_scale.shape) != 2
+                                   or op.x_scale.dtype != op.x.dtype):
+        raise ValueError(f"conv: x_scale must be an [N, C] view of x's dtype, on an implicit-"
+                         f"GEMM conv; got {op.x_scale}")
     if len(op.w.shape) != 2 or not op.w.is_contiguous():
         raise ValueError(f"conv: the packed weight must be a contiguous 2-D view, got {op.w}")
 
@@ -263,6 +275,11 @@ def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
         return KernelPlan(depthwise_kernel, args, grid, cfg["num_warps"], cfg["num_stages"],
                           ("depthwise_conv",) + _fused(op), cfg)
     cg, ocg = c // op.groups, oc // op.groups
+    xs = op.x_scale
+    args.update({"xs_ptr": Ptr(xs) if xs is not None else Const(None),
+                 "sxs_n": int_arg(xs.strides[0] if xs is not None else 0),
+                 "sxs_c": int_arg(xs.strides[1] if xs is not None else 0),
+                 "X_SCALE": Const(xs is not None)})
     args.update({"C_G": int_arg(cg), "OC_G": int_arg(ocg), "K_TOT": int_arg(op.w.shape[1])})
     for k in ("BM", "BN", "BK", "GROUP_M", "FLAT_K"):
         args[k] = Const(cfg[k])
@@ -272,7 +289,8 @@ def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
 
 
 def _fused(op: ConvOp) -> tuple[str, ...]:
-    return tuple(kind for kind, _ in epilogue_steps(op))
+    scale = ("x_scale",) if op.x_scale is not None else ()
+    return scale + tuple(kind for kind, _ in epilogue_steps(op))
 
 
 # compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
