@@ -177,3 +177,44 @@ def test_vision_kernels_compile_for_sm90(name):
     for op in program.ops:
         launches = compile_op(op)
         assert launches and all(launch.kernel.cubin for launch in launches)
+
+
+# ----------------------------------------------------------------------------- GPU
+def _build_and_run(tmp_path, factory_call: str, inputs):
+    import aotpack
+
+    factory = tmp_path / "factory.py"
+    factory.write_text(f"import sys\nsys.path.insert(0, {str(Path(conv_nets.__file__).parent)!r})"
+                       f"\nimport torch, conv_nets\n\ndef make():\n    return {factory_call}\n")
+    aotpack.build(f"{factory}:make", tmp_path / "bundle", progress=False, command_line="t")
+    with aotpack.load(tmp_path / "bundle") as bundle, bundle.session() as session:
+        (got,) = session.run([x.cuda() for x in inputs])
+    return got.float().cpu()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", VISION)
+def test_gpu_vision_bundle_matches_eager(tmp_path, name):
+    """224x224 bf16 at batch 2: as close to the f32 model as eager bf16 (cuDNN) is."""
+    model, inputs = conv_nets.make_vision(name, 2, 224, torch.bfloat16)
+    got = _build_and_run(tmp_path, f"conv_nets.make_vision({name!r}, 2, 224, torch.bfloat16)",
+                         inputs)
+    model32, _ = conv_nets.make_vision(name, 2, 224, torch.float32)
+    with torch.no_grad():
+        exact = model32.cuda()(inputs[0].float().cuda()).cpu()
+        eager = model.cuda()(inputs[0].cuda()).float().cpu()
+    ours, theirs = rel_err(got, exact), rel_err(eager, exact)
+    assert ours <= max(3e-2, 2 * theirs), (ours, theirs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["squeeze_excitation", "audio_stem"])
+def test_gpu_f32_convs_on_tf32(tmp_path, name):
+    """f32 nets with no Linear layer build whole: their convs run on tf32 tensor cores, as
+    cuDNN's f32 convolutions do by default (about 1e-3 relative error)."""
+    model, x = conv_nets.make(name)
+    got = _build_and_run(tmp_path, f"conv_nets.make({name!r})[0], (conv_nets.make({name!r})[1],)",
+                         [x])
+    with torch.no_grad():
+        want = model(x)
+    assert rel_err(got, want) < 1e-2
