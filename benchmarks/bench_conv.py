@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 import torch  # noqa: E402
 
 import conv_nets  # noqa: E402
+from compare import median_ms, rel_err  # noqa: E402
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "convnext_tiny",
           "regnet_y_400mf")
@@ -54,23 +54,7 @@ SIZE = 224
 
 
 def time_ms(fn, warmup=10, reps=50) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def rel_err(got, want) -> float:
-    got, want = got.double(), want.double()
-    return ((got - want).norm() / want.norm()).item()
+    return median_ms(fn, warmup=warmup, reps=reps)
 
 
 def count_flops(model, x) -> int:
