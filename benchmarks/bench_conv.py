@@ -218,15 +218,19 @@ def _manifest_facts(folder: Path) -> dict:
 # ----------------------------------------------------------------------------- AOTInductor
 def aoti_child(name: str, batch: int, out_json: str, tmp: str) -> None:
     """In a child process: export, aoti_compile_and_package, aoti_load_package, time."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from suite_aoti_plan import WEIGHTS_OUTSIDE_SO, make_wrapper, toolchain_facts
-
-    facts = toolchain_facts()
-    if facts.get("default_gxx"):  # before Inductor reads CXX
-        os.environ["CXX"] = str(make_wrapper(Path(tmp), facts.get("realpath")
-                                             or facts["default_gxx"]))
-    model, x = make(name, batch)
     row = {}
+    try:  # the suite's recipe: link with -Wl,--exclude-libs,ALL, weights out of the .so
+        from suite_aoti_plan import WEIGHTS_OUTSIDE_SO, make_wrapper, toolchain_facts
+
+        facts = toolchain_facts()
+        if facts.get("default_gxx"):  # before Inductor reads CXX
+            os.environ["CXX"] = str(make_wrapper(Path(tmp), facts.get("realpath")
+                                                 or facts["default_gxx"]))
+            row["cxx"] = os.environ["CXX"]
+    except Exception as e:  # the plain recipe then
+        WEIGHTS_OUTSIDE_SO = {}
+        row["recipe_error"] = f"{type(e).__name__}: {e}"
+    model, x = make(name, batch)
     with torch.no_grad():
         want = model(x).float()
         start = time.perf_counter()
