@@ -1,8 +1,10 @@
 """Small convolutional networks in plain torch (torchvision does not import next to the CPU
 torch here): the shapes of ResNet-18, a MobileNetV2 inverted residual, a ConvNeXt block, a
-squeeze-excitation block, a Conv1d audio stem. Used by tests/test_conv.py and
-benchmarks/bench_conv.py, and buildable: `aotpack build examples/conv_nets.py:make_resnet18`
-(`--dynamic x.0=1..64` for any batch)."""
+squeeze-excitation block, a Conv1d audio stem; and factories of full models: the torchvision
+classifiers (`make_vision`: torchvision's own where it imports, else examples/vision_nets.py),
+transformers' Whisper encoder and wav2vec2 (tiny random-init configs). Used by
+tests/test_conv.py, tests/test_conv_models.py and benchmarks/bench_conv.py, and buildable:
+`aotpack build examples/conv_nets.py:make_resnet18` (`--dynamic x.0=1..64` for any batch)."""
 from __future__ import annotations
 
 import torch
