@@ -1,8 +1,10 @@
 """Small convolutional networks in plain torch (torchvision does not import next to the CPU
 torch here): the shapes of ResNet-18, a MobileNetV2 inverted residual, a ConvNeXt block, a
-squeeze-excitation block, a Conv1d audio stem. Used by tests/test_conv.py and
-benchmarks/bench_conv.py, and buildable: `aotpack build examples/conv_nets.py:make_resnet18`
-(`--dynamic x.0=1..64` for any batch)."""
+squeeze-excitation block, a Conv1d audio stem; and factories of full models: the torchvision
+classifiers (`make_vision`: torchvision's own where it imports, else examples/vision_nets.py),
+transformers' Whisper encoder and wav2vec2 (tiny random-init configs). Used by
+tests/test_conv.py, tests/test_conv_models.py and benchmarks/bench_conv.py, and buildable:
+`aotpack build examples/conv_nets.py:make_resnet18` (`--dynamic x.0=1..64` for any batch)."""
 from __future__ import annotations
 
 import torch
@@ -174,3 +176,97 @@ def make_resnet18_dynamic(max_batch: int = 64, **kw):
     specializes an example size of 1)."""
     model, inputs = make_resnet18(**{"batch": 2, **kw})
     return model, inputs, ({0: torch.export.Dim("B", min=1, max=max_batch)},)
+
+
+# ----------------------------------------------------------------------------- full models
+VISION_MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0",
+                 "convnext_tiny", "regnet_y_400mf")
+
+
+def vision_model(name: str, source: str = "auto") -> nn.Module:
+    """A torchvision classifier by name, random weights: torchvision's own constructor where it
+    imports (source "auto" or "torchvision"), else examples/vision_nets.py's definition of the
+    same layers ("ours")."""
+    if source in ("auto", "torchvision"):
+        try:
+            import torchvision.models as tvm
+
+            return getattr(tvm, name)(weights=None)
+        except Exception:  # not importable here (a CUDA torchvision next to the CPU torch)
+            if source == "torchvision":
+                raise
+    if name == "resnet18":
+        return ResNet18()
+    import vision_nets
+
+    return vision_nets.MODELS[name]()
+
+
+def randomize_layer_scales(model: nn.Module, seed: int = 0) -> nn.Module:
+    """ConvNeXt's layer scales start at 1e-6, which hides every block from a comparison."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if name.endswith("layer_scale"):
+            p.data.copy_(torch.rand(p.shape, generator=gen) * 0.5 + 0.25)
+    return model
+
+
+def make_vision(name: str, batch: int = 1, size: int = 224, dtype=torch.bfloat16,
+                seed: int = 0, source: str = "auto"):
+    """(model, example inputs): a torchvision classifier, random weights, batch norms and
+    layer scales randomized, eval, cast to `dtype`."""
+    torch.manual_seed(seed)
+    model = randomize_layer_scales(randomize_batch_norms(vision_model(name, source), seed), seed)
+    model = model.eval().to(dtype)
+    gen = torch.Generator().manual_seed(seed + 1)
+    return model, (torch.randn(batch, 3, size, size, generator=gen).to(dtype),)
+
+
+def make_whisper_encoder(batch: int = 1, dtype=torch.float32, seed: int = 0):
+    """transformers' WhisperEncoder (two Conv1d + GELU front end, then the transformer),
+    tiny random-init config: input features [B, 80 mels, 2 * max_source_positions]."""
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    torch.manual_seed(seed)
+    cfg = WhisperConfig(d_model=64, encoder_layers=2, encoder_attention_heads=4,
+                        encoder_ffn_dim=128, num_mel_bins=80, max_source_positions=50,
+                        attn_implementation="sdpa")
+    model = _FirstOutput(WhisperEncoder(cfg)).eval().to(dtype)
+    gen = torch.Generator().manual_seed(seed + 1)
+    return model, (torch.randn(batch, 80, 100, generator=gen).to(dtype),)
+
+
+def make_wav2vec2(batch: int = 1, dtype=torch.float32, seed: int = 0, norm: str = "layer",
+                  samples: int = 1600):
+    """transformers' Wav2Vec2Model, tiny random-init config: the conv feature extractor
+    (Conv1d stack, `norm` "layer" or "group" after the convs) then the transformer."""
+    from transformers import Wav2Vec2Config, Wav2Vec2Model
+
+    torch.manual_seed(seed)
+    cfg = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, conv_dim=(32, 32, 32), conv_stride=(5, 2, 2),
+                         conv_kernel=(10, 3, 3), feat_extract_norm=norm,
+                         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
+                         do_stable_layer_norm=norm == "layer", attn_implementation="sdpa")
+    model = _FirstOutput(Wav2Vec2Model(cfg)).eval().to(dtype)
+    gen = torch.Generator().manual_seed(seed + 1)
+    return model, (torch.randn(batch, samples, generator=gen).to(dtype),)
+
+
+def make_wav2vec2_features(batch: int = 1, dtype=torch.float32, seed: int = 0,
+                           norm: str = "group"):
+    """Only wav2vec2's conv feature extractor ([B, samples] -> [B, C, frames])."""
+    model, inputs = make_wav2vec2(batch, dtype, seed, norm)
+    return model.inner.feature_extractor, inputs
+
+
+class _FirstOutput(nn.Module):
+    """A transformers model's last_hidden_state as a plain tensor output."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)[0]

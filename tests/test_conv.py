@@ -20,7 +20,7 @@ from aotpack.errors import UserError  # noqa: E402
 from aotpack.frontend import to_graph  # noqa: E402
 from aotpack.ir.ops import Op  # noqa: E402
 from aotpack.kernels import template_for  # noqa: E402
-from aotpack.kernels.spec import ConvOp, PoolOp  # noqa: E402
+from aotpack.kernels.spec import ConvOp, PoolOp, op_inputs  # noqa: E402
 from aotpack.passes import compile_graph  # noqa: E402
 from aotpack.passes.pipeline import optimize  # noqa: E402
 from conv_checks import check_kernels_interpreted  # noqa: E402
@@ -93,10 +93,11 @@ def test_conv_geometries_match_eager(name, module, shape):
 @pytest.mark.parametrize("name,module,pad,shape", PADDED_CASES, ids=[c[0] for c in PADDED_CASES])
 def test_zero_padding_joins_the_conv(name, module, pad, shape):
     program = check_matches_eager(_conv_model(module, pad), [torch.randn(shape)], 1e-5)
-    # the conv reads the unpadded input in place; the copy after it is the NCHW output
-    assert kinds(program) == ["ConvOp", "PointwiseOp"]
+    # the conv reads the unpadded input and writes the NCHW output in place: one launch
+    assert kinds(program) == ["ConvOp"]
     conv = program.ops[0]
     assert conv.x.storage == program.inputs[0]
+    assert conv.out.storage == program.outputs[0] and len(conv.out.shape) == 4
     assert conv.padding != ((0, 0), (0, 0))
 
 
@@ -150,6 +151,7 @@ POOL_CASES = [
     ("avg_divisor", nn.AvgPool2d(2, divisor_override=3), (2, 8, 6, 6)),
     ("adaptive_2x2", nn.AdaptiveAvgPool2d(2), (2, 8, 6, 6)),
     ("global", nn.AdaptiveAvgPool2d(1), (2, 8, 5, 7)),
+    ("max_global", nn.MaxPool2d((5, 7)), (2, 8, 5, 7)),
 ]
 
 
@@ -195,6 +197,39 @@ def test_kernels_interpreted_on_geometries():
         programs.append((compile_graph(to_graph(m, [x])), x))
     checked = sum(check_kernels_interpreted(p, [x]) for p, x in programs)
     assert checked >= len(CONV_CASES) + 2 * len(POOL_CASES) - 1
+
+
+@pytest.mark.parametrize("batch,size,channels", [(1, 30, 40), (3, 9, 72)])
+def test_global_pool_kernel(batch, size, channels):
+    """Global pooling streams each image in [BR, BC] tiles (its own kernel): ragged pixel and
+    channel tails, batch 1 (16 channels per program) and more."""
+    from aotpack.kernels import compile as compile_op
+
+    model = conv_nets.SqueezeExcitation(channels, 8).eval().to(torch.bfloat16)
+    x = torch.randn(batch, channels, size, size).to(torch.bfloat16)
+    program = compile_graph(to_graph(model, [x]))
+    pool = next(op for op in program.ops if isinstance(op, PoolOp))
+    assert compile_op(pool)[0].kernel.entry == "global_pool_kernel"
+    assert check_kernels_interpreted(program, [x]) == 2  # the conv and the pool
+
+
+def test_squeeze_excitation_gate_is_applied_by_the_next_conv():
+    """EfficientNet's MBConv: the SE gate x * s is not stored; the projection conv multiplies
+    its input tiles by s[n, c] as it loads them (ConvOp.x_scale). Eager's result in f32; the
+    kernels in the interpreter in bf16 (batch 3: the scale differs per image)."""
+    import vision_nets
+
+    torch.manual_seed(0)
+    block = conv_nets.randomize_batch_norms(vision_nets.MBConv(6, 3, 1, 16, 16)).eval()
+    program = check_matches_eager(block, [torch.randn(3, 16, 9, 9)], 1e-5)
+    scaled = [op for op in program.ops if isinstance(op, ConvOp) and op.x_scale is not None]
+    assert len(scaled) == 1 and scaled[0].x_scale.shape == (3, 96)
+    gate = scaled[0].x_scale.storage  # read by the conv only: no kernel multiplies it apart
+    assert [op for op in program.ops if gate in {t.storage for t in op_inputs(op)}] == scaled
+    x = torch.randn(3, 16, 9, 9).to(torch.bfloat16)
+    bf16 = compile_graph(to_graph(block.to(torch.bfloat16), [x]))
+    assert any(isinstance(op, ConvOp) and op.x_scale is not None for op in bf16.ops)
+    assert check_kernels_interpreted(bf16, [x]) >= 2
 
 
 def test_resnet18_kernels_compile_for_sm90():
@@ -258,11 +293,23 @@ def test_uneven_adaptive_pool_is_refused():
     _refused(nn.AdaptiveAvgPool2d(3).eval(), torch.randn(1, 4, 7, 7), "adaptive", "7x7")
 
 
-def test_f32_conv_build_names_the_dtype():
+def test_f32_conv_runs_on_tf32_tensor_cores():
+    """An f32 convolution is supported: tl.dot on tf32 (what cuDNN does for f32 by default),
+    K steps of 32 elements (one 128-byte row) so the stages fit in shared memory."""
+    from aotpack.kernels.triton import conv as conv_kernels
+    from program_checks import sass_or_skip
+
     model, x = conv_nets.make("resnet18")
     program = compile_graph(to_graph(model, [x]))
-    conv = next(op for op in program.ops if isinstance(op, ConvOp) and not op.depthwise)
-    assert "--dtype bf16" in template_for(conv).supports(conv)
+    conv = max((op for op in program.ops if isinstance(op, ConvOp) and op.kernel == (3, 3)),
+               key=lambda op: op.x.shape[3])  # 128 channels: bf16 would take BK=64
+    assert template_for(conv).supports(conv) is None
+    from aotpack.kernels.spec import SM90
+    from aotpack.kernels.triton import conv_configs
+
+    assert conv_configs.default_config(conv, SM90)["BK"] == 32
+    launches = conv_kernels.compile(conv)
+    assert "TF32" in sass_or_skip(launches[0].kernel.cubin)
 
 
 def test_pool_op_has_a_template():

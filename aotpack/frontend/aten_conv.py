@@ -49,17 +49,15 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
     if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
         raise Unsupported(f"a {len(x.shape) - 2}-D convolution (Conv1d and Conv2d over a "
                           f"batch are supported)")
-    if cx.constant_value(w) is None:
-        raise Unsupported("a convolution whose weight is computed at run time (its weight "
-                          "must be a parameter or buffer of the model)")
+    w = _constant_weight(cx, w)
     spatial = len(x.shape) - 2
     stride, dilation = _ints(stride, spatial), _ints(dilation, spatial)
     if isinstance(padding, str):
         raise Unsupported(f"padding={padding!r} left unresolved by torch.export")
     padding = _ints(padding, spatial)
     x, pads = cx.padded_source(x)  # a zero pad before the conv joins its padding
-    if spatial == 2 and not any(map(any, pads)) and _is_patch_embedding(x, w, stride, padding, dilation,
-                                                               groups):
+    if spatial == 2 and not any(map(any, pads)) and not _is_channels_last(cx, x) \
+            and _is_patch_embedding(x, w, stride, padding, dilation, groups):
         return _conv2d(cx, x, w, b, stride, padding, dilation, groups)  # one GEMM: fast
     if spatial == 1:
         stride, dilation, padding = (1,) + stride, (1,) + dilation, (0,) + padding
@@ -72,6 +70,49 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
     if b is not None:
         y = cx.emit(Op.ADD, [y, b], O.BinaryAttrs())
     return _from_channels_last(cx, y, len(x.shape))
+
+
+def _constant_weight(cx, w: Value) -> Value:
+    """The conv's weight as a constant: a parameter (through views), or a value computed from
+    parameters only (weight_norm's g * v / |v|, as wav2vec2's positional conv exports),
+    evaluated now: its inputs are then read by no kernel and are not stored."""
+    if cx.constant_value(w) is not None:
+        return w
+    t = _evaluate_from_constants(cx, w, {})
+    if t is None:
+        raise Unsupported("a convolution whose weight is computed at run time from the "
+                          "inputs (its weight must be a parameter or buffer of the model, or "
+                          "computed from them alone)")
+    return cx.add_constant("weight", t)
+
+
+def _evaluate_from_constants(cx, v: Value, memo: dict, depth: int = 0):
+    """The tensor `v` holds when every leaf it is computed from is a constant, else None."""
+    from aotpack.ir.interpret import eval_node
+
+    if not isinstance(v, Value) or depth > 64:
+        return None
+    if v.name in cx.constants:
+        t = cx.constants[v.name].tensor
+        return None if t.is_meta else t
+    if v.name not in memo:
+        node = next((m for m in reversed(cx.nodes) if m.outputs[0].name == v.name), None)
+        args = [] if node is None else [_evaluate_from_constants(cx, a, memo, depth + 1)
+                                          for a in node.inputs]
+        try:
+            memo[v.name] = None if node is None or any(a is None for a in args) \
+                else eval_node(node, args)
+        except NotImplementedError:
+            memo[v.name] = None
+    return memo[v.name]
+
+
+def _is_channels_last(cx, x: Value) -> bool:
+    """x is an NCHW view of a channels-last result (ConvNeXt's downsampling conv reads its
+    LayerNorm2d's output): the implicit GEMM reads it in place, where the patch-embedding GEMM
+    would first copy it into patches."""
+    node = next((m for m in reversed(cx.nodes) if m.outputs[0].name == x.name), None)
+    return node is not None and node.op == Op.PERMUTE and tuple(node.attrs.dims) == (0, 3, 1, 2)
 
 
 def _is_patch_embedding(x, w, stride, padding, dilation, groups) -> bool:
@@ -134,6 +175,27 @@ def _batch_norm_eval(cx, x, weight, bias, mean, var, momentum, eps):
     return [cx.emit(Op.ADD, [y, t], O.BinaryAttrs()), None, None]  # (out, mean, invstd)
 
 
+def _group_norm(cx, x, weight, bias, n, c, hw, groups, eps):
+    """GroupNorm: a LayerNorm (no affine) over each group's channels and positions of the
+    view [N, G, C/G, ...], then the per-channel affine map (wav2vec2's feature extractor
+    normalizes each channel over time: G = C)."""
+    shape = tuple(x.shape)
+    if len(shape) < 3 or shape[1] % groups:
+        raise Unsupported(f"group norm of a {list(shape)} tensor in {groups} groups")
+    grouped = (shape[0], groups, shape[1] // groups) + shape[2:]
+    y = cx.emit(Op.VIEW, [x], O.ViewAttrs(grouped))
+    y = cx.emit(Op.LAYER_NORM, [y], O.NormAttrs(float(eps), len(grouped) - 2))
+    y = cx.emit(Op.VIEW, [y], O.ViewAttrs(shape))
+    per_channel = (shape[1],) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        y = cx.emit(Op.MUL, [y, cx.emit(Op.VIEW, [weight], O.ViewAttrs(per_channel))],
+                    O.BinaryAttrs())
+    if bias is not None:
+        y = cx.emit(Op.ADD, [y, cx.emit(Op.VIEW, [bias], O.ViewAttrs(per_channel))],
+                    O.BinaryAttrs())
+    return [y, None, None]  # (out, mean, rstd)
+
+
 def _batch_norm_training(cx, *args, **kwargs):
     raise Unsupported("batch norm in training mode: call model.eval() before exporting")
 
@@ -187,6 +249,24 @@ def _adaptive_avg_pool(cx, x, output_size):
     return _pool(cx, x, O.PoolAttrs("avg", kernel, kernel))
 
 
+def _as_strided(cx, x, size, stride, offset=None):
+    """as_strided over the input's storage: the identity when it maps every element where the
+    input's own strides do (adaptive_avg_pool2d of a channels-last tensor exports as mean then
+    a restride of the [N, C, 1, 1] result), a view of the contiguous layout when the input is
+    contiguous; else refused."""
+    src = cx.fx_node.args[0].meta.get("val")
+    size, stride = tuple(size), tuple(stride)
+    if src is None or offset not in (None, 0) or src.storage_offset() != 0:
+        raise Unsupported("as_strided with a storage offset or of an unknown layout")
+    same = lambda have, want: all(a == b for d, a, b in zip(size, have, want) if d != 1)  # noqa
+    if size == tuple(x.shape) and same(tuple(src.stride()), stride):
+        return x
+    if src.is_contiguous():
+        return cx.emit(Op.AS_STRIDED, [x], O.StridedAttrs(size, stride, 0), final=True)
+    raise Unsupported(f"as_strided {list(size)}/{list(stride)} of a non-contiguous "
+                      f"{list(src.shape)}/{list(src.stride())} tensor")
+
+
 def _hardtanh(cx, x, lo=-1.0, hi=1.0):
     if (lo, hi) == (0, 6):
         return cx.emit(Op.RELU6, [x], O.NoAttrs(), final=True)
@@ -225,12 +305,14 @@ RULES = {
     "aten.constant_pad_nd.default": _constant_pad,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
     "aten._native_batch_norm_legit.default": _batch_norm_training,
+    "aten.native_group_norm.default": _group_norm,
     "aten._native_batch_norm_legit_functional.default": _batch_norm_training,
     "aten.max_pool2d_with_indices.default": _max_pool_with_indices,
     "aten.max_pool2d.default": _max_pool,
     "aten.avg_pool2d.default": _avg_pool,
     "aten._adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
+    "aten.as_strided.default": _as_strided,
     "aten.hardtanh.default": _hardtanh, "aten.clamp.default": _clamp,
     "aten.relu6.default": _unary(Op.RELU6),
     "aten.hardswish.default": _unary(Op.HARDSWISH),

@@ -278,6 +278,10 @@ class ConvOp:
     """2-D convolution (1-D: H = KH = 1), channels-last, f32 accumulation, then the epilogue
     (as GemmOp's: the output is out[M = N*OH*OW, OC], a pixel per row) and a cast to out.dtype.
     x is a 4-D view [N, H, W, C] (any strides: a model's NCHW input is read where it lies).
+    out is a 2-D view [M, OC], or a 4-D view [N, OH, OW, OC] of any strides (a model's NCHW
+    output written where it lies); the epilogue's tensor operands are [M, OC] views.
+    x_scale, a [N, C] view: x is multiplied by it per image and input channel as it is loaded
+    (a squeeze-excitation's channel gate, applied by the convolution that reads its result).
     w is packed at build time, contiguous: [OC, KH*KW*C/groups] with K ordered (kh, kw, c) for
     the implicit GEMM; for a depthwise conv (`depthwise`: groups == C == OC) [KH*KW, C].
     padding is ((top, bottom), (left, right)); out_hw = (OH, OW)."""
@@ -292,11 +296,22 @@ class ConvOp:
     groups: int
     out_hw: tuple
     epilogue: tuple[EpilogueStep, ...] = ()
+    x_scale: TensorArg | None = None
+
+    @property
+    def rows(self):
+        """M = N*OH*OW: the output pixels."""
+        s = self.out.shape
+        return s[0] if len(s) == 2 else s[0] * s[1] * s[2]
+
+    @property
+    def out_channels(self) -> int:
+        return self.out.shape[-1]
 
     @property
     def depthwise(self) -> bool:
         c = self.x.shape[3]
-        return self.groups == c and self.out.shape[1] == c and c > 1
+        return self.groups == c and self.out_channels == c and c > 1
 
 
 @dataclass(frozen=True)
@@ -418,7 +433,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
     if isinstance(op, PointwiseOp):
         return list(op.inputs)
     if isinstance(op, ConvOp):
-        return [op.x, op.w, *epilogue_operands(op.epilogue)]
+        scale = [op.x_scale] if op.x_scale is not None else []
+        return [op.x, op.w, *scale, *epilogue_operands(op.epilogue)]
     if isinstance(op, PoolOp):
         return [op.x]
     raise TypeError(f"not a kernel op: {type(op).__name__}")

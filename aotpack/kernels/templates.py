@@ -181,7 +181,7 @@ class ConvTemplate(Template):
         return self.triton().supports(op)
 
     def bucket_size(self, op):
-        return op.out.shape[0]
+        return op.rows
 
     def default_config(self, op, target, backend="triton"):
         return {"template": "conv.triton", **self._configs().default_config(op, target)}
@@ -196,7 +196,7 @@ class ConvTemplate(Template):
 
     def describe(self, op):
         n, h, w, c = op.x.shape
-        oc = op.out.shape[1]
+        oc = op.out_channels
         kind = "depthwise " if op.depthwise else ""
         geo = f"{op.kernel[0]}x{op.kernel[1]}/s{op.stride[0]}x{op.stride[1]}"
         if op.dilation != (1, 1):
@@ -205,6 +205,8 @@ class ConvTemplate(Template):
             geo += f"/g{op.groups}"
         epi = ",".join(type(s).__name__[2:].lower() +
                        (f":{s.act.value}" if hasattr(s, "act") else "") for s in op.epilogue)
+        if op.x_scale is not None:
+            geo += " x*scale[n,c]"
         return (f"{kind}conv N={n} {h}x{w}x{c} -> {op.out_hw[0]}x{op.out_hw[1]}x{oc} {geo} "
                 f"{op.x.dtype.value}->{op.out.dtype.value} epilogue=[{epi}]")
 

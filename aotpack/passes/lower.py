@@ -57,6 +57,9 @@ class _Lowering:
             for n in c.nodes():
                 self.chain_of[n.output.name] = c
         self.absorbed = pw.absorbed_nodes(graph, set(self.chain_of))
+        # squeeze-excitation gates multiplied in by the convolution reading them
+        self.conv_scaled = lower_conv.scaled_conv_inputs(graph, self.users, self.absorbed)
+        self.absorbed |= self.conv_scaled
         self.fused_casts = lower_reductions.fuse_casts(  # casts around reduction kernels
             graph, self.producers, self.users, set(self.chain_of) | self.absorbed)
         # an absorbed output cast's value is written by its reduction kernel, not by the cast
@@ -159,8 +162,7 @@ class _Lowering:
             return
         src = view_node.inputs[0]
         view_users = len(self.users.get(view.name, [])) + (output_name is not None)
-        if not (_kernel_writes_strided(self._writer(src))
-                and src.name not in self.chain_of  # a GEMM writes 2-D row-major views
+        if not (self._writes_any_view(src)
                 and src.name not in self.preset
                 and len(self.users.get(src.name, [])) == 1 and view_users == 1
                 and src.name not in self.g.output_names()):
@@ -173,6 +175,15 @@ class _Lowering:
         out = self._new_storage(dest, storage_name=src.name)
         inverse = normalized(View(tuple(src.shape), inverse)).strides
         self.preset[src.name] = TensorArg(out.storage, src.dtype, tuple(src.shape), inverse, 0)
+
+    def _writes_any_view(self, src: Value) -> bool:
+        """Whether the kernel writing `src` can write it through any strided view: not a GEMM
+        (2-D row-major views), but a convolution chain's end (its pixel rows' own strides: a
+        model's NCHW output is written in place, no copy after the last conv)."""
+        chain = self.chain_of.get(src.name)
+        if chain is not None:
+            return chain.root.op == Op.CONV and chain.end == src and len(src.shape) in (3, 4)
+        return _kernel_writes_strided(self._writer(src))
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Program:
@@ -507,7 +518,8 @@ def _inverse_permutation(attrs: O.StridedAttrs, src_shape) -> tuple[int, ...] | 
     from aotpack.ir.types import contiguous_strides
 
     src_strides = contiguous_strides(src_shape)
-    if attrs.offset != 0 or Counter(attrs.shape) != Counter(src_shape):
+    sizes = lambda shape: Counter(d for d in shape if d != 1)  # noqa: E731 (1s hold no data:
+    if attrs.offset != 0 or sizes(attrs.shape) != sizes(src_shape):  # a Conv1d's H = 1)
         return None
     view_strides = contiguous_strides(attrs.shape)
     out = [0] * len(src_shape)

@@ -21,8 +21,11 @@ def reference(op: ConvOp, env) -> None:
     import torch.nn.functional as F
 
     (pt, pb), (pl, pr) = op.padding
-    x = view(env, op.x).float().permute(0, 3, 1, 2)
+    x = view(env, op.x)
+    if op.x_scale is not None:  # in x's dtype, as the model multiplies before the conv
+        x = x * view(env, op.x_scale)[:, None, None, :]
+    x = x.float().permute(0, 3, 1, 2)
     x = F.pad(x, (pl, pr, pt, pb))
     y = F.conv2d(x, unpacked_weight(op, env), None, op.stride, 0, op.dilation, op.groups)
     acc = y.permute(0, 2, 3, 1).reshape(-1, y.shape[1])
-    write(env, op.out, apply_epilogue(acc, op.epilogue, env))
+    write(env, op.out, apply_epilogue(acc, op.epilogue, env).reshape(op.out.shape))

@@ -28,7 +28,10 @@ from aotpack.kernels.triton.gemm_epilogue import (
     MAX_STEPS, MAX_TENSOR_OPERANDS, _epilogue_step, epilogue_steps,
 )
 
-_DOT_DTYPES = (DType.BF16, DType.F16)
+# f32 convolutions run tl.dot on tf32 tensor cores (10-bit mantissa, f32 accumulation): what
+# eager torch does for f32 convolutions by default (torch.backends.cudnn.allow_tf32 is True),
+# so the bundle's numerics are the peer's, at tensor-core speed (f32 FMA would be ~8x slower)
+_DOT_DTYPES = (DType.BF16, DType.F16, DType.F32)
 _DIRECT_DTYPES = (DType.BF16, DType.F16, DType.F32)
 
 
@@ -45,7 +48,7 @@ def _pixels(offs_m, OH, OW, SH: tl.constexpr, SW: tl.constexpr, PT: tl.constexpr
 
 
 @triton.jit
-def _finish(acc, offs_m, offs_n, M, n_limit, out_ptr, s_om, s_on,
+def _finish(acc, offs_m, offs_n, M, n_limit, out_ptr, OH, OW, s_on, s_oh, s_ow, s_oc,
             S0: tl.constexpr, e0, e0_m, e0_n, S1: tl.constexpr, e1, e1_m, e1_n,
             S2: tl.constexpr, e2, e2_m, e2_n, S3: tl.constexpr, e3, e3_m, e3_n,
             S4: tl.constexpr, e4, e4_m, e4_n):
@@ -56,13 +59,17 @@ def _finish(acc, offs_m, offs_n, M, n_limit, out_ptr, s_om, s_on,
     acc = _epilogue_step(acc, S3, e3, e3_m, e3_n, offs_m, offs_n, M, n_limit)
     acc = _epilogue_step(acc, S4, e4, e4_m, e4_n, offs_m, offs_n, M, n_limit)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < n_limit)
-    ptrs = out_ptr + offs_m[:, None] * s_om + offs_n[None, :] * s_on
+    # the output pixel's own strides: [M, OC] rows, or an NCHW output written in place
+    ow = offs_m % OW
+    t = offs_m // OW
+    row = (t // OH) * s_on + (t % OH) * s_oh + ow * s_ow
+    ptrs = out_ptr + row[:, None] + offs_n[None, :] * s_oc
     tl.store(ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
-                M, H, W, OH, OW, C_G, OC_G, K_TOT,
+def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow, s_oc,
+                xs_ptr, sxs_n, sxs_c, M, H, W, OH, OW, C_G, OC_G, K_TOT,
                 e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                 e4, e4_m, e4_n,
                 S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
@@ -70,7 +77,7 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
                 KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                 PT: tl.constexpr, PL: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                FLAT_K: tl.constexpr, WIDE_INDEX: tl.constexpr):
+                FLAT_K: tl.constexpr, WIDE_INDEX: tl.constexpr, X_SCALE: tl.constexpr):
     g = tl.program_id(1)
     tiles_m = tl.cdiv(M, BM)
     tiles_n = tl.cdiv(OC_G, BN)
@@ -105,6 +112,10 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
                 & (iw < W)
             a = tl.load(x_rows[:, None] + ih * sx_h + iw * sx_w + c[None, :] * sx_c, mask=ok,
                         other=0.0)
+            if X_SCALE:
+                s = tl.load(xs_ptr + (n * sxs_n)[:, None] + (g * C_G + c)[None, :] * sxs_c,
+                            mask=ok, other=0.0)
+                a = (a.to(tl.float32) * s.to(tl.float32)).to(a.dtype)
             b = tl.load(w_rows[:, None] + k[None, :], mask=n_ok[:, None] & (k < K_TOT)[None, :],
                         other=0.0)
             acc = tl.dot(a, b.T, acc)
@@ -119,16 +130,20 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
             c_ok = c < C_G
             a = tl.load((x_rows + ih * sx_h + iw * sx_w)[:, None] + c[None, :] * sx_c,
                         mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+            if X_SCALE:
+                s = tl.load(xs_ptr + (n * sxs_n)[:, None] + (g * C_G + c)[None, :] * sxs_c,
+                            mask=row_ok[:, None] & c_ok[None, :], other=0.0)
+                a = (a.to(tl.float32) * s.to(tl.float32)).to(a.dtype)
             b = tl.load(w_rows[:, None] + (tap * C_G + c)[None, :],
                         mask=n_ok[:, None] & c_ok[None, :], other=0.0)
             acc = tl.dot(a, b.T, acc)
-    _finish(acc, offs_m, offs_n, M, g * OC_G + OC_G, out_ptr, s_om, s_on,
+    _finish(acc, offs_m, offs_n, M, g * OC_G + OC_G, out_ptr, OH, OW, s_on, s_oh, s_ow, s_oc,
             S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n,
             S4, e4, e4_m, e4_n)
 
 
 @triton.jit
-def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
+def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow, s_oc,
                      M, H, W, OH, OW, C,
                      e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                      e4, e4_m, e4_n,
@@ -158,7 +173,7 @@ def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_om, s_on,
                          mask=ok[:, None] & c_ok[None, :], other=0.0)
             wv = tl.load(w_ptr + (kh * KW + kw) * C + offs_c, mask=c_ok, other=0.0)
             acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
-    _finish(acc, offs_m, offs_c, M, C, out_ptr, s_om, s_on,
+    _finish(acc, offs_m, offs_c, M, C, out_ptr, OH, OW, s_on, s_oh, s_ow, s_oc,
             S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n,
             S4, e4, e4_m, e4_n)
 
@@ -173,9 +188,10 @@ def supports(op: ConvOp) -> str | None:
                 f"{MAX_TENSOR_OPERANDS} tensor operands")
     dtypes = _DIRECT_DTYPES if op.depthwise else _DOT_DTYPES
     if op.x.dtype not in dtypes or op.w.dtype != op.x.dtype:
-        return (f"convolutions run on tensor cores in bf16 or f16, and this one's input is "
-                f"{op.x.dtype.value}: build with --dtype bf16 (casts the model's weights and "
-                f"float inputs), or cast the model where it is made")
+        return (f"convolutions run in bf16, f16 or f32 (tf32 tensor cores), and this one's "
+                f"input is {op.x.dtype.value} with a {op.w.dtype.value} weight: give the model "
+                f"one float dtype, or build with --dtype bf16 (casts the model's weights and "
+                f"float inputs)")
     if op.out.dtype not in _DIRECT_DTYPES:
         return f"output dtype {op.out.dtype.value} (bf16, f16 or f32)"
     return None
@@ -185,6 +201,13 @@ def check_op(op: ConvOp) -> None:
     why = supports(op)
     if why is not None:
         raise ValueError(f"conv: {why}")
+    if len(op.out.shape) not in (2, 4):
+        raise ValueError(f"conv: the output must be a [M, OC] or [N, OH, OW, OC] view, got "
+                         f"{op.out}")
+    if op.x_scale is not None and (op.depthwise or len(op.x_scale.shape) != 2
+                                   or op.x_scale.dtype != op.x.dtype):
+        raise ValueError(f"conv: x_scale must be an [N, C] view of x's dtype, on an implicit-"
+                         f"GEMM conv; got {op.x_scale}")
     if len(op.w.shape) != 2 or not op.w.is_contiguous():
         raise ValueError(f"conv: the packed weight must be a contiguous 2-D view, got {op.w}")
 
@@ -219,13 +242,22 @@ def _geometry_args(op: ConvOp) -> dict:
         "x_ptr": Ptr(op.x), "w_ptr": Ptr(op.w), "out_ptr": Ptr(op.out),
         "sx_n": int_arg(op.x.strides[0]), "sx_h": int_arg(op.x.strides[1]),
         "sx_w": int_arg(op.x.strides[2]), "sx_c": int_arg(op.x.strides[3]),
-        "s_om": int_arg(op.out.strides[0]), "s_on": int_arg(op.out.strides[1]),
-        "M": int_arg(op.out.shape[0]), "H": int_arg(h), "W": int_arg(w),
+        **{k: int_arg(s) for k, s in zip(("s_on", "s_oh", "s_ow", "s_oc"), _out_strides(op))},
+        "M": int_arg(op.rows), "H": int_arg(h), "W": int_arg(w),
         "OH": int_arg(op.out_hw[0]), "OW": int_arg(op.out_hw[1]),
         "KH": Const(kh), "KW": Const(kw), "SH": Const(sh), "SW": Const(sw),
         "PT": Const(pt), "PL": Const(pl), "DH": Const(dh), "DW": Const(dw),
         "WIDE_INDEX": Const(wide),
     }
+
+
+def _out_strides(op: ConvOp) -> tuple:
+    """(image, output row, output column, channel) strides of op.out, 2-D or 4-D."""
+    if len(op.out.shape) == 4:
+        return tuple(op.out.strides)
+    r, c = op.out.strides
+    oh, ow = op.out_hw
+    return oh * ow * r, ow * r, r, c
 
 
 def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
@@ -235,7 +267,7 @@ def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
     check_op(op)
     cfg = dict(conv_configs.default_config(op, SM90), **(config or {}))
     args = {**_geometry_args(op), **_epilogue_args(op)}
-    m, oc = op.out.shape
+    m, oc = op.rows, op.out_channels
     c = op.x.shape[3]
     if op.depthwise:
         args.update({"C": int_arg(c), "BP": Const(cfg["BP"]), "BC": Const(cfg["BC"])})
@@ -243,6 +275,11 @@ def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
         return KernelPlan(depthwise_kernel, args, grid, cfg["num_warps"], cfg["num_stages"],
                           ("depthwise_conv",) + _fused(op), cfg)
     cg, ocg = c // op.groups, oc // op.groups
+    xs = op.x_scale
+    args.update({"xs_ptr": Ptr(xs) if xs is not None else Const(None),
+                 "sxs_n": int_arg(xs.strides[0] if xs is not None else 0),
+                 "sxs_c": int_arg(xs.strides[1] if xs is not None else 0),
+                 "X_SCALE": Const(xs is not None)})
     args.update({"C_G": int_arg(cg), "OC_G": int_arg(ocg), "K_TOT": int_arg(op.w.shape[1])})
     for k in ("BM", "BN", "BK", "GROUP_M", "FLAT_K"):
         args[k] = Const(cfg[k])
@@ -252,7 +289,8 @@ def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
 
 
 def _fused(op: ConvOp) -> tuple[str, ...]:
-    return tuple(kind for kind, _ in epilogue_steps(op))
+    scale = ("x_scale",) if op.x_scale is not None else ()
+    return scale + tuple(kind for kind, _ in epilogue_steps(op))
 
 
 # compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)

@@ -19,17 +19,41 @@ def _pow2_at_least(n: int, lo: int, hi: int) -> int:
     return p
 
 
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _channel_block(c: int) -> int:
+    """Depthwise channels per program: the widest of 64/32/16 that leaves at most 1/8 of its
+    lanes idle (C=96: 32, not 64 with a half-empty second block; C=72: 16). Narrow blocks
+    still load whole 32-byte sectors (16 bf16), so DRAM efficiency holds."""
+    for b in (64, 32, 16):
+        if (_cdiv(c, b) * b - c) * 8 <= c:
+            return b
+    return 16
+
+
 def default_config(op: ConvOp, target: Target) -> dict:
-    m = upper_bound(op.out.shape[0])
+    m = upper_bound(op.rows)
     c = op.x.shape[3]
     if op.depthwise:
-        bc = _pow2_at_least(c, 16, 64)
-        return {"BP": 64 if m >= 4096 else 32, "BC": bc, "num_warps": 4, "num_stages": 2}
-    cg, ocg = c // op.groups, op.out.shape[1] // op.groups
+        bc = _channel_block(c)
+        bp = (64 if m >= 4096 else 32) * 64 // bc  # the same [pixels x channels] tile size
+        # a small image (batch 1, the last stages) would leave SMs idle: narrower programs
+        while _cdiv(m, bp) * _cdiv(c, bc) < target.sm_count and (bc > 32 or bp > 16):
+            bc, bp = (bc // 2, bp) if bc > 32 else (bc, bp // 2)
+        return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2}
+    cg, ocg = c // op.groups, op.out_channels // op.groups
     flat = cg < 16
     bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
+    if op.x.dtype.nbytes == 4:  # tf32: a 128-byte row is 32 elements; the stages fit in smem
+        bk = min(bk, 32)
     bn = _pow2_at_least(ocg, 16, 128)
     bm = 128 if m >= 128 * target.sm_count // max(1, ocg // bn) else 64
+    # few output tiles (batch 1, 7x7 or 14x14 images, K up to 4608) leave most SMs idle, each
+    # CTA walking a long K loop: narrower N tiles give more CTAs (A is re-read from L2)
+    while _cdiv(m, bm) * _cdiv(ocg, bn) * op.groups < target.sm_count and bn > 32:
+        bn //= 2
     big = bm * bn >= 128 * 128
     return {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8, "FLAT_K": flat,
             "num_warps": 8 if big else 4, "num_stages": 3 if big else 4}
@@ -39,7 +63,8 @@ def candidate_configs(op: ConvOp, target: Target) -> list[dict]:
     base = default_config(op, target)
     out = [base]
     if op.depthwise:
-        variants = [{"BP": 64}, {"BP": 16}, {"BC": min(128, base["BC"] * 2)},
+        variants = [{"BP": 64}, {"BP": 16}, {"BC": min(128, base["BC"] * 2)}, {"BC": 32},
+                    {"BC": 64, "BP": 64}, {"BC": 16, "BP": 128},
                     {"num_warps": 8, "BP": 64}, {"BP": 128, "num_warps": 8}]
     else:
         variants = [{"BM": 128, "BN": 128, "num_warps": 8, "num_stages": 3},
@@ -47,11 +72,12 @@ def candidate_configs(op: ConvOp, target: Target) -> list[dict]:
                     {"BM": 128, "BN": 64, "num_warps": 4, "num_stages": 4},
                     {"BM": 64, "BN": 64, "num_warps": 4, "num_stages": 4},
                     {"BM": 128, "BN": 256, "num_warps": 8, "num_stages": 3},
+                    {"BM": 64, "BN": 32, "num_warps": 4, "num_stages": 4},
                     {"num_stages": 2}, {"GROUP_M": 1}]
         if not base["FLAT_K"]:
             variants += [{"BK": 32}, {"BK": 64, "num_stages": 3}]
     for v in variants:
         c = {**base, **v}
-        if c not in out and (op.depthwise or c["BN"] <= max(16, 2 * op.out.shape[1])):
+        if c not in out and (op.depthwise or c["BN"] <= max(16, 2 * op.out_channels)):
             out.append(c)
     return out

@@ -85,7 +85,26 @@ def choose_tile_config(M: int, N: int, K: int, dtype: DType = DType.BF16, target
         cfg = LARGE_LONG_K if K >= 8192 else LARGE
     else:
         cfg = MEDIUM
-    return fit_smem(cfg, dtype, out_dtype, target)
+    return fit_smem(fit_narrow(cfg, N, K), dtype, out_dtype, target)
+
+
+def fit_narrow(cfg: GemmConfig, N, K) -> GemmConfig:
+    """A tile no wider than the problem: BN the smallest power of two >= N (at least 32), BK
+    the smallest >= K (at least 16). Pointwise convolutions of mobile nets have 16..96 output
+    or input channels and millions of rows: a 128x128x64 tile over N=16, K=32 issues 16x the
+    useful MMAs, which turns a GEMM bound by reading its rows into one bound by the MMAs.
+    (Transformer GEMMs never have N < 128 or K < 64: they keep their tiles.)"""
+    if not (isinstance(N, int) and isinstance(K, int)):
+        return cfg
+    bn, bk = 32, 16
+    while bn < N and bn < cfg.BN:
+        bn *= 2
+    while bk < K and bk < cfg.BK:
+        bk *= 2
+    bn, bk = min(bn, cfg.BN), min(bk, cfg.BK)
+    if (bn, bk) == (cfg.BN, cfg.BK):
+        return cfg
+    return cfg.with_(BN=bn, BK=bk, EPI_SPLIT=max(1, min(cfg.EPI_SPLIT, bn // 32)))
 
 
 # A 128x256 tile takes this many times as long as a 128x128 one (twice the work, better reuse).
@@ -223,7 +242,7 @@ def candidate_configs(M: int, N: int, K: int, dtype: DType = DType.BF16, target:
     valid tile configs that fit shared memory, plus split-K variants when M <= 128."""
     out_dtype = out_dtype or dtype
     first = choose_config(M, N, K, dtype, target, out_dtype)
-    tiles = _tile_candidates(M, dtype, out_dtype, target)
+    tiles = [fit_narrow(c, N, K) for c in _tile_candidates(M, dtype, out_dtype, target)]
     splitk = _splitk_variants(M, N, K, dtype, target) if M <= SPLITK_MAX_M_TUNED else []
     # split-K first for decode M; for 64 < M <= 128 its three best guesses still come early
     # (the tile heuristic has few CTAs there), so a short tuning run measures both kinds

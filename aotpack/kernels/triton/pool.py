@@ -1,7 +1,13 @@
 """Max / average pooling over channels-last views (spec.PoolOp): each program owns BP output
 pixels x BC channels (channels contiguous: coalesced loads) and walks the window's taps.
-Global average pooling is the window of the whole image. avg follows torch's divisor rule
-(count_include_pad, divisor_override, ceil_mode windows clipped at the padded edge)."""
+avg follows torch's divisor rule (count_include_pad, divisor_override, ceil_mode windows
+clipped at the padded edge).
+
+Global pooling (one window over the whole unpadded image: squeeze-excitation, the classifier's
+average pool) has its own kernel: a program per (image, BC channels) streams the image's
+[H*W, BC] slab in [BR, BC] tiles (pipelined) and reduces at the end. The windowed kernel would
+walk H*W taps one pixel row at a time, serially: 12544 dependent loads for a 112x112
+squeeze-excitation at batch 1."""
 from __future__ import annotations
 
 import triton
@@ -63,9 +69,69 @@ def pool_kernel(x_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, so_n, so_h, so_w, so_c,
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=m_ok[:, None] & c_ok[None, :])
 
 
+@triton.jit
+def global_pool_kernel(x_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, so_n, so_c, C,
+                       H: tl.constexpr, W: tl.constexpr, IS_MAX: tl.constexpr,
+                       DIVISOR: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                       STAGES: tl.constexpr):
+    n = tl.program_id(0).to(tl.int64)
+    offs_c = tl.program_id(1) * BC + tl.arange(0, BC)
+    c_ok = offs_c < C
+    rows = tl.arange(0, BR)
+    x_img = x_ptr + n * sx_n
+    if IS_MAX:
+        acc = tl.full((BR, BC), float("-inf"), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BR, BC), dtype=tl.float32)
+    for p0 in tl.range(0, H * W, BR, num_stages=STAGES):
+        p = p0 + rows
+        ok = (p < H * W)[:, None] & c_ok[None, :]
+        ptrs = (x_img + (p // W) * sx_h + (p % W) * sx_w)[:, None] + offs_c[None, :] * sx_c
+        if IS_MAX:
+            v = tl.load(ptrs, mask=ok, other=float("-inf")).to(tl.float32)
+            acc = tl.where(v > acc, v, acc)
+        else:
+            acc += tl.load(ptrs, mask=ok, other=0.0).to(tl.float32)
+    if IS_MAX:
+        r = tl.max(acc, 0)
+    else:
+        r = tl.sum(acc, 0) / DIVISOR
+    tl.store(out_ptr + n * so_n + offs_c * so_c, r.to(out_ptr.dtype.element_ty), mask=c_ok)
+
+
+def is_global(op: PoolOp) -> bool:
+    """One window over the whole unpadded image."""
+    _, h, w, _ = op.x.shape
+    return tuple(op.kernel) == (h, w) and tuple(op.padding) == (0, 0) \
+        and tuple(op.out.shape[1:3]) == (1, 1)
+
+
+def _plan_global(op: PoolOp, config: dict | None) -> KernelPlan:
+    from aotpack.ir.sym import upper_bound
+    from aotpack.kernels.spec import SM90
+
+    n, h, w, c = op.x.shape
+    # channels per program: 32 (64-byte rows), 16 when that leaves SMs idle (batch 1)
+    bc = 32 if upper_bound(n) * -(-c // 32) >= SM90.sm_count else 16
+    cfg = {"BR": 2048 // bc, "BC": bc, "num_warps": 4, "STAGES": 3, **(config or {})}
+    args = {"x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out)}
+    for name, s in zip("nhwc", op.x.strides):
+        args[f"sx_{name}"] = int_arg(s)
+    args.update({"so_n": int_arg(op.out.strides[0]), "so_c": int_arg(op.out.strides[3]),
+                 "C": int_arg(c), "H": Const(h), "W": Const(w),
+                 "IS_MAX": Const(op.kind == "max"),
+                 "DIVISOR": Const(float(op.divisor or h * w)),
+                 "BR": Const(cfg["BR"]), "BC": Const(cfg["BC"]), "STAGES": Const(cfg["STAGES"])})
+    grid = (n, cdiv(c, cfg["BC"]), 1)
+    return KernelPlan(global_pool_kernel, args, grid, cfg["num_warps"], 1,
+                      (f"global_{op.kind}_pool",), cfg)
+
+
 def plan(op: PoolOp, config: dict | None = None) -> KernelPlan:
     if op.kind not in ("max", "avg"):
         raise ValueError(f"pool: unknown kind {op.kind!r}")
+    if is_global(op) and isinstance(op.x.shape[1], int) and isinstance(op.x.shape[2], int):
+        return _plan_global(op, config)
     n, h, w, c = op.x.shape
     _, oh, ow, _ = op.out.shape
     taps = op.kernel[0] * op.kernel[1]
