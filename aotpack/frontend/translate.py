@@ -484,20 +484,6 @@ class _Translator:
         self.computed.add(value.name)
         return value
 
-    def fill_block(self, x: Value, dim: int, size: int, fill: float) -> Value | None:
-        """A block of `fill` shaped like `x` but `size` long along `dim` (None if size 0)."""
-        import torch
-
-        from aotpack.ir import Op
-        from aotpack.ir import ops as O
-
-        if size == 0:
-            return None
-        shape = tuple(size if i == dim else 1 for i in range(len(x.shape)))
-        c = self.add_constant(f"pad{dim}", torch.full(shape, fill, dtype=x.dtype.to_torch()))
-        want = tuple(size if i == dim else d for i, d in enumerate(x.shape))
-        return self.emit(Op.EXPAND, [c], O.ExpandAttrs(want)) if want != shape else c
-
     def padded_source(self, v: Value) -> tuple[Value, tuple]:
         """(x, per-spatial-dim (lo, hi) zeros) when `v` is a zero pad of x, else (v, zeros)."""
         if v.name in self.pads:

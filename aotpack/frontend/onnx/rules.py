@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from aotpack.frontend.aten_table import Unsupported, _conv2d
+from aotpack.frontend.aten_table import Unsupported
+from aotpack.frontend.onnx.conv import CONV_RULES, hard_swish_of
 from aotpack.frontend.onnx.host import is_symbolic_array
 from aotpack.frontend.onnx.layout import LAYOUT_RULES, ints
 from aotpack.ir import ops as O
@@ -71,7 +72,11 @@ def _rsqrt_of(cx, y):
     return None
 
 
-_PEEPHOLES = {Op.MUL: _silu, Op.DIV: _reciprocal_root}
+def _mul_activation(cx, a, b):
+    return _silu(cx, a, b) or hard_swish_of(cx, a, b)
+
+
+_PEEPHOLES = {Op.MUL: _mul_activation, Op.DIV: _reciprocal_root}
 
 
 def _reciprocal(cx, n, ins):
@@ -190,21 +195,6 @@ def _layer_norm(cx, n, ins):
     weights = [cx.tensor(t) for t in ins[1:] if t is not None]
     return cx.emit(Op.LAYER_NORM, [x] + weights,
                    O.NormAttrs(float(cx.attr("epsilon", 1e-5)), len(x.shape) - axis))
-
-
-def _conv(cx, n, ins):
-    """Patch embeddings only (kernel == stride, no padding): aten_table._conv2d's GEMM."""
-    if cx.attr("auto_pad", "NOTSET") != "NOTSET":
-        raise Unsupported("auto_pad")
-    x = cx.tensor(ins[0])
-    pads = ints(cx.attr("pads", [0, 0, 0, 0]))
-    if any(pads):
-        raise Unsupported(f"pads {pads}")
-    kernel = ints(cx.attr("kernel_shape", [])) or None
-    return _conv2d(cx, x, cx.tensor(ins[1]), cx.tensor(ins[2]) if len(ins) > 2 and
-                   ins[2] is not None else None, stride=tuple(ints(cx.attr("strides", kernel))),
-                   padding=0, dilation=tuple(ints(cx.attr("dilations", [1, 1]))),
-                   groups=int(cx.attr("group", 1)))
 
 
 _REDUCE = {"ReduceMean": Op.MEAN, "ReduceSum": Op.SUM, "ReduceMax": Op.AMAX,
@@ -330,11 +320,11 @@ RULES = {
     "Sin": _unary(Op.SIN), "Cos": _unary(Op.COS), "Gelu": _gelu, "Erf": _erf,
     "MatMul": _matmul, "Gemm": _gemm, "Softmax": _softmax(Op.SOFTMAX),
     "LogSoftmax": _softmax(Op.LOG_SOFTMAX), "LayerNormalization": _layer_norm,
-    "Conv": _conv, **{k: _reduce for k in _REDUCE},
+    **{k: _reduce for k in _REDUCE},
     "Cast": _cast, "CastLike": _cast_like, "Sum": _sum_or_mean, "Mean": _sum_or_mean,
     "Identity": _identity, "Dropout": _dropout, "Where": _where,
     **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                                    "Not", "And", "Or", "Trilu", "NonZero")},
     "Range": _range,
-    **LAYOUT_RULES,
+    **LAYOUT_RULES, **CONV_RULES,
 }

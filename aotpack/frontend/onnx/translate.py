@@ -177,6 +177,14 @@ class OnnxTranslator:
             self.as_ir[key] = value
         return value
 
+    def add_constant(self, name: str, tensor) -> Value:
+        """A constant a rule computes (batch norm's scale and shift, a pool's divisor map)."""
+        t = tensor.contiguous()
+        value = Value(self._fresh(f"{self._base()}_{name}"), DType.from_torch(t.dtype),
+                      tuple(t.shape))
+        self.constants[value.name] = Constant(value, t)
+        return value
+
     def emit(self, op: Op, inputs, attrs, final: bool = False) -> Value:
         """A new node (`final` is accepted for the torch rules reused here, e.g. _conv2d)."""
         return self.emit_named(op, inputs, attrs, f"{self._base()}_{op.value}")
