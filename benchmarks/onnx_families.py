@@ -146,6 +146,14 @@ def programs(family: Family, onnx_path: str, dtype: str | None = None):
     return from_onnx, from_torch
 
 
+def compile_loaded(loaded):
+    """The program of a prepared model (load_spec → prepare)."""
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    return compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+
+
 def kernel_kinds(program) -> list[str]:
     return [type(op).__name__ for op in program.ops]
 

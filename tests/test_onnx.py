@@ -324,11 +324,9 @@ def test_fuse_attention_on_eager_torch_attention():
     torch.testing.assert_close(run_reference(program, [ids])[0], m(ids), rtol=1e-4, atol=1e-4)
 
 
-def test_unfusable_mask_is_refused_cleanly():
-    """A constant mask that is neither nothing nor causal leaves the matmuls: lowering names
-    the batched matmul and what attention forms fuse."""
-    from aotpack.passes.lower import LoweringError
-
+def test_constant_band_mask_becomes_the_attention_mask():
+    """A constant mask that is neither nothing nor causal (a band) is the attention kernel's
+    mask operand."""
     class Banded(torch.nn.Module):
         def forward(self, q, k, v):
             band = torch.full((8, 8), float("-inf")).triu(3) + torch.full((8, 8), float(
@@ -337,8 +335,39 @@ def test_unfusable_mask_is_refused_cleanly():
             return w @ v
 
     xs = tuple(torch.randn(1, 2, 8, 16) for _ in range(3))
-    with pytest.raises(LoweringError, match="causal pattern"):
-        compile_graph(to_graph(Banded(), xs))
+    program = compile_graph(to_graph(Banded(), xs))
+    assert program.summary["kernel_ops"]["AttentionOp"] == 1
+    assert "GemmOp" not in program.summary["kernel_ops"]
+    torch.testing.assert_close(run_reference(program, list(xs))[0], Banded()(*xs), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_run_time_mask_becomes_the_attention_mask_unexpanded():
+    """Eager attention adding a run-time [B, 1, 1, T] mask: SDPA's fourth operand, read
+    through stride-0 dims (never expanded); a mask the scale multiplies too is left alone
+    and lowering names the batched matmul."""
+    from aotpack.passes.lower import LoweringError
+
+    class Eager(torch.nn.Module):
+        def __init__(self, mask_first=False):
+            super().__init__()
+            self.mask_first = mask_first
+
+        def forward(self, q, k, v, mask):
+            s = q @ k.transpose(-1, -2)
+            s = (s + mask) * 0.25 if self.mask_first else s * 0.25 + mask
+            return torch.softmax(s, dim=-1) @ v
+
+    xs = [torch.randn(2, 3, 8, 16) for _ in range(3)]
+    mask = torch.zeros(2, 1, 1, 8)
+    mask[1, ..., 5:] = torch.finfo(torch.float32).min
+    program = compile_graph(to_graph(Eager(), (*xs, mask)))
+    (op,) = [o for o in program.ops if type(o).__name__ == "AttentionOp"]
+    assert op.mask.strides[1:3] == (0, 0)
+    torch.testing.assert_close(run_reference(program, xs + [mask])[0], Eager()(*xs, mask),
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(LoweringError, match="already scaled"):
+        compile_graph(to_graph(Eager(mask_first=True), (*xs, mask)))
 
 
 transformers = None

@@ -9,11 +9,14 @@ with k the transposed view of k^T (a view, no copy). q, k^T and v are [B, H, S, 
 fuse_patterns._fold_repeat_kv). A positive scalar factor on q or on k^T that only the product
 reads (torch's sdpa export multiplies each by √scale) joins the SDPA scale.
 
-The mask must be a constant (through views), classified as the torch frontend classifies an
-sdpa mask (aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern
-becomes `causal`), at several sizes when it follows dynamic dims. Any other mask, a softmax
-over another dim, or an intermediate something else reads, leaves the chain alone: lowering
-then refuses the batched matmul by name.
+A constant mask (through views) is classified as the torch frontend classifies an sdpa mask
+(aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern becomes
+`causal`), at several sizes when it follows dynamic dims. Any other mask (computed at run time
+from the model's `attention_mask`, or a constant bias, padding or window) becomes SDPA's fourth
+operand as it is, a view broadcast to [B, H, S, T] (the masked attention kernel reads it
+through stride-0 dims, so a [B, 1, 1, T] padding mask is never expanded), provided it is added
+to the already scaled scores. A softmax over another dim, or an intermediate something else
+reads, leaves the chain alone: lowering then refuses the batched matmul by name.
 """
 from __future__ import annotations
 
@@ -42,10 +45,11 @@ def fuse_attention(graph: Graph) -> Graph:
         if match is None:
             b.keep(n)
             continue
-        q, kt, v, causal, scale = match
+        q, kt, v, causal, scale, mask = match
         k = _untransposed(b, kt, producers, n)
         attrs = O.SdpaAttrs(causal, scale, False)
-        b.nodes.append(Node(Op.SDPA, (b.get(q), k, b.get(v)), attrs, n.outputs, n.loc))
+        ins = (b.get(q), k, b.get(v)) + ((b.get(mask),) if mask is not None else ())
+        b.nodes.append(Node(Op.SDPA, ins, attrs, n.outputs, n.loc))
         fused += 1
     if not fused:
         return graph
@@ -53,7 +57,8 @@ def fuse_attention(graph: Graph) -> Graph:
 
 
 def _match(graph, n: Node, producers, users, outputs):
-    """(q, k^T, v, causal, scale) if n = matmul(attention weights, v), else None."""
+    """(q, k^T, v, causal, scale, mask operand or None) if n = matmul(attention weights, v),
+    else None."""
     if n.op != Op.MATMUL or len(n.output.shape) != 4:
         return None
     p, v = n.inputs
@@ -69,6 +74,7 @@ def _match(graph, n: Node, producers, users, outputs):
     if node is None or node.op != Op.SOFTMAX or node.attrs.dim != len(p.shape) - 1:
         return None
     scale, mask = node.attrs.scale, None
+    scale_outside_mask = scale  # what multiplies the mask too: softmax((s + m) * c)
     node = single(node.inputs[0])
     if node is not None and node.op == Op.CAST and node.output.dtype == DType.F32:
         node = single(node.inputs[0])
@@ -78,6 +84,8 @@ def _match(graph, n: Node, producers, users, outputs):
         factor = scalar_factor(node)
         if factor is not None and factor > 0:
             scale *= factor
+            if mask is None:
+                scale_outside_mask *= factor
             node = single(node.inputs[0])
         elif node.op == Op.ADD and node.attrs.scalar is None and mask is None:
             a, c = node.inputs
@@ -94,13 +102,32 @@ def _match(graph, n: Node, producers, users, outputs):
     scale *= q_scale * k_scale
     if not _shapes_ok(q, kt, v, n.output):
         return None
-    causal = False
+    causal, operand = False, None
     if mask is not None:
         kind = _mask_kind(graph, mask, producers, q.shape[2], kt.shape[3])
-        if kind is None:
-            return None
         causal = kind == "causal"
-    return q, kt, v, causal, float(scale)
+        if kind is None:  # a run-time mask, or a constant bias / padding / window
+            scores = (q.shape[0], q.shape[1], q.shape[2], kt.shape[3])
+            if not _mask_operand_ok(mask, scores, scale_outside_mask):
+                return None
+            operand = mask
+    return q, kt, v, causal, float(scale), operand
+
+
+def _mask_operand_ok(mask: Value, scores: tuple, scale_outside: float) -> bool:
+    """The kernel adds a floating mask to the scaled scores as it is (or keeps where a bool
+    one is True), broadcast through stride-0 dims: it must broadcast to [B, H, S, T] and not
+    be scaled with the scores (softmax((s + m) * c) with c != 1)."""
+    from aotpack.ir.types import broadcast_shapes
+
+    if len(mask.shape) > 4 or not (mask.dtype.is_float or mask.dtype == DType.BOOL):
+        return False
+    try:
+        if tuple(broadcast_shapes(tuple(mask.shape), scores)) != tuple(scores):
+            return False
+    except (TypeError, ValueError):
+        return False
+    return scale_outside == 1.0 or mask.dtype == DType.BOOL
 
 
 def _unscaled(x: Value, single) -> tuple[Value, float]:

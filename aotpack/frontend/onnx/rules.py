@@ -11,6 +11,7 @@ from aotpack.frontend.aten_table import Unsupported
 from aotpack.frontend.onnx.conv import CONV_RULES, hard_swish_of
 from aotpack.frontend.onnx.host import is_symbolic_array
 from aotpack.frontend.onnx.layout import LAYOUT_RULES, ints
+from aotpack.frontend.onnx.masks import MASK_RULES, where_known_values
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
@@ -270,8 +271,10 @@ def _where(cx, n, ins):
     where kept, the fill elsewhere): the additive mask passes/fuse_attention.py recognises.
     Any other known fill → value * kept + (0 where kept, the fill elsewhere)."""
     cond, x, y = ins
-    if not isinstance(cond, np.ndarray) or is_symbolic_array(cond):
-        raise Unsupported("a condition computed at run time (only known conditions)")
+    if isinstance(cond, Value):
+        return where_known_values(cx, cond, x, y)
+    if is_symbolic_array(cond):
+        raise Unsupported("a condition computed from dynamic sizes")
     for keep_if, value, fill in ((True, x, y), (False, y, x)):
         if isinstance(value, Value) and isinstance(fill, np.ndarray) \
                 and not is_symbolic_array(fill) and value.dtype.is_float:
@@ -324,7 +327,7 @@ RULES = {
     "Cast": _cast, "CastLike": _cast_like, "Sum": _sum_or_mean, "Mean": _sum_or_mean,
     "Identity": _identity, "Dropout": _dropout, "Where": _where,
     **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                   "Not", "And", "Or", "Trilu", "NonZero")},
+                                   "Not", "Trilu", "NonZero")}, **MASK_RULES,
     "Range": _range,
     **LAYOUT_RULES, **CONV_RULES,
 }
