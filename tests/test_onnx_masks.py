@@ -16,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_onnx import _check, _compile, _model, _v  # noqa: E402
 
 from aotpack.executor import run_reference  # noqa: E402
-from aotpack.frontend import UnsupportedOpError  # noqa: E402
 
 I64, B = TensorProto.INT64, TensorProto.BOOL
 
@@ -55,15 +54,20 @@ def test_and_or_with_uniform_known_operands(tmp_path):
     torch.testing.assert_close(got, m.float().expand(2, 3, 5))
 
 
-def test_and_with_a_known_mask_that_varies_is_refused(tmp_path):
+def test_and_or_of_run_time_and_varying_known_masks(tmp_path):
+    """A causal mask (known) and a padding mask (run time): 0/1 arithmetic."""
     nodes = [helper.make_node("Cast", ["m"], ["c"], to=B),
              helper.make_node("And", ["c", "tri"], ["a"]),
-             helper.make_node("Where", ["a", "one", "zero"], ["y"])]
-    inits = [("tri", np.tril(np.ones((5, 5), bool))), _scalar("one", 1.0),
-             _scalar("zero", 0.0)]
-    proto = _model(nodes, [_v("m", [5, 5], I64)], [_v("y", [5, 5])], inits)
-    with pytest.raises(UnsupportedOpError, match="differs per position"):
-        _compile(proto, tmp_path)
+             helper.make_node("Or", ["a", "diag"], ["o"]),
+             helper.make_node("Where", ["o", "one", "zero"], ["y"])]
+    inits = [("tri", np.tril(np.ones((5, 5), bool))), ("diag", np.eye(5, dtype=bool)),
+             _scalar("one", 1.0), _scalar("zero", 0.0)]
+    proto = _model(nodes, [_v("m", [2, 1, 5], I64)], [_v("y", [2, 5, 5])], inits)
+    _, program = _compile(proto, tmp_path)
+    m = torch.tensor([[[1, 1, 0, 1, 0]], [[0, 1, 1, 1, 1]]])
+    (got,) = run_reference(program, [m])
+    want = (m.bool() & torch.ones(5, 5).tril().bool()) | torch.eye(5).bool()
+    torch.testing.assert_close(got, want.float())
 
 
 def _attention_with_padding_mask(fill: float):

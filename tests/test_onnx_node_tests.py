@@ -30,9 +30,6 @@ SKIPS = {
         "Where choosing between two run-time tensors: no select kernel (a known condition "
         "with a known fill, the attention-mask form, is supported)",
     r"^test_erf$": "Erf outside the GELU pattern: no erf kernel",
-    r"^test_(and|or)(2d|3d|4d|_bcast)": "And/Or of run-time booleans: no logic kernels (a "
-                                        "run-time mask with a uniform known one is decided "
-                                        "at build time)",
     r"^test_slice_neg_steps$": "Slice with a negative step: no reversed views in the IR",
     r"^test_training_dropout": "training-mode Dropout (random): aotpack compiles inference",
     r"^test_reduce_(max|min)_(empty_set|bool_inputs)":
@@ -72,9 +69,7 @@ def test_every_claimed_op_has_passing_cases():
     """Each op the frontend claims is exercised by at least one node test that runs (ops the
     node tests do not have are named here)."""
     # claimed in one form no node test has; tests/test_onnx.py covers those forms
-    other_forms = {"Erf": "only inside GELU (test_elementwise_and_erf_gelu)",
-                   **{op: "only with a uniform known operand (test_onnx_masks.py)"
-                      for op in ("And", "Or")}}
+    other_forms = {"Erf": "only inside GELU (test_elementwise_and_erf_gelu)"}
     passing = set()
     for c in CASES:
         if _skip_reason(c.name) is None:

@@ -4,15 +4,14 @@
 transformers' mask code exports as Cast(attention_mask → bool) → views and gathers of known
 indices → And with known masks → Expand to [B, 1, S, T] → Where(mask, 0, finfo.min), whose
 result is added to the scores. Here:
-- And / Or with one known operand are decided where the known one is uniform (all True: the
-  other operand; all False: a known result); a known operand that differs per position would
-  need logic kernels aotpack does not have, and is refused naming the node;
+- And / Or with a uniform known operand are decided here (all True: the other operand, a
+  view; all False: a known result); other operands (a causal mask and a padding mask) are
+  combined as 0/1 numbers (a product, a maximum) by one pointwise kernel;
 - Where(run-time condition, known a, known b) is b + cast(condition) · (a - b), computed on the
   condition before any Expand (the Expand is applied to the result, a stride-0 view), so the
   mask stays [B, 1, 1, T] in memory and passes/fuse_attention.py hands it to the attention
-  kernel as its mask operand. An infinite a or b becomes the dtype's finite extreme (the
-  arithmetic would give inf - inf): as an attention mask it masks the same keys, and a row
-  masked everywhere then averages its values as torch's finfo.min masks do.
+  kernel as its mask operand. A -inf side goes through log(cast(condition)) (no inf - inf),
+  so a row masked everywhere gets zeros from the kernel as from torch's sdpa.
 """
 from __future__ import annotations
 
@@ -49,14 +48,32 @@ def where_known_values(cx, cond: Value, a, b) -> Value:
     if not dtype.is_float:
         raise Unsupported(f"a run-time condition choosing between {a.dtype} numbers (only "
                           f"floating values)")
-    lo, hi = _finite_range(dtype)
-    va, vb = (min(max(float(x.reshape(-1)[0]), lo), hi) for x in (a, b))
+    va, vb = (float(x.reshape(-1)[0]) for x in (a, b))
     base, _ = _unexpanded(cx, cond)
     t = cx.emit(Op.CAST, [base], O.CastAttrs(dtype))
-    y = cx.emit(Op.MUL, [t], O.BinaryAttrs(va - vb)) if va - vb != 1.0 else t
-    y = cx.emit(Op.ADD, [y], O.BinaryAttrs(vb)) if vb != 0.0 else y
+    y = _select(cx, t, va, vb, dtype)
     rank = max(np.ndim(a), np.ndim(b), len(cond.shape))
     return _broadcast(cx, y, (1,) * (rank - len(cond.shape)) + tuple(cond.shape))
+
+
+def _select(cx, t: Value, va: float, vb: float, dtype: DType) -> Value:
+    """va where t is 1, vb where it is 0: vb + t * (va - vb), or through log(t) (0 where t
+    is 1, -inf where 0) when one side is -inf (sdpa's mask: a row it masks everywhere then
+    gives zeros, as torch does, where a finite fill would average). +inf becomes the dtype's
+    largest finite value."""
+    lo, hi = _finite_range(dtype)
+    va, vb = (min(x, hi) for x in (va, vb))
+    if vb == float("-inf") or va == float("-inf"):
+        if va == vb:
+            raise Unsupported("a run-time condition choosing between -inf and -inf")
+        if va == float("-inf"):  # keep where t is 0
+            t = cx.emit(Op.ADD, [cx.emit(Op.NEG, [t], O.NoAttrs())], O.BinaryAttrs(1.0))
+            va, vb = vb, va
+        y = cx.emit(Op.LOG, [t], O.NoAttrs())
+        return cx.emit(Op.ADD, [y], O.BinaryAttrs(va)) if va != 0.0 else y
+    va, vb = max(va, lo), max(vb, lo)
+    y = cx.emit(Op.MUL, [t], O.BinaryAttrs(va - vb)) if va - vb != 1.0 else t
+    return cx.emit(Op.ADD, [y], O.BinaryAttrs(vb)) if vb != 0.0 else y
 
 
 def _finite_range(dtype: DType) -> tuple[float, float]:
@@ -77,10 +94,10 @@ def _logical(is_and: bool):
                 if not flags.any() if is_and else flags.all():
                     shape = np.broadcast_shapes(known.shape, tuple(other.shape))
                     return np.full(shape, not is_and)  # x and False, x or True: known
-                raise Unsupported(f"a run-time mask combined with a known mask that differs "
-                                  f"per position ({'And' if is_and else 'Or'} needs a logic "
-                                  f"kernel aotpack does not have)")
-        raise Unsupported("two run-time operands (aotpack has no logic kernels)")
+        # 0/1 arithmetic: a product (and) or a maximum (or), one pointwise kernel
+        fa, fb = (cx.emit(Op.CAST, [cx.tensor(x)], O.CastAttrs(DType.F32)) for x in (a, b))
+        y = cx.emit(Op.MUL if is_and else Op.MAX, [fa, fb], O.BinaryAttrs())
+        return cx.emit(Op.CAST, [y], O.CastAttrs(DType.BOOL))
     return rule
 
 

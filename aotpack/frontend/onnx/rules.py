@@ -294,20 +294,6 @@ def _where(cx, n, ins):
 _MASKED = -1e30
 
 
-def _range(cx, n, ins):
-    """arange(start, S) with S a dynamic size (positions): the table up to S's maximum, read
-    through a slice of length S - start."""
-    from aotpack.ir.sym import bounds, is_symbolic
-
-    start, limit, delta = (np.asarray(v).reshape(()).item() if isinstance(v, np.ndarray)
-                           else v for v in ins)
-    if not is_symbolic(limit) or is_symbolic(start) or is_symbolic(delta) or delta != 1:
-        return _constant_only(cx, n, ins)
-    hi = bounds(limit)[1]
-    table = np.arange(int(start), max(hi, int(start) + 1), dtype=np.asarray(ins[0]).dtype)
-    return cx.emit(Op.SLICE, [cx.tensor(table)], O.SliceAttrs(0, 0, limit - int(start)))
-
-
 def _constant_only(cx, n, ins):
     raise Unsupported("inputs computed at run time (aotpack evaluates it only on constants "
                       "and shapes, at build time)")
@@ -327,7 +313,6 @@ RULES = {
     "Cast": _cast, "CastLike": _cast_like, "Sum": _sum_or_mean, "Mean": _sum_or_mean,
     "Identity": _identity, "Dropout": _dropout, "Where": _where,
     **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                   "Not", "Trilu", "NonZero")}, **MASK_RULES,
-    "Range": _range,
+                                   "Not", "Trilu", "NonZero", "Range")}, **MASK_RULES,
     **LAYOUT_RULES, **CONV_RULES,
 }
