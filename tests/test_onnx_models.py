@@ -56,56 +56,62 @@ def test_onnx_and_torch_bundles_agree_on_the_gpu(tmp_path, name):
     assert row["max_err_onnx_vs_onnxruntime"] < 5e-2
 
 
-class _WithMask(torch.nn.Module):
-    """ids, attention_mask -> last hidden state: the mask a real graph input."""
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, input_ids, attention_mask):
-        return self.inner(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-
-
-def _padded(batch: int, seq: int, lengths) -> torch.Tensor:
-    mask = torch.zeros(batch, seq, dtype=torch.long)
-    for row, n in enumerate(lengths):
-        mask[row, :n] = 1
-    return mask
-
-
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_bert_with_a_run_time_padding_mask_matches_onnxruntime(tmp_path, attn):
     """BERT exported with attention_mask as a graph input: the mask computed from it at run
     time is the attention kernel's mask operand, [B, 1, 1, T] read through stride-0 dims;
     padded batches agree with onnxruntime and eager torch."""
-    import warnings
-
     from aotpack.frontend.prepare import prepare
 
     family = onnx_families.make("bert", "tiny", attn=attn)
-    module = _WithMask(family.module.inner).eval()
-    ids = family.example
-    path = tmp_path / "bert_masked.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, (ids, _padded(2, ids.shape[1], (16, 11))), str(path),
-                          dynamo=False, opset_version=17,
-                          input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"])
-    loaded = prepare(load_spec(str(path)))
+    path = onnx_families.export(family, tmp_path / "bert_masked.onnx", with_mask=True)
+    loaded = prepare(load_spec(path))
     program = onnx_families.compile_loaded(loaded)
     kinds = onnx_families.kernel_kinds(program)
     assert kinds.count("AttentionOp") == 2 and "MatmulOp" not in kinds
     for op in program.ops:
         if type(op).__name__ == "AttentionOp":
             assert op.mask is not None and op.mask.strides[1:3] == (0, 0)
-    x = _fresh(ids, onnx_families.SIZES["tiny"]["vocab"])
+    module = onnx_families.WithMask(family.module.inner).eval()
+    x = _fresh(family.example, onnx_families.SIZES["tiny"]["vocab"])
     for lengths in ((5, 16), (16, 16), (1, 9)):
-        mask = _padded(2, ids.shape[1], lengths)
+        mask = onnx_families.padding_mask(2, x.shape[1], lengths)
         (got,) = run_reference(program, [x, mask])
         (ort,) = loaded.model(x, mask)
         with torch.no_grad():
             want = module(x, mask)
         assert rel_err(got, ort) < 1e-4
         assert rel_err(got, want) < 1e-4
+
+
+POINTS = ((2, 16), (1, 1), (3, 7), (4, 64), (1, 33))
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("name, with_mask", [("gpt2", False), ("llama", False),
+                                             ("gpt2", True), ("bert", True)])
+def test_dynamic_export_matches_onnxruntime_at_several_sizes(tmp_path, name, attn, with_mask):
+    """Exported with batch and sequence dynamic (the causal mask is then computed from Range
+    over the dims): built once for batch 1..4, seq 1..64, matching onnxruntime at several
+    (batch, seq) points; without a mask input the causal mask becomes the kernel's causal
+    flag, with one (left padding: whole rows masked) the computed mask is its operand."""
+    from aotpack.frontend.prepare import prepare
+
+    family = onnx_families.make(name, "tiny", attn=attn)
+    path = onnx_families.export(family, tmp_path / f"{name}.onnx", dynamic=True,
+                                with_mask=with_mask)
+    loaded = prepare(load_spec(path), dynamic=("batch=1..4", "seq=1..64"))
+    program = onnx_families.compile_loaded(loaded)
+    attention = [op for op in program.ops if type(op).__name__ == "AttentionOp"]
+    assert len(attention) == 2 and "MatmulOp" not in onnx_families.kernel_kinds(program)
+    if not with_mask:
+        assert all(op.causal and op.mask is None for op in attention) == (name != "bert")
+    g = torch.Generator().manual_seed(3)
+    for b, s in POINTS:
+        xs = [torch.randint(0, onnx_families.SIZES["tiny"]["vocab"], (b, s), generator=g)]
+        if with_mask:
+            xs.append(onnx_families.padding_mask(b, s, [max(1, s // 2)] + [s] * (b - 1),
+                                                 left=name == "gpt2"))
+        (got,) = run_reference(program, xs)
+        (ort,) = loaded.model(*xs)
+        assert rel_err(got, ort) < 1e-4, (b, s)
