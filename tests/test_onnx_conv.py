@@ -248,3 +248,17 @@ def test_exported_conv_net_matches_onnxruntime_and_torch_build(tmp_path, name, f
         for ref in (ort, want):
             err = float((got.double() - ref.double()).norm() / ref.double().norm())
             assert err < 1e-4, err
+
+
+def test_float_input_may_be_given_in_the_build_dtype(tmp_path):
+    """`aotpack verify` passes a bf16-built model's float inputs back as bf16: allowed; any
+    other dtype change is refused."""
+    from aotpack.frontend import ModelLoadError
+    from aotpack.frontend.prepare import prepare
+
+    path = tmp_path / "m.onnx"
+    onnx.save(_conv_model((2, 4, 9, 10), (6, 4, 3, 3)), str(path))
+    loaded = prepare(load_spec(str(path)), dtype="bf16", inputs=("x=2x4x9x10:bf16",))
+    assert loaded.inputs[0].dtype == torch.bfloat16
+    with pytest.raises(ModelLoadError, match="cannot be changed"):
+        prepare(load_spec(str(path)), dtype="bf16", inputs=("x=2x4x9x10:f16",))
