@@ -262,3 +262,35 @@ def test_float_input_may_be_given_in_the_build_dtype(tmp_path):
     assert loaded.inputs[0].dtype == torch.bfloat16
     with pytest.raises(ModelLoadError, match="cannot be changed"):
         prepare(load_spec(str(path)), dtype="bf16", inputs=("x=2x4x9x10:f16",))
+
+
+@pytest.mark.parametrize("name", ["resnet18", "audio_stem"])
+def test_exported_conv_net_with_dynamic_image_size_in_bf16(tmp_path, name):
+    """Batch and image size dynamic (global pooling over a dynamic image is a mean), built
+    in bf16 with the build's kernel-support check, against onnxruntime at a size unlike the
+    example."""
+    import warnings
+
+    import conv_nets
+
+    from aotpack.builder import check_supported
+    from aotpack.frontend.prepare import prepare
+
+    model, x = conv_nets.make(name)
+    spatial = {2: "H", 3: "W"} if x.dim() == 4 else {2: "L"}
+    path = tmp_path / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17,
+                          input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "N", **spatial}})
+    dims = ("N=1..4",) + tuple(f"{d}=8..64" for d in spatial.values())
+    loaded = prepare(load_spec(str(path)), dynamic=dims, dtype="bf16")
+    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    check_supported(program)
+    size = (3, x.shape[1]) + ((17, 26) if x.dim() == 4 else (30,))
+    fresh = torch.randn(size, generator=torch.Generator().manual_seed(2)).bfloat16()
+    (got,) = run_reference(program, [fresh])
+    (ort,) = loaded.model(fresh)
+    err = float((got.double() - ort.double()).norm() / ort.double().norm())
+    assert err < 2e-2, err
