@@ -294,3 +294,32 @@ def test_exported_conv_net_with_dynamic_image_size_in_bf16(tmp_path, name):
     (ort,) = loaded.model(fresh)
     err = float((got.double() - ort.double()).norm() / ort.double().norm())
     assert err < 2e-2, err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2_block"])
+def test_exported_conv_net_bundle_on_the_gpu(tmp_path, name):
+    """The ONNX conv net built as a bundle (bf16, dynamic batch) and run by the C runtime,
+    against onnxruntime at several batches."""
+    import warnings
+
+    import aotpack
+    import conv_nets
+    from aotpack.frontend.prepare import prepare
+
+    model, x = conv_nets.make(name)
+    path = tmp_path / f"{name}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), str(path), dynamo=False, opset_version=17,
+                          input_names=["x"], output_names=["y"],
+                          dynamic_axes={"x": {0: "N"}})
+    result = aotpack.build(str(path), tmp_path / "out", dynamic=["N=1..8"], dtype="bf16")
+    loaded = prepare(load_spec(str(path)), dynamic=["N=1..8"])
+    with aotpack.load(result.out_dir) as bundle, bundle.session() as s:
+        for batch in (1, 3, 8):
+            fresh = torch.randn((batch,) + tuple(x.shape[1:]))
+            out = s.run([fresh.bfloat16().cuda()])[0].float().cpu()
+            (ref,) = loaded.model(fresh)
+            err = float((out.double() - ref.double()).norm() / ref.double().norm())
+            assert err < 2e-2, (batch, err)
