@@ -115,7 +115,7 @@ def _pool(kind: str):
         include = bool(cx.attr("count_include_pad", 0))
         if spatial == 1:
             kernel, strides, pads = [1] + kernel, [1] + strides, ((0, 0),) + pads
-        if _as_torch_pads(x, kernel, pads, ceil, kind, include):
+        if _as_torch_pads(kernel, pads):
             attrs = O.PoolAttrs(kind, tuple(kernel), tuple(strides), tuple(p for p, _ in pads),
                                 ceil, include)
             return _pooled(cx, x, attrs)
@@ -123,10 +123,10 @@ def _pool(kind: str):
     return rule
 
 
-def _as_torch_pads(x, kernel, pads, ceil, kind, include) -> bool:
-    """Whether the IR's pool (torch's rule: symmetric pads of at most half the window) means
-    the same as the ONNX one: always for max; for an average the divisor differs only where a
-    window runs past the padded image (ceil_mode), which torch clips as onnxruntime does."""
+def _as_torch_pads(kernel, pads) -> bool:
+    """Whether the IR's pool (torch's rule: symmetric pads of at most half the window) takes
+    these pads. It then means what onnxruntime computes, ceil_mode and count_include_pad
+    included: both clip a window's divisor to the padded image (or to the image)."""
     return all(lo == hi and 2 * lo <= k for (lo, hi), k in zip(pads, kernel))
 
 
