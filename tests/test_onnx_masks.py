@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_onnx import _check, _compile, _model, _v  # noqa: E402
 
 from aotpack.executor import run_reference  # noqa: E402
+from aotpack.frontend import UnsupportedOpError  # noqa: E402
 
 I64, B = TensorProto.INT64, TensorProto.BOOL
 
@@ -124,3 +125,43 @@ def test_attention_with_a_run_time_padding_mask(tmp_path, fill):
 def test_runs_through_the_generic_check(tmp_path):
     """The same graph against onnxruntime through test_onnx's checker (all-ones masks)."""
     _check(_attention_with_padding_mask(-1e9), tmp_path, inputs=("x=2x8x16", "mask=2x8"))
+
+
+# ----------------------------------------------------------------------------- values from dims
+def _positions_model(reverse: bool):
+    """y = x + f(positions): positions Range(0, S) from x's shape, reversed (S - 1 - i) or
+    not; a value computed from the dims only, stored at S's maximum."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("Gather", ["shape", "one_i"], ["s"], axis=0),
+             helper.make_node("Range", ["zero_i", "s", "one_i"], ["pos"]),
+             helper.make_node("Cast", ["pos"], ["posf"], to=TensorProto.FLOAT)]
+    if reverse:
+        nodes += [helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+                  helper.make_node("Sub", ["sf", "posf"], ["p0"]),
+                  helper.make_node("Sub", ["p0", "onef"], ["p"])]
+    else:
+        nodes += [helper.make_node("Identity", ["posf"], ["p"])]
+    nodes += [helper.make_node("Add", ["x", "p"], ["y"])]
+    inits = [("zero_i", np.array(0)), ("one_i", np.array(1)), _scalar("onef", 1.0)]
+    return _model(nodes, [_v("x", ["B", "S"])], [_v("y", ["B", "S"])], inits)
+
+
+def test_positions_from_a_dynamic_dim_are_a_stored_table(tmp_path):
+    _check(_positions_model(False), tmp_path, dynamic=("B=1..4", "S=1..32"),
+           shapes=[[(3, 1)], [(1, 32)], [(2, 17)]])
+
+
+def test_a_value_whose_entries_depend_on_the_dims_is_refused(tmp_path):
+    with pytest.raises(UnsupportedOpError, match="leading part"):
+        _compile(_positions_model(True), tmp_path, dynamic=("B=1..4", "S=1..32"))
+
+
+def test_a_fill_of_a_dynamic_shape_is_not_evaluated_at_the_maxima(tmp_path):
+    """ConstantOfShape(Shape(x)) read by a run-time Add: one element expanded, even where
+    the maxima would take gigabytes on the build host."""
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]),
+             helper.make_node("ConstantOfShape", ["shape"], ["ones"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.0])),
+             helper.make_node("Mul", ["x", "ones"], ["y"])]
+    proto = _model(nodes, [_v("x", ["B", "S", 4096])], [_v("y", ["B", "S", 4096])])
+    _check(proto, tmp_path, dynamic=("B=1..512", "S=1..8192"), shapes=[[(2, 3, 4096)]])

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from aotpack.frontend.aten_table import Unsupported
-from aotpack.frontend.onnx.host import fold, is_symbolic_array
+from aotpack.frontend.onnx.host import HostError, fold, is_symbolic_array
 from aotpack.frontend.symbolic import SymbolError, probe_points, table_at_maxima
 from aotpack.ir.sym import Sym, subs
 
@@ -50,7 +50,14 @@ class LazyValues:
         key = (id(v), tuple(sorted(point.items())))
         if key not in self._memo:
             ins = [self._at(x, point) for x in v.inputs]
-            out = fold(v.node, ins, self.opset)[v.index]
+            try:
+                out = fold(v.node, ins, self.opset)[v.index]
+            except (MemoryError, HostError) as e:
+                if not isinstance(e, MemoryError) and "MemoryError" not in str(e):
+                    raise
+                raise SymbolError(f"{v.name} ({v.node.op_type}) computed from constants does "
+                                  f"not fit in the build host's memory at dims {point}: lower "
+                                  f"the dims' maxima") from None
             if out.nbytes > self.limit:
                 raise SymbolError(f"{v.name} ({v.node.op_type}) computed from constants would "
                                   f"take {out.nbytes >> 20} MiB at dims {point} on the build "
@@ -88,8 +95,11 @@ class LazyValues:
         """A short integer vector of sizes (a shape an exporter computed with ops the host
         evaluates only on numbers) as a symbolic array, if each entry is an integer affine
         function of the symbols; else None."""
+        small = self.value(v, {s.name: s.lo for s in self.symbols})  # cheap to compute
+        if small.ndim != 1 or small.size > 8 or small.dtype.kind not in "iu":
+            return None
         at_max = self.value(v, self.max_point())
-        if at_max.ndim != 1 or at_max.size > 8 or at_max.dtype.kind not in "iu":
+        if at_max.shape != small.shape:
             return None
         try:
             if self.shape(v) != at_max.shape:

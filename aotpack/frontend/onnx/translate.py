@@ -1,8 +1,10 @@
 """ONNX graph → IR, node by node with rules.RULES; the same IR the torch frontend produces.
 
 Every ONNX value is either an IR `Value` (computed at run time, or a weight once a run-time
-node reads it) or a numpy array known at translation time (initializers, Constant nodes,
-shapes and what is computed from them: host.py). A node whose inputs are all known is
+node reads it), a numpy array known at translation time (initializers, Constant nodes,
+shapes and what is computed from them: host.py), or a `Lazy` value computed from constants
+and dynamic dims whose contents change with the dims (lazy.py: evaluated at concrete sizes,
+stored at the maxima when a run-time node reads it). A node whose inputs are all known is
 evaluated here and emits no IR. Dims are ints or symbols (OnnxShapes).
 """
 from __future__ import annotations
@@ -220,6 +222,10 @@ class OnnxTranslator:
         expand) of its symbolic shape."""
         if id(v) in self.materialized:
             return self.materialized[id(v)]
+        if v.node.op_type == "ConstantOfShape" and not isinstance(v.inputs[0], Lazy):
+            x = self._fill(v)  # one element expanded: nothing evaluated at the maxima
+            self.materialized[id(v)] = x
+            return x
         try:
             full, shape = self.lazy.table(v, to_torch)
         except SymbolError as e:
@@ -232,7 +238,9 @@ class OnnxTranslator:
         dt = DType.from_torch(full.dtype)
         if dt.is_float and self.float_dtype(dt) != dt:
             full = full.to(self.float_dtype(dt).to_torch())
-        x = self.add_constant("table", full)
+        x = Value(self._fresh(f"{_clean(v.name)}_table"), DType.from_torch(full.dtype),
+                  tuple(full.shape))
+        self.constants[x.name] = Constant(x, full.contiguous())
         for i, d in enumerate(shape):
             if full.shape[i] != 1 and is_symbolic(d):
                 x = self.emit_named(Op.SLICE, [x], SliceAttrs(i, 0, d), f"{v.name}_slice")
@@ -240,6 +248,17 @@ class OnnxTranslator:
             x = self.emit_named(Op.EXPAND, [x], ExpandAttrs(tuple(shape)), f"{v.name}_expand")
         self.materialized[id(v)] = x
         return x
+
+    def _fill(self, v: Lazy) -> Value:
+        """ConstantOfShape of a dynamic shape: its one value expanded (a stride-0 view)."""
+        from onnx import helper, numpy_helper
+
+        attrs = {a.name: helper.get_attribute_value(a) for a in v.node.attribute}
+        one = numpy_helper.to_array(attrs["value"]).reshape(-1)[:1] if "value" in attrs \
+            else np.zeros(1, np.float32)
+        shape = tuple(d if is_symbolic(d) else int(d) for d in v.inputs[0].reshape(-1))
+        base = self.tensor(one.reshape((1,) * len(shape)))
+        return self.emit_named(Op.EXPAND, [base], ExpandAttrs(shape), f"{v.name}_fill")
 
     def add_constant(self, name: str, tensor) -> Value:
         """A constant a rule computes (batch norm's scale and shift, a pool's divisor map)."""
