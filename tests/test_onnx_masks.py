@@ -165,3 +165,52 @@ def test_a_fill_of_a_dynamic_shape_is_not_evaluated_at_the_maxima(tmp_path):
              helper.make_node("Mul", ["x", "ones"], ["y"])]
     proto = _model(nodes, [_v("x", ["B", "S", 4096])], [_v("y", ["B", "S", 4096])])
     _check(proto, tmp_path, dynamic=("B=1..512", "S=1..8192"), shapes=[[(2, 3, 4096)]])
+
+
+@pytest.mark.parametrize("fill, keep_if", [(-np.inf, True), (-3.0e38, False)])
+def test_masked_fill_of_run_time_scores(tmp_path, fill, keep_if):
+    """Where(run-time mask, scores, fill) (or the fill first, under a Not): an additive mask,
+    the attention kernel's operand."""
+    rng = np.random.RandomState(0)
+    d = 8
+    w = {n: rng.randn(d, d).astype(np.float32) * 0.3 for n in ("wq", "wk", "wv")}
+    args = ["m4", "s1", "fill"] if keep_if else ["m4", "fill", "s1"]
+    nodes = [helper.make_node("MatMul", ["x", f"w{n}"], [n]) for n in ("q", "k", "v")] + [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("Unsqueeze", ["q", "one"], ["q4"]),
+        helper.make_node("Unsqueeze", ["kt", "one"], ["kt4"]),
+        helper.make_node("Unsqueeze", ["v", "one"], ["v4"]),
+        helper.make_node("MatMul", ["q4", "kt4"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Cast", ["mask"], ["mb"], to=B),
+        helper.make_node("Not", ["mb"], ["nb"]) if not keep_if else
+        helper.make_node("Identity", ["mb"], ["nb"]),
+        helper.make_node("Unsqueeze", ["nb", "axes"], ["m4"]),
+        helper.make_node("Where", args, ["s2"]),
+        helper.make_node("Softmax", ["s2"], ["p"], axis=-1),
+        helper.make_node("MatMul", ["p", "v4"], ["o"]),
+        helper.make_node("Squeeze", ["o", "one"], ["y"])]
+    inits = list(w.items()) + [("one", np.array([1])), ("axes", np.array([1, 2])),
+                               _scalar("scale", 0.3), _scalar("fill", fill)]
+    proto = _model(nodes, [_v("x", [2, 6, d]), _v("mask", [2, 6], I64)], [_v("y", [2, 6, d])],
+                   inits)
+    loaded, program = _compile(proto, tmp_path)
+    x = torch.randn(2, 6, d)
+    mask = torch.tensor([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1]])
+    (got,) = run_reference(program, [x, mask])
+    (ort,) = loaded.model(x, mask)
+    torch.testing.assert_close(got, ort, rtol=1e-4, atol=1e-4)
+    assert "AttentionOp" in [type(o).__name__ for o in program.ops]
+
+
+def test_masked_fill_with_an_ordinary_number_keeps_the_values(tmp_path):
+    nodes = [helper.make_node("Cast", ["m"], ["c"], to=B),
+             helper.make_node("Where", ["c", "x", "half"], ["a"]),
+             helper.make_node("Where", ["c", "half", "x"], ["b"]),
+             helper.make_node("Sub", ["a", "b"], ["y"])]
+    proto = _model(nodes, [_v("x", [3, 5]), _v("m", [3, 5], I64)], [_v("y", [3, 5])],
+                   [_scalar("half", 0.5)])
+    loaded, program = _compile(proto, tmp_path)
+    x, m = torch.randn(3, 5), torch.randint(0, 2, (3, 5))
+    (got,) = run_reference(program, [x, m])
+    torch.testing.assert_close(got, torch.where(m.bool(), x - 0.5, 0.5 - x))

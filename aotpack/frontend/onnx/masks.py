@@ -38,22 +38,57 @@ def _unexpanded(cx, v: Value) -> tuple[Value, tuple | None]:
 
 
 def where_known_values(cx, cond: Value, a, b) -> Value:
-    if not (_known(a) and _known(b) and a.size == 1 and b.size == 1):
+    """Where(run-time condition, a, b) with a and b known numbers, or one of them a run-time
+    tensor and the other a known number (masked_fill)."""
+    if isinstance(a, Value) and _is_number(b):
+        return _masked_fill(cx, cond, a, b, keep_if=True)
+    if isinstance(b, Value) and _is_number(a):
+        return _masked_fill(cx, cond, b, a, keep_if=False)
+    if not (_is_number(a) and _is_number(b)):
         raise Unsupported("a condition computed at run time choosing between run-time values "
                           "(aotpack has no select kernel; a run-time condition may choose "
-                          "between two known numbers, as attention masks do)")
+                          "between known numbers, or between a tensor and a number)")
+    dtype = _float_dtype(cx, a)
+    base, _ = _unexpanded(cx, cond)
+    t = cx.emit(Op.CAST, [base], O.CastAttrs(dtype))
+    y = _select(cx, t, float(a.reshape(-1)[0]), float(b.reshape(-1)[0]), dtype)
+    rank = max(np.ndim(a), np.ndim(b), len(cond.shape))
+    return _broadcast(cx, y, (1,) * (rank - len(cond.shape)) + tuple(cond.shape))
+
+
+def _is_number(v) -> bool:
+    return _known(v) and v.size == 1
+
+
+def _float_dtype(cx, a: np.ndarray) -> DType:
     from aotpack.frontend.onnx.translate import to_torch
 
     dtype = cx.float_dtype(DType.from_torch(to_torch(np.asarray(a)).dtype))
     if not dtype.is_float:
         raise Unsupported(f"a run-time condition choosing between {a.dtype} numbers (only "
                           f"floating values)")
-    va, vb = (float(x.reshape(-1)[0]) for x in (a, b))
+    return dtype
+
+
+def _masked_fill(cx, cond: Value, x: Value, fill, keep_if: bool) -> Value:
+    """x where cond is keep_if, else the number `fill`: x + (0 | fill) when the fill masks
+    (-inf or below -1e30, as attention scores are masked: the additive mask
+    passes/fuse_attention.py recognises), else x * kept + (0 | fill)."""
+    if not x.dtype.is_float:
+        raise Unsupported(f"a masked fill of a {x.dtype.value} tensor (only floating ones)")
+    value = float(fill.reshape(-1)[0])
     base, _ = _unexpanded(cx, cond)
-    t = cx.emit(Op.CAST, [base], O.CastAttrs(dtype))
-    y = _select(cx, t, va, vb, dtype)
-    rank = max(np.ndim(a), np.ndim(b), len(cond.shape))
-    return _broadcast(cx, y, (1,) * (rank - len(cond.shape)) + tuple(cond.shape))
+    t = cx.emit(Op.CAST, [base], O.CastAttrs(x.dtype))
+    kept, dropped = (1.0, 0.0) if keep_if else (0.0, 1.0)
+    add = _select(cx, t, 0.0 if keep_if else value, value if keep_if else 0.0, x.dtype)
+    if value <= _MASKS:
+        return cx.emit(Op.ADD, [x, add], O.BinaryAttrs())
+    keep = _select(cx, t, kept, dropped, x.dtype)
+    y = cx.emit(Op.MUL, [x, keep], O.BinaryAttrs())
+    return cx.emit(Op.ADD, [y, add], O.BinaryAttrs())
+
+
+_MASKS = -1e30  # a fill at or below this masks an attention score (finfo.min, -inf)
 
 
 def _select(cx, t: Value, va: float, vb: float, dtype: DType) -> Value:
@@ -112,4 +147,10 @@ def _broadcast(cx, x: Value, shape) -> Value:
     return x if tuple(x.shape) == want else cx.emit(Op.EXPAND, [x], O.ExpandAttrs(want))
 
 
-MASK_RULES = {"And": _logical(True), "Or": _logical(False)}
+def _not(cx, n, ins):
+    t = cx.emit(Op.CAST, [cx.tensor(ins[0])], O.CastAttrs(DType.F32))
+    t = cx.emit(Op.ADD, [cx.emit(Op.NEG, [t], O.NoAttrs())], O.BinaryAttrs(1.0))
+    return cx.emit(Op.CAST, [t], O.CastAttrs(DType.BOOL))
+
+
+MASK_RULES = {"And": _logical(True), "Or": _logical(False), "Not": _not}

@@ -266,7 +266,8 @@ def _dropout(cx, n, ins):
 
 
 def _where(cx, n, ins):
-    """A known condition choosing between a run-time value and a known one. A fill that is
+    """A run-time condition: masks.where_known_values. A known condition choosing between a
+    run-time value and a known one: a fill that is
     -inf or a huge negative where it is used (masked_fill of attention scores) → value + (0
     where kept, the fill elsewhere): the additive mask passes/fuse_attention.py recognises.
     Any other known fill → value * kept + (0 where kept, the fill elsewhere)."""
@@ -313,6 +314,6 @@ RULES = {
     "Cast": _cast, "CastLike": _cast_like, "Sum": _sum_or_mean, "Mean": _sum_or_mean,
     "Identity": _identity, "Dropout": _dropout, "Where": _where,
     **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                   "Not", "Trilu", "NonZero", "Range")}, **MASK_RULES,
+                                   "Trilu", "NonZero", "Range")}, **MASK_RULES,
     **LAYOUT_RULES, **CONV_RULES,
 }
