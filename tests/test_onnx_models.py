@@ -94,7 +94,9 @@ def test_dynamic_export_matches_onnxruntime_at_several_sizes(tmp_path, name, att
     """Exported with batch and sequence dynamic (the causal mask is then computed from Range
     over the dims): built once for batch 1..4, seq 1..64, matching onnxruntime at several
     (batch, seq) points; without a mask input the causal mask becomes the kernel's causal
-    flag, with one (left padding: whole rows masked) the computed mask is its operand."""
+    flag, with one (left padding: whole rows masked) the computed mask is its operand, with
+    the causal part split off into the flag where that keeps fully masked rows as they are
+    (sdpa's -inf masks; eager's finfo.min masks keep the combined [B, 1, S, T] mask)."""
     from aotpack.frontend.prepare import prepare
 
     family = onnx_families.make(name, "tiny", attn=attn)
@@ -106,6 +108,9 @@ def test_dynamic_export_matches_onnxruntime_at_several_sizes(tmp_path, name, att
     assert len(attention) == 2 and "MatmulOp" not in onnx_families.kernel_kinds(program)
     if not with_mask:
         assert all(op.causal and op.mask is None for op in attention) == (name != "bert")
+    elif attn == "sdpa" or name == "bert":  # -inf / bool masks: causal part split off
+        assert all(op.causal == (name == "gpt2") and op.mask.strides[1:3] == (0, 0)
+                   for op in attention)
     g = torch.Generator().manual_seed(3)
     for b, s in POINTS:
         xs = [torch.randint(0, onnx_families.SIZES["tiny"]["vocab"], (b, s), generator=g)]

@@ -15,7 +15,9 @@ A constant mask (through views) is classified as the torch frontend classifies a
 from the model's `attention_mask`, or a constant bias, padding or window) becomes SDPA's fourth
 operand as it is, a view broadcast to [B, H, S, T] (the masked attention kernel reads it
 through stride-0 dims, so a [B, 1, 1, T] padding mask is never expanded), provided it is added
-to the already scaled scores. A softmax over another dim, or an intermediate something else
+to the already scaled scores. A causal constant combined with a run-time mask (And of the two,
+or a sum of additive masks) is split: the kernel's causal flag, and the run-time part alone as
+its operand. A softmax over another dim, or an intermediate something else
 reads, leaves the chain alone: lowering then refuses the batched matmul by name.
 """
 from __future__ import annotations
@@ -40,12 +42,19 @@ def fuse_attention(graph: Graph) -> Graph:
     outputs = graph.output_names()
     b = GraphBuilder(graph)
     fused = 0
+    without_causal: dict[str, Value] = {}  # mask name -> the mask with its causal part split off
     for n in graph.nodes:
         match = _match(graph, n, producers, users, outputs)
         if match is None:
             b.keep(n)
             continue
         q, kt, v, causal, scale, mask = match
+        split = None if mask is None else _causal_part(graph, mask, producers, q.shape[2],
+                                                        kt.shape[3])
+        if split is not None:
+            if mask.name not in without_causal:
+                without_causal[mask.name] = _rebuild(b, *split)
+            mask, causal = without_causal[mask.name], True
         k = _untransposed(b, kt, producers, n)
         attrs = O.SdpaAttrs(causal, scale, False)
         ins = (b.get(q), k, b.get(v)) + ((b.get(mask),) if mask is not None else ())
@@ -165,6 +174,72 @@ def _untransposed(b: GraphBuilder, kt: Value, producers, n: Node) -> Value:
 
 
 # ----------------------------------------------------------------------------- masks
+def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
+    """A run-time mask made of a constant causal mask and another (a padding mask): f(c ∧ m)
+    with ∧ a product of 0/1 keeps whose one side is a bool constant cast (And of two masks),
+    or a sum of additive masks, and f elementwise ops of one operand (casts, the scalar
+    arithmetic of Where(keep, 0, min)). Returns (the ops of f, from the inside out, m) so that
+    the attention kernel applies the causal part itself (its causal flag masks what c masks;
+    where c keeps, f(c ∧ m) is f(m)) and reads m, [B, 1, 1, T], instead of a [B, 1, S, T]
+    mask computed every run. None if the mask is not of that form."""
+    path, v = [], mask
+    for _ in range(16):
+        n = producers.get(v.name)
+        if n is None or n.op not in O.ELEMENTWISE:
+            return None
+        if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD) and n.attrs.scalar is None:
+            for c, other in (n.inputs, n.inputs[::-1]):
+                if _is_causal(graph, c, producers, n.op, seq_q, seq_k):
+                    ok = other.dtype == n.output.dtype and len(other.shape) <= 4 \
+                        and _hides_rows(path[::-1], n)
+                    return (path[::-1], other) if ok else None
+            return None
+        if len(n.inputs) != 1:
+            return None
+        path.append(n)
+        v = n.inputs[0]
+    return None
+
+
+def _is_causal(graph, c: Value, producers, op: Op, seq_q, seq_k) -> bool:
+    if op == Op.MUL:  # keeps as 0/1: the causal side a cast of a bool constant
+        cast = producers.get(c.name)
+        if cast is None or cast.op != Op.CAST or cast.inputs[0].dtype != DType.BOOL:
+            return False
+        c = cast.inputs[0]
+    return _mask_kind(graph, c, producers, seq_q, seq_k) == "causal"
+
+
+def _hides_rows(path: list[Node], combine: Node) -> bool:
+    """Whether what the causal part masks reaches the kernel as -inf or False: then a row
+    masked everywhere gives zeros whether the kernel or the mask masks its future keys. A
+    finite fill (finfo.min) would average a row masked everywhere over all keys, which the
+    split would change to the past keys only."""
+    import torch
+
+    from aotpack.ir.interpret import eval_node
+
+    masked = 0.0 if combine.op == Op.MUL else float("-inf")
+    t = torch.full((1,), masked, dtype=combine.output.dtype.to_torch())
+    for n in path:
+        t = eval_node(n, [t])
+    if t.dtype == torch.bool:
+        return not bool(t.item())
+    return t.is_floating_point() and t.item() == float("-inf")
+
+
+def _rebuild(b: GraphBuilder, path: list[Node], other: Value) -> Value:
+    """The ops of `path` applied to `other` (new nodes: the old chain may have other readers
+    and dies with the dead code otherwise)."""
+    from aotpack.ir.infer import infer
+
+    v = b.get(other)
+    for n in path:
+        t = infer(n.op, [v.type], n.attrs)
+        v = b.emit(n.op, [v], n.attrs, t.dtype, tuple(t.shape), f"{n.output.name}_nc", n.loc)
+    return v
+
+
 def _const_base(graph, v: Value, producers):
     """(constant name, layout nodes from it to v) if v is a constant seen through views."""
     chain = []

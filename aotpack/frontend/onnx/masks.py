@@ -20,6 +20,7 @@ import numpy as np
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_table import Unsupported
 from aotpack.frontend.onnx.host import is_symbolic_array
+from aotpack.frontend.onnx.lazy import Lazy
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
@@ -122,18 +123,32 @@ def _logical(is_and: bool):
     def rule(cx, n, ins):
         a, b = ins
         for known, other in ((a, b), (b, a)):
-            if _known(known) and isinstance(other, Value):
-                flags = known.astype(bool)
-                if flags.all() if is_and else not flags.any():
-                    return _broadcast(cx, other, known.shape)  # x and True, x or False
-                if not flags.any() if is_and else flags.all():
-                    shape = np.broadcast_shapes(known.shape, tuple(other.shape))
-                    return np.full(shape, not is_and)  # x and False, x or True: known
+            flags = _uniform(cx, known)
+            if flags is not None and isinstance(other, (Value, Lazy)):
+                shape = known.shape if _known(known) else cx.lazy.shape(known)
+                if flags == is_and:  # x and True, x or False: x, broadcast (a view)
+                    return _broadcast(cx, cx.tensor(other), shape)
         # 0/1 arithmetic: a product (and) or a maximum (or), one pointwise kernel
         fa, fb = (cx.emit(Op.CAST, [cx.tensor(x)], O.CastAttrs(DType.F32)) for x in (a, b))
         y = cx.emit(Op.MUL if is_and else Op.MAX, [fa, fb], O.BinaryAttrs())
         return cx.emit(Op.CAST, [y], O.CastAttrs(DType.BOOL))
     return rule
+
+
+def _uniform(cx, v) -> bool | None:
+    """True / False if v is known (or computed from the dims: checked at the probe points)
+    and all True / all False; None otherwise."""
+    if _known(v):
+        values = [v.astype(bool)]
+    elif isinstance(v, Lazy):
+        values = [cx.lazy.value(v, p).astype(bool) for p in cx.lazy.points()]
+    else:
+        return None
+    if all(x.all() for x in values):
+        return True
+    if not any(x.any() for x in values):
+        return False
+    return None
 
 
 def _broadcast(cx, x: Value, shape) -> Value:

@@ -32,6 +32,10 @@ _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformL
             "Bernoulli", "Multinomial"}
 
 
+# rules that look at a lazy operand themselves (an all-True mask computed from the dims)
+_TAKES_LAZY = {"And", "Or"}
+
+
 def onnx_to_graph(model: OnnxModel, shapes: OnnxShapes) -> Graph:
     return OnnxTranslator(model, shapes).run()
 
@@ -106,7 +110,8 @@ class OnnxTranslator:
                     and isinstance(ins[1], Lazy) and self._counts_through(n, ins):
                 outs = self._whole_axis(n, ins)
             elif n.op_type in RULES:
-                ins = [self._rule_input(v) if isinstance(v, Lazy) else v for v in ins]
+                ins = [self._rule_input(v) if isinstance(v, Lazy) and n.op_type not in
+                       _TAKES_LAZY else v for v in ins]
                 outs = RULES[n.op_type](self, n, ins)
             else:
                 raise self.error(self._unsupported_text())
