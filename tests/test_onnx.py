@@ -370,6 +370,29 @@ def test_run_time_mask_becomes_the_attention_mask_unexpanded():
         compile_graph(to_graph(Eager(mask_first=True), (*xs, mask)))
 
 
+def test_causal_constant_plus_run_time_mask_is_split():
+    """Eager attention adding a causal -inf constant and a run-time padding mask: the
+    kernel's causal flag and the [B, 1, 1, T] padding operand (nothing [B, 1, S, T] is
+    computed)."""
+    class Eager(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("causal", torch.full((8, 8), float("-inf")).triu(1))
+
+        def forward(self, q, k, v, pad):
+            s = q @ k.transpose(-1, -2) * 0.25 + (self.causal + pad)
+            return torch.softmax(s, dim=-1) @ v
+
+    xs = [torch.randn(2, 3, 8, 16) for _ in range(3)]
+    pad = torch.zeros(2, 1, 1, 8)
+    pad[1, ..., 6:] = float("-inf")
+    program = compile_graph(to_graph(Eager(), (*xs, pad)))
+    (op,) = [o for o in program.ops if type(o).__name__ == "AttentionOp"]
+    assert op.causal and op.mask.strides[1:3] == (0, 0)
+    torch.testing.assert_close(run_reference(program, xs + [pad])[0], Eager()(*xs, pad),
+                               rtol=1e-4, atol=1e-4)
+
+
 transformers = None
 try:
     import transformers

@@ -190,8 +190,9 @@ def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
         if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD) and n.attrs.scalar is None:
             for c, other in (n.inputs, n.inputs[::-1]):
                 if _is_causal(graph, c, producers, n.op, seq_q, seq_k):
+                    masked = 0.0 if n.op == Op.MUL else _lowest(graph, c, producers)
                     ok = other.dtype == n.output.dtype and len(other.shape) <= 4 \
-                        and _hides_rows(path[::-1], n)
+                        and _hides_rows(path[::-1], n, masked)
                     return (path[::-1], other) if ok else None
             return None
         if len(n.inputs) != 1:
@@ -210,7 +211,13 @@ def _is_causal(graph, c: Value, producers, op: Op, seq_q, seq_k) -> bool:
     return _mask_kind(graph, c, producers, seq_q, seq_k) == "causal"
 
 
-def _hides_rows(path: list[Node], combine: Node) -> bool:
+def _lowest(graph, c: Value, producers) -> float:
+    """The most negative entry of an additive constant mask (what it masks with)."""
+    name, _ = _const_base(graph, c, producers)
+    return float(graph.constants[name].tensor.float().min())
+
+
+def _hides_rows(path: list[Node], combine: Node, masked: float) -> bool:
     """Whether what the causal part masks reaches the kernel as -inf or False: then a row
     masked everywhere gives zeros whether the kernel or the mask masks its future keys. A
     finite fill (finfo.min) would average a row masked everywhere over all keys, which the
@@ -219,7 +226,6 @@ def _hides_rows(path: list[Node], combine: Node) -> bool:
 
     from aotpack.ir.interpret import eval_node
 
-    masked = 0.0 if combine.op == Op.MUL else float("-inf")
     t = torch.full((1,), masked, dtype=combine.output.dtype.to_torch())
     for n in path:
         t = eval_node(n, [t])
