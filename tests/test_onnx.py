@@ -345,8 +345,9 @@ def test_constant_band_mask_becomes_the_attention_mask():
 def test_run_time_mask_becomes_the_attention_mask_unexpanded():
     """Eager attention adding a run-time [B, 1, 1, T] mask: SDPA's fourth operand, read
     through stride-0 dims (never expanded); a mask the scale multiplies too is left alone
-    and lowering names the batched matmul."""
-    from aotpack.passes.lower import LoweringError
+    (the kernel adds its mask to the scaled scores)."""
+    from aotpack.ir.ops import Op
+    from aotpack.passes.pipeline import optimize
 
     class Eager(torch.nn.Module):
         def __init__(self, mask_first=False):
@@ -366,8 +367,8 @@ def test_run_time_mask_becomes_the_attention_mask_unexpanded():
     assert op.mask.strides[1:3] == (0, 0)
     torch.testing.assert_close(run_reference(program, xs + [mask])[0], Eager()(*xs, mask),
                                rtol=1e-4, atol=1e-4)
-    with pytest.raises(LoweringError, match="already scaled"):
-        compile_graph(to_graph(Eager(mask_first=True), (*xs, mask)))
+    scaled_mask = optimize(to_graph(Eager(mask_first=True), (*xs, mask)))
+    assert not any(n.op == Op.SDPA for n in scaled_mask.nodes)
 
 
 def test_causal_constant_plus_run_time_mask_is_split():

@@ -18,7 +18,7 @@ through stride-0 dims, so a [B, 1, 1, T] padding mask is never expanded), provid
 to the already scaled scores. A causal constant combined with a run-time mask (And of the two,
 or a sum of additive masks) is split: the kernel's causal flag, and the run-time part alone as
 its operand. A softmax over another dim, or an intermediate something else
-reads, leaves the chain alone: lowering then refuses the batched matmul by name.
+reads, leaves the chain alone (its matmuls stay batched matmuls).
 """
 from __future__ import annotations
 
