@@ -28,7 +28,7 @@ from aotpack.ir.ops import Op
 from aotpack.ir.sym import is_symbolic
 
 
-def _spatial(cx, x: Value, what: str) -> int:
+def _spatial(x: Value, what: str) -> int:
     if len(x.shape) not in (3, 4):
         raise Unsupported(f"a {what} over a rank-{len(x.shape)} tensor (1-D [N, C, L] and 2-D "
                           f"[N, C, H, W] {what}s are supported, not 3-D)")
@@ -70,7 +70,7 @@ def _known(v, what: str):
 
 def _conv(cx, n, ins):
     x = cx.tensor(ins[0])
-    spatial = _spatial(cx, x, "convolution")
+    spatial = _spatial(x, "convolution")
     w = _known(ins[1], "convolution weight")
     if w.ndim != len(x.shape):
         raise Unsupported(f"weight of shape {list(w.shape)} for an input of rank {len(x.shape)}")
@@ -103,13 +103,11 @@ def _pool(kind: str):
         if len(n.output) > 1 and n.output[1]:
             raise Unsupported("the Indices output (argmax positions)")
         x = cx.tensor(ins[0])
-        spatial = _spatial(cx, x, "pooling")
+        spatial = _spatial(x, "pooling")
         kernel = [int(k) for k in cx.attr("kernel_shape")]
         dilation = [int(d) for d in cx.attr("dilations", [1] * spatial)]
         if any(d != 1 for d in dilation):
             raise Unsupported(f"dilations {dilation} (pooling windows are dense)")
-        if kind == "max" and cx.attr("storage_order", 0):
-            raise Unsupported("storage_order=1 (it changes only the Indices output)")
         strides, pads = _geometry(cx, x, kernel, dilation)
         ceil = bool(cx.attr("ceil_mode", 0))
         include = bool(cx.attr("count_include_pad", 0))
@@ -201,7 +199,7 @@ def _global_pool(kind: str):
     a reduction over the spatial dims."""
     def rule(cx, n, ins):
         x = cx.tensor(ins[0])
-        spatial = _spatial(cx, x, "pooling")
+        spatial = _spatial(x, "pooling")
         sizes = tuple(x.shape[2:])
         if any(is_symbolic(s) for s in sizes):
             op = Op.MEAN if kind == "avg" else Op.AMAX
