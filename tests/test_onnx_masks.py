@@ -214,3 +214,21 @@ def test_masked_fill_with_an_ordinary_number_keeps_the_values(tmp_path):
     x, m = torch.randn(3, 5), torch.randint(0, 2, (3, 5))
     (got,) = run_reference(program, [x, m])
     torch.testing.assert_close(got, torch.where(m.bool(), x - 0.5, 0.5 - x))
+
+
+def test_dynamic_masked_fill_by_a_sliced_causal_buffer_is_the_causal_flag(tmp_path):
+    """GPT-2's older form, w.masked_fill(~bias[:, :, :S, :S], -inf), exported with dynamic
+    dims: the buffer slice is computed from the dims (stored at the maxima), the fill a
+    mask made from that constant, classified causal at several sizes: no mask operand."""
+    from onnx_models import GPT
+    from test_onnx import _against_torch, _export
+
+    torch.manual_seed(0)
+    g = GPT(fill=True).eval()
+    ids = torch.randint(0, 100, (2, 16))
+    spec = _export(g, (ids,), tmp_path / "g.onnx", ["input_ids"],
+                   {"input_ids": {0: "batch", 1: "sequence"}})
+    program = _against_torch(spec, g, ["batch=1..4", "sequence=1..64"],
+                             [(1, 1), (3, 37), (4, 64)])
+    attention = [o for o in program.ops if type(o).__name__ == "AttentionOp"]
+    assert len(attention) == 2 and all(o.causal and o.mask is None for o in attention)

@@ -175,11 +175,11 @@ def _untransposed(b: GraphBuilder, kt: Value, producers, n: Node) -> Value:
 
 # ----------------------------------------------------------------------------- masks
 def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
-    """A run-time mask made of a constant causal mask and another (a padding mask): f(c ∧ m)
-    with ∧ a product of 0/1 keeps whose one side is a bool constant cast (And of two masks),
-    or a sum of additive masks, and f elementwise ops of one operand (casts, the scalar
-    arithmetic of Where(keep, 0, min)). Returns (the ops of f, from the inside out, m) so that
-    the attention kernel applies the causal part itself (its causal flag masks what c masks;
+    """A mask computed from a constant causal mask c and another (a padding mask), f(c ∧ m):
+    ∧ a product of 0/1 keeps whose one side is a bool constant cast (And of two masks), or a
+    sum of additive masks; f elementwise ops of one operand (casts, the scalar arithmetic or
+    log of Where(keep, 0, fill)). Returns (the ops of f from the inside out, m) so that the
+    attention kernel applies the causal part itself (its causal flag masks what c masks;
     where c keeps, f(c ∧ m) is f(m)) and reads m, [B, 1, 1, T], instead of a [B, 1, S, T]
     mask computed every run. None if the mask is not of that form."""
     path, v = [], mask
@@ -190,9 +190,10 @@ def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
         if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD) and n.attrs.scalar is None:
             for c, other in (n.inputs, n.inputs[::-1]):
                 if _is_causal(graph, c, producers, n.op, seq_q, seq_k):
-                    masked = 0.0 if n.op == Op.MUL else _lowest(graph, c, producers)
+                    masked = 0.0 if n.op == Op.MUL else _lowest(graph, c, producers, seq_q,
+                                                                         seq_k)
                     ok = other.dtype == n.output.dtype and len(other.shape) <= 4 \
-                        and _hides_rows(path[::-1], n, masked)
+                        and _hides_rows(path[::-1], n.output.dtype, masked)
                     return (path[::-1], other) if ok else None
             return None
         if len(n.inputs) != 1:
@@ -211,13 +212,12 @@ def _is_causal(graph, c: Value, producers, op: Op, seq_q, seq_k) -> bool:
     return _mask_kind(graph, c, producers, seq_q, seq_k) == "causal"
 
 
-def _lowest(graph, c: Value, producers) -> float:
+def _lowest(graph, c: Value, producers, seq_q, seq_k) -> float:
     """The most negative entry of an additive constant mask (what it masks with)."""
-    name, _ = _const_base(graph, c, producers)
-    return float(graph.constants[name].tensor.float().min())
+    return min(float(t.float().min()) for _, t in _samples(graph, c, producers, seq_q, seq_k))
 
 
-def _hides_rows(path: list[Node], combine: Node, masked: float) -> bool:
+def _hides_rows(path: list[Node], dtype: DType, masked: float) -> bool:
     """Whether what the causal part masks reaches the kernel as -inf or False: then a row
     masked everywhere gives zeros whether the kernel or the mask masks its future keys. A
     finite fill (finfo.min) would average a row masked everywhere over all keys, which the
@@ -226,7 +226,7 @@ def _hides_rows(path: list[Node], combine: Node, masked: float) -> bool:
 
     from aotpack.ir.interpret import eval_node
 
-    t = torch.full((1,), masked, dtype=combine.output.dtype.to_torch())
+    t = torch.full((1,), masked, dtype=dtype.to_torch())
     for n in path:
         t = eval_node(n, [t])
     if t.dtype == torch.bool:
@@ -247,11 +247,13 @@ def _rebuild(b: GraphBuilder, path: list[Node], other: Value) -> Value:
 
 
 def _const_base(graph, v: Value, producers):
-    """(constant name, layout nodes from it to v) if v is a constant seen through views."""
+    """(constant name, nodes from it to v) if v is a constant seen through views and
+    elementwise ops of one operand (a mask made from a constant: cast, log(1 - keep), ...)."""
     chain = []
     while v.name not in graph.constants:
         node = producers.get(v.name)
-        if node is None or node.op not in O.LAYOUT:
+        if node is None or not (node.op in O.LAYOUT or (node.op in O.ELEMENTWISE
+                                                          and len(node.inputs) == 1)):
             return None
         chain.append(node)
         v = node.inputs[0]
@@ -270,6 +272,15 @@ class _Samples:
 
 def _mask_kind(graph, mask: Value, producers, seq_q, seq_k) -> str | None:
     from aotpack.frontend.aten_table import _constant_mask_kind
+
+    samples = _samples(graph, mask, producers, seq_q, seq_k)
+    if samples is None:
+        return None
+    return _constant_mask_kind(_Samples(samples), mask, seq_q, seq_k)
+
+
+def _samples(graph, mask: Value, producers, seq_q, seq_k) -> list | None:
+    """[(point, the constant mask's value there)], None if it is not a constant."""
     from aotpack.ir.interpret import eval_node
 
     found = _const_base(graph, mask, producers)
@@ -285,7 +296,7 @@ def _mask_kind(graph, mask: Value, producers, seq_q, seq_k) -> str | None:
         for node in chain:
             t = eval_node(dataclasses.replace(node, attrs=subs_tree(node.attrs, point)), [t])
         samples.append((point, t))
-    return _constant_mask_kind(_Samples(samples), mask, seq_q, seq_k)
+    return samples
 
 
 def _points(mask: Value, seq_q, seq_k) -> list[dict]:
