@@ -116,17 +116,58 @@ def make(name: str, size: str = "tiny", batch: int = 2, seq: int = 16,
     return Family(name, module.eval(), example, "input_ids")
 
 
-def export(family: Family, path, opset: int = 17) -> str:
-    """The family's module as an ONNX file at `path` (static shapes of its example), exported
-    with its own attention implementation."""
+class WithMask(torch.nn.Module):
+    """ids, attention_mask -> last hidden state: the mask a real graph input (padding)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids, attention_mask):
+        kw = {} if isinstance(self.inner, _bert_model()) else {"use_cache": False}
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask, **kw
+                          ).last_hidden_state
+
+
+def _bert_model():
+    import transformers
+
+    return transformers.BertModel
+
+
+def padding_mask(batch: int, seq: int, lengths, left: bool = False) -> torch.Tensor:
+    """[batch, seq] int64 ones over each row's `lengths` tokens (at the end if `left`)."""
+    mask = torch.zeros(batch, seq, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        if left:
+            mask[row, seq - n:] = 1
+        else:
+            mask[row, :n] = 1
+    return mask
+
+
+def export(family: Family, path, opset: int = 17, dynamic: bool = False,
+           with_mask: bool = False) -> str:
+    """The family's module as an ONNX file at `path`, exported with its own attention
+    implementation: static shapes of its example, or (`dynamic`) batch and sequence as the
+    named dims "batch" and "seq"; `with_mask`: attention_mask is a second graph input (the
+    example pads its first row)."""
     import warnings
 
-    family.module.inner.set_attn_implementation(family.module.inner.config._attn_implementation)
+    inner = family.module.inner
+    inner.set_attn_implementation(inner.config._attn_implementation)
+    module, args, names = family.module, (family.example,), [family.input_name]
+    if with_mask:
+        b, s = family.example.shape
+        module = WithMask(inner).eval()
+        args = (family.example, padding_mask(b, s, [s // 2] + [s] * (b - 1)))
+        names.append("attention_mask")
+    axes = {n: {0: "batch", 1: "seq"} for n in names} if dynamic else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(family.module, (family.example,), str(path), dynamo=False,
-                          opset_version=opset, input_names=[family.input_name],
-                          output_names=["last_hidden_state"])
+        torch.onnx.export(module, args, str(path), dynamo=False, opset_version=opset,
+                          input_names=names, output_names=["last_hidden_state"],
+                          dynamic_axes=axes)
     return str(path)
 
 
@@ -144,6 +185,14 @@ def programs(family: Family, onnx_path: str, dtype: str | None = None):
         else family.example.to(torch.bfloat16)
     from_torch = compile_graph(to_graph(module, (example,)))
     return from_onnx, from_torch
+
+
+def compile_loaded(loaded):
+    """The program of a prepared model (load_spec → prepare)."""
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    return compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
 
 
 def kernel_kinds(program) -> list[str]:

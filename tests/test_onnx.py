@@ -177,12 +177,12 @@ def test_embedding_gather_expand_and_folded_masks(tmp_path):
 # ----------------------------------------------------------------------------- errors
 def test_unsupported_op_is_named(tmp_path):
     nodes = [helper.make_node("Relu", ["x"], ["a"]),
-             helper.make_node("HardSwish", ["a"], ["y"], name="act_7")]
+             helper.make_node("Elu", ["a"], ["y"], name="act_7")]
     m = _model(nodes, [_v("x", [2, 4])], [_v("y", [2, 4])])
     with pytest.raises(UnsupportedOpError) as e:
         _compile(m, tmp_path)
     msg = str(e.value)
-    assert "HardSwish" in msg and "act_7" in msg and "ai.onnx" in msg and "opset 17" in msg
+    assert "Elu" in msg and "act_7" in msg and "ai.onnx" in msg and "opset 17" in msg
     assert "Supported ONNX operators" in msg
 
 
@@ -324,9 +324,9 @@ def test_fuse_attention_on_eager_torch_attention():
     torch.testing.assert_close(run_reference(program, [ids])[0], m(ids), rtol=1e-4, atol=1e-4)
 
 
-def test_unfusable_mask_runs_as_batched_matmuls():
-    """A constant mask that is neither nothing nor causal leaves the matmuls: they run as
-    batched matmuls (the bmm kernel) and the program computes what the model does."""
+def test_constant_band_mask_becomes_the_attention_mask():
+    """A constant mask that is neither nothing nor causal (a band) is the attention kernel's
+    mask operand."""
     class Banded(torch.nn.Module):
         def forward(self, q, k, v):
             band = torch.full((8, 8), float("-inf")).triu(3) + torch.full((8, 8), float(
@@ -336,9 +336,62 @@ def test_unfusable_mask_runs_as_batched_matmuls():
 
     xs = tuple(torch.randn(1, 2, 8, 16) for _ in range(3))
     program = compile_graph(to_graph(Banded(), xs))
-    assert program.summary["kernel_ops"].get("BmmOp") == 2
+    assert program.summary["kernel_ops"]["AttentionOp"] == 1
+    assert "GemmOp" not in program.summary["kernel_ops"]
     torch.testing.assert_close(run_reference(program, list(xs))[0], Banded()(*xs), rtol=1e-4,
                                atol=1e-4)
+
+
+def test_run_time_mask_becomes_the_attention_mask_unexpanded():
+    """Eager attention adding a run-time [B, 1, 1, T] mask: SDPA's fourth operand, read
+    through stride-0 dims (never expanded); a mask the scale multiplies too is left alone
+    (the kernel adds its mask to the scaled scores)."""
+    from aotpack.ir.ops import Op
+    from aotpack.passes.pipeline import optimize
+
+    class Eager(torch.nn.Module):
+        def __init__(self, mask_first=False):
+            super().__init__()
+            self.mask_first = mask_first
+
+        def forward(self, q, k, v, mask):
+            s = q @ k.transpose(-1, -2)
+            s = (s + mask) * 0.25 if self.mask_first else s * 0.25 + mask
+            return torch.softmax(s, dim=-1) @ v
+
+    xs = [torch.randn(2, 3, 8, 16) for _ in range(3)]
+    mask = torch.zeros(2, 1, 1, 8)
+    mask[1, ..., 5:] = torch.finfo(torch.float32).min
+    program = compile_graph(to_graph(Eager(), (*xs, mask)))
+    (op,) = [o for o in program.ops if type(o).__name__ == "AttentionOp"]
+    assert op.mask.strides[1:3] == (0, 0)
+    torch.testing.assert_close(run_reference(program, xs + [mask])[0], Eager()(*xs, mask),
+                               rtol=1e-4, atol=1e-4)
+    scaled_mask = optimize(to_graph(Eager(mask_first=True), (*xs, mask)))
+    assert not any(n.op == Op.SDPA for n in scaled_mask.nodes)
+
+
+def test_causal_constant_plus_run_time_mask_is_split():
+    """Eager attention adding a causal -inf constant and a run-time padding mask: the
+    kernel's causal flag and the [B, 1, 1, T] padding operand (nothing [B, 1, S, T] is
+    computed)."""
+    class Eager(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("causal", torch.full((8, 8), float("-inf")).triu(1))
+
+        def forward(self, q, k, v, pad):
+            s = q @ k.transpose(-1, -2) * 0.25 + (self.causal + pad)
+            return torch.softmax(s, dim=-1) @ v
+
+    xs = [torch.randn(2, 3, 8, 16) for _ in range(3)]
+    pad = torch.zeros(2, 1, 1, 8)
+    pad[1, ..., 6:] = float("-inf")
+    program = compile_graph(to_graph(Eager(), (*xs, pad)))
+    (op,) = [o for o in program.ops if type(o).__name__ == "AttentionOp"]
+    assert op.causal and op.mask.strides[1:3] == (0, 0)
+    torch.testing.assert_close(run_reference(program, xs + [pad])[0], Eager()(*xs, pad),
+                               rtol=1e-4, atol=1e-4)
 
 
 transformers = None

@@ -56,16 +56,23 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
         raise Unsupported(f"padding={padding!r} left unresolved by torch.export")
     padding = _ints(padding, spatial)
     x, pads = cx.padded_source(x)  # a zero pad before the conv joins its padding
+    pads = tuple((p + lo, p + hi) for p, (lo, hi) in zip(padding, pads))
+    return convolution_nchw(cx, x, w, b, stride, pads, dilation, groups)
+
+
+def convolution_nchw(cx, x: Value, w: Value, b, stride, pads, dilation, groups) -> Value:
+    """A 1-D or 2-D convolution of x [N, C, (H,) W] by a known weight, `pads` (lo, hi) zeros
+    per spatial dim: CONV between the channels-last permutes (the ONNX frontend's Conv too)."""
+    spatial = len(x.shape) - 2
+    stride, dilation = tuple(stride), tuple(dilation)
     if spatial == 2 and not any(map(any, pads)) and not _is_channels_last(cx, x) \
-            and _is_patch_embedding(x, w, stride, padding, dilation, groups):
-        return _conv2d(cx, x, w, b, stride, padding, dilation, groups)  # one GEMM: fast
+            and _is_patch_embedding(x, w, stride, (0, 0), dilation, groups):
+        return _conv2d(cx, x, w, b, stride, 0, dilation, groups)  # one GEMM: fast
     if spatial == 1:
-        stride, dilation, padding = (1,) + stride, (1,) + dilation, (0,) + padding
-        pads = ((0, 0),) + tuple(pads)
+        stride, dilation, pads = (1,) + stride, (1,) + dilation, ((0, 0),) + tuple(pads)
         oc, cg, k = w.shape
         w = cx.emit(Op.VIEW, [w], O.ViewAttrs((oc, cg, 1, k)))
-    pad2 = tuple((p + lo, p + hi) for p, (lo, hi) in zip(padding, pads))
-    attrs = O.ConvAttrs(tuple(stride), pad2, tuple(dilation), int(groups))
+    attrs = O.ConvAttrs(stride, tuple(tuple(p) for p in pads), dilation, int(groups))
     y = cx.emit(Op.CONV, [_to_channels_last(cx, x), w], attrs)
     if b is not None:
         y = cx.emit(Op.ADD, [y, b], O.BinaryAttrs())
@@ -133,7 +140,7 @@ def _constant_pad(cx, x, pad, value=0.0):
     out = x
     for i, (lo, hi) in enumerate(pairs):
         dim = rank - 1 - i
-        parts = [cx.fill_block(out, dim, lo, value), out, cx.fill_block(out, dim, hi, value)]
+        parts = [fill_block(cx, out, dim, lo, value), out, fill_block(cx, out, dim, hi, value)]
         parts = [p for p in parts if p is not None]
         if len(parts) > 1:
             out = cx.emit(Op.CAT, parts, O.DimAttrs((dim,)))
@@ -148,17 +155,35 @@ def _constant_pad(cx, x, pad, value=0.0):
     return out
 
 
+def fill_block(cx, x: Value, dim: int, size: int, fill: float) -> Value | None:
+    """A block of `fill` shaped like `x` but `size` long along `dim` (None if size 0): one
+    element per position along `dim`, expanded (a view)."""
+    import torch
+
+    if size == 0:
+        return None
+    shape = tuple(size if i == dim else 1 for i in range(len(x.shape)))
+    c = cx.add_constant(f"pad{dim}", torch.full(shape, fill, dtype=x.dtype.to_torch()))
+    want = tuple(size if i == dim else d for i, d in enumerate(x.shape))
+    return cx.emit(Op.EXPAND, [c], O.ExpandAttrs(want)) if want != shape else c
+
+
 def _batch_norm_eval(cx, x, weight, bias, mean, var, momentum, eps):
     """Inference batch norm: x * scale + shift per channel (dim 1), scale and shift computed
     here from the statistics; passes/fold_conv_bn.py folds them into a preceding conv."""
-    import torch
-
     tensors = [cx.constant_value(t) if t is not None else None
                for t in (weight, bias, mean, var)]
     if any(t is None for t, v in zip(tensors, (weight, bias, mean, var)) if v is not None):
         raise Unsupported("batch norm whose statistics or affine parameters are computed at "
                           "run time")
-    w, b, m, v = tensors
+    return [batch_norm_affine(cx, x, *tensors, eps), None, None]  # (out, mean, invstd)
+
+
+def batch_norm_affine(cx, x: Value, w, b, m, v, eps: float) -> Value:
+    """x * scale + shift per channel (dim 1) from the statistics (torch tensors; w and b may
+    be None), computed in f64 here (the ONNX frontend's BatchNormalization too)."""
+    import torch
+
     if m is None or v is None:
         raise Unsupported("batch norm without running statistics (track_running_stats=False "
                           "normalizes by the batch: not an inference op)")
@@ -172,7 +197,7 @@ def _batch_norm_eval(cx, x, weight, bias, mean, var, momentum, eps):
     s = cx.add_constant("bn_scale", scale.to(dtype).reshape(shape))
     t = cx.add_constant("bn_shift", shift.to(dtype).reshape(shape))
     y = cx.emit(Op.MUL, [x, s], O.BinaryAttrs())
-    return [cx.emit(Op.ADD, [y, t], O.BinaryAttrs()), None, None]  # (out, mean, invstd)
+    return cx.emit(Op.ADD, [y, t], O.BinaryAttrs())
 
 
 def _group_norm(cx, x, weight, bias, n, c, hw, groups, eps):

@@ -157,25 +157,81 @@ class SymbolTable:
         return dict(self.examples)
 
     def probe_points(self) -> list[dict[str, int]]:
-        """Small points (each dim at its minimum, then distinct small values per dim) and, per
-        dim, that dim at its maximum with the others at their minimum: what a mask or a table
-        must look like at every size, checked where it is cheap."""
-        syms = self.symbols
-        points = [{s.name: s.lo for s in syms}]
-        for probe in _PROBES:
-            points.append({s.name: min(max(probe[i % 2] + i // 2, s.lo), s.hi)
-                           for i, s in enumerate(syms)})
-        for s in syms:
-            points.append({t.name: (t.hi if t is s else t.lo) for t in syms})
-        unique = []
-        for p in points:
-            if p not in unique:
-                unique.append(p)
-        return unique
+        return probe_points(self.symbols)
 
     def torch_env(self, point: Mapping[str, int]) -> dict:
         """sympy substitutions {torch symbol: value} for an aotpack point."""
         return {self._sympy[t]: point[s.name] for t, s in self.by_torch.items()}
+
+
+def probe_points(syms: list[Sym]) -> list[dict[str, int]]:
+    """Small points (each dim at its minimum, then distinct small values per dim) and, per
+    dim, that dim at its maximum with the others at their minimum: what a mask or a table
+    must look like at every size, checked where it is cheap."""
+    points = [{s.name: s.lo for s in syms}]
+    for probe in _PROBES:
+        points.append({s.name: min(max(probe[i % 2] + i // 2, s.lo), s.hi)
+                       for i, s in enumerate(syms)})
+    for s in syms:
+        points.append({t.name: (t.hi if t is s else t.lo) for t in syms})
+    unique = []
+    for p in points:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def table_at_maxima(evaluate, shape: tuple, max_point, points, what: str):
+    """A value computed from constants and dims (`evaluate(point)` → tensor), as the tensor
+    to store: its value at the dims' maxima, cut to size 1 along the dims it does not vary
+    over. SymbolError unless its value at each of `points` is exactly the leading part of
+    that tensor (`shape`, symbolic, says which part): a table indexed by position, not a
+    value whose entries depend on the dims."""
+    full = _reduce_broadcast(evaluate(max_point).detach().cpu(), shape)
+    for p in points:
+        want = _slice_to(full, sym.subs(tuple(shape), p))
+        if not _same(evaluate(p), want):
+            raise SymbolError(
+                f"{what} is computed from constants, and at dims {p} it is not the leading "
+                f"part of its value at the maxima: its entries depend on the dims, which "
+                f"aotpack cannot store as a table")
+    return full
+
+
+def _reduce_broadcast(t, shape):
+    """`t` with every symbolic dim along which it does not vary cut to size 1."""
+    import torch
+
+    for i, d in enumerate(shape):
+        if not isinstance(d, int) and t.shape[i] > 1:
+            first = t.narrow(i, 0, 1)
+            if _same(t, first.expand_as(t)):
+                t = first
+    return t.contiguous() if isinstance(t, torch.Tensor) else t
+
+
+def _slice_to(t, sizes):
+    """`t`'s leading part of `sizes` (dims of size 1 broadcast)."""
+    for i, n in enumerate(sizes):
+        if t.shape[i] == 1 and n != 1:
+            t = t.expand(*t.shape[:i], n, *t.shape[i + 1:])
+        elif t.shape[i] < n:
+            return None
+        else:
+            t = t.narrow(i, 0, n)
+    return t
+
+
+def _same(a, b) -> bool:
+    """Exactly equal (NaN equal to NaN): a value computed elementwise is bit for bit the same
+    at every size; anything that is not is not a table aotpack may store."""
+    import torch
+
+    if b is None or not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return torch.equal(a, b)
 
 
 def _fold(fn, args):

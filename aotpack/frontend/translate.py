@@ -11,7 +11,8 @@ from aotpack.frontend.aten_moe import RULES as MOE_RULES, Uninitialized
 from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
 from aotpack.errors import UserError
 from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
-from aotpack.frontend.symbolic import LazyConstants, SymbolError, SymbolTable, _is_symint
+from aotpack.frontend.symbolic import (LazyConstants, SymbolError, SymbolTable, _is_symint,
+                                       table_at_maxima)
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError
@@ -387,20 +388,12 @@ class _Translator:
             return self.materialized[v.name]
         from aotpack.ir import Op
         from aotpack.ir import ops as O
-        from aotpack.ir.sym import subs
 
         node = self.lazy[v.name]
         try:
-            full = self.lazy_eval.value(node, self.table.max_point())
-            full = _reduce_broadcast(full.detach().cpu(), v.shape)
-            for p in self.table.probe_points():
-                want = _slice_to(full, subs(tuple(v.shape), p))
-                got = self.lazy_eval.value(node, p)
-                if not _same(got, want):
-                    raise SymbolError(
-                        f"%{v.name} ({node.target}) is computed from constants, and at dims "
-                        f"{p} it is not the leading part of its value at the maxima: its "
-                        f"entries depend on the dims, which aotpack cannot store as a table")
+            full = table_at_maxima(lambda p: self.lazy_eval.value(node, p), tuple(v.shape),
+                                   self.table.max_point(), self.table.probe_points(),
+                                   f"%{v.name} ({node.target})")
         except SymbolError as e:
             raise self._error(str(e)) from None
         if full.numel() * full.element_size() > _FOLD_LIMIT:
@@ -494,20 +487,6 @@ class _Translator:
         self.computed.add(value.name)
         return value
 
-    def fill_block(self, x: Value, dim: int, size: int, fill: float) -> Value | None:
-        """A block of `fill` shaped like `x` but `size` long along `dim` (None if size 0)."""
-        import torch
-
-        from aotpack.ir import Op
-        from aotpack.ir import ops as O
-
-        if size == 0:
-            return None
-        shape = tuple(size if i == dim else 1 for i in range(len(x.shape)))
-        c = self.add_constant(f"pad{dim}", torch.full(shape, fill, dtype=x.dtype.to_torch()))
-        want = tuple(size if i == dim else d for i, d in enumerate(x.shape))
-        return self.emit(Op.EXPAND, [c], O.ExpandAttrs(want)) if want != shape else c
-
     def padded_source(self, v: Value) -> tuple[Value, tuple]:
         """(x, per-spatial-dim (lo, hi) zeros) when `v` is a zero pad of x, else (v, zeros)."""
         if v.name in self.pads:
@@ -545,37 +524,3 @@ def _OpOverload():
     return torch._ops.OpOverload
 
 
-def _reduce_broadcast(t, shape):
-    """`t` with every symbolic dim along which it does not vary cut to size 1."""
-    import torch
-
-    for i, d in enumerate(shape):
-        if not isinstance(d, int) and t.shape[i] > 1:
-            first = t.narrow(i, 0, 1)
-            if _same(t, first.expand_as(t)):
-                t = first
-    return t.contiguous() if isinstance(t, torch.Tensor) else t
-
-
-def _slice_to(t, sizes):
-    """`t`'s leading part of `sizes` (dims of size 1 broadcast)."""
-    for i, n in enumerate(sizes):
-        if t.shape[i] == 1 and n != 1:
-            t = t.expand(*t.shape[:i], n, *t.shape[i + 1:])
-        elif t.shape[i] < n:
-            return None
-        else:
-            t = t.narrow(i, 0, n)
-    return t
-
-
-def _same(a, b) -> bool:
-    """Exactly equal (NaN equal to NaN): a value computed elementwise is bit for bit the same
-    at every size; anything that is not is not a table aotpack may store."""
-    import torch
-
-    if b is None or not isinstance(a, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.dtype.is_floating_point or a.dtype.is_complex:
-        return bool(((a == b) | (a.isnan() & b.isnan())).all())
-    return torch.equal(a, b)

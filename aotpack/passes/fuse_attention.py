@@ -9,11 +9,16 @@ with k the transposed view of k^T (a view, no copy). q, k^T and v are [B, H, S, 
 fuse_patterns._fold_repeat_kv). A positive scalar factor on q or on k^T that only the product
 reads (torch's sdpa export multiplies each by √scale) joins the SDPA scale.
 
-The mask must be a constant (through views), classified as the torch frontend classifies an
-sdpa mask (aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern
-becomes `causal`), at several sizes when it follows dynamic dims. Any other mask, a softmax
-over another dim, or an intermediate something else reads, leaves the chain alone: lowering
-then refuses the batched matmul by name.
+A constant mask (through views) is classified as the torch frontend classifies an sdpa mask
+(aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern becomes
+`causal`), at several sizes when it follows dynamic dims. Any other mask (computed at run time
+from the model's `attention_mask`, or a constant bias, padding or window) becomes SDPA's fourth
+operand as it is, a view broadcast to [B, H, S, T] (the masked attention kernel reads it
+through stride-0 dims, so a [B, 1, 1, T] padding mask is never expanded), provided it is added
+to the already scaled scores. A causal constant combined with a run-time mask (And of the two,
+or a sum of additive masks) is split: the kernel's causal flag, and the run-time part alone as
+its operand. A softmax over another dim, or an intermediate something else
+reads, leaves the chain alone (its matmuls stay batched matmuls).
 """
 from __future__ import annotations
 
@@ -37,15 +42,23 @@ def fuse_attention(graph: Graph) -> Graph:
     outputs = graph.output_names()
     b = GraphBuilder(graph)
     fused = 0
+    without_causal: dict[str, Value] = {}  # mask name -> the mask with its causal part split off
     for n in graph.nodes:
         match = _match(graph, n, producers, users, outputs)
         if match is None:
             b.keep(n)
             continue
-        q, kt, v, causal, scale = match
+        q, kt, v, causal, scale, mask = match
+        split = None if mask is None else _causal_part(graph, mask, producers, q.shape[2],
+                                                        kt.shape[3])
+        if split is not None:
+            if mask.name not in without_causal:
+                without_causal[mask.name] = _rebuild(b, *split)
+            mask, causal = without_causal[mask.name], True
         k = _untransposed(b, kt, producers, n)
         attrs = O.SdpaAttrs(causal, scale, False)
-        b.nodes.append(Node(Op.SDPA, (b.get(q), k, b.get(v)), attrs, n.outputs, n.loc))
+        ins = (b.get(q), k, b.get(v)) + ((b.get(mask),) if mask is not None else ())
+        b.nodes.append(Node(Op.SDPA, ins, attrs, n.outputs, n.loc))
         fused += 1
     if not fused:
         return graph
@@ -53,7 +66,8 @@ def fuse_attention(graph: Graph) -> Graph:
 
 
 def _match(graph, n: Node, producers, users, outputs):
-    """(q, k^T, v, causal, scale) if n = matmul(attention weights, v), else None."""
+    """(q, k^T, v, causal, scale, mask operand or None) if n = matmul(attention weights, v),
+    else None."""
     if n.op != Op.MATMUL or len(n.output.shape) != 4:
         return None
     p, v = n.inputs
@@ -69,6 +83,7 @@ def _match(graph, n: Node, producers, users, outputs):
     if node is None or node.op != Op.SOFTMAX or node.attrs.dim != len(p.shape) - 1:
         return None
     scale, mask = node.attrs.scale, None
+    scale_outside_mask = scale  # what multiplies the mask too: softmax((s + m) * c)
     node = single(node.inputs[0])
     if node is not None and node.op == Op.CAST and node.output.dtype == DType.F32:
         node = single(node.inputs[0])
@@ -78,6 +93,8 @@ def _match(graph, n: Node, producers, users, outputs):
         factor = scalar_factor(node)
         if factor is not None and factor > 0:
             scale *= factor
+            if mask is None:
+                scale_outside_mask *= factor
             node = single(node.inputs[0])
         elif node.op == Op.ADD and node.attrs.scalar is None and mask is None:
             a, c = node.inputs
@@ -94,13 +111,32 @@ def _match(graph, n: Node, producers, users, outputs):
     scale *= q_scale * k_scale
     if not _shapes_ok(q, kt, v, n.output):
         return None
-    causal = False
+    causal, operand = False, None
     if mask is not None:
         kind = _mask_kind(graph, mask, producers, q.shape[2], kt.shape[3])
-        if kind is None:
-            return None
         causal = kind == "causal"
-    return q, kt, v, causal, float(scale)
+        if kind is None:  # a run-time mask, or a constant bias / padding / window
+            scores = (q.shape[0], q.shape[1], q.shape[2], kt.shape[3])
+            if not _mask_operand_ok(mask, scores, scale_outside_mask):
+                return None
+            operand = mask
+    return q, kt, v, causal, float(scale), operand
+
+
+def _mask_operand_ok(mask: Value, scores: tuple, scale_outside: float) -> bool:
+    """The kernel adds a floating mask to the scaled scores as it is (or keeps where a bool
+    one is True), broadcast through stride-0 dims: it must broadcast to [B, H, S, T] and not
+    be scaled with the scores (softmax((s + m) * c) with c != 1)."""
+    from aotpack.ir.types import broadcast_shapes
+
+    if len(mask.shape) > 4 or not (mask.dtype.is_float or mask.dtype == DType.BOOL):
+        return False
+    try:
+        if tuple(broadcast_shapes(tuple(mask.shape), scores)) != tuple(scores):
+            return False
+    except (TypeError, ValueError):
+        return False
+    return scale_outside == 1.0 or mask.dtype == DType.BOOL
 
 
 def _unscaled(x: Value, single) -> tuple[Value, float]:
@@ -138,12 +174,86 @@ def _untransposed(b: GraphBuilder, kt: Value, producers, n: Node) -> Value:
 
 
 # ----------------------------------------------------------------------------- masks
+def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
+    """A mask computed from a constant causal mask c and another (a padding mask), f(c ∧ m):
+    ∧ a product of 0/1 keeps whose one side is a bool constant cast (And of two masks), or a
+    sum of additive masks; f elementwise ops of one operand (casts, the scalar arithmetic or
+    log of Where(keep, 0, fill)). Returns (the ops of f from the inside out, m) so that the
+    attention kernel applies the causal part itself (its causal flag masks what c masks;
+    where c keeps, f(c ∧ m) is f(m)) and reads m, [B, 1, 1, T], instead of a [B, 1, S, T]
+    mask computed every run. None if the mask is not of that form."""
+    path, v = [], mask
+    for _ in range(16):
+        n = producers.get(v.name)
+        if n is None or n.op not in O.ELEMENTWISE:
+            return None
+        if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD) and n.attrs.scalar is None:
+            for c, other in (n.inputs, n.inputs[::-1]):
+                if _is_causal(graph, c, producers, n.op, seq_q, seq_k):
+                    masked = 0.0 if n.op == Op.MUL else _lowest(graph, c, producers, seq_q,
+                                                                         seq_k)
+                    ok = other.dtype == n.output.dtype and len(other.shape) <= 4 \
+                        and _hides_rows(path[::-1], n.output.dtype, masked)
+                    return (path[::-1], other) if ok else None
+            return None
+        if len(n.inputs) != 1:
+            return None
+        path.append(n)
+        v = n.inputs[0]
+    return None
+
+
+def _is_causal(graph, c: Value, producers, op: Op, seq_q, seq_k) -> bool:
+    if op == Op.MUL:  # keeps as 0/1: the causal side a cast of a bool constant
+        cast = producers.get(c.name)
+        if cast is None or cast.op != Op.CAST or cast.inputs[0].dtype != DType.BOOL:
+            return False
+        c = cast.inputs[0]
+    return _mask_kind(graph, c, producers, seq_q, seq_k) == "causal"
+
+
+def _lowest(graph, c: Value, producers, seq_q, seq_k) -> float:
+    """The most negative entry of an additive constant mask (what it masks with)."""
+    return min(float(t.float().min()) for _, t in _samples(graph, c, producers, seq_q, seq_k))
+
+
+def _hides_rows(path: list[Node], dtype: DType, masked: float) -> bool:
+    """Whether what the causal part masks reaches the kernel as -inf or False: then a row
+    masked everywhere gives zeros whether the kernel or the mask masks its future keys. A
+    finite fill (finfo.min) would average a row masked everywhere over all keys, which the
+    split would change to the past keys only."""
+    import torch
+
+    from aotpack.ir.interpret import eval_node
+
+    t = torch.full((1,), masked, dtype=dtype.to_torch())
+    for n in path:
+        t = eval_node(n, [t])
+    if t.dtype == torch.bool:
+        return not bool(t.item())
+    return t.is_floating_point() and t.item() == float("-inf")
+
+
+def _rebuild(b: GraphBuilder, path: list[Node], other: Value) -> Value:
+    """The ops of `path` applied to `other` (new nodes: the old chain may have other readers
+    and dies with the dead code otherwise)."""
+    from aotpack.ir.infer import infer
+
+    v = b.get(other)
+    for n in path:
+        t = infer(n.op, [v.type], n.attrs)
+        v = b.emit(n.op, [v], n.attrs, t.dtype, tuple(t.shape), f"{n.output.name}_nc", n.loc)
+    return v
+
+
 def _const_base(graph, v: Value, producers):
-    """(constant name, layout nodes from it to v) if v is a constant seen through views."""
+    """(constant name, nodes from it to v) if v is a constant seen through views and
+    elementwise ops of one operand (a mask made from a constant: cast, log(1 - keep), ...)."""
     chain = []
     while v.name not in graph.constants:
         node = producers.get(v.name)
-        if node is None or node.op not in O.LAYOUT:
+        if node is None or not (node.op in O.LAYOUT or (node.op in O.ELEMENTWISE
+                                                          and len(node.inputs) == 1)):
             return None
         chain.append(node)
         v = node.inputs[0]
@@ -162,6 +272,15 @@ class _Samples:
 
 def _mask_kind(graph, mask: Value, producers, seq_q, seq_k) -> str | None:
     from aotpack.frontend.aten_table import _constant_mask_kind
+
+    samples = _samples(graph, mask, producers, seq_q, seq_k)
+    if samples is None:
+        return None
+    return _constant_mask_kind(_Samples(samples), mask, seq_q, seq_k)
+
+
+def _samples(graph, mask: Value, producers, seq_q, seq_k) -> list | None:
+    """[(point, the constant mask's value there)], None if it is not a constant."""
     from aotpack.ir.interpret import eval_node
 
     found = _const_base(graph, mask, producers)
@@ -177,7 +296,7 @@ def _mask_kind(graph, mask: Value, producers, seq_q, seq_k) -> str | None:
         for node in chain:
             t = eval_node(dataclasses.replace(node, attrs=subs_tree(node.attrs, point)), [t])
         samples.append((point, t))
-    return _constant_mask_kind(_Samples(samples), mask, seq_q, seq_k)
+    return samples
 
 
 def _points(mask: Value, seq_q, seq_k) -> list[dict]:

@@ -50,8 +50,8 @@ def find(graph, env: dict) -> Matches:
 
 def _match_nan_guard(graph, i, producer, users, outputs, consts, out: Matches) -> None:
     """Where(IsNaN(p), 0, p) with p = Softmax(...): torch's exporter guards sdpa's
-    probabilities this way (a row whose every score is masked). The masks aotpack's attention
-    takes (none, causal) never mask a whole row, so p passes through."""
+    probabilities this way (a row whose every score is masked). The attention kernel gives
+    such a row zeros itself (a -inf or False mask), so p passes through."""
     src = producer.get(graph.node[i].input[0])
     where = _only_user(graph.node[i].output[0], users, outputs, graph, "Where")
     if src is None or graph.node[src].op_type != "Softmax" or where is None:

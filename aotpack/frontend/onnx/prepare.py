@@ -31,7 +31,9 @@ def prepare_onnx(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
     dtypes = {o.name: o.dtype for o in (parse_input(t) for t in inputs) if o.dtype}
     for name, dt in dtypes.items():
         spec = next(i for i in model.inputs if i.name == name)
-        if DType.from_torch(getattr(__import__("torch"), dt)) != spec.dtype:
+        # a floating input built with --dtype takes that dtype (verify passes it back)
+        allowed = {spec.dtype} | ({model.cast} if spec.dtype.is_float and model.cast else set())
+        if DType.from_torch(getattr(__import__("torch"), dt)) not in allowed:
             raise ModelLoadError(f"--input {name}: the ONNX model declares it "
                                  f"{spec.dtype.value}; its dtype cannot be changed")
     tensors = example_inputs(model, shapes)

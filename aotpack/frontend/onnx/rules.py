@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from aotpack.frontend.aten_table import Unsupported, _conv2d
+from aotpack.frontend.aten_table import Unsupported
+from aotpack.frontend.onnx.conv import CONV_RULES, hard_swish_of
 from aotpack.frontend.onnx.host import is_symbolic_array
 from aotpack.frontend.onnx.layout import LAYOUT_RULES, ints
+from aotpack.frontend.onnx.masks import MASK_RULES, where_known_values
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
@@ -77,7 +79,11 @@ def _rsqrt_of(cx, y):
     return None
 
 
-_PEEPHOLES = {Op.MUL: _silu, Op.DIV: _reciprocal_root}
+def _mul_activation(cx, a, b):
+    return _silu(cx, a, b) or hard_swish_of(cx, a, b)
+
+
+_PEEPHOLES = {Op.MUL: _mul_activation, Op.DIV: _reciprocal_root}
 
 
 def _reciprocal(cx, n, ins):
@@ -198,21 +204,6 @@ def _layer_norm(cx, n, ins):
                    O.NormAttrs(float(cx.attr("epsilon", 1e-5)), len(x.shape) - axis))
 
 
-def _conv(cx, n, ins):
-    """Patch embeddings only (kernel == stride, no padding): aten_table._conv2d's GEMM."""
-    if cx.attr("auto_pad", "NOTSET") != "NOTSET":
-        raise Unsupported("auto_pad")
-    x = cx.tensor(ins[0])
-    pads = ints(cx.attr("pads", [0, 0, 0, 0]))
-    if any(pads):
-        raise Unsupported(f"pads {pads}")
-    kernel = ints(cx.attr("kernel_shape", [])) or None
-    return _conv2d(cx, x, cx.tensor(ins[1]), cx.tensor(ins[2]) if len(ins) > 2 and
-                   ins[2] is not None else None, stride=tuple(ints(cx.attr("strides", kernel))),
-                   padding=0, dilation=tuple(ints(cx.attr("dilations", [1, 1]))),
-                   groups=int(cx.attr("group", 1)))
-
-
 _REDUCE = {"ReduceMean": Op.MEAN, "ReduceSum": Op.SUM, "ReduceMax": Op.AMAX,
            "ReduceMin": Op.AMIN}
 
@@ -281,13 +272,16 @@ def _dropout(cx, n, ins):
 
 
 def _where(cx, n, ins):
-    """A known condition choosing between a run-time value and a known one. A fill that is
+    """A run-time condition: masks.where_known_values. A known condition choosing between a
+    run-time value and a known one: a fill that is
     -inf or a huge negative where it is used (masked_fill of attention scores) → value + (0
     where kept, the fill elsewhere): the additive mask passes/fuse_attention.py recognises.
     Any other known fill → value * kept + (0 where kept, the fill elsewhere)."""
     cond, x, y = ins
-    if not isinstance(cond, np.ndarray) or is_symbolic_array(cond):
-        raise Unsupported("a condition computed at run time (only known conditions)")
+    if isinstance(cond, Value):
+        return where_known_values(cx, cond, x, y)
+    if is_symbolic_array(cond):
+        raise Unsupported("a condition computed from dynamic sizes")
     for keep_if, value, fill in ((True, x, y), (False, y, x)):
         if isinstance(value, Value) and isinstance(fill, np.ndarray) \
                 and not is_symbolic_array(fill) and value.dtype.is_float:
@@ -307,20 +301,6 @@ def _where(cx, n, ins):
 _MASKED = -1e30
 
 
-def _range(cx, n, ins):
-    """arange(start, S) with S a dynamic size (positions): the table up to S's maximum, read
-    through a slice of length S - start."""
-    from aotpack.ir.sym import bounds, is_symbolic
-
-    start, limit, delta = (np.asarray(v).reshape(()).item() if isinstance(v, np.ndarray)
-                           else v for v in ins)
-    if not is_symbolic(limit) or is_symbolic(start) or is_symbolic(delta) or delta != 1:
-        return _constant_only(cx, n, ins)
-    hi = bounds(limit)[1]
-    table = np.arange(int(start), max(hi, int(start) + 1), dtype=np.asarray(ins[0]).dtype)
-    return cx.emit(Op.SLICE, [cx.tensor(table)], O.SliceAttrs(0, 0, limit - int(start)))
-
-
 def _constant_only(cx, n, ins):
     raise Unsupported("inputs computed at run time (aotpack evaluates it only on constants "
                       "and shapes, at build time)")
@@ -336,11 +316,10 @@ RULES = {
     "Sin": _unary(Op.SIN), "Cos": _unary(Op.COS), "Gelu": _gelu, "Erf": _erf,
     "MatMul": _matmul, "Gemm": _gemm, "Softmax": _softmax(Op.SOFTMAX),
     "LogSoftmax": _softmax(Op.LOG_SOFTMAX), "LayerNormalization": _layer_norm,
-    "Conv": _conv, **{k: _reduce for k in _REDUCE},
+    **{k: _reduce for k in _REDUCE},
     "Cast": _cast, "CastLike": _cast_like, "Sum": _sum_or_mean, "Mean": _sum_or_mean,
     "Identity": _identity, "Dropout": _dropout, "Where": _where,
     **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                                   "Not", "And", "Or", "Trilu", "NonZero")},
-    "Range": _range,
-    **LAYOUT_RULES,
+                                   "Trilu", "NonZero", "Range")}, **MASK_RULES,
+    **LAYOUT_RULES, **CONV_RULES,
 }

@@ -1,8 +1,10 @@
 """ONNX graph → IR, node by node with rules.RULES; the same IR the torch frontend produces.
 
 Every ONNX value is either an IR `Value` (computed at run time, or a weight once a run-time
-node reads it) or a numpy array known at translation time (initializers, Constant nodes,
-shapes and what is computed from them: host.py). A node whose inputs are all known is
+node reads it), a numpy array known at translation time (initializers, Constant nodes,
+shapes and what is computed from them: host.py), or a `Lazy` value computed from constants
+and dynamic dims whose contents change with the dims (lazy.py: evaluated at concrete sizes,
+stored at the maxima when a run-time node reads it). A node whose inputs are all known is
 evaluated here and emits no IR. Dims are ints or symbols (OnnxShapes).
 """
 from __future__ import annotations
@@ -16,16 +18,22 @@ from aotpack.frontend.aten_table import Unsupported
 from aotpack.frontend.onnx import patterns
 from aotpack.frontend.onnx.dims import OnnxShapes
 from aotpack.frontend.onnx.host import HostError, fold, is_symbolic_array
+from aotpack.frontend.onnx.lazy import Lazy, LazyValues
 from aotpack.frontend.onnx.model import OnnxModel, elem_dtype
-from aotpack.frontend.translate import UnsupportedOpError
+from aotpack.frontend.symbolic import SymbolError
+from aotpack.frontend.translate import _FOLD_LIMIT, _FOLD_LIMIT_INDEX, UnsupportedOpError
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
-from aotpack.ir.ops import NoAttrs, Op
+from aotpack.ir.ops import ExpandAttrs, NoAttrs, Op, SliceAttrs, ViewAttrs
 from aotpack.ir.sym import SymbolicError, is_symbolic, symbol
 
 # never evaluated on the build host: their values are not functions of their inputs
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
             "Bernoulli", "Multinomial"}
+
+
+# rules that look at a lazy operand themselves (an all-True mask computed from the dims)
+_TAKES_LAZY = {"And", "Or"}
 
 
 def onnx_to_graph(model: OnnxModel, shapes: OnnxShapes) -> Graph:
@@ -45,6 +53,9 @@ class OnnxTranslator:
         self.producers: dict[str, Node] = {}
         self.taken: set[str] = set()
         self.as_ir: dict[str, Value] = {}  # ONNX name of a known value -> its IR constant
+        # values computed from constants and dynamic dims (lazy.py), stored when read
+        self.lazy = LazyValues(shapes.symbols, self.syms, self.opset, _FOLD_LIMIT_INDEX)
+        self.materialized: dict[int, Value] = {}
         self.node = None
         self.index = 0
         self._names: dict[int, str] = {}
@@ -91,10 +102,16 @@ class OnnxTranslator:
                 outs = replacement(self)
             elif n.domain not in ("", "ai.onnx"):
                 raise self.error(self._unsupported_text())
-            elif all(isinstance(v, np.ndarray) or v is None for v in ins) \
+            elif all(isinstance(v, (np.ndarray, Lazy)) or v is None for v in ins) \
                     and n.op_type not in _NO_FOLD:
-                outs = self._fold(n, ins, RULES)
+                outs = self.lazy.outputs(n, ins) if any(isinstance(v, Lazy) for v in ins) \
+                    else self._fold(n, ins, RULES)
+            elif n.op_type == "Gather" and isinstance(ins[0], Value) \
+                    and isinstance(ins[1], Lazy) and self._counts_through(n, ins):
+                outs = self._whole_axis(n, ins)
             elif n.op_type in RULES:
+                ins = [self._rule_input(v) if isinstance(v, Lazy) and n.op_type not in
+                       _TAKES_LAZY else v for v in ins]
                 outs = RULES[n.op_type](self, n, ins)
             else:
                 raise self.error(self._unsupported_text())
@@ -105,7 +122,7 @@ class OnnxTranslator:
                              f"Cast and integer arithmetic") from None
         except Unsupported as e:
             raise self.error(f"{n.op_type} with {e} is not supported") from None
-        except (SymbolicError, TypeError, ValueError) as e:
+        except (SymbolicError, SymbolError, TypeError, ValueError) as e:
             raise self.error(f"{n.op_type}: {e}") from None
         outs = outs if isinstance(outs, (list, tuple)) else [outs]
         for name, v in zip(n.output, outs):
@@ -113,17 +130,25 @@ class OnnxTranslator:
                 self.env[name] = v
 
     def _fold(self, n, ins, rules):
-        """A node of known inputs computed now; one the host cannot compute (a fill of a
-        dynamic shape) goes to its rule, if it has one."""
+        """A node of known inputs computed now; one of dynamic sizes the host cannot compute
+        symbolically (Range(0, S), a fill of a dynamic shape) becomes lazy (lazy.py); one the
+        host cannot compute otherwise goes to its rule, if it has one."""
         try:
             return fold(n, ins, self.opset)
         except (HostError, SymbolicError):
+            if any(is_symbolic_array(v) for v in ins if v is not None):
+                return self.lazy.outputs(n, ins)
             if n.op_type not in rules:
                 raise
             return rules[n.op_type](self, n, ins)
 
     def _output(self, name: str) -> Value:
         v = self.env.get(name)
+        if isinstance(v, Lazy):
+            try:
+                v = self._materialize(v)
+            except Unsupported as e:
+                raise UnsupportedOpError(f"ONNX graph output {name!r}: {e}") from None
         if isinstance(v, np.ndarray) and not is_symbolic_array(v):
             v = self.emit_named(Op.COPY, [self.tensor(name)], NoAttrs(), name)
         if not isinstance(v, Value):
@@ -159,6 +184,8 @@ class OnnxTranslator:
         v = self.env.get(ref) if isinstance(ref, str) else ref
         if isinstance(v, Value):
             return v
+        if isinstance(v, Lazy):
+            return self._materialize(v)
         if v is None or is_symbolic_array(v):
             raise Unsupported(f"{ref if isinstance(ref, str) else 'a value'} computed from "
                               f"dynamic sizes used as a tensor")
@@ -175,6 +202,75 @@ class OnnxTranslator:
         self.constants[name] = Constant(value, t.contiguous())
         if key is not None:
             self.as_ir[key] = value
+        return value
+
+    def _counts_through(self, n, ins) -> bool:
+        x, axis = ins[0], int(self.attr("axis", 0)) % max(len(ins[0].shape), 1)
+        return bool(x.shape) and self.lazy.counts_up_to(ins[1], x.shape[axis])
+
+    def _whole_axis(self, n, ins) -> Value:
+        """Gather of a run-time tensor at indices that count through its whole axis: a view
+        (the indices' shape in place of the axis)."""
+        x = ins[0]
+        axis = int(self.attr("axis", 0)) % len(x.shape)
+        shape = tuple(x.shape[:axis]) + self.lazy.shape(ins[1]) + tuple(x.shape[axis + 1:])
+        return self.emit(Op.VIEW, [x], ViewAttrs(shape))
+
+    def _rule_input(self, v: Lazy):
+        """A lazy input of a rule: sizes (a shape argument) as a symbolic array, anything
+        else as a stored table."""
+        sizes = self.lazy.as_sizes(v)
+        return sizes if sizes is not None else self.tensor(v)
+
+    def _materialize(self, v: Lazy) -> Value:
+        """A lazy value as IR: its table at the dims' maxima, read through slices (and an
+        expand) of its symbolic shape."""
+        if id(v) in self.materialized:
+            return self.materialized[id(v)]
+        if v.node.op_type == "ConstantOfShape" and not isinstance(v.inputs[0], Lazy):
+            x = self._fill(v)  # one element expanded: nothing evaluated at the maxima
+            self.materialized[id(v)] = x
+            return x
+        try:
+            full, shape = self.lazy.table(v, to_torch)
+        except SymbolError as e:
+            raise Unsupported(str(e)) from None
+        nbytes = full.numel() * full.element_size()
+        if nbytes > _FOLD_LIMIT:
+            raise Unsupported(f"{v.name} computed from constants would be stored at the dims' "
+                              f"maxima as {list(full.shape)} ({nbytes >> 20} MiB, limit "
+                              f"{_FOLD_LIMIT >> 20} MiB): lower the maxima")
+        dt = DType.from_torch(full.dtype)
+        if dt.is_float and self.float_dtype(dt) != dt:
+            full = full.to(self.float_dtype(dt).to_torch())
+        x = Value(self._fresh(f"{_clean(v.name)}_table"), DType.from_torch(full.dtype),
+                  tuple(full.shape))
+        self.constants[x.name] = Constant(x, full.contiguous())
+        for i, d in enumerate(shape):
+            if full.shape[i] != 1 and is_symbolic(d):
+                x = self.emit_named(Op.SLICE, [x], SliceAttrs(i, 0, d), f"{v.name}_slice")
+        if tuple(x.shape) != tuple(shape):
+            x = self.emit_named(Op.EXPAND, [x], ExpandAttrs(tuple(shape)), f"{v.name}_expand")
+        self.materialized[id(v)] = x
+        return x
+
+    def _fill(self, v: Lazy) -> Value:
+        """ConstantOfShape of a dynamic shape: its one value expanded (a stride-0 view)."""
+        from onnx import helper, numpy_helper
+
+        attrs = {a.name: helper.get_attribute_value(a) for a in v.node.attribute}
+        one = numpy_helper.to_array(attrs["value"]).reshape(-1)[:1] if "value" in attrs \
+            else np.zeros(1, np.float32)
+        shape = tuple(d if is_symbolic(d) else int(d) for d in v.inputs[0].reshape(-1))
+        base = self.tensor(one.reshape((1,) * len(shape)))
+        return self.emit_named(Op.EXPAND, [base], ExpandAttrs(shape), f"{v.name}_fill")
+
+    def add_constant(self, name: str, tensor) -> Value:
+        """A constant a rule computes (batch norm's scale and shift, a pool's divisor map)."""
+        t = tensor.contiguous()
+        value = Value(self._fresh(f"{self._base()}_{name}"), DType.from_torch(t.dtype),
+                      tuple(t.shape))
+        self.constants[value.name] = Constant(value, t)
         return value
 
     def emit(self, op: Op, inputs, attrs, final: bool = False) -> Value:
