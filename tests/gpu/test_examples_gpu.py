@@ -32,6 +32,12 @@ def built(tmp_path_factory):
 
 @pytest.mark.parametrize("case", MODELS, ids=lambda m: m.name)
 def test_model_matches_eager(built, case):
+    import torch
+
+    have = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    if case.min_torch and have < case.min_torch:
+        pytest.skip(f"torch {torch.__version__} cannot export {case.name} with dynamic dims "
+                    f"(needs {'.'.join(map(str, case.min_torch))}; build it on the build host)")
     bundle = built[case.name].check()
     manifest = h.manifest_of(bundle)
     assert bool(manifest.get("symbols")) == case.dynamic, manifest.get("symbols")
