@@ -98,7 +98,7 @@ def provenance(spec: str, command_line: str) -> dict:
     return {"aotpack": aotpack.__version__, "torch": _version("torch"),
             "triton": _version("triton"), "cutedsl": _version("nvidia-cutlass-dsl"),
             "source": source_file(spec).name, "source_sha256": file_sha256(source_file(spec)),
-            "model_kind": model_kind(spec),
+            "model_kind": model_kind(spec), "spec": portable_command(spec),
             "created_by": command_line}
 
 

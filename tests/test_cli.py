@@ -208,3 +208,24 @@ def test_op_no_kernel_implements_is_one_line(tmp_path):
     result = _run("build", f"{model}:make", "-o", tmp_path / "out")
     _assert_friendly(result, "LoweringError: cannot lower cumsum", "only the last dim")
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_finds_the_model_its_build_recorded(tmp_path, monkeypatch):
+    """`aotpack verify BUNDLE` without --model takes the spec the build was given, from the
+    current folder; elsewhere it says to pass --model (exit 2)."""
+    (tmp_path / "m.py").write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, a):\n"
+        "        return torch.relu(a) * 2\n"
+        "def make():\n"
+        "    return M(), (torch.randn(4, 8, dtype=torch.bfloat16),)\n")
+    monkeypatch.chdir(tmp_path)
+    built = _run("build", "m.py:make", "-o", "out", "--no-progress")
+    assert built.exit_code == 0, built.output
+    result = _run("verify", "out", "--reference", "cpu")
+    assert result.exit_code == 0 and "passed" in result.output, result.output
+    monkeypatch.chdir(tmp_path / "out")
+    result = _run("verify", ".", "--reference", "cpu")
+    assert result.exit_code == 2 and "'m.py:make', which is not in the current folder" in \
+        _words(result.output), result.output

@@ -302,7 +302,9 @@ def inspect(
 def verify(
     bundle: Path = typer.Argument(..., metavar="BUNDLE", help=BUNDLE_HELP,
                                  callback=bundle_file),
-    model: str = typer.Option(..., "--model", help="the model spec the bundle was built from"),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="the model spec the bundle was built from (default: the one "
+        "its build recorded, looked up from the current folder)"),
     reference: Optional[Reference] = typer.Option(None, "--reference", help="cpu: the plan run with "
                                             "torch references on the CPU; gpu: the bundle run by "
                                             "the C runtime (default when a GPU is present)"),
@@ -318,6 +320,7 @@ def verify(
     shape, both ends of every range and random sizes inside (odd and prime ones)."""
     from aotpack.verify import verify as run_verify
 
+    model = model or _recorded_spec(bundle)
     points = _points(bundle, weights, shape) if shape else None
     with warnings.catch_warnings():  # the report prints them once, as part of the table
         warnings.simplefilter("ignore", UserWarning)
@@ -348,6 +351,22 @@ def bench(
     stats = run_bench(bundle, iters=iters, warmup=warmup, weights=weights, point=point)
     out.print(f"{escape(str(bundle))}: median {stats['median_ms']:.3f} ms, min "
               f"{stats['min_ms']:.3f} ms, p90 {stats['p90_ms']:.3f} ms over {iters} runs")
+
+
+def _recorded_spec(bundle: Path) -> str:
+    """The model spec `aotpack build` was given (the provenance keeps it, its path cut to the
+    last part), if that file is in the current folder; else exit 2 saying to pass --model."""
+    from aotpack.bundle import read_bundle
+
+    provenance = read_bundle(bundle, require_weights=False).manifest.get("provenance") or {}
+    spec = provenance.get("spec")
+    path = spec.rpartition(":")[0] if spec and ".py:" in spec else spec
+    if spec is None or not Path(path).is_file():
+        err.print(f"[bold red]error:[/] --model: give the model spec the bundle was built from"
+                  + (f" (its build named {spec!r}, which is not in the current folder)"
+                     if spec else ""))
+        raise typer.Exit(2)
+    return spec
 
 
 def _points(bundle: Path, weights, shapes: list[str]) -> list[dict]:
