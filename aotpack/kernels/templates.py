@@ -93,7 +93,7 @@ def _fields(config: dict) -> dict:
 class AttentionTemplate(Template):
     name, op_type, module, tunable = "attention", AttentionOp, "attention", True
     sources = ("spec.py", "triton/attention.py", "triton/attention_masked.py",
-               "triton/compile.py", "triton/_common.py")
+               "triton/_attention_jit.py", "triton/compile.py", "triton/_common.py")
 
     def bucket_size(self, op):
         return op.q.shape[2]  # the decode-sized tiles depend on the query length

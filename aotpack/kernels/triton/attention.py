@@ -30,6 +30,7 @@ from aotpack.kernels.triton._common import (
     KernelPlan, entry_points, int_arg, require_unit_inner_stride, strides_args,
 )
 from aotpack.ir.sym import divisible, upper_bound
+from aotpack.kernels.triton._attention_jit import program_rows
 from aotpack.kernels.triton.attention_masked import plan_masked
 from aotpack.kernels.triton.compile import F32, Const, Desc, Ptr, cdiv
 
@@ -129,15 +130,7 @@ def attention_fwd_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     D_VALID: tl.constexpr,
 ):
-    batch_head = tl.program_id(0)
-    row_block = tl.num_programs(1) - 1 - tl.program_id(1)  # longest causal rows first
-    batch = (batch_head // HEADS_Q).to(tl.int64)
-    head_q = batch_head % HEADS_Q
-    head_kv = (head_q // GROUP).to(tl.int64)
-    head_q = head_q.to(tl.int64)
-
-    row_start = row_block * BLOCK_M
-    rows = row_start + tl.arange(0, BLOCK_M)
+    batch, head_q, head_kv, row_start, rows = program_rows(HEADS_Q, GROUP, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows[:, None] < seq_q
     io_ok = row_ok & (dims[None, :] < D_VALID)

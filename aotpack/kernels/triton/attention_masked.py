@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from aotpack.kernels.spec import AttentionOp, TensorArg
+from aotpack.kernels.triton._attention_jit import program_rows
 from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 
@@ -61,15 +62,7 @@ def attention_fwd_masked_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     MASK_KIND: tl.constexpr, D_VALID: tl.constexpr,
 ):
-    batch_head = tl.program_id(0)
-    row_block = tl.num_programs(1) - 1 - tl.program_id(1)
-    batch = (batch_head // HEADS_Q).to(tl.int64)
-    head_q = batch_head % HEADS_Q
-    head_kv = (head_q // GROUP).to(tl.int64)
-    head_q = head_q.to(tl.int64)
-
-    row_start = row_block * BLOCK_M
-    rows = row_start + tl.arange(0, BLOCK_M)
+    batch, head_q, head_kv, row_start, rows = program_rows(HEADS_Q, GROUP, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows[:, None] < seq_q
     dim_ok = dims[None, :] < D_VALID  # a head dim padded to a power of two (80 -> 128)

@@ -1,0 +1,17 @@
+"""Device helpers shared by the attention kernels (attention.py, attention_masked.py)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def program_rows(HEADS_Q: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(batch, query head, kv head) as int64, the first query row and this program's rows.
+    The grid is (B*Hq, row blocks) with the row blocks reversed: CTAs are issued x-fastest, so
+    every head's last (longest, when causal) row block is scheduled first."""
+    batch_head = tl.program_id(0)
+    row_block = tl.num_programs(1) - 1 - tl.program_id(1)
+    batch = (batch_head // HEADS_Q).to(tl.int64)
+    head_q = batch_head % HEADS_Q
+    head_kv = (head_q // GROUP).to(tl.int64)
+    row_start = row_block * BLOCK_M
+    return batch, head_q.to(tl.int64), head_kv, row_start, row_start + tl.arange(0, BLOCK_M)
