@@ -14,7 +14,7 @@ neither torch nor triton.
 
 from aotpack.errors import UserError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def build(model: str, out, **options):

@@ -103,7 +103,7 @@ def pipeline(monkeypatch, tmp_path):
     (runtime / "include" / "aotpack").mkdir(parents=True)
     (runtime / "bin" / "aotpack-run").write_text("#!/bin/sh\necho launcher\n")
     (runtime / "bin" / "aotpack-run").chmod(0o755)
-    for name in ("libaotpack.so", "libaotpack.so.0", "libaotpack.so.0.1.0", "libaotpack.a"):
+    for name in ("libaotpack.so", "libaotpack.so.0", "libaotpack.so.0.2.0", "libaotpack.a"):
         (runtime / "lib" / name).write_bytes(name.encode())
     (runtime / "include" / "aotpack" / "aotpack.h").write_text("/* C API */\n")
     monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(runtime))

@@ -182,7 +182,7 @@ void aotpack_status_free(aotpack_status* s) {
   if (s && s != &g_oom_status) delete s;
 }
 
-const char* aotpack_version(void) { return "0.1.0"; }
+const char* aotpack_version(void) { return "0.2.0"; }
 
 aotpack_status* aotpack_model_load(const char* path, const aotpack_model_options* options,
                                    aotpack_model** out) {
