@@ -372,3 +372,46 @@ def test_roll_and_index_select_are_slices():
     program = compile_graph(to_graph(Shift(), (x,)))
     assert {type(op).__name__ for op in program.ops} <= {"PointwiseOp"}  # copies only
     assert torch.equal(run_reference(program, [x])[0], Shift()(x))
+
+
+# --------------------------------------------------------------------------- refusals
+class _Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+REFUSALS = {  # what a model does -> (example inputs, words the one-line error must contain)
+    "gather_other_dim": (lambda x, i: x[:, i], (torch.randn(3, 5, 4), torch.tensor([2, 0])),
+                         "other than the leading dims"),
+    "uneven_constant_index": (lambda x: x[torch.tensor([0, 2, 3])] * 2, (torch.randn(5, 4),),
+                              "do not step evenly"),
+    "bitwise_on_integers": (lambda i: (i & 3) + 1, (torch.tensor([5, 6, 7]),),
+                            "bit operations on integers"),
+    "argmax_of_everything": (lambda x: torch.argmax(x), (torch.randn(3, 4),),
+                             "argmax over all elements"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refusals_name_the_op_and_the_line(case):
+    """What the run-time ops do not cover is one UnsupportedOpError naming the aten op, what
+    form of it is refused, and the model's source line — never a traceback from inside."""
+    from aotpack.frontend import UnsupportedOpError
+
+    fn, inputs, words = REFUSALS[case]
+    with pytest.raises(UnsupportedOpError) as e:
+        to_graph(_Fn(fn), inputs)
+    message = str(e.value)
+    assert words in message and "aten." in message and "test_model_coverage.py" in message, \
+        message
+
+
+def test_cumsum_over_a_leading_dim_is_refused_at_lowering():
+    from aotpack.passes.lower import LoweringError
+
+    with pytest.raises(LoweringError, match="only the last dim"):
+        compile_graph(to_graph(_Fn(lambda x: torch.cumsum(x, 0)), (torch.randn(4, 3),)))
