@@ -262,6 +262,10 @@ EAGER_ATTENTION = {  # families whose attention is written out with a term sdpa 
     "gptj": lambda: transformers.GPTJModel(transformers.GPTJConfig(
         n_embd=128, n_layer=2, n_head=2, vocab_size=1000, rotary_dim=32)),  # f32 scores
     "mpnet": lambda: transformers.MPNetModel(transformers.MPNetConfig(**SMALL)),  # rel. bias
+    # Gemma-2 eager: logit soft-capping (tanh) between the products, head dim 256, windows
+    "gemma2_softcap": lambda: transformers.Gemma2Model(transformers.Gemma2Config(
+        **SMALL, num_key_value_heads=1, head_dim=256, sliding_window=8,
+        attn_implementation="eager", attn_logit_softcapping=50.0)),
 }
 
 
