@@ -103,7 +103,7 @@ def _evaluate_from_constants(cx, v: Value, memo: dict, depth: int = 0):
         t = cx.constants[v.name].tensor
         return None if t.is_meta else t
     if v.name not in memo:
-        node = next((m for m in reversed(cx.nodes) if m.outputs[0].name == v.name), None)
+        node = cx.producer(v)
         args = [] if node is None else [_evaluate_from_constants(cx, a, memo, depth + 1)
                                           for a in node.inputs]
         try:
@@ -118,7 +118,7 @@ def _is_channels_last(cx, x: Value) -> bool:
     """x is an NCHW view of a channels-last result (ConvNeXt's downsampling conv reads its
     LayerNorm2d's output): the implicit GEMM reads it in place, where the patch-embedding GEMM
     would first copy it into patches."""
-    node = next((m for m in reversed(cx.nodes) if m.outputs[0].name == x.name), None)
+    node = cx.producer(x)
     return node is not None and node.op == Op.PERMUTE and tuple(node.attrs.dims) == (0, 3, 1, 2)
 
 

@@ -9,11 +9,14 @@ by constant indices that step evenly through the indexed dims becomes a strided 
 """
 from __future__ import annotations
 
+import math
+
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_table import Unsupported
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
+from aotpack.ir.types import contiguous_strides
 
 # x < c is c > x: the op with its operands swapped
 _SWAPPED = {Op.EQ: Op.EQ, Op.NE: Op.NE, Op.LT: Op.GT, Op.GT: Op.LT, Op.LE: Op.GE, Op.GE: Op.LE}
@@ -57,9 +60,8 @@ def _constant_all(cx, v: Value, truth: bool) -> bool:
 
 
 def _broadcast(cx, v: Value) -> Value:
+    """v broadcast to the fx node's shape (a view)."""
     shape = tuple(cx.out_shape())
-    if tuple(v.shape) == shape:
-        return cx.emit(Op.EXPAND, [v], O.ExpandAttrs(shape), final=True)
     if len(v.shape) < len(shape):
         v = cx.emit(Op.VIEW, [v], O.ViewAttrs((1,) * (len(shape) - len(v.shape))
                                               + tuple(v.shape)))
@@ -95,9 +97,9 @@ def peel_causal(cx, mask: Value, seq_q, seq_k):
     (False, mask)."""
     from aotpack.frontend.aten_table import _constant_mask_kind
 
-    node = _producer(cx, mask)
+    node = cx.producer(mask)
     while node is not None and node.op == Op.EXPAND:
-        node = _producer(cx, node.inputs[0])  # rest broadcasts to the mask as the AND did
+        node = cx.producer(node.inputs[0])  # rest broadcasts to the mask as the AND did
     if node is None or node.op != Op.AND or len(node.inputs) != 2:
         return False, mask
     for causal, rest in (node.inputs, node.inputs[::-1]):
@@ -105,10 +107,6 @@ def peel_causal(cx, mask: Value, seq_q, seq_k):
                 and cx.constant_samples(rest) is None:
             return True, rest
     return False, mask
-
-
-def _producer(cx, v: Value):
-    return next((n for n in reversed(cx.nodes) if n.outputs[0].name == v.name), None)
 
 
 def _argmax(cx, x, dim=None, keepdim=False):
@@ -138,11 +136,10 @@ def _gather(cx, x, dim, index, sparse_grad=False):
                       "entries are all equal)")
 
 
-
 def _index(cx, x, indices):
-    """x[i0, i1, ...] with constant index tensors (None: the whole dim) that step evenly
-    through x's dims: a strided view of x. Indices computed at run time (a gather by ids)
-    are refused."""
+    """x[i0, i1, ...] (None: the whole dim): a constant x with constant indices folds;
+    constant indices that step evenly through x's dims are a strided view of x; indices
+    computed at run time over the leading dims are a row gather (_gather_rows)."""
     import torch
 
     if not isinstance(x, Value):
@@ -172,7 +169,7 @@ def _index(cx, x, indices):
             raise Unsupported("index tensors that do not step evenly through the dims "
                               "(a general gather)")
         coeffs = fit if coeffs is None else _agree(coeffs, fit)
-    strides = _contiguous_strides(x.shape)
+    strides = contiguous_strides(tuple(x.shape))
     x_strides = [strides[k] for k in picked]
     b_strides = []
     for d in range(rank_b):
@@ -237,8 +234,6 @@ def _runs(picks: list[int]) -> list[tuple[int, int]]:
 def _index_constants(cx, x: Value, indices) -> Value | None:
     """A weight indexed by constant indices (Swin's relative-position bias table picked by
     its index buffer): computed now, a constant like any folded one."""
-    import torch
-
     table = cx.constant_value(x)
     if table is None:
         return None
@@ -258,9 +253,7 @@ def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:
     sizes = [x.shape[k] for k in picked]
     flat = None
     for k, (v, size) in enumerate(zip(idx, sizes)):
-        later = 1
-        for s in sizes[k + 1:]:
-            later = later * s
+        later = math.prod(sizes[k + 1:])
         if not isinstance(later, int) or not isinstance(size, int) and k:
             raise Unsupported("indices computed at run time with a dynamic dim after the "
                               "first indexed one")
@@ -271,13 +264,7 @@ def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:
                            O.NoAttrs()) if isinstance(size, int) else v)
         term = cx.emit(Op.MUL, [wrapped], O.BinaryAttrs(later)) if later != 1 else wrapped
         flat = term if flat is None else cx.emit(Op.ADD, [flat, term], O.BinaryAttrs())
-    rows = 1
-    for s in sizes:
-        rows = rows * s
-    rest = tuple(x.shape[len(picked):])
-    width = 1
-    for s in rest:
-        width = width * s
+    rows, width = math.prod(sizes), math.prod(x.shape[len(picked):])
     table = cx.emit(Op.VIEW, [x], O.ViewAttrs((rows, width)))
     out = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
     return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(cx.out_shape())), final=True)
@@ -321,14 +308,6 @@ def _at(size, point: dict) -> int:
     from aotpack.ir.sym import subs
 
     return int(subs(size, point)) if point else int(size)
-
-
-def _contiguous_strides(shape) -> list:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc = acc * s
-    return strides[::-1]
 
 
 RULES = {

@@ -99,7 +99,7 @@ def _index_put(cx, x, indices, values, accumulate=False):
 
 
 def _is_sort_order(cx, v: Value) -> bool:
-    node = next((n for n in reversed(cx.nodes) if n.outputs[0].name == v.name), None)
+    node = cx.producer(v)
     return node is not None and node.op == Op.SORT and node.attrs.indices
 
 

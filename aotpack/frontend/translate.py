@@ -145,6 +145,7 @@ class _Translator:
         self.computed: set[str] = set()  # constants folded here (not weights)
         self.pads: dict[str, tuple] = {}  # zero-padded value -> (source, spatial pads)
         self.nodes: list[Node] = []
+        self.producers: dict[str, Node] = {}  # value name -> the node computing it
         self.taken: set[str] = set()
         self.fx_node = None
 
@@ -416,8 +417,16 @@ class _Translator:
         t = infer(op, [v.type for v in inputs], attrs)
         value = Value(self._fresh(name), t.dtype, tuple(t.shape))
         loc = source_loc(self.fx_node) if self.fx_node is not None else None
-        self.nodes.append(Node(op, tuple(inputs), attrs, (value,), loc))
+        self._append(Node(op, tuple(inputs), attrs, (value,), loc))
         return value
+
+    def _append(self, node: Node) -> None:
+        self.nodes.append(node)
+        self.producers[node.outputs[0].name] = node
+
+    def producer(self, v) -> Node | None:
+        """The IR node that computes `v` (None for inputs, constants and Python values)."""
+        return self.producers.get(v.name) if isinstance(v, Value) else None
 
     def constant_value(self, v):
         """The constant tensor `v` holds, through the layout ops (expand, view, unsqueeze,
@@ -429,7 +438,7 @@ class _Translator:
         layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE)
         chain = []
         while isinstance(v, Value) and v.name not in self.constants:
-            node = next((m for m in reversed(self.nodes) if m.outputs[0].name == v.name), None)
+            node = self.producer(v)
             if node is None or node.op not in layout:
                 return None
             chain.append(node)
@@ -477,7 +486,7 @@ class _Translator:
                         f"dtype, or cast the whole model with --dtype bf16)"
                         if len(mixed) > 1 else "")
                 raise Unsupported(f"{op.value} typed {value} here but torch says {want}{hint}")
-        self.nodes.append(Node(op, tuple(inputs), attrs, (value,), source_loc(self.fx_node)))
+        self._append(Node(op, tuple(inputs), attrs, (value,), source_loc(self.fx_node)))
         return value
 
     def add_constant(self, name: str, tensor) -> Value:
