@@ -412,10 +412,10 @@ class _Lowering:
 
     def _batched(self, arg: TensorArg, batch: tuple, hint: str) -> TensorArg:
         full = broadcast_to(arg, batch + tuple(arg.shape[-2:]))
-        merged = _merge_dims(full.shape[:-2], full.strides[:-2])
+        merged = lower_reductions.merge_dims(full.shape[:-2], full.strides[:-2])
         if merged is None:  # batch dims that walk memory unevenly: a contiguous copy
             full = broadcast_to(self._materialize(full, hint), full.shape)
-            merged = _merge_dims(full.shape[:-2], full.strides[:-2])
+            merged = lower_reductions.merge_dims(full.shape[:-2], full.strides[:-2])
         return TensorArg(full.storage, full.dtype, (merged[0],) + tuple(full.shape[-2:]),
                          (merged[1],) + tuple(full.strides[-2:]), full.offset)
 
@@ -480,13 +480,6 @@ def _flatten_2d(arg: TensorArg) -> TensorArg | None:
                      arg.offset)
 
 
-def _merge_dims(shape, strides):
-    """(size, stride) of dims that walk memory as one strided dim (or none: (1, 0))."""
-    if not shape:
-        return 1, 0
-    return lower_reductions.merge_dims(shape, strides)
-
-
 def broadcast_to(arg: TensorArg, shape: tuple) -> TensorArg:
     """`arg` seen as `shape` (numpy broadcasting): new leading dims and size-1 dims that
     repeat get stride 0."""
@@ -518,8 +511,11 @@ def _inverse_permutation(attrs: O.StridedAttrs, src_shape) -> tuple[int, ...] | 
     from aotpack.ir.types import contiguous_strides
 
     src_strides = contiguous_strides(src_shape)
-    sizes = lambda shape: Counter(d for d in shape if d != 1)  # noqa: E731 (1s hold no data:
-    if attrs.offset != 0 or sizes(attrs.shape) != sizes(src_shape):  # a Conv1d's H = 1)
+
+    def sizes(shape):  # dims of size 1 hold no data (a Conv1d's H = 1)
+        return Counter(d for d in shape if d != 1)
+
+    if attrs.offset != 0 or sizes(attrs.shape) != sizes(src_shape):
         return None
     view_strides = contiguous_strides(attrs.shape)
     out = [0] * len(src_shape)
