@@ -39,8 +39,8 @@ def _binary(fn: str, a, b):
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "silu",
          "abs", "recip", "gelu_tanh", "gelu_erf", "relu6", "hardswish", "hardsigmoid", "not")
-BINARY = ("add", "sub", "mul", "div", "floordiv", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge",
-          "and", "or")
+BINARY = ("add", "sub", "mul", "div", "floordiv", "max", "min", "pow", "eq", "ne", "lt", "le",
+          "gt", "ge", "and", "or")
 
 
 def evaluate(node, inputs):

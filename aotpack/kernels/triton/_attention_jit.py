@@ -1,6 +1,11 @@
-"""Device helpers shared by the attention kernels (attention.py, attention_masked.py)."""
+"""Helpers shared by the attention kernels (attention.py, attention_masked.py)."""
 import triton
 import triton.language as tl
+
+
+def padded_dim(d: int) -> int:
+    """The power-of-two tile width a head dim computes in (80 -> 128: zeros past 80)."""
+    return 1 << (d - 1).bit_length()
 
 
 @triton.jit

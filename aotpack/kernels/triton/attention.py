@@ -30,7 +30,7 @@ from aotpack.kernels.triton._common import (
     KernelPlan, entry_points, int_arg, require_unit_inner_stride, strides_args,
 )
 from aotpack.ir.sym import divisible, upper_bound
-from aotpack.kernels.triton._attention_jit import program_rows
+from aotpack.kernels.triton._attention_jit import padded_dim, program_rows
 from aotpack.kernels.triton.attention_masked import plan_masked
 from aotpack.kernels.triton.compile import F32, Const, Desc, Ptr, cdiv
 
@@ -233,11 +233,6 @@ def candidate_configs(op: AttentionOp) -> list[dict]:
         if cfg not in configs:
             configs.append(cfg)
     return configs
-
-
-def padded_dim(d: int) -> int:
-    """The power-of-two tile width a head dim computes in (80 -> 128: zeros past 80)."""
-    return 1 << (d - 1).bit_length()
 
 
 def tma_possible(op: AttentionOp) -> bool:

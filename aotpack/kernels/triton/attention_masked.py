@@ -17,11 +17,10 @@ import triton
 import triton.language as tl
 
 from aotpack.kernels.spec import AttentionOp, TensorArg
-from aotpack.kernels.triton._attention_jit import program_rows
+from aotpack.kernels.triton._attention_jit import padded_dim, program_rows
 from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 
-_LOG2E = 1.4426950408889634
 MASK_BOOL, MASK_ADD = 1, 2
 
 
@@ -128,7 +127,7 @@ def plan_masked(op: AttentionOp, cfg: dict) -> KernelPlan:
     args.update({
         "seq_q": int_arg(sq), "seq_kv": int_arg(op.k.shape[2]), "sm_scale": F32(op.scale),
         "HEADS_Q": Const(hq), "GROUP": Const(hq // hkv),
-        "HEAD_DIM": Const(1 << (d - 1).bit_length()), "D_VALID": Const(d),
+        "HEAD_DIM": Const(padded_dim(d)), "D_VALID": Const(d),
         "BLOCK_M": Const(cfg["BLOCK_M"]), "BLOCK_N": Const(cfg["BLOCK_N"]),
         "CAUSAL": Const(bool(op.causal)), "MASK_KIND": Const(mask_kind(op.mask)),
     })
