@@ -90,25 +90,6 @@ def _masked_fill(cx, x, mask, value):
     return _where(cx, mask, value, x)
 
 
-def peel_causal(cx, mask: Value, seq_q, seq_k):
-    """(causal, rest) when `mask` is the AND of the causal pattern (a constant, as
-    aten_table._constant_mask_kind classifies it) and a run-time mask (GPT-2's and Llama's
-    padding): the kernel then skips the hidden tiles and reads the small padding mask. Else
-    (False, mask)."""
-    from aotpack.frontend.aten_table import _constant_mask_kind
-
-    node = cx.producer(mask)
-    while node is not None and node.op == Op.EXPAND:
-        node = cx.producer(node.inputs[0])  # rest broadcasts to the mask as the AND did
-    if node is None or node.op != Op.AND or len(node.inputs) != 2:
-        return False, mask
-    for causal, rest in (node.inputs, node.inputs[::-1]):
-        if _constant_mask_kind(cx, causal, seq_q, seq_k) == "causal" \
-                and cx.constant_samples(rest) is None:
-            return True, rest
-    return False, mask
-
-
 def _argmax(cx, x, dim=None, keepdim=False):
     if dim is None:
         raise Unsupported("argmax over all elements (give a dim)")

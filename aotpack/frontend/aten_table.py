@@ -197,18 +197,15 @@ def _layer_norm(cx, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn
 def _sdpa(cx, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
           enable_gqa=False):
     """A mask that masks nothing is dropped and the causal pattern becomes is_causal (the
-    kernel then skips the hidden tiles), also when it is ANDed with a run-time mask; any other
+    kernel then skips the hidden tiles; a causal part ANDed with a run-time mask is split off by
+    passes/fuse_attention, which does the same for written-out attention); any other
     mask, computed at run time (a padding mask from attention_mask) or constant (a window, a
     bias), is the attention kernel's run-time input."""
-    from aotpack.frontend.aten_logic import peel_causal
-
     inputs = [q, k, v]
     if attn_mask is not None:
         kind = _constant_mask_kind(cx, attn_mask, q.shape[-2], k.shape[-2])
         if kind is None:
-            causal, attn_mask = peel_causal(cx, attn_mask, q.shape[-2], k.shape[-2])
-            inputs.append(attn_mask)
-            kind = "causal" if causal else None
+            inputs.append(attn_mask)  # a causal part is split off by passes/fuse_attention
         is_causal = is_causal or kind == "causal"
     if dropout_p:
         raise Unsupported(f"dropout_p={dropout_p}")

@@ -44,6 +44,9 @@ def fuse_attention(graph: Graph) -> Graph:
     fused = 0
     without_causal: dict[str, Value] = {}  # mask name -> the mask with its causal part split off
     for n in graph.nodes:
+        if n.op == Op.SDPA and len(n.inputs) == 4 and not n.attrs.causal:
+            fused += _split_sdpa_mask(graph, b, n, producers, without_causal)
+            continue
         match = _match(graph, n, producers, users, outputs)
         if match is None:
             b.keep(n)
@@ -174,6 +177,22 @@ def _untransposed(b: GraphBuilder, kt: Value, producers, n: Node) -> Value:
 
 
 # ----------------------------------------------------------------------------- masks
+def _split_sdpa_mask(graph, b: GraphBuilder, n: Node, producers, without_causal) -> int:
+    """An SDPA the frontend made (sdpa's attn_mask) whose mask has a causal part: the same
+    split as for written-out attention. 1 if it was rewritten."""
+    q, k, v, mask = n.inputs
+    split = _causal_part(graph, mask, producers, q.shape[2], k.shape[2])
+    if split is None:
+        b.keep(n)
+        return 0
+    if mask.name not in without_causal:
+        without_causal[mask.name] = _rebuild(b, *split)
+    attrs = dataclasses.replace(n.attrs, causal=True)
+    ins = (b.get(q), b.get(k), b.get(v), without_causal[mask.name])
+    b.nodes.append(Node(Op.SDPA, ins, attrs, n.outputs, n.loc))
+    return 1
+
+
 def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
     """A mask computed from a constant causal mask c and another (a padding mask), f(c ∧ m):
     ∧ a product of 0/1 keeps whose one side is a bool constant cast (And of two masks), or a
@@ -187,11 +206,11 @@ def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
         n = producers.get(v.name)
         if n is None or n.op not in O.ELEMENTWISE:
             return None
-        if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD) and n.attrs.scalar is None:
+        if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD, Op.AND) and n.attrs.scalar is None:
             for c, other in (n.inputs, n.inputs[::-1]):
                 if _is_causal(graph, c, producers, n.op, seq_q, seq_k):
-                    masked = 0.0 if n.op == Op.MUL else _lowest(graph, c, producers, seq_q,
-                                                                         seq_k)
+                    masked = 0.0 if n.op in (Op.MUL, Op.AND) else _lowest(
+                        graph, c, producers, seq_q, seq_k)
                     ok = other.dtype == n.output.dtype and len(other.shape) <= 4 \
                         and _hides_rows(path[::-1], n.output.dtype, masked)
                     return (path[::-1], other) if ok else None
