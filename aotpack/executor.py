@@ -6,6 +6,8 @@ Intermediates start as NaN (or -1 for integers) so an op that fails to write its
 """
 from __future__ import annotations
 
+import math
+
 from aotpack.kernels import run_reference as reference_op
 from aotpack.program import Program
 
@@ -22,8 +24,21 @@ def _empty(storage, poison: bool):
     return t
 
 
-def run_reference(program: Program, inputs: list, *, poison: bool = True) -> list:
-    """Run `program` on `inputs` (torch tensors in signature order); returns the outputs."""
+def new_state(program: Program) -> dict:
+    """The program's session state (docs/generation.md): each state storage zeroed, as the
+    runtime allocates it at session create."""
+    import torch
+
+    return {name: torch.zeros(math.prod(program.storages[name].shape),
+                              dtype=program.storages[name].dtype.to_torch())
+            for name in program.states}
+
+
+def run_reference(program: Program, inputs: list, *, poison: bool = True,
+                  state: dict | None = None) -> list:
+    """Run `program` on `inputs` (torch tensors in signature order); returns the outputs.
+    `state`: the session state (new_state()), read and written in place; None: a fresh
+    zeroed state for this run."""
     if len(inputs) != len(program.inputs):
         raise ValueError(f"expected {len(program.inputs)} inputs, got {len(inputs)}")
     if program.dynamic:  # run the program at the inputs' shapes
@@ -37,6 +52,7 @@ def run_reference(program: Program, inputs: list, *, poison: bool = True) -> lis
         env[name] = t.detach().to("cpu").contiguous().reshape(-1)
     for name, w in program.weights.items():
         env[name] = w.detach().contiguous().reshape(-1)
+    env.update(new_state(program) if state is None else state)
     for st in program.storages.values():
         if st.name not in env:
             env[st.name] = _empty(st, poison)

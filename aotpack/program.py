@@ -22,7 +22,7 @@ class ShapeError(ValueError):
 @dataclass(frozen=True)
 class Storage:
     name: str
-    kind: str  # "input" | "output" | "weight" | "intermediate"
+    kind: str  # "input" | "output" | "weight" | "intermediate" | "state"
     dtype: DType
     shape: tuple  # ints and symbolic Exprs (aotpack/ir/sym.py)
 
@@ -46,6 +46,8 @@ class Program:
     symbols: list = field(default_factory=list)  # aotpack.ir.sym.Sym: the dynamic dims
     example: dict = field(default_factory=dict)  # symbol name -> the exported example value
     notes: list = field(default_factory=list)  # what the frontend decided for the user to see
+    # storages of kind "state": buffers kept per session between runs (docs/generation.md)
+    states: list = field(default_factory=list)
 
     @property
     def dynamic(self) -> bool:
@@ -63,7 +65,8 @@ class Program:
 
         return Program(list(self.inputs), list(self.outputs),
                        {k: subs_tree(s, env) for k, s in self.storages.items()},
-                       [subs_tree(op, env) for op in self.ops], self.weights, self.summary)
+                       [subs_tree(op, env) for op in self.ops], self.weights, self.summary,
+                       states=list(self.states))
 
     def storage(self, name: str) -> Storage:
         return self.storages[name]

@@ -231,7 +231,45 @@ def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:
     i0 * n1 + i1 (a pointwise int64 expression; negative indices count from the end)."""
     if picked[0] != 0:
         raise Unsupported("indices computed at run time on other than the leading dims")
-    sizes = [x.shape[k] for k in picked]
+    table, flat = _rows_table(cx, x, idx)
+    out = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
+    return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(cx.out_shape())), final=True)
+
+
+def scatter_rows(cx, x: Value, indices: list, values: Value) -> Value:
+    """index_put(x, [i0, i1, ...], values) with run-time index tensors over x's leading dims
+    (a KV cache written at (row, position)): x as a table of rows, values as [R, C] rows
+    written at the flat row ids (as _gather_rows reads them)."""
+    import torch
+
+    if not all(isinstance(v, Value) for v in indices) or not indices:
+        raise Unsupported("index_put with other than index tensors on the leading dims")
+    if not isinstance(values, Value) or values.dtype != x.dtype:
+        raise Unsupported("index_put of values of another dtype than the tensor, or of a "
+                          "Python number")
+    table, flat = _rows_table(cx, x, indices)
+    index_shape = torch.broadcast_shapes(*(_probe(v.shape) for v in indices))
+    if _probe(values.shape) != tuple(index_shape) + _probe(x.shape[len(indices):]):
+        raise Unsupported(f"index_put values {list(values.shape)} that are not the indexed "
+                          f"rows' shape {list(flat.shape) + list(x.shape[len(indices):])} "
+                          f"(broadcast values are unsupported)")
+    rows = math.prod(flat.shape)
+    flat_rows = cx.emit(Op.VIEW, [flat], O.ViewAttrs((rows,)))
+    width = table.shape[1]
+    value_rows = cx.emit(Op.VIEW, [values], O.ViewAttrs((rows, width)))
+    out = cx.emit(Op.SCATTER_ROWS, [table, flat_rows, value_rows], O.NoAttrs())
+    return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(x.shape)), final=True)
+
+
+def _probe(shape) -> tuple:
+    """A shape with every symbolic dim at a probe value (for broadcast checks)."""
+    return tuple(d if isinstance(d, int) else 2 ** 20 + hash(str(d)) % 997 for d in shape)
+
+
+def _rows_table(cx, x: Value, idx: list) -> tuple[Value, Value]:
+    """x viewed as [prod(the indexed leading dims), prod(the rest)] and the flat int64 row
+    ids of the index tensors (broadcast together; negative indices count from the end)."""
+    sizes = [x.shape[k] for k in range(len(idx))]
     flat = None
     for k, (v, size) in enumerate(zip(idx, sizes)):
         later = math.prod(sizes[k + 1:])
@@ -245,10 +283,8 @@ def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:
                            O.NoAttrs()) if isinstance(size, int) else v)
         term = cx.emit(Op.MUL, [wrapped], O.BinaryAttrs(later)) if later != 1 else wrapped
         flat = term if flat is None else cx.emit(Op.ADD, [flat, term], O.BinaryAttrs())
-    rows, width = math.prod(sizes), math.prod(x.shape[len(picked):])
-    table = cx.emit(Op.VIEW, [x], O.ViewAttrs((rows, width)))
-    out = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
-    return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(cx.out_shape())), final=True)
+    rows, width = math.prod(sizes), math.prod(x.shape[len(idx):])
+    return cx.emit(Op.VIEW, [x], O.ViewAttrs((rows, width))), flat
 
 
 def _agree(known, fit):

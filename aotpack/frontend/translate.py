@@ -141,6 +141,7 @@ class _Translator:
         self.guards: list[str] = []  # conditions on the dims torch.export recorded
         self.env: dict[str, object] = {}  # fx node name -> Value | list[Value] | None
         self.inputs: list[Value] = []
+        self.state: list[str] = []  # inputs that are buffers the model writes (session state)
         self.constants: dict[str, Constant] = {}
         self.computed: set[str] = set()  # constants folded here (not weights)
         self.pads: dict[str, tuple] = {}  # zero-padded value -> (source, spatial pads)
@@ -167,8 +168,11 @@ class _Translator:
         self._check_large_index_constants(outputs)
         meta = {"aten_ops": counts, "symbols": self.table.symbols,
                 "example": self.table.example_point(), "dim_sources": dict(self.table.sources),
-                "guards": list(self.guards)}
-        return Graph(self.inputs, self.constants, self.nodes, outputs, meta).verify()
+                "guards": list(self.guards), "state": list(self.state)}
+        # user inputs in signature order, then the state (callers pass user inputs only)
+        inputs = ([v for v in self.inputs if v.name not in self.state]
+                  + [v for v in self.inputs if v.name in self.state])
+        return Graph(inputs, self.constants, self.nodes, outputs, meta).verify()
 
     def _check_large_index_constants(self, outputs) -> None:
         """An integer/bool constant folded past the float limit is fine while nothing reads it
@@ -187,7 +191,13 @@ class _Translator:
         sig = self.ep.graph_signature
         fqn = (sig.inputs_to_parameters.get(n.name) or sig.inputs_to_buffers.get(n.name)
                or sig.inputs_to_lifted_tensor_constants.get(n.name))
-        if fqn is None:
+        if fqn is not None and fqn in set(sig.buffers_to_mutate.values()):
+            # a buffer the model writes in place: session state (docs/generation.md), kept
+            # between runs; its new value is a graph output named state:<fqn>
+            value = self._new_value(fqn, n.meta["val"])
+            self.inputs.append(value)
+            self.state.append(value.name)
+        elif fqn is None:
             if n.name not in sig.user_inputs:
                 raise UnsupportedOpError(f"graph input {n.name} is neither a user input nor a "
                                          f"weight (token or custom object inputs are unsupported)")
@@ -203,20 +213,29 @@ class _Translator:
         self.env[n.name] = value
 
     def _outputs(self, n) -> list[GraphOutput]:
+        from torch.export.graph_signature import OutputKind
+
         sig = self.ep.graph_signature
-        if len(sig.user_outputs) != len(n.args[0]):
-            raise UnsupportedOpError("the model mutates buffers or inputs in place; aotpack "
-                                     "compiles pure functions only")
-        outs = []
-        for i, arg in enumerate(n.args[0]):
+        outs, user = [], 0
+        for spec, arg in zip(sig.output_specs, n.args[0]):
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                name = f"state:{spec.target}"
+            elif spec.kind == OutputKind.USER_OUTPUT:
+                name, user = f"out{user}", user + 1
+            else:
+                raise UnsupportedOpError(f"the model mutates its input {spec.target} in place "
+                                         f"(only buffers may be written: they become session "
+                                         f"state); return the new value instead")
             value = self.env.get(arg.name) if arg is not None else None
             if not isinstance(value, Value):
-                raise UnsupportedOpError(f"output {i} is not a tensor ({arg})")
+                raise UnsupportedOpError(f"output {name} is not a tensor ({arg})")
             if value.name in self.lazy:
                 self.fx_node = arg
                 value = self._materialize(value)
-            outs.append(GraphOutput(f"out{i}", value))
-        return outs
+            outs.append(GraphOutput(name, value))
+        # user outputs first (the signature's order), state updates after
+        return ([o for o in outs if not o.name.startswith("state:")]
+                + [o for o in outs if o.name.startswith("state:")])
 
     def _call(self, n):
         self.fx_node = n

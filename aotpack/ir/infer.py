@@ -107,6 +107,19 @@ def _inverse_perm(ins, a):
     return TensorType(DType.I64, ins[0].shape)
 
 
+def _scatter_rows(ins, a):
+    _arity(ins, 3)
+    table, rows, values = ins
+    if len(table.shape) != 2 or len(rows.shape) != 1 or len(values.shape) != 2:
+        raise TypeError(f"scatter_rows: table {list(table.shape)}, rows {list(rows.shape)}, "
+                        f"values {list(values.shape)} (expected [N, C], [R], [R, C])")
+    if rows.dtype not in (DType.I64, DType.I32):
+        raise TypeError(f"scatter_rows: rows are {rows.dtype.value}, not integers")
+    if values.dtype != table.dtype:
+        raise TypeError(f"scatter_rows: values {values.dtype.value} into {table.dtype.value}")
+    return TensorType(table.dtype, table.shape)
+
+
 def _grouped_mm(ins, a):
     _arity(ins, 3)
     x, w, offs = ins
@@ -345,6 +358,7 @@ _RULES = {
     **{op: _compare for op in O.COMPARE + O.LOGIC}, Op.NOT: _not, Op.WHERE: _where,
     Op.CUMSUM: _cumsum, Op.TOPK: _topk, Op.SORT: _sort, Op.HISTC: _histc,
     Op.INVERSE_PERM: _inverse_perm, Op.GROUPED_MM: _grouped_mm,
+    Op.SCATTER_ROWS: _scatter_rows,
     Op.CAST: _cast, Op.LINEAR: _linear, Op.MATMUL: _matmul, Op.EMBEDDING: _embedding,
     Op.MEAN: _reduce, Op.SUM: _reduce,
     Op.AMAX: _reduce, Op.AMIN: _reduce, Op.ARGMAX: _argmax,

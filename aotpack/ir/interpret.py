@@ -107,6 +107,14 @@ def _sort(a, x):
     return order if a.indices else values
 
 
+def _scatter_rows(a, table, rows, values):
+    out = table.clone()
+    rows = rows.long()
+    inside = (rows >= 0) & (rows < table.shape[0])  # the kernel skips rows outside the table
+    out[rows[inside]] = values[inside]
+    return out
+
+
 def _inverse_perm(a, order):
     import torch
 
@@ -160,6 +168,7 @@ def _build():
         Op.CUMSUM: lambda a, x: x.cumsum(a.dim, dtype=a.dtype.to_torch()),
         Op.WHERE: lambda a, c, x, y: T.where(c, x, y),
         Op.TOPK: _topk, Op.SORT: _sort, Op.INVERSE_PERM: _inverse_perm,
+        Op.SCATTER_ROWS: _scatter_rows,
         Op.HISTC: lambda a, x: T.histc(x.float(), a.bins, a.lo, a.hi),
         Op.GROUPED_MM: _grouped_mm,
         Op.MEAN: lambda a, x: x.mean(dim=a.dims, keepdim=a.keepdim),

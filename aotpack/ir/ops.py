@@ -76,6 +76,10 @@ class Op(enum.Enum):
     SORT = "sort"  # (x[N] integer) -> [N]: ascending, stable (SortAttrs: values or order)
     HISTC = "histc"  # (x[N]) -> [bins] f32: counts per equal-width bin of [lo, hi] (HistcAttrs)
     INVERSE_PERM = "inverse_perm"  # (order[N] a permutation) -> out[order[i]] = i, int64
+    # (table[N, C], rows[R] int, values[R, C]) -> table with row rows[r] set to values[r]
+    # (index_put over leading dims; rows outside [0, N) are skipped). When the table is
+    # session state read by nothing else (a KV cache), the kernel writes it in place.
+    SCATTER_ROWS = "scatter_rows"
     # (a[T, K], b[E, K, N], offs[E] int32 cumulative row ends) -> [T, N]: rows
     # offs[g-1]..offs[g] of a times b[g] (torch._grouped_mm); rows past offs[E-1] are 0
     GROUPED_MM = "grouped_mm"

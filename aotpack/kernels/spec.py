@@ -392,6 +392,17 @@ class InversePermOp:
 
 
 @dataclass(frozen=True)
+class ScatterRowsOp:
+    """out[rows[r], :] = values[r, :] for r < R; rows outside [0, N) are skipped (a bad index
+    never writes outside the table). out [N, C] is written in place: the rows not named keep
+    what they held (a KV cache: session state)."""
+
+    rows: TensorArg
+    values: TensorArg
+    out: TensorArg
+
+
+@dataclass(frozen=True)
 class GroupedMmOp:
     """out[T, N] = a[T, K] @ b[g] for the rows of group g, offs[g-1] <= row < offs[g]
     (offs[-1] = 0; offs int32/int64 cumulative ends, E of them); rows past offs[E-1] are 0.
@@ -422,6 +433,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.x]
     if isinstance(op, InversePermOp):
         return [op.order]
+    if isinstance(op, ScatterRowsOp):
+        return [op.rows, op.values]
     if isinstance(op, GroupedMmOp):
         return [op.a, op.b, op.offs]
     if isinstance(op, BmmOp):

@@ -26,6 +26,7 @@ import importlib
 from aotpack.kernels.spec import (
     AttentionOp, ConvOp, EmbeddingOp, KernelOp, PoolOp, LayerNormOp, PointwiseOp, ReduceOp,
     RMSNormOp, RopeOp, ScanOp, BmmOp, TopkOp, SortOp, HistcOp, InversePermOp, GroupedMmOp,
+    ScatterRowsOp,
     SoftmaxOp, Target,
 )
 
@@ -291,7 +292,8 @@ def _registry() -> dict[type, Template]:
                  PoolTemplate(), ScanTemplate(), BmmTemplate(),
                  RoutingTemplate("topk", TopkOp), RoutingTemplate("sort", SortOp),
                  RoutingTemplate("histc", HistcOp),
-                 RoutingTemplate("inverse_perm", InversePermOp), GroupedMmTemplate()]
+                 RoutingTemplate("inverse_perm", InversePermOp),
+                 RoutingTemplate("scatter_rows", ScatterRowsOp), GroupedMmTemplate()]
     return {t.op_type: t for t in templates}
 
 

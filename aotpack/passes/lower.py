@@ -24,7 +24,7 @@ from aotpack.kernels.spec import (
     AttentionOp, BmmOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
     PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous, op_inputs,
 )
-from aotpack.passes import lower_conv, lower_moe, lower_reductions, pointwise as pw
+from aotpack.passes import lower_conv, lower_moe, lower_reductions, lower_state, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
 from aotpack.passes.views import View, compose, is_reshape, normalized
 from aotpack.program import Program, Storage
@@ -80,6 +80,8 @@ class _Lowering:
         """value name -> output storage name, for outputs a kernel can write directly."""
         seen, out = set(), {}
         for o in self.g.outputs:
+            if lower_state.is_state_output(o.name):
+                continue  # written into the state's own storage (lower_state.py)
             n = self.producers.get(o.value.name)
             direct = n is not None and n.op != Op.AS_STRIDED
             if direct and o.value.name not in seen:
@@ -93,7 +95,8 @@ class _Lowering:
         last node back, so a consumer's layout is fixed before its producers are planned."""
         outputs = {}
         for o in self.g.outputs:
-            outputs.setdefault(o.value.name, []).append(o.name)
+            if not lower_state.is_state_output(o.name):
+                outputs.setdefault(o.value.name, []).append(o.name)
         for n in reversed(self.g.nodes):
             if n.op == Op.COPY:
                 self._try_elide(n.inputs[0], n.output, None)
@@ -187,8 +190,10 @@ class _Lowering:
 
     # ------------------------------------------------------------------ driver
     def run(self) -> Program:
+        states = lower_state.state_names(self.g)
         for v in self.g.inputs:
-            self.storages[v.name] = Storage(v.name, "input", v.dtype, tuple(v.shape))
+            kind = "state" if v.name in states else "input"
+            self.storages[v.name] = Storage(v.name, kind, v.dtype, tuple(v.shape))
             self.args[v.name] = contiguous(v.name, v.dtype, tuple(v.shape))
         for name, c in self.g.constants.items():
             self._add_weight(name, c.tensor, c.value)
@@ -202,9 +207,12 @@ class _Lowering:
         # rotary factor of 1) would still be a launch
         self.ops = [op for op in self.ops if math.prod(op.out.shape) != 0]
         self._drop_unread_weights()
-        return Program([v.name for v in self.g.inputs], [o.name for o in self.g.outputs],
+        return Program([v.name for v in self.g.inputs if v.name not in states],
+                       [o.name for o in self.g.outputs
+                        if not lower_state.is_state_output(o.name)],
                        self.storages, self.ops, self.weights, self._summary(),
-                       list(self.g.meta.get("symbols", [])), dict(self.g.meta.get("example", {})))
+                       list(self.g.meta.get("symbols", [])), dict(self.g.meta.get("example", {})),
+                       states=states)
 
     def _drop_unread_weights(self) -> None:
         """Constants no kernel reads: a matmul's [K, N] weight once its transposed copy was
@@ -447,8 +455,10 @@ class _Lowering:
 
     def _write_outputs(self) -> None:
         """Outputs no kernel wrote directly (views, inputs, weights, repeats) get a copy."""
+        lower_state.write_state_outputs(self)
         for o in self.g.outputs:
-            if self.out_storage.get(o.value.name) == o.name:
+            if (self.out_storage.get(o.value.name) == o.name
+                    or lower_state.is_state_output(o.name)):
                 continue
             v = o.value
             self.storages[o.name] = Storage(o.name, "output", v.dtype, tuple(v.shape))
@@ -459,6 +469,7 @@ _LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
           Op.MATMUL: _Lowering._lower_bmm,
           Op.EMBEDDING: _Lowering._lower_embedding,
           Op.RMS_NORM: _Lowering._lower_rms_norm, Op.POOL: lower_conv.lower_pool,
+          Op.SCATTER_ROWS: lower_state.lower_scatter_rows,
           **lower_reductions.RULES, **lower_moe.RULES}
 
 

@@ -1,9 +1,9 @@
 """Torch references of the mixture-of-experts routing ops: TopkOp, SortOp, HistcOp,
-InversePermOp."""
+InversePermOp; and of the row scatter (ScatterRowsOp: a KV cache's write)."""
 from __future__ import annotations
 
 from aotpack.kernels.reference import view, write
-from aotpack.kernels.spec import HistcOp, InversePermOp, SortOp, TopkOp
+from aotpack.kernels.spec import HistcOp, InversePermOp, ScatterRowsOp, SortOp, TopkOp
 
 
 def reference(op, env) -> None:
@@ -26,5 +26,9 @@ def reference(op, env) -> None:
         out = torch.empty_like(order)
         out[order] = torch.arange(order.numel())
         write(env, op.out, out)
+    elif isinstance(op, ScatterRowsOp):
+        rows, out = view(env, op.rows).long(), view(env, op.out)
+        inside = (rows >= 0) & (rows < out.shape[0])
+        out[rows[inside]] = view(env, op.values)[inside].to(out.dtype)
     else:
         raise TypeError(f"not a routing op: {type(op).__name__}")

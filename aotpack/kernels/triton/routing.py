@@ -10,6 +10,8 @@ the other (T*k ids, a run-time size), so:
    of one GPU batch (2 x 4096 ids), the grid growing with N;
  - histc: each program counts a block of bins over all of x;
  - inverse permutation: out[order[i]] = i, one scatter.
+And the row scatter (a KV cache's write, out[rows[r], :] = values[r, :]): a program per
+(block of rows, block of columns), rows outside the table skipped.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import triton
 import triton.language as tl
 
 from aotpack.ir.sym import upper_bound
-from aotpack.kernels.spec import HistcOp, InversePermOp, SortOp, TopkOp
+from aotpack.kernels.spec import HistcOp, InversePermOp, ScatterRowsOp, SortOp, TopkOp
 from aotpack.kernels.triton import _rowwise as rw
 from aotpack.kernels.triton._common import KernelPlan, entry_points, int_arg
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
@@ -94,6 +96,42 @@ def inverse_perm_kernel(order_ptr, out_ptr, n, order_stride, out_stride, BLOCK: 
     tl.store(out_ptr + at * out_stride, i.to(out_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def scatter_rows_kernel(rows_ptr, values_ptr, out_ptr, n_rows, n_table, n_cols, rows_stride,
+                        values_stride_r, values_stride_c, out_stride_r, out_stride_c,
+                        ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    r_ok = r < n_rows
+    at = tl.load(rows_ptr + r.to(tl.int64) * rows_stride, mask=r_ok, other=-1).to(tl.int64)
+    ok = (r_ok & (at >= 0) & (at < n_table))[:, None] & (c[None, :] < n_cols)
+    x = tl.load(values_ptr + r[:, None].to(tl.int64) * values_stride_r
+                + c[None, :] * values_stride_c, mask=ok)
+    tl.store(out_ptr + at[:, None] * out_stride_r + c[None, :] * out_stride_c,
+             x.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def _plan_scatter_rows(op: ScatterRowsOp, config: dict) -> KernelPlan:
+    n_table, cols = rw.check_2d("scatter_rows out", op.out)
+    n_rows = op.rows.shape[0]
+    if len(op.rows.shape) != 1 or tuple(op.values.shape) != (n_rows, cols):
+        raise ValueError(f"scatter_rows: rows {op.rows.shape}, values {op.values.shape}, "
+                         f"out {op.out.shape} are not [R], [R, C], [N, C]")
+    block_c = min(rw.next_pow2(upper_bound(cols)), 1024)
+    rows_per = max(1, min(16, 4096 // block_c))
+    args = {"rows_ptr": Ptr(op.rows), "values_ptr": Ptr(op.values), "out_ptr": Ptr(op.out),
+            "n_rows": int_arg(n_rows), "n_table": int_arg(n_table), "n_cols": int_arg(cols),
+            "rows_stride": int_arg(op.rows.strides[0]),
+            "values_stride_r": int_arg(op.values.strides[0]),
+            "values_stride_c": int_arg(op.values.strides[1]),
+            "out_stride_r": int_arg(op.out.strides[0]),
+            "out_stride_c": int_arg(op.out.strides[1]),
+            "ROWS": Const(rows_per), "BLOCK_C": Const(block_c)}
+    return KernelPlan(scatter_rows_kernel, args,
+                      (cdiv(n_rows, rows_per), cdiv(cols, block_c), 1), 4, 1,
+                      ("scatter_rows",), {})
+
+
 def _plan_topk(op: TopkOp, config: dict) -> KernelPlan:
     rows, cols = rw.check_2d("topk x", op.x)
     if not isinstance(cols, int) or cols > MAX_TOPK_COLS:
@@ -154,7 +192,7 @@ def _check_1d(what, x, out) -> tuple:
 
 
 _PLANS = {TopkOp: _plan_topk, SortOp: _plan_sort, HistcOp: _plan_histc,
-          InversePermOp: _plan_inverse_perm}
+          InversePermOp: _plan_inverse_perm, ScatterRowsOp: _plan_scatter_rows}
 
 
 def plan(op, config: dict | None = None) -> KernelPlan:

@@ -1,0 +1,1 @@
+"""Text generation: the step a generation bundle compiles, its KV cache (docs/generation.md)."""

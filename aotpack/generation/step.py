@@ -1,0 +1,147 @@
+"""The generation step a bundle compiles (docs/generation.md):
+
+    step(input_ids [B, S], positions [B, S], last_index [B]) -> next_ids [B], logits f32 [B, V]
+
+(last_index[b] = b * S + len_b - 1: sequence b's last real token as a row of [B * S]).
+
+`GenerationStep` wraps either a transformers causal LM (Llama, Qwen2/3, Mistral, Gemma, Phi-3
+and their kin: anything whose decoder layers call `past_key_values.update` and accept a
+prepared 4-D mask) or a plain module following aotpack's convention
+
+    forward(input_ids [B, S], positions [B, S], cache: CacheView) -> logits [B, S, V]
+
+(call `cache.update(k, v, layer)` for each attention layer and use `cache.attention_mask()`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from aotpack.errors import UserError
+from aotpack.generation.cache import StaticKVCache
+
+
+class GenerationModelError(UserError):
+    pass
+
+
+@dataclass(frozen=True)
+class CacheShape:
+    layers: int
+    kv_heads: int
+    head_dim: int
+
+
+class GenerationStep(nn.Module):
+    def __init__(self, model: nn.Module, max_batch: int, max_seq_len: int,
+                 cache: CacheShape | None = None):
+        super().__init__()
+        self.model = model
+        self.hf = _is_transformers(model)
+        shape = cache or _cache_shape(model)
+        dtype = _float_dtype(model)
+        self.cache = StaticKVCache(shape.layers, max_batch, max_seq_len, shape.kv_heads,
+                                   shape.head_dim, dtype)
+        self.max_batch, self.max_seq_len = max_batch, max_seq_len
+        self.vocab_size = _vocab_size(model)
+        self.eos_ids = _eos_ids(model)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
+                last_index: torch.Tensor):
+        batch, seq = input_ids.shape
+        view = self.cache.view(positions)
+        if self.hf:
+            hidden = self._hf_hidden(input_ids, positions, view)
+        else:
+            hidden = None
+        # the last real token of each sequence: last_index[b] = b * S + len_b - 1, a row of
+        # the flattened [B * S] batch (the caller computes it: a product with the run-time S
+        # would be a size the kernels take as data)
+        if self.hf:
+            last = hidden.reshape(batch * seq, hidden.shape[-1])[last_index]
+            logits = self._hf_head(last)
+        else:
+            logits = self.model(input_ids, positions, view)
+            logits = logits.reshape(batch * seq, logits.shape[-1])[last_index]
+        logits = logits.float()
+        return torch.argmax(logits, dim=-1), logits
+
+    def _hf_hidden(self, input_ids, positions, view):
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else \
+            self.model.model
+        out = decoder(input_ids=input_ids, position_ids=positions,
+                      attention_mask=view.attention_mask(), past_key_values=view,
+                      use_cache=True, cache_position=positions[0])
+        return out[0] if isinstance(out, tuple) else out.last_hidden_state
+
+    def _hf_head(self, hidden):
+        logits = self.model.get_output_embeddings()(hidden)
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:  # Gemma-2: logits squashed into (-cap, cap)
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+
+def example_inputs(max_batch: int, max_seq_len: int, vocab: int):
+    """Example step inputs (a batch of 2 prompts of 8 and 5 tokens, clamped to the limits):
+    the export traces the step at these; B and S are declared dynamic."""
+    batch, seq = min(2, max_batch), min(8, max_seq_len)
+    ids = torch.arange(batch * seq, dtype=torch.int64).reshape(batch, seq) % max(vocab, 1)
+    positions = torch.arange(seq, dtype=torch.int64).expand(batch, seq).contiguous()
+    last = torch.tensor([b * seq + (seq - 1 if b == 0 else max(seq - 4, 0))
+                         for b in range(batch)], dtype=torch.int64)
+    return ids, positions, last
+
+
+# ----------------------------------------------------------------------------- model facts
+def _is_transformers(model) -> bool:
+    return hasattr(model, "config") and hasattr(model, "get_output_embeddings")
+
+
+def _config(model):
+    config = getattr(model, "config", None)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _cache_shape(model) -> CacheShape:
+    config = _config(model)
+    if config is not None and hasattr(config, "num_hidden_layers"):
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv = getattr(config, "num_key_value_heads", None) or heads
+        return CacheShape(config.num_hidden_layers, kv, head_dim)
+    fields = [getattr(model, f, None) for f in ("num_layers", "num_kv_heads", "head_dim")]
+    if all(isinstance(f, int) for f in fields):
+        return CacheShape(*fields)
+    raise GenerationModelError(
+        f"{type(model).__name__}: --task text-generation needs a transformers causal LM (a "
+        f"config with num_hidden_layers, num_attention_heads, ...) or a module with int "
+        f"attributes num_layers, num_kv_heads and head_dim whose forward(input_ids, "
+        f"positions, cache) follows docs/generation.md")
+
+
+def _vocab_size(model) -> int:
+    config = _config(model)
+    vocab = getattr(config, "vocab_size", None) or getattr(model, "vocab_size", None)
+    if not isinstance(vocab, int):
+        raise GenerationModelError(f"{type(model).__name__}: no vocab_size (config.vocab_size "
+                                   f"or a vocab_size attribute)")
+    return vocab
+
+
+def _eos_ids(model) -> list[int]:
+    sources = [getattr(model, "generation_config", None), _config(model), model]
+    for source in sources:
+        eos = getattr(source, "eos_token_id", None)
+        if eos is not None:
+            return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+    return []
+
+
+def _float_dtype(model) -> torch.dtype:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32
