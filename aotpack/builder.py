@@ -58,8 +58,11 @@ def parse_arch(arch: str) -> Target:
 
 
 def source_file(spec: str) -> Path:
-    """The file a model spec names: `path/to/model.py:factory` → model.py; `m.pt2` → m.pt2."""
+    """The file a model spec names: `path/to/model.py:factory` → model.py; `m.pt2` → m.pt2;
+    a transformers checkpoint folder → its config.json."""
     path = spec.rsplit(":", 1)[0] if ":" in Path(spec).name else spec
+    if Path(path).is_dir() and (Path(path) / "config.json").is_file():
+        return Path(path) / "config.json"
     return Path(path)
 
 
@@ -71,6 +74,8 @@ def model_kind(spec: str) -> str:
         return "torch.export"
     if ":" in Path(spec).name:
         return "python factory"
+    if Path(spec).is_dir():
+        return "transformers checkpoint"
     return "torchscript or saved module"
 
 
@@ -139,14 +144,18 @@ def use_triton_cache() -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
 
 
-def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None):
+def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
+                 generation=None):
     """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph);
     `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py); `inputs`, `dtype`: `--input`
-    and `--dtype` options (aotpack/frontend/inputs.py)."""
+    and `--dtype` options (aotpack/frontend/inputs.py); `generation`: GenerationOptions
+    (`--task text-generation`: the model's generation step, aotpack/generation/)."""
     from aotpack.frontend import load_spec, to_graph
     from aotpack.frontend.prepare import prepare
     from aotpack.passes import compile_graph
 
+    if generation is not None:
+        return _load_generation(spec, dynamic, inputs, dtype, generation)
     loaded = prepare(load_spec(spec), inputs=inputs, dtype=dtype, dynamic=dynamic)
     try:
         program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
@@ -156,6 +165,25 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None):
                       f"what tracing recorded; if the model's source is at hand, torch.save(model) "
                       f"or torch.export.save usually builds where this does not)",)
         raise
+    program.notes = list(loaded.notes)
+    check_supported(program)
+    return program
+
+
+def _load_generation(spec: str, dynamic, inputs, dtype, generation):
+    from aotpack.frontend import to_graph
+    from aotpack.generation.task import (
+        generation_info, load_for_generation, prepare_generation,
+    )
+    from aotpack.passes import compile_graph
+
+    if dynamic or inputs:
+        raise BuildError("--task text-generation declares the step's inputs and dims itself "
+                         "(input_ids, positions, last_index; B up to --max-batch, S up to "
+                         "--max-seq-len): drop --dynamic/--input")
+    loaded = prepare_generation(load_for_generation(spec), generation, dtype)
+    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    program.generation = generation_info(loaded.model, generation)
     program.notes = list(loaded.notes)
     check_supported(program)
     return program
@@ -294,14 +322,16 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
           force: bool = False, progress: bool | None = None,
           command_line: str | None = None, gemm_backend: str = "triton",
           tuning_db=None, tune: str = "none", tune_budget_s: float | None = None,
-          dynamic=(), inputs=(), dtype: str | None = None) -> BuildResult:
+          dynamic=(), inputs=(), dtype: str | None = None,
+          generation=None) -> BuildResult:
     """`tuning_db`: compile measured winners from this database (docs/tuning.md).
     `dynamic`: `--dynamic NAME.DIM=[LABEL:]LO..HI` options (dims that vary at run time).
     `inputs`: `--input NAME=SHAPE[:DTYPE]` options (example inputs; a model.pt needs them).
     `dtype`: cast the model's floating weights and inputs first (bf16 or f16; recorded in the
     bundle's provenance, so that verify casts the model the same way).
     `tune` (fast|full): first tune on this machine's GPU and add the results to `tuning_db`
-    (or to `<out>.tuning.json` beside the output folder when none is given)."""
+    (or to `<out>.tuning.json` beside the output folder when none is given).
+    `generation`: GenerationOptions (`--task text-generation`, docs/generation.md)."""
     target = parse_arch(arch)
     check_gemm_backend(gemm_backend)  # refuse a missing backend before the model loads
     out = Path(out)
@@ -316,12 +346,12 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     program = db = None
     if tune != "none":  # the model is loaded once, for the job and for this build
         db, program = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
-                                 progress, notes, dynamic, inputs, dtype)
+                                 progress, notes, dynamic, inputs, dtype, generation)
     elif tuning_db is not None:
         db = _load_tuning_db(tuning_db)  # refuse a missing database before the model loads
     tuned = _tuned_chooser(db, target, gemm_backend)
     if program is None:
-        program = load_program(spec, dynamic, inputs, dtype)
+        program = load_program(spec, dynamic, inputs, dtype, generation)
     from aotpack.kernels import BackendCannotCompile
     from aotpack.passes import plan_memory
 
@@ -341,7 +371,9 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
         extra["arena_bytes_example"] = arena_at(program, launches_per_op, program.example)
     result = _write_folder(out, program, plan, target, spec, command_line, external_weights,
                            distinct, tuning=tuned.provenance() if tuned else None,
-                           summary=extra, options={"dtype": dtype, "inputs": list(inputs)})
+                           summary=extra, options={"dtype": dtype, "inputs": list(inputs),
+                                                    "generation": generation and
+                                                    generation.to_json()})
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
@@ -383,7 +415,7 @@ def _tuned_chooser(db, target: Target, gemm_backend: str):
 
 
 def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning_db, progress,
-               notes: list[str], dynamic=(), inputs=(), dtype=None):
+               notes: list[str], dynamic=(), inputs=(), dtype=None, generation=None):
     """`build --tune`: job → measured on this machine's GPU → merged into the database.
     Returns (the database as saved, the model's Program, which the build compiles too)."""
     from aotpack.tuning import measure
@@ -399,7 +431,7 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
         TuningDB.load(db_path)
     except TuningDBError as e:
         raise BuildError(str(e)) from None
-    program = load_program(spec, dynamic, inputs, dtype)
+    program = load_program(spec, dynamic, inputs, dtype, generation)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aotpack-tune.", dir=out.parent) as tmp:
         job = make_job(spec, Path(tmp) / "job.aotune", arch=arch, level=level,

@@ -48,6 +48,7 @@ class Program:
     notes: list = field(default_factory=list)  # what the frontend decided for the user to see
     # storages of kind "state": buffers kept per session between runs (docs/generation.md)
     states: list = field(default_factory=list)
+    generation: dict | None = None  # the manifest's `generation` section (a generation step)
 
     @property
     def dynamic(self) -> bool:
@@ -66,7 +67,7 @@ class Program:
         return Program(list(self.inputs), list(self.outputs),
                        {k: subs_tree(s, env) for k, s in self.storages.items()},
                        [subs_tree(op, env) for op in self.ops], self.weights, self.summary,
-                       states=list(self.states))
+                       states=list(self.states), generation=self.generation)
 
     def storage(self, name: str) -> Storage:
         return self.storages[name]

@@ -87,6 +87,8 @@ def buffers(program, plan, weights: list[WeightRecord]) -> tuple[list[dict], dic
     for i, name in enumerate(program.outputs):
         if name not in index:  # an output that is also an input keeps the input's buffer
             add(name, {"kind": "output", "index": i})
+    for i, name in enumerate(program.states):
+        add(name, {"kind": "state", "index": i})
     for i, w in enumerate(weights):
         add(w.name, {"kind": "weight", "index": i})
     for name in sorted(plan.offsets, key=lambda n: (plan.offsets[n], n)):
@@ -229,7 +231,8 @@ def _sig_bytes(entry: dict, what: str) -> int:
 
 def _buffer_bytes(m: dict, b: dict, arena: int, what: str) -> int:
     kind = b.get("kind")
-    table = {"input": m["inputs"], "output": m["outputs"], "weight": m["weights"]}.get(kind)
+    table = {"input": m["inputs"], "output": m["outputs"], "weight": m["weights"],
+             "state": m.get("state") or []}.get(kind)
     if table is not None:
         i = _int(b.get("index"), f"{what}: index")
         if i >= len(table):

@@ -44,6 +44,10 @@ def write_bundle(path, program, plan, *, target: Target, provenance: dict,
     }
     if program.dynamic:  # v1 bundles stay byte for byte what they were
         manifest["symbols"] = mf.symbols_json(program)
+    if program.states:  # session state (docs/generation.md)
+        manifest["state"] = mf.signature(program, program.states)
+    if program.generation:
+        manifest["generation"] = dict(program.generation)
     mf.check(manifest, f"{path.name} (being written)")
     for i, k in enumerate(kernels):  # the slots against what each cubin says it takes
         sizes = param_sizes(cubins[k["cubin"]], k["entry"])

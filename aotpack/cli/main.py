@@ -151,6 +151,19 @@ def build(
     dynamic: Optional[list[str]] = typer.Option(None, "--dynamic", help=DYNAMIC_HELP),
     input_: Optional[list[str]] = typer.Option(None, "--input", help=INPUT_HELP),
     dtype: Optional[CastDType] = typer.Option(None, "--dtype", help=DTYPE_HELP),
+    task: Optional[str] = typer.Option(None, "--task", help="text-generation: compile the "
+                                       "model's generation step (prefill and decode over a KV "
+                                       "cache kept in the session; docs/generation.md). SPEC is "
+                                       "then a factory returning a transformers causal LM (or a "
+                                       "module following docs/generation.md), a torch.save'd "
+                                       "model or a local checkpoint folder"),
+    max_seq_len: Optional[int] = typer.Option(None, "--max-seq-len", help="with --task "
+                                              "text-generation: prompt + generated tokens per "
+                                              "sequence at most (the KV cache's length; default "
+                                              "2048)"),
+    max_batch: Optional[int] = typer.Option(None, "--max-batch", help="with --task "
+                                            "text-generation: sequences generated at once at "
+                                            "most (default 1)"),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
     aotpack-run launcher, libaotpack, headers and a README. Needs no GPU (except --tune).
@@ -162,16 +175,22 @@ def build(
     ONNX: `aotpack build model.onnx --arch sm90 -o out/m` translates the ONNX graph itself
     (opsets 13 to the newest the installed onnx knows; external data read from beside the
     file). Its named dims (dim_param) become dynamic dims and need a range:
-    `--dynamic batch=1..8 --dynamic sequence=1..512`, or pin them with `--input`."""
+    `--dynamic batch=1..8 --dynamic sequence=1..512`, or pin them with `--input`.
+
+    Text generation: `aotpack build llm.py:make --task text-generation --max-seq-len 4096
+    --max-batch 8 --dtype bf16 -o out/llm`, then `out/llm/aotpack-run out/llm/model.aotpack
+    --generate 256 --prompt-ids 1,15043,3186`."""
     from aotpack.builder import build as run_build, command_line_from_argv, parse_arch
+    from aotpack.generation.task import parse_task
 
     parse_arch(arch)  # refuse a bad --arch before loading the model
+    generation = parse_task(task, max_seq_len, max_batch)
     result = run_build(spec, output, arch=arch, external_weights=external_weights, force=force,
                        progress=False if no_progress else None,
                        command_line=command_line_from_argv(),
                        gemm_backend=gemm_backend.value, tuning_db=tuning_db, tune=tune.value,
                        tune_budget_s=tune_budget, dynamic=dynamic or (), inputs=input_ or (),
-                       dtype=dtype and dtype.value)
+                       dtype=dtype and dtype.value, generation=generation)
     for n in result.notes:
         if n.startswith("warning: "):
             n = n[len("warning: "):]

@@ -240,30 +240,28 @@ def scatter_rows(cx, x: Value, indices: list, values: Value) -> Value:
     """index_put(x, [i0, i1, ...], values) with run-time index tensors over x's leading dims
     (a KV cache written at (row, position)): x as a table of rows, values as [R, C] rows
     written at the flat row ids (as _gather_rows reads them)."""
-    import torch
-
     if not all(isinstance(v, Value) for v in indices) or not indices:
         raise Unsupported("index_put with other than index tensors on the leading dims")
     if not isinstance(values, Value) or values.dtype != x.dtype:
         raise Unsupported("index_put of values of another dtype than the tensor, or of a "
                           "Python number")
     table, flat = _rows_table(cx, x, indices)
-    index_shape = torch.broadcast_shapes(*(_probe(v.shape) for v in indices))
-    if _probe(values.shape) != tuple(index_shape) + _probe(x.shape[len(indices):]):
+    rest = tuple(x.shape[len(indices):])
+    index_rank = max(len(v.shape) for v in indices)
+    lead, tail = tuple(values.shape[:index_rank]), tuple(values.shape[index_rank:])
+    if (len(values.shape) != index_rank + len(rest) or tail != rest
+            or any(isinstance(a, int) and isinstance(b, int) and a != b
+                   for a, b in zip(lead, flat.shape))):
+        # (symbolic sizes torch.export already checked equal may carry two names)
         raise Unsupported(f"index_put values {list(values.shape)} that are not the indexed "
-                          f"rows' shape {list(flat.shape) + list(x.shape[len(indices):])} "
-                          f"(broadcast values are unsupported)")
+                          f"rows' shape {list(flat.shape) + list(rest)} (broadcast values "
+                          f"are unsupported)")
     rows = math.prod(flat.shape)
     flat_rows = cx.emit(Op.VIEW, [flat], O.ViewAttrs((rows,)))
     width = table.shape[1]
     value_rows = cx.emit(Op.VIEW, [values], O.ViewAttrs((rows, width)))
     out = cx.emit(Op.SCATTER_ROWS, [table, flat_rows, value_rows], O.NoAttrs())
     return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(x.shape)), final=True)
-
-
-def _probe(shape) -> tuple:
-    """A shape with every symbolic dim at a probe value (for broadcast checks)."""
-    return tuple(d if isinstance(d, int) else 2 ** 20 + hash(str(d)) % 997 for d in shape)
 
 
 def _rows_table(cx, x: Value, idx: list) -> tuple[Value, Value]:

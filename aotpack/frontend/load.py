@@ -103,9 +103,12 @@ def _load_factory(path: Path, fn: str):
 def _check_factory_result(result, where: str) -> LoadedModel:
     import torch
 
+    if isinstance(result, torch.nn.Module):  # the inputs come from --input (or the task)
+        return LoadedModel(result, None)
     if not (isinstance(result, tuple) and len(result) in (2, 3)):
-        raise ModelLoadError(f"{where}() must return (model, example_inputs) or (model, "
-                             f"example_inputs, dynamic_shapes), got {type(result).__name__}")
+        raise ModelLoadError(f"{where}() must return (model, example_inputs), (model, "
+                             f"example_inputs, dynamic_shapes) or the model alone (inputs "
+                             f"from --input), got {type(result).__name__}")
     model, inputs = result[:2]
     dynamic = result[2] if len(result) == 3 else None
     if dynamic is not None and not isinstance(dynamic, (tuple, list, dict)):

@@ -74,11 +74,16 @@ class SymbolTable:
                 tname = str(size.node.expr)
                 if tname in self.by_torch:
                     continue
-                name = _clean_name(dim_names.get((node.name, d)) or f"{node.name}_{d}")
+                declared = dim_names.get((node.name, d))
+                name = _clean_name(declared or f"{node.name}_{d}")
+                vr = ranges.get(tname)
+                same = self._declared_twice(declared, name, vr)
+                if same is not None:  # one torch.export.Dim on two inputs: one symbol
+                    self.by_torch[tname] = same
+                    continue
                 while name in taken:
                     name += "_"
                 taken.add(name)
-                vr = ranges.get(tname)
                 lo, hi = (int(vr.lower), vr.upper) if vr is not None else (1, None)
                 if hi is None or not isinstance(hi, (int, sympy.Integer)) or hi == sympy.oo \
                         or str(hi) in ("int_oo", "oo"):
@@ -94,9 +99,19 @@ class SymbolTable:
                     self.examples[name] = int(size.node.hint) if size.node.hint is not None \
                         else max(lo, 1)
 
+    def _declared_twice(self, declared, name: str, vr) -> Sym | None:
+        """The symbol already made for the Dim `declared`, when another input's dim had the
+        same Dim: torch.export keeps two symbols where the model never mixes the dims, but the
+        user declared them equal (the runtime checks it: both dims bind one symbol)."""
+        if declared is None or name not in self.sources:
+            return None
+        sym = next(s for s in self.by_torch.values() if s.name == name)
+        lo, hi = (int(vr.lower), vr.upper) if vr is not None else (1, None)
+        return sym if (max(lo, 1), hi) == (sym.lo, sym.hi) else None
+
     @property
     def symbols(self) -> list[Sym]:
-        return list(self.by_torch.values())
+        return list(dict.fromkeys(self.by_torch.values()))
 
     def rename(self, text: str) -> str:
         """torch's symbol names (s27) in `text` replaced by aotpack's (S)."""

@@ -55,10 +55,13 @@ class CacheView:
         buf.index_put_((self._rows, self.positions), new.transpose(1, 2).to(buf.dtype))
         return buf[:batch].transpose(1, 2)
 
-    def attention_mask(self) -> torch.Tensor:
-        """bool [B, 1, S, max_seq_len]: key t is visible to token (b, s) iff t <= its position."""
-        keys = torch.arange(self.cache.max_seq_len, device=self.positions.device)
-        return keys.view(1, 1, 1, -1) <= self.positions.unsqueeze(1).unsqueeze(-1)
+    def attention_mask(self, window: int | None = None) -> torch.Tensor:
+        """bool [B, 1, S, max_seq_len]: key t is visible to token (b, s) iff t <= its position
+        (and, with a sliding `window`, t > its position - window)."""
+        keys = torch.arange(self.cache.max_seq_len, device=self.positions.device).view(1, 1, 1, -1)
+        at = self.positions.unsqueeze(1).unsqueeze(-1)
+        seen = keys <= at
+        return seen if window is None else seen & (keys > at - window)
 
     # -- the rest of transformers' Cache interface that models call -------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:

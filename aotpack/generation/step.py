@@ -51,6 +51,10 @@ class GenerationStep(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 last_index: torch.Tensor):
         batch, seq = input_ids.shape
+        # one B and one S for the three inputs (a model that never mixes them would export
+        # each with its own symbol): expanding to the ids' shape makes torch.export equate
+        positions = positions.expand(batch, seq)
+        last_index = last_index.expand(batch)
         view = self.cache.view(positions)
         if self.hf:
             hidden = self._hf_hidden(input_ids, positions, view)
@@ -72,9 +76,25 @@ class GenerationStep(nn.Module):
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else \
             self.model.model
         out = decoder(input_ids=input_ids, position_ids=positions,
-                      attention_mask=view.attention_mask(), past_key_values=view,
+                      attention_mask=self._hf_mask(view), past_key_values=view,
                       use_cache=True, cache_position=positions[0])
         return out[0] if isinstance(out, tuple) else out.last_hidden_state
+
+    def _hf_mask(self, view):
+        """The prepared 4-D mask transformers takes as is; models with sliding-window layers
+        get the windowed one where the window is shorter than the cache (by layer type where
+        the model names them, e.g. Gemma-2's alternating layers; for every layer otherwise,
+        as Mistral's sliding_window means)."""
+        config = _config(self.model)
+        full = view.attention_mask()
+        window = getattr(config, "sliding_window", None)
+        if (not isinstance(window, int) or window >= self.max_seq_len
+                or getattr(config, "use_sliding_window", True) is False):
+            return full
+        types = getattr(config, "layer_types", None)
+        if types and "sliding_attention" in types:
+            return {"full_attention": full, "sliding_attention": view.attention_mask(window)}
+        return view.attention_mask(window)
 
     def _hf_head(self, hidden):
         logits = self.model.get_output_embeddings()(hidden)

@@ -215,7 +215,8 @@ class ReduceOp:
 class RopeOp:
     """Rotary embedding (rotate-half form) on a 4-D view x[B, H, S, D]:
     out = x * cos[s, :] + rotate_half(x) * sin[s, :], rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
-    cos/sin are 2-D views [S, D]; out is a 4-D view [B, H, S, D]."""
+    cos/sin are 2-D views [S, D] (every sequence's) or 3-D [B, S, D] (each sequence at its own
+    positions: a generation step); out is a 4-D view [B, H, S, D]."""
 
     x: TensorArg
     cos: TensorArg

@@ -263,11 +263,14 @@ def _is_rotate_half(v: Value, x: Value, producers) -> bool:
 
 
 def _rope_table_ok(t: Value, x: Value) -> bool:
-    """cos/sin must be [S, D] after dropping leading 1s (what RopeOp reads)."""
+    """cos/sin must be [S, D] after dropping leading 1s, or [B, 1, S, D] (each sequence at
+    its own positions): what RopeOp reads."""
     dims = list(t.shape)
     while len(dims) > 2 and dims[0] == 1:
         dims.pop(0)
-    return tuple(dims) == tuple(x.shape[-2:]) and t.dtype == x.dtype
+    per_batch = (len(t.shape) == 4 and t.shape[0] == x.shape[0] and t.shape[1] == 1
+                 and tuple(t.shape[2:]) == tuple(x.shape[-2:]))
+    return (tuple(dims) == tuple(x.shape[-2:]) or per_batch) and t.dtype == x.dtype
 
 
 def _match_rope(n: Node, producers):

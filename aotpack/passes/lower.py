@@ -432,7 +432,7 @@ class _Lowering:
         if len(x.shape) != 4:
             self._fail(n, f"rope input must be [B, H, S, D], got {list(x.shape)}")
         out = self._new_storage(n.output)
-        self.ops.append(RopeOp(x, _drop_leading_ones(cos), _drop_leading_ones(sin), out))
+        self.ops.append(RopeOp(x, _rope_table(cos), _rope_table(sin), out))
 
     def _lower_embedding(self, n: Node) -> None:
         table = self._as_2d(self.args[n.inputs[0].name], n.inputs[0].name)  # unit inner stride
@@ -474,6 +474,14 @@ _LOWER = {Op.SDPA: _Lowering._lower_sdpa, Op.ROPE: _Lowering._lower_rope,
 
 
 # ---------------------------------------------------------------------- TensorArg helpers
+def _rope_table(t: TensorArg) -> TensorArg:
+    """[S, D] (leading 1s dropped), or [B, S, D] from a per-sequence [B, 1, S, D] table."""
+    if len(t.shape) == 4 and t.shape[1] == 1 and t.shape[0] != 1:
+        return TensorArg(t.storage, t.dtype, (t.shape[0],) + tuple(t.shape[2:]),
+                         (t.strides[0],) + tuple(t.strides[2:]), t.offset)
+    return _drop_leading_ones(t)
+
+
 def _flatten_2d(arg: TensorArg) -> TensorArg | None:
     """[d0, ..., dn-1, K] → [M, K] if the leading dims merge into one stride, else None."""
     if len(arg.shape) == 1:

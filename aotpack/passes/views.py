@@ -121,6 +121,11 @@ def compose(inner: View, outer: View) -> View | None:
         return View(outer.shape, (0,) * len(outer.shape), inner.offset)
     if inner.is_identity_of(inner.shape) and inner.offset == 0:
         return normalized(outer)
+    if outer.is_identity_of(outer.shape) and decided(
+            lambda: numel(outer.shape) == numel(inner.shape), False):
+        strides = reshape_strides(inner.shape, inner.strides, outer.shape)
+        if strides is not None:  # a reshape that merges/splits dims whose strides allow it
+            return normalized(View(outer.shape, strides, inner.offset))
     high = _digits(outer.offset, inner.shape)
     if high is None:
         return None
@@ -139,6 +144,41 @@ def compose(inner: View, outer: View) -> View | None:
     base_off = sum(o * s for o, s in zip(_digits(outer.offset, inner.shape), inner.strides))
     strides = tuple(sum(x * s for x, s in zip(d, inner.strides)) for d in steps)
     return normalized(View(outer.shape, strides, inner.offset + base_off))
+
+
+def reshape_strides(shape: tuple, strides: tuple, new_shape: tuple) -> tuple | None:
+    """Strides for viewing a strided tensor (shape, strides) as new_shape without a copy, or
+    None: each run of dims merged or split must be contiguous within itself (torch's view
+    rule). Symbolic sizes must decide every comparison."""
+    new = [0] * len(new_shape)
+    if not shape:
+        return tuple(1 for _ in new_shape) if all(d == 1 for d in new_shape) else None
+    view_d = len(new_shape) - 1
+    base = strides[-1]
+    tensor_n = view_n = 1
+    for d in reversed(range(len(shape))):
+        tensor_n = tensor_n * shape[d]
+        chunk_ends = d == 0 or (not decided(lambda: shape[d - 1] == 1, False)
+                                and strides[d - 1] != tensor_n * base)
+        if not chunk_ends:
+            continue
+        while view_d >= 0:
+            less = decided(lambda: view_n < tensor_n, None)
+            if less is None:  # e.g. 1 < B*S: growing is right when this dim ends the chunk
+                if not decided(lambda: view_n * new_shape[view_d] == tensor_n, False):
+                    return None
+                less = True
+            # a dim that may be 1 at run time takes any stride: treat it as a real dim
+            if not (less or decided(lambda: new_shape[view_d] == 1, False)):
+                break
+            new[view_d] = view_n * base
+            view_n = view_n * new_shape[view_d]
+            view_d -= 1
+        if not decided(lambda: view_n == tensor_n, False):
+            return None
+        if d > 0:
+            base, tensor_n, view_n = strides[d - 1], 1, 1
+    return tuple(new) if view_d == -1 else None
 
 
 def strided_attrs(view: View) -> O.StridedAttrs:

@@ -15,4 +15,6 @@ def rotate_half(x):
 def reference(op: RopeOp, env) -> None:
     x = view(env, op.x).float()
     cos, sin = view(env, op.cos).float(), view(env, op.sin).float()
+    if cos.dim() == 3:  # [B, S, D]: per sequence, the same for every head
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     write(env, op.out, x * cos + rotate_half(x) * sin)

@@ -5,6 +5,8 @@ out[..., :D/2] = x1 * cos1 - x2 * sin1,  out[..., D/2:] = x2 * cos2 + x1 * sin2
 One program handles BLOCK_S positions of one (batch, head). Each half is loaded once and both
 outputs come from the same registers, so x is read once and out written once. Programs are
 ordered head-fastest, so the cos/sin rows of a position block stay hot in L2 across heads.
+cos/sin are [S, D] tables (one for every sequence) or [B, S, D] (a generation step: each
+sequence at its own positions).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
 @triton.jit
 def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr,
-                x_stride_b, x_stride_h, x_stride_s, cos_stride_s, sin_stride_s,
+                x_stride_b, x_stride_h, x_stride_s, cos_stride_b, cos_stride_s, sin_stride_b,
+                sin_stride_s,
                 out_stride_b, out_stride_h, out_stride_s, seq,
                 HEADS: tl.constexpr, HALF: tl.constexpr, HALF_BLOCK: tl.constexpr,
                 BLOCK_S: tl.constexpr):
@@ -34,8 +37,8 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr,
     x_row = x_ptr + batch * x_stride_b + head * x_stride_h + pos[:, None] * x_stride_s
     x1 = tl.load(x_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
     x2 = tl.load(x_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    cos_row = cos_ptr + pos[:, None] * cos_stride_s
-    sin_row = sin_ptr + pos[:, None] * sin_stride_s
+    cos_row = cos_ptr + batch * cos_stride_b + pos[:, None] * cos_stride_s
+    sin_row = sin_ptr + batch * sin_stride_b + pos[:, None] * sin_stride_s
     cos1 = tl.load(cos_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
     cos2 = tl.load(cos_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
     sin1 = tl.load(sin_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
@@ -56,7 +59,8 @@ def _check(op: RopeOp) -> None:
     b, h, s, d = op.x.shape
     if d % 2:
         raise ValueError(f"rope: head dim {d} is odd")
-    if op.out.shape != op.x.shape or op.cos.shape != (s, d) or op.sin.shape != (s, d):
+    tables = ((s, d), (b, s, d))
+    if op.out.shape != op.x.shape or op.cos.shape not in tables or op.sin.shape not in tables:
         raise ValueError(f"rope: shapes x{op.x.shape} cos{op.cos.shape} sin{op.sin.shape} "
                          f"out{op.out.shape} do not match")
     for name in ("x", "cos", "sin", "out"):
@@ -71,8 +75,10 @@ def plan(op: RopeOp, config: dict | None = None) -> KernelPlan:
     args = {"x_ptr": Ptr(op.x), "cos_ptr": Ptr(op.cos), "sin_ptr": Ptr(op.sin),
             "out_ptr": Ptr(op.out)}
     args.update(strides_args("x", op.x, ("b", "h", "s")))
-    args.update({"cos_stride_s": int_arg(op.cos.strides[0]),
-                 "sin_stride_s": int_arg(op.sin.strides[0])})
+    for name, t in (("cos", op.cos), ("sin", op.sin)):
+        per_batch = len(t.shape) == 3
+        args[f"{name}_stride_b"] = int_arg(t.strides[0] if per_batch else 0)
+        args[f"{name}_stride_s"] = int_arg(t.strides[-2])
     args.update(strides_args("out", op.out, ("b", "h", "s")))
     args.update({"seq": int_arg(s), "HEADS": Const(h), "HALF": Const(d // 2),
                  "HALF_BLOCK": Const(triton.next_power_of_2(d // 2)),
@@ -88,4 +94,4 @@ compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan
 def bytes_moved(op: RopeOp) -> int:
     b, h, s, d = op.x.shape
     return (op.x.numel * (op.x.dtype.nbytes + op.out.dtype.nbytes)
-            + s * d * (op.cos.dtype.nbytes + op.sin.dtype.nbytes))
+            + op.cos.numel * op.cos.dtype.nbytes + op.sin.numel * op.sin.dtype.nbytes)

@@ -1,0 +1,123 @@
+"""`aotpack build SPEC --task text-generation --max-seq-len N --max-batch B`: the model SPEC
+names, wrapped into the generation step (step.py), with its example inputs and dynamic dims
+(B in 1..max_batch, S in 1..max_seq_len), ready for the frontend.
+
+SPEC: a factory `file.py:fn` returning a transformers causal LM (or a module following the
+convention in step.py), alone or as (model, anything); a `model.pt` saved with torch.save; or
+a local folder holding a transformers checkpoint (config.json: loaded with
+`AutoModelForCausalLM.from_pretrained`, nothing is downloaded).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from aotpack.errors import UserError
+from aotpack.frontend.load import LoadedModel
+
+TASKS = ("text-generation",)
+DEFAULT_MAX_SEQ_LEN = 2048
+DEFAULT_MAX_BATCH = 1
+
+
+class GenerationTaskError(UserError):
+    pass
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN
+    max_batch: int = DEFAULT_MAX_BATCH
+
+    def __post_init__(self):
+        if not 1 <= self.max_batch <= 4096:
+            raise GenerationTaskError(f"--max-batch {self.max_batch}: 1 to 4096")
+        if not 2 <= self.max_seq_len <= 1 << 20:
+            raise GenerationTaskError(f"--max-seq-len {self.max_seq_len}: 2 to {1 << 20}")
+
+    def to_json(self) -> dict:
+        return {"task": "text-generation", "max_seq_len": self.max_seq_len,
+                "max_batch": self.max_batch}
+
+    @staticmethod
+    def from_json(d: dict | None) -> "GenerationOptions | None":
+        if not d or d.get("task") != "text-generation":
+            return None
+        return GenerationOptions(int(d["max_seq_len"]), int(d["max_batch"]))
+
+
+def parse_task(task: str | None, max_seq_len: int | None,
+               max_batch: int | None) -> GenerationOptions | None:
+    if task is None:
+        if max_seq_len is not None or max_batch is not None:
+            raise GenerationTaskError("--max-seq-len and --max-batch go with "
+                                      "--task text-generation")
+        return None
+    if task not in TASKS:
+        raise GenerationTaskError(f"--task {task!r}: the tasks are {', '.join(TASKS)}")
+    return GenerationOptions(max_seq_len or DEFAULT_MAX_SEQ_LEN, max_batch or DEFAULT_MAX_BATCH)
+
+
+def load_for_generation(spec: str) -> LoadedModel:
+    """The model `spec` names (see the module doc)."""
+    folder = Path(spec)
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise GenerationTaskError(f"{spec} is a folder without config.json (expected a "
+                                      f"transformers checkpoint)")
+        try:
+            from transformers import AutoModelForCausalLM
+        except ImportError:
+            raise GenerationTaskError("loading a checkpoint folder needs transformers "
+                                      "(pip install transformers)") from None
+        model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="sdpa",
+                                                     local_files_only=True)
+        return LoadedModel(model.eval(), None)
+    from aotpack.frontend.load import load_spec
+
+    return load_spec(spec)
+
+
+def prepare_generation(loaded: LoadedModel, options: GenerationOptions,
+                       dtype: str | None) -> LoadedModel:
+    """The step module around the loaded model, in `dtype`, its example inputs and the
+    dims B and S declared dynamic."""
+    import torch
+
+    from aotpack.frontend.prepare import apply_dtype
+    from aotpack.generation.step import GenerationStep, example_inputs
+
+    model = loaded.model
+    if isinstance(model, torch.export.ExportedProgram):
+        raise GenerationTaskError("--task text-generation takes the model's module (a factory, "
+                                  "a torch.save'd model or a checkpoint folder), not a .pt2: "
+                                  "the step wraps the model before it is exported")
+    if not isinstance(model, torch.nn.Module) or isinstance(model, torch.jit.ScriptModule):
+        raise GenerationTaskError(f"--task text-generation needs a torch.nn.Module, got "
+                                  f"{type(model).__name__}")
+    _use_sdpa(model)
+    loaded = apply_dtype(replace(loaded, inputs=None), dtype)
+    step = GenerationStep(loaded.model.eval(), options.max_batch, options.max_seq_len).eval()
+    inputs = example_inputs(options.max_batch, options.max_seq_len, step.vocab_size)
+    b = torch.export.Dim("B", min=1, max=options.max_batch)
+    s = torch.export.Dim("S", min=1, max=options.max_seq_len)
+    return replace(loaded, model=step, inputs=inputs,
+                   dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}, {0: b}))
+
+
+def _use_sdpa(model) -> None:
+    """transformers models attend through torch's sdpa (the op the frontend fuses)."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "_attn_implementation"):
+        try:
+            model.set_attn_implementation("sdpa")
+        except (AttributeError, ValueError):
+            config._attn_implementation = "sdpa"
+
+
+def generation_info(step, options: GenerationOptions) -> dict:
+    """The manifest's `generation` section (docs/generation.md) for a step's program."""
+    return {"max_batch": options.max_batch, "max_seq_len": options.max_seq_len,
+            "vocab_size": int(step.vocab_size), "input_ids": 0, "positions": 1,
+            "last_index": 2, "next_ids": 0, "logits": 1,
+            "eos_ids": [int(e) for e in step.eos_ids]}

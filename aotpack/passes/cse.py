@@ -1,0 +1,32 @@
+"""Common subexpressions: a node computing what an earlier node computed (same op, same
+inputs, same attrs) is dropped and its readers read the earlier value.
+
+Frontends emit the same small computations once per layer: a generation step's cache rows
+(batch row * max_seq_len + position, for each layer's K and V), a mask compare, a cast of the
+positions. Each would be a kernel launch per layer; after this pass it is one per step.
+The IR is pure (every node a function of its inputs), so merging never changes a result.
+"""
+from __future__ import annotations
+
+from aotpack.ir.graph import Graph, GraphBuilder
+
+
+def cse(graph: Graph) -> Graph:
+    b = GraphBuilder(graph)
+    seen: dict[tuple, object] = {}
+    for n in graph.nodes:
+        node = b.keep(n)
+        try:
+            key = (n.op, tuple(v.name for v in node.inputs), node.attrs,
+                   tuple((v.dtype, tuple(v.shape)) for v in node.outputs))
+            hash(key)
+        except TypeError:  # attrs holding something unhashable: keep the node as it is
+            continue
+        first = seen.get(key)
+        if first is None:
+            seen[key] = node
+            continue
+        b.nodes.pop()
+        for old, new in zip(node.outputs, first.outputs):
+            b.replace(old, new)
+    return b.finish().verify()

@@ -1,0 +1,194 @@
+"""Text generation (docs/generation.md): the step a generation bundle compiles, run by the
+CPU reference with its KV cache kept as session state, against transformers' own generate.
+
+Each family is built as `aotpack build --task text-generation` builds it (the step around the
+model, B and S dynamic), in float32, and generates greedily for a batch of prompts of
+different lengths: the ids must be transformers' `generate(do_sample=False)` ids.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from aotpack.executor import new_state, run_reference  # noqa: E402
+from aotpack.frontend.load import LoadedModel  # noqa: E402
+from aotpack.frontend.translate import to_graph  # noqa: E402
+from aotpack.generation.loop import (  # noqa: E402
+    GenerateArgumentError, check_request, generate, prefill_inputs,
+)
+from aotpack.generation.task import (  # noqa: E402
+    GenerationOptions, GenerationTaskError, parse_task, prepare_generation,
+)
+from aotpack.generation.step import GenerationModelError  # noqa: E402
+from aotpack.passes import compile_graph  # noqa: E402
+
+T = transformers
+COMMON = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+FAMILIES = {
+    "llama": (T.LlamaConfig, T.LlamaForCausalLM, {}),
+    "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, {}),
+    "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, {"head_dim": 16}),
+    # a window shorter than the prompts + new tokens: the windowed mask is used
+    "mistral": (T.MistralConfig, T.MistralForCausalLM, {"sliding_window": 6}),
+    "gemma": (T.GemmaConfig, T.GemmaForCausalLM, {"head_dim": 16}),
+    "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, {"head_dim": 16, "sliding_window": 6}),
+    "phi3": (T.Phi3Config, T.Phi3ForCausalLM, {"pad_token_id": 0}),
+}
+PROMPTS = [[1, 5, 9, 3, 7], [4, 2], [8, 8, 8, 1, 2, 3, 4, 11, 12]]
+MAX_SEQ, MAX_BATCH = 48, 3
+
+
+def _model(family: str):
+    config_cls, model_cls, extra = FAMILIES[family]
+    torch.manual_seed(0)
+    return model_cls(config_cls(**COMMON, **extra)).eval()
+
+
+def _program(model, max_seq=MAX_SEQ, max_batch=MAX_BATCH):
+    loaded = prepare_generation(LoadedModel(model, None), GenerationOptions(max_seq, max_batch),
+                                None)
+    return compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+
+
+def _stepper(program):
+    state = new_state(program)
+    return lambda *inputs: run_reference(program, list(inputs), state=state)
+
+
+def _hf_greedy(model, prompt, new):
+    ids = model.generate(torch.tensor([prompt]), max_new_tokens=new, do_sample=False,
+                         eos_token_id=None, pad_token_id=0)
+    return ids[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_greedy_ids_match_transformers(family):
+    model = _model(family)
+    program = _program(model)
+    assert program.states and len(program.states) == 2 * COMMON["num_hidden_layers"]
+    assert program.inputs == ["input_ids", "positions", "last_index"]
+    got = generate(_stepper(program), PROMPTS, 32)
+    for prompt, ids in zip(PROMPTS, got):
+        assert ids == _hf_greedy(model, prompt, 32), (family, prompt)
+
+
+def test_step_logits_match_a_full_forward_at_every_step():
+    """Teacher forced: prefill then 20 decode steps, each step's logits those of a forward
+    over the whole sequence so far (no cache)."""
+    model = _model("llama")
+    step = _stepper(_program(model))
+    seq = [3, 1, 4, 1, 5, 9, 2, 6]
+    steps = []
+    generate(step, [seq], 20, on_step=lambda k, logits: steps.append(logits[0].clone()))
+    tokens = seq + generate(_stepper(_program(model)), [seq], 20)[0]
+    with torch.no_grad():
+        for k, logits in enumerate(steps):
+            full = model(torch.tensor([tokens[:len(seq) + k]])).logits[0, -1]
+            torch.testing.assert_close(logits, full, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_rows_are_independent():
+    """Each sequence of a batch generates what it generates alone (its own cache row, its own
+    positions): padding and the other rows never leak into it."""
+    model = _model("qwen2")
+    program = _program(model)
+    together = generate(_stepper(program), PROMPTS, 12)
+    for prompt, ids in zip(PROMPTS, together):
+        assert generate(_stepper(program), [prompt], 12)[0] == ids
+
+
+def test_stop_ids_end_a_sequence_and_keep_the_stop():
+    model = _model("llama")
+    program = _program(model)
+    free = generate(_stepper(program), [PROMPTS[0]], 10)[0]
+    stop = free[3]
+    got = generate(_stepper(program), [PROMPTS[0]], 10, stop_ids=[stop])[0]
+    assert got == free[:free.index(stop) + 1]
+
+
+class ConventionLM(torch.nn.Module):
+    """A plain module following docs/generation.md: forward(input_ids, positions, cache)."""
+
+    num_layers, num_kv_heads, head_dim, vocab_size = 2, 2, 8, 50
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.embed = torch.nn.Embedding(self.vocab_size, 32)
+        self.qkv = torch.nn.ModuleList(torch.nn.Linear(32, 3 * 16) for _ in range(2))
+        self.out = torch.nn.ModuleList(torch.nn.Linear(16, 32) for _ in range(2))
+        self.head = torch.nn.Linear(32, self.vocab_size)
+
+    def forward(self, input_ids, positions, cache):
+        x = self.embed(input_ids)
+        b, s, _ = x.shape
+        mask = cache.attention_mask()
+        for layer in range(self.num_layers):
+            q, k, v = self.qkv[layer](x).split(16, dim=-1)
+            q, k, v = (t.view(b, s, 2, 8).transpose(1, 2) for t in (q, k, v))
+            k, v = cache.update(k, v, layer)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            x = x + self.out[layer](a.transpose(1, 2).reshape(b, s, 16))
+        return self.head(x)
+
+    def full(self, ids):
+        """The same model without a cache (causal attention over ids [1, N])."""
+        x = self.embed(ids)
+        b, s, _ = x.shape
+        for layer in range(self.num_layers):
+            q, k, v = self.qkv[layer](x).split(16, dim=-1)
+            q, k, v = (t.view(b, s, 2, 8).transpose(1, 2) for t in (q, k, v))
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.out[layer](a.transpose(1, 2).reshape(b, s, 16))
+        return self.head(x)
+
+
+def test_convention_module_generates_like_its_cacheless_self():
+    model = ConventionLM().eval()
+    step = _stepper(_program(model, max_seq=32, max_batch=2))
+    prompts = [[1, 2, 3, 4], [7, 7]]
+    got = generate(step, prompts, 10)
+    with torch.no_grad():
+        for prompt, ids in zip(prompts, got):
+            seq = list(prompt)
+            for _ in range(10):
+                seq.append(int(model.full(torch.tensor([seq]))[0, -1].argmax()))
+            assert ids == seq[len(prompt):]
+
+
+def test_a_module_without_the_convention_is_refused():
+    with pytest.raises(GenerationModelError, match="num_layers, num_kv_heads and head_dim"):
+        _program(torch.nn.Linear(4, 4))
+
+
+def test_task_options():
+    assert parse_task(None, None, None) is None
+    assert parse_task("text-generation", 4096, 8) == GenerationOptions(4096, 8)
+    with pytest.raises(GenerationTaskError, match="go with --task"):
+        parse_task(None, 128, None)
+    with pytest.raises(GenerationTaskError, match="the tasks are"):
+        parse_task("summarization", None, None)
+    with pytest.raises(GenerationTaskError, match="--max-batch 0"):
+        parse_task("text-generation", 128, 0)
+
+
+def test_request_checks():
+    limits = dict(max_batch=2, max_seq_len=16, vocab_size=50)
+    check_request([[1, 2], [3]], 15, **limits)
+    for prompts, new, match in (([], 4, "batch of 0"), ([[1]] * 3, 4, "batch of 3"),
+                                ([[1], []], 4, "prompt 1 is empty"),
+                                ([[1, 50]], 4, "token id 50"),
+                                ([[1, 2]], 16, "17 cache positions"),
+                                ([[1]], 0, "max_new_tokens 0")):
+        with pytest.raises(GenerateArgumentError, match=match):
+            check_request(prompts, new, **limits)
+
+
+def test_prefill_inputs_layout():
+    ids, positions, last = prefill_inputs([[5, 6, 7], [8]])
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert positions.tolist() == [[0, 1, 2], [0, 1, 2]]
+    assert last.tolist() == [2, 3]  # b * S + len_b - 1
