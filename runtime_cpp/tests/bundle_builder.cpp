@@ -255,7 +255,8 @@ std::vector<int64_t> fake_gen_expected(const std::vector<int64_t>& prompt, size_
   std::vector<int64_t> seq = prompt, out;
   for (size_t k = 0; k < n; ++k) {
     uint64_t h = 0;
-    for (int64_t t : seq) h = h * 31 + uint64_t(t) + 1;
+    for (int64_t t : seq) h = h * 1000003 + uint64_t(t) + 1;
+    h ^= h >> 29;
     out.push_back(int64_t(h % uint64_t(vocab)));
     seq.push_back(out.back());
   }

@@ -187,7 +187,8 @@ CUresult execute_gen(const Launch& l) {
     if (last[b] < 0 || last[b] >= S) return fail_with("gen_step: last_index outside S");
     int64_t p = pos[b * S + last[b]];
     uint64_t h = 0;
-    for (int64_t t = 0; t <= p; ++t) h = h * 31 + uint64_t(cache[b * max_seq + t]) + 1;
+    for (int64_t t = 0; t <= p; ++t) h = h * 1000003 + uint64_t(cache[b * max_seq + t]) + 1;
+    h ^= h >> 29;
     next[b] = int64_t(h % uint64_t(V));
     for (int64_t v = 0; v < V; ++v)
       logits[b * V + v] = v == next[b] ? 5.0f : float((h >> (v % 16)) & 3) * 0.5f;
