@@ -152,7 +152,7 @@ const char* kGenerationTemplate = R"JSON({
               {"kind": "input", "index": 2}, {"kind": "output", "index": 0},
               {"kind": "output", "index": 1}, {"kind": "state", "index": 0}],
   "kernels": [{"name": "gen_step", "entry": "gen_step", "cubin": 0, "cubin_sha256": "",
-               "block": [128, 1, 1]}],
+               "block": [128, 1, 1], "cluster": [1, 1, 1], "smem": 0, "backend": "test"}],
   "steps": [{"kernel": 0, "grid": ["B", 1, 1], "args": [
     {"kind": "ptr", "buffer": 0}, {"kind": "ptr", "buffer": 1}, {"kind": "ptr", "buffer": 2},
     {"kind": "ptr", "buffer": 3}, {"kind": "ptr", "buffer": 4}, {"kind": "ptr", "buffer": 5},
