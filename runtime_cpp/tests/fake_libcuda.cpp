@@ -392,7 +392,9 @@ API cuMemsetD32Async(CUdeviceptr d, unsigned int value, size_t n, CUstream) {
 
 static CUresult memset8(CUdeviceptr d, unsigned char value, size_t n) {
   if (g_sticky) return g_sticky;
-  std::memset(reinterpret_cast<void*>(d), value, n);
+  // Only the first MiB, as cuMemAlloc fills only that much: a fuzzed bundle may ask for GBs
+  // of state (legitimately), which must not cost seconds (or the machine's memory) here.
+  std::memset(reinterpret_cast<void*>(d), value, n < (1u << 20) ? n : (1u << 20));
   std::lock_guard<std::mutex> lock(g_mu);
   ++g_memsets;
   g_memset_last[0] = d;
