@@ -14,8 +14,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -136,47 +134,6 @@ long parse_count(const char* flag, const char* v, long min, long max = 100000000
   return n;
 }
 
-double parse_number(const char* flag, const char* v) {
-  char* end = nullptr;
-  double x = std::strtod(v, &end);
-  if (!*v || *end || !std::isfinite(x)) throw UsageError{cat(flag, " needs a number, got '", v, "'")};
-  return x;
-}
-
-// The --generate flags; false when `s` is none of them.
-bool parse_generate_flag(const std::string& s, const std::function<const char*()>& value,
-                         aotpack_run::GenerateArgs& g) {
-  static const char* const kFlags[] = {"--prompt-ids", "--batch", "--prompt-len",
-                                       "--temperature", "--top-k", "--top-p", "--stop-id",
-                                       "--ignore-eos"};
-  if (s == "--generate") {
-    g.new_tokens = parse_count("--generate", value(), 1);
-    return true;
-  }
-  if (std::find(std::begin(kFlags), std::end(kFlags), s) == std::end(kFlags)) return false;
-  g.flags.push_back(s);
-  if (s == "--prompt-ids") {
-    g.prompts.emplace_back();
-    std::string err = aotpack_run::parse_id_list(value(), &g.prompts.back());
-    if (!err.empty()) throw UsageError{err};
-  } else if (s == "--stop-id") {
-    g.stop_ids.push_back(parse_count("--stop-id", value(), 0));
-  } else if (s == "--batch") {
-    g.batch = parse_count("--batch", value(), 1, 1 << 20);
-  } else if (s == "--prompt-len") {
-    g.prompt_len = parse_count("--prompt-len", value(), 1, 1 << 24);
-  } else if (s == "--top-k") {
-    g.top_k = parse_count("--top-k", value(), 0, 1 << 30);
-  } else if (s == "--temperature") {
-    g.temperature = float(parse_number("--temperature", value()));
-  } else if (s == "--top-p") {
-    g.top_p = float(parse_number("--top-p", value()));
-  } else {
-    g.ignore_eos = true;
-  }
-  return true;
-}
-
 // --generate takes none of the tensor-run options, and its flags need it.
 void check_generate_mode(const Args& a) {
   std::string err = aotpack_run::check_generate_args(a.gen);
@@ -235,7 +192,11 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--bench") a.bench = int(parse_count("--bench", value(), 1));
     else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0)), a.warmup_set = true;
     else if (s == "--seed") a.seed = uint64_t(parse_count("--seed", value(), 0));
-    else if (parse_generate_flag(s, value, a.gen)) a.run_only.push_back(s);
+    else if (aotpack_run::is_generate_flag(s)) {
+      std::string err = aotpack_run::parse_generate_flag(s, value, a.gen);
+      if (!err.empty()) throw UsageError{err};
+      a.run_only.push_back(s);
+    }
     else if (s == "--no-graph") a.graph = false;
     else if (s == "--no-pdl") a.pdl = false;
     else if (s == "--info") a.info = true;

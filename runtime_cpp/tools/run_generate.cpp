@@ -2,9 +2,11 @@
 #include "run_generate.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "aotpack/aotpack.h"
 #include "c_api_util.hpp"
@@ -45,7 +47,58 @@ std::string joined(const std::vector<int64_t>& v) {
   return s;
 }
 
+// An integer flag value in [min, max], or false.
+bool parse_int(const char* v, long min, long max, long* out) {
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (!*v || *end || n < min || n > max) return false;
+  *out = n;
+  return true;
+}
+
+const char* const kGenerateFlags[] = {"--generate", "--prompt-ids", "--batch", "--prompt-len",
+                                      "--temperature", "--top-k", "--top-p", "--stop-id",
+                                      "--ignore-eos"};
+
 }  // namespace
+
+bool is_generate_flag(const std::string& flag) {
+  return std::find(std::begin(kGenerateFlags), std::end(kGenerateFlags), flag) !=
+         std::end(kGenerateFlags);
+}
+
+std::string parse_generate_flag(const std::string& s, const std::function<const char*()>& value,
+                                GenerateArgs& g) {
+  if (s == "--ignore-eos") {
+    g.flags.push_back(s);
+    g.ignore_eos = true;
+    return "";
+  }
+  const char* v = value();
+  if (s != "--generate") g.flags.push_back(s);
+  if (s == "--prompt-ids") {
+    g.prompts.emplace_back();
+    return parse_id_list(v, &g.prompts.back());
+  }
+  if (s == "--temperature" || s == "--top-p") {
+    char* end = nullptr;
+    double x = std::strtod(v, &end);
+    if (!*v || *end || !std::isfinite(x)) return cat(s, " needs a number, got '", v, "'");
+    (s == "--temperature" ? g.temperature : g.top_p) = float(x);
+    return "";
+  }
+  long n = 0;
+  const bool positive = s != "--stop-id" && s != "--top-k";
+  if (!parse_int(v, positive ? 1 : 0, 1 << 30, &n))
+    return cat(s, positive ? " needs a positive integer" : " needs an integer >= 0", ", got '",
+               v, "'");
+  if (s == "--generate") g.new_tokens = n;
+  else if (s == "--batch") g.batch = n;
+  else if (s == "--prompt-len") g.prompt_len = n;
+  else if (s == "--top-k") g.top_k = n;
+  else g.stop_ids.push_back(n);
+  return "";
+}
 
 std::string parse_id_list(const char* text, std::vector<int64_t>* out) {
   out->clear();

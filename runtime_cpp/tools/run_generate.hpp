@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@ struct GenerateArgs {
   bool ignore_eos = false;
   std::vector<std::string> flags;  // generation flags given (for usage errors)
 };
+
+// Whether `flag` is --generate or one of its flags.
+bool is_generate_flag(const std::string& flag);
+
+// Reads `flag` (is_generate_flag) and its value (`value()` takes the next argument, throwing
+// when there is none) into `g`; returns "" or the usage error.
+std::string parse_generate_flag(const std::string& flag,
+                                const std::function<const char*()>& value, GenerateArgs& g);
 
 // Parses "1,2,3" (token ids >= 0); returns "" or the usage error.
 std::string parse_id_list(const char* text, std::vector<int64_t>* out);
