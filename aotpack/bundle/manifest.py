@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from aotpack.bundle import schema
+from aotpack.bundle import schema, schema_generation
 from aotpack.bundle.stfile import BundleError
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
@@ -178,6 +178,8 @@ def _check(m: dict, where: str) -> None:
         schema.check_target(m["target"])
         if m.get("external_weights") is not None:
             schema.check_weights_file(m["external_weights"].get("file"))
+        schema_generation.state_sizes(m)
+        schema_generation.check_generation(m)
     if m.get("version") == VERSION_DYNAMIC:
         symbols = parse_symbols(m, where)
         named = {d for e in m.get("inputs", []) for d in e.get("shape", [])}
@@ -238,6 +240,13 @@ def _buffer_bytes(m: dict, b: dict, arena: int, what: str) -> int:
         if i >= len(table):
             raise BundleError(f"{what}: {kind} index {i} out of range ({len(table)})")
         return _sig_bytes(table[i], f"{what}: {kind} {i}")
+    if kind == "state":  # session-owned buffers kept across runs (docs/generation.md)
+        sizes = schema_generation.state_sizes(m)
+        i = _int(b.get("index"), f"{what}: index")
+        if i >= len(sizes):
+            raise BundleError(f"{what}: state index {i} out of range (the model has "
+                              f"{len(sizes)} states)")
+        return sizes[i]
     if kind == "arena":
         off, n = _int(b.get("offset"), f"{what}: offset"), _int(b.get("nbytes"), f"{what}: nbytes")
         if off + n > arena:

@@ -2,7 +2,8 @@
 runtime's own messages (runtime_cpp/src/manifest.cpp, bundle.cpp), so the Python reader and the
 runtime give one verdict on a bundle: the manifest's checksum, the keys each object may have
 (a misspelled key would otherwise be ignored and its default used), the target's arch against
-its compute capability, and where an external weights file may be.
+its compute capability, and where an external weights file may be; and the "state" list and
+"generation" section of docs/generation.md (runtime_cpp/src/manifest_generation.cpp).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ DIGEST_KEY = "aotpack.manifest_sha256"
 # Keys each manifest object may hold. `provenance` and a kernel's `config` / `fused_ops` are
 # free-form facts for people (inspect); the runtime never reads them (the digest covers them).
 TOP_V1 = ("format", "version", "target", "inputs", "outputs", "weights", "external_weights",
-          "arena_bytes", "buffers", "kernels", "steps", "provenance")
+          "arena_bytes", "buffers", "kernels", "steps", "state", "generation", "provenance")
 TOP_V2 = TOP_V1[:3] + ("symbols",) + TOP_V1[3:]
 TARGET = ("arch", "cc", "min_driver", "sm_count")
 SYMBOL = ("name", "min", "max", "example")
@@ -32,6 +33,9 @@ SLOT = {"ptr": ("kind", "buffer", "offset"),
                       "l2", "oob"),
         "null": ("kind",)}
 SLOT_VALUE = ("kind", "value")  # i32 i64 u32 u64 fastdivmod f32
+STATE = ("name", "dtype", "shape")
+GENERATION = ("max_batch", "max_seq_len", "vocab_size", "input_ids", "positions", "last_index",
+              "next_ids", "logits", "eos_ids")
 
 
 def bad(where: str, msg: str) -> BundleError:
@@ -100,6 +104,10 @@ def check_all_keys(m: dict) -> None:
             check_keys(e, f"{key}[{i}]", allowed)
     if isinstance(m.get("external_weights"), dict):
         check_keys(m["external_weights"], "external_weights", ("file",))
+    for i, e in enumerate(_list(m, "state")):
+        check_keys(e, f"state[{i}]", STATE)
+    if m.get("generation") is not None:
+        check_keys(m["generation"], "generation", GENERATION)
     for i, b in enumerate(_list(m, "buffers")):
         kind = b.get("kind") if isinstance(b, dict) else None
         check_keys(b, f"buffers[{i}]", BUFFER.get(kind, BUFFER_INDEXED))

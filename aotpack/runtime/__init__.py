@@ -10,9 +10,13 @@ message). Importing this package imports neither torch nor triton.
 A bundle whose dims vary at run time (format v2) lists its `model.symbols`; inputs of any
 shape in their ranges run as they are (`Session.run` reads the shapes from the tensors), and
 `model.output_shapes(input_shapes)` gives the output shapes ahead of a run.
+
+A text-generation bundle (docs/generation.md) runs its whole token loop in the runtime:
+`Generator(path).generate([[1, 15043, 3186]], max_new_tokens=64)` (greedy or sampled).
 """
 from aotpack.runtime._lib import library_path, load_library
 from aotpack.runtime.errors import AotpackError, StatusCode
+from aotpack.runtime.generation import GenerateResult, Generator
 from aotpack.runtime.model import DimInfo, Model, Session, Symbol, TensorInfo
 
 
@@ -21,5 +25,5 @@ def version() -> str:
     return load_library().aotpack_version().decode()
 
 
-__all__ = ["AotpackError", "DimInfo", "Model", "Session", "StatusCode", "Symbol", "TensorInfo",
+__all__ = ["AotpackError", "DimInfo", "GenerateResult", "Generator", "Model", "Session", "StatusCode", "Symbol", "TensorInfo",
            "library_path", "load_library", "version"]

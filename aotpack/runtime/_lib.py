@@ -79,6 +79,56 @@ class SessionOptionsC(ctypes.Structure):
     ]
 
 
+class GenerationInfoC(ctypes.Structure):
+    """aotpack_generation_info."""
+
+    _fields_ = [
+        ("max_batch", ctypes.c_int64),
+        ("max_seq_len", ctypes.c_int64),
+        ("vocab_size", ctypes.c_int64),
+        ("num_eos_ids", ctypes.c_size_t),
+        ("eos_ids", ctypes.POINTER(ctypes.c_int64)),
+    ]
+
+
+# aotpack_token_callback: int (*)(void* user_data, size_t sequence, int64_t token, size_t step)
+TOKEN_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t,
+                                  ctypes.c_int64, ctypes.c_size_t)
+
+
+class GenerateOptionsC(ctypes.Structure):
+    """aotpack_generate_options."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("temperature", ctypes.c_float),
+        ("top_k", ctypes.c_int32),
+        ("top_p", ctypes.c_float),
+        ("seed", ctypes.c_uint64),
+        ("stop_ids", ctypes.POINTER(ctypes.c_int64)),
+        ("num_stop_ids", ctypes.c_size_t),
+        ("ignore_eos", ctypes.c_int32),
+        ("on_token", TOKEN_CALLBACK),
+        ("user_data", ctypes.c_void_p),
+        ("reserved", ctypes.c_uint64 * 4),
+    ]
+
+
+class GenerateStatsC(ctypes.Structure):
+    """aotpack_generate_stats."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("ttft_ms", ctypes.c_double),
+        ("decode_ms", ctypes.c_double),
+        ("decode_steps", ctypes.c_int64),
+        ("prompt_tokens", ctypes.c_int64),
+        ("generated_tokens", ctypes.c_int64),
+        ("decode_tokens_per_s", ctypes.c_double),
+        ("stopped_by_callback", ctypes.c_int32),
+    ]
+
+
 SESSION_OPTIONS_V1_SIZE = 40
 CUDA_GRAPHS_ON, CUDA_GRAPHS_OFF = 1, 2
 
@@ -153,9 +203,19 @@ def _declare(lib: ctypes.CDLL) -> None:
         "aotpack_session_execute": (vp, [vp, ctypes.POINTER(u64), sz, ctypes.POINTER(ShapeC),
                                          ctypes.POINTER(u64), sz, ctypes.POINTER(ShapeC), vp]),
         "aotpack_session_free": (None, [vp]),
+        "aotpack_model_num_states": (sz, [vp]),
+        "aotpack_model_state_info": (vp, [vp, sz, ctypes.POINTER(TensorInfoC)]),
+        "aotpack_model_state_bytes": (u64, [vp]),
+        "aotpack_model_generation_info": (vp, [vp, ctypes.POINTER(GenerationInfoC)]),
+        "aotpack_session_reset_state": (vp, [vp, vp]),
+        "aotpack_session_generate": (vp, [vp, ctypes.POINTER(ctypes.POINTER(i64)),
+                                          ctypes.POINTER(sz), sz, sz,
+                                          ctypes.POINTER(GenerateOptionsC), ctypes.POINTER(i64),
+                                          ctypes.POINTER(sz), ctypes.POINTER(GenerateStatsC),
+                                          vp]),
     }
     for name, (res, args) in sigs.items():
-        if name in _SINCE_V2 | _SINCE_0_2 and not hasattr(lib, name):
+        if name in _SINCE_V2 | _SINCE_0_2 | _SINCE_GENERATION and not hasattr(lib, name):
             continue  # an older library: has_dynamic_shapes() / has_execute() say so
         fn = getattr(lib, name)
         fn.restype = res
@@ -171,6 +231,17 @@ _SINCE_V2 = frozenset({"aotpack_model_num_symbols", "aotpack_model_symbol_info",
 
 # Entry points of release 0.2 (run with counts, pointer checks, zero = default options).
 _SINCE_0_2 = frozenset({"aotpack_session_execute"})
+
+
+# Entry points of state buffers and text generation (docs/generation.md).
+_SINCE_GENERATION = frozenset({"aotpack_model_num_states", "aotpack_model_state_info",
+                               "aotpack_model_state_bytes", "aotpack_model_generation_info",
+                               "aotpack_session_reset_state", "aotpack_session_generate"})
+
+
+def has_generation(lib: ctypes.CDLL) -> bool:
+    """Whether `lib` has the state and text-generation entry points."""
+    return all(hasattr(lib, name) for name in _SINCE_GENERATION)
 
 
 def has_execute(lib: ctypes.CDLL) -> bool:

@@ -1,5 +1,6 @@
 // c_api.cpp — the C API boundary: converts C++ exceptions into aotpack_status objects and
 // opaque handles into internal objects. Nothing thrown inside may escape from here.
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -10,6 +11,7 @@
 #include "bundle.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
+#include "generate.hpp"
 #include "model.hpp"
 #include "session.hpp"
 #include "shape_plan.hpp"
@@ -157,6 +159,21 @@ aotpack::Session::Options session_options(const aotpack_session_options* in) {
   so.max_cached_plans = size_t(o.max_cached_plans);
   so.check_pointers = o.skip_pointer_checks == 0;
   return so;
+}
+
+// Copies `st` into the caller's stats struct, as much of it as the caller's struct_size holds.
+void write_stats(const aotpack::GenerateStats& st, aotpack_generate_stats* out) {
+  aotpack_generate_stats s;
+  std::memset(&s, 0, sizeof(s));
+  s.struct_size = out->struct_size;
+  s.ttft_ms = st.ttft_ms;
+  s.decode_ms = st.decode_ms;
+  s.decode_steps = st.decode_steps;
+  s.prompt_tokens = st.prompt_tokens;
+  s.generated_tokens = st.generated_tokens;
+  s.decode_tokens_per_s = st.decode_ms > 0 ? double(st.decode_tokens) * 1000.0 / st.decode_ms : 0;
+  s.stopped_by_callback = st.stopped_by_callback ? 1 : 0;
+  std::memcpy(out, &s, std::min(out->struct_size, sizeof(s)));
 }
 
 }  // namespace
@@ -351,6 +368,77 @@ aotpack_status* aotpack_session_execute(aotpack_session* session, const uint64_t
     const aotpack::ShapePlan& plan = session->impl->run(
         input_ptrs, input_shapes, output_ptrs, static_cast<aotpack::cu::CUstream>(stream));
     if (output_shapes) fill_shapes(plan.outputs, output_shapes);
+  });
+}
+
+size_t aotpack_model_num_states(const aotpack_model* m) {
+  return m ? m->impl->manifest().state.size() : 0;
+}
+
+aotpack_status* aotpack_model_state_info(const aotpack_model* m, size_t i,
+                                         aotpack_tensor_info* info) {
+  return guard([&] {
+    if (!m || !info) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "model and info must be set");
+    const auto& state = m->impl->manifest().state;
+    if (i >= state.size())
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "state index ", i, " out of range (the model has ",
+                    state.size(), " state buffers)");
+    fill_info(state[i], info);
+  });
+}
+
+uint64_t aotpack_model_state_bytes(const aotpack_model* m) {
+  return m ? m->impl->manifest().state_bytes : 0;
+}
+
+aotpack_status* aotpack_model_generation_info(const aotpack_model* m,
+                                              aotpack_generation_info* info) {
+  return guard([&] {
+    if (!m || !info) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "model and info must be set");
+    const aotpack::GenerationSpec& g = m->impl->manifest().generation;
+    if (!g.present)
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "this bundle is not a text-generation bundle (its "
+                    "manifest has no \"generation\" section)");
+    info->max_batch = g.max_batch;
+    info->max_seq_len = g.max_seq_len;
+    info->vocab_size = g.vocab_size;
+    info->num_eos_ids = g.eos_ids.size();
+    info->eos_ids = g.eos_ids.empty() ? nullptr : g.eos_ids.data();
+  });
+}
+
+aotpack_status* aotpack_session_reset_state(aotpack_session* session, void* stream) {
+  return guard([&] {
+    if (!session) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "session must not be NULL");
+    session->impl->reset_state(static_cast<aotpack::cu::CUstream>(stream));
+  });
+}
+
+aotpack_status* aotpack_session_generate(aotpack_session* session, const int64_t* const* prompts,
+                                         const size_t* prompt_lens, size_t batch,
+                                         size_t max_new_tokens,
+                                         const aotpack_generate_options* options,
+                                         int64_t* out_tokens, size_t* out_counts,
+                                         aotpack_generate_stats* stats, void* stream) {
+  return guard([&] {
+    if (!session) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "session must not be NULL");
+    aotpack::Session& s = *session->impl;
+    aotpack::GenerateRequest r = aotpack::make_generate_request(
+        s.model().manifest(), prompts, prompt_lens, batch, max_new_tokens, options, out_tokens,
+        out_counts);
+    if (stats && stats->struct_size < sizeof(size_t))
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_generate_stats.struct_size is not set");
+    auto cu_stream = static_cast<aotpack::cu::CUstream>(stream);
+    s.model().make_current();
+    aotpack::cu::CUstreamCaptureStatus cs = aotpack::cu::CU_STREAM_CAPTURE_STATUS_NONE;
+    aotpack::cu::check(aotpack::cu::driver().cuStreamIsCapturing(cu_stream, &cs),
+                       "cuStreamIsCapturing", "generate");
+    if (cs != aotpack::cu::CU_STREAM_CAPTURE_STATUS_NONE)
+      aotpack::fail(AOTPACK_INVALID_ARGUMENT, "the stream is being captured: generate "
+                    "synchronizes it once per token and cannot run inside a CUDA graph capture");
+    if (!s.generator()) s.generator().reset(new aotpack::Generator(s));
+    aotpack::GenerateStats st = s.generator()->generate(r, cu_stream);
+    if (stats) write_stats(st, stats);
   });
 }
 

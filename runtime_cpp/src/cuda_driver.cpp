@@ -58,6 +58,10 @@ Driver load() {
   resolve(d, d.cuMemcpyDtoH, "cuMemcpyDtoH_v2");
   resolve(d, d.cuPointerGetAttribute, "cuPointerGetAttribute");
   resolve(d, d.cuMemsetD32Async, "cuMemsetD32Async");
+  resolve(d, d.cuMemsetD8, "cuMemsetD8_v2");
+  resolve(d, d.cuMemsetD8Async, "cuMemsetD8Async");
+  resolve(d, d.cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+  resolve(d, d.cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
   resolve(d, d.cuLaunchKernelEx, "cuLaunchKernelEx");
   resolve(d, d.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
   resolve(d, d.cuStreamCreate, "cuStreamCreate");

@@ -208,7 +208,9 @@ BufferSpec parse_buffer(const Ctx& c, const Value& v, const std::string& where) 
   if (kind == "input") b.kind = BufferKind::Input;
   else if (kind == "output") b.kind = BufferKind::Output;
   else if (kind == "weight") b.kind = BufferKind::Weight;
-  else bad(where + ".kind", cat("unknown buffer kind '", kind, "' (input|output|weight|arena)"));
+  else if (kind == "state") b.kind = BufferKind::State;
+  else bad(where + ".kind", cat("unknown buffer kind '", kind,
+                                "' (input|output|weight|arena|state)"));
   check_keys(v, where, {"kind", "index"});
   b.index = uint32_t(get_int(c, v, "index", where, 0, kMaxU32));
   return b;
@@ -368,14 +370,14 @@ Manifest parse_manifest(const std::string& text) {
   if (m.version >= 2)
     check_keys(root, kTop, {"format", "version", "target", "symbols", "inputs", "outputs",
                             "weights", "external_weights", "arena_bytes", "buffers", "kernels",
-                            "steps", "provenance"});
+                            "steps", "state", "generation", "provenance"});
   else if (root.find("symbols"))
     fail(AOTPACK_UNSUPPORTED_VERSION, "manifest: \"symbols\" (symbolic, dynamic dims) need "
          "bundle format v2 but this bundle says \"version\": 1; rebuild the bundle");
   else
     check_keys(root, kTop, {"format", "version", "target", "inputs", "outputs", "weights",
                             "external_weights", "arena_bytes", "buffers", "kernels", "steps",
-                            "provenance"});
+                            "state", "generation", "provenance"});
   if (m.version >= 2) parse_symbols(c, root);  // before anything that may hold expressions
   parse_target(c, root, m);
   m.inputs = parse_tensors(c, root, "inputs", false);
@@ -389,6 +391,8 @@ Manifest parse_manifest(const std::string& text) {
     check_weights_file(m.external_weights_file);
   }
   m.arena_bytes = uint64_t(get_int(c, root, "arena_bytes", kTop, 0, kMaxI64));
+  parse_state(c, root);
+  parse_generation(c, root);
   const Value& bufs = get_array(root, "buffers", kTop);
   for (size_t i = 0; i < bufs.items.size(); ++i)
     m.buffers.push_back(parse_buffer(c, bufs.items[i], cat("buffers[", i, "]")));

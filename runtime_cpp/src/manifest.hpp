@@ -42,12 +42,12 @@ struct TensorSpec {
   }
 };
 
-enum class BufferKind { Input, Output, Weight, Arena };
+enum class BufferKind { Input, Output, Weight, Arena, State };
 
 // A region kernels can point into (docs: "buffers").
 struct BufferSpec {
   BufferKind kind = BufferKind::Arena;
-  uint32_t index = 0;   // input/output/weight index
+  uint32_t index = 0;   // input/output/weight/state index
   uint64_t offset = 0;  // arena only: offset in the workspace
   // Size of the region: arena and weights; inputs/outputs at every symbol's max (filled by
   // validate_manifest). Per-shape sizes live in ShapePlan::buffer_nbytes.
@@ -105,6 +105,20 @@ struct StepSpec {
   std::vector<Condition> when;
 };
 
+// The manifest's "generation" section (docs/generation.md): which inputs/outputs of the step
+// are the token ids, positions, last indices, next ids and logits.
+struct GenerationSpec {
+  bool present = false;
+  int64_t max_batch = 0, max_seq_len = 0, vocab_size = 0;
+  uint32_t input_ids = 0, positions = 0, last_index = 0;  // indices into inputs
+  uint32_t next_ids = 0, logits = 0;                      // indices into outputs
+  std::vector<int64_t> eos_ids;                           // each in [0, vocab_size)
+};
+
+// Most bytes of state a bundle may ask a session to allocate (1 TiB): a larger total is a
+// corrupt manifest, not a model.
+constexpr uint64_t kMaxStateBytes = uint64_t(1) << 40;
+
 struct ShapePlan;  // shape_plan.hpp
 
 struct Manifest {
@@ -122,8 +136,15 @@ struct Manifest {
   std::vector<BufferSpec> buffers;
   std::vector<KernelSpec> kernels;
   std::vector<StepSpec> steps;
+  // Session-owned device buffers kept across runs (static shapes; docs/generation.md).
+  std::vector<TensorSpec> state;
+  GenerationSpec generation;
 
   // Filled by validate_manifest.
+  // Offset of each state buffer in the session's one state allocation (256-aligned), and
+  // that allocation's size.
+  std::vector<uint64_t> state_offsets;
+  uint64_t state_bytes = 0;
   // Where symbol s is read from at run time: input binders[s].first, dim binders[s].second.
   std::vector<std::pair<uint32_t, uint32_t>> binders;
   // The validated plans with every symbol at its min / at its max (one and the same plan
@@ -156,5 +177,16 @@ void validate_manifest(Manifest& m);
 // The shape-independent half of validate_manifest: names, indices, arena regions, launch
 // shape limits of kernels, tensor-map rules that do not depend on dims or strides.
 void validate_static(Manifest& m);
+
+// "state" and "generation" (manifest_generation.cpp). parse_* read the JSON (called by
+// parse_manifest); validate_state / validate_generation are part of validate_static (the
+// latter after the symbols' binders are known).
+namespace manifest_parse {
+struct Ctx;
+void parse_state(Ctx& c, const json::Value& root);
+void parse_generation(Ctx& c, const json::Value& root);
+}  // namespace manifest_parse
+void validate_state(Manifest& m);
+void validate_generation(const Manifest& m);
 
 }  // namespace aotpack

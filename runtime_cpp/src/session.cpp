@@ -8,6 +8,7 @@
 
 #include "dtype.hpp"
 #include "error.hpp"
+#include "generate.hpp"
 #include "pointers.hpp"
 
 namespace aotpack {
@@ -87,22 +88,52 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
               cat("allocating the ", need, "-byte workspace"));
     owns_workspace_ = true;
   }
-  if (use_graph_) {
-    // Capture happens on a session-owned stream: the caller's stream may be the legacy
-    // default stream, which cannot be captured. The graph is then launched on the caller's.
-    cu::CUresult r = d.cuStreamCreate(&capture_stream_, cu::CU_STREAM_NON_BLOCKING);
-    if (r != cu::CUDA_SUCCESS && owns_workspace_) d.cuMemFree(workspace_);
-    cu::check(r, "cuStreamCreate", "creating the capture stream");
+  try {
+    allocate_state();
+    if (use_graph_) {
+      // Capture happens on a session-owned stream: the caller's stream may be the legacy
+      // default stream, which cannot be captured. The graph is then launched on the caller's.
+      cu::check(d.cuStreamCreate(&capture_stream_, cu::CU_STREAM_NON_BLOCKING),
+                "cuStreamCreate", "creating the capture stream");
+    }
+  } catch (...) {
+    if (state_) d.cuMemFree(state_);
+    if (owns_workspace_) d.cuMemFree(workspace_);
+    throw;
   }
+}
+
+// One allocation for every state buffer, zeroed before any run can read it (docs/generation.md:
+// a state is zero at session create). Its address never changes, so the tensor maps and CUDA
+// graphs that bind it stay valid for the session's life.
+void Session::allocate_state() {
+  const Manifest& m = model_->manifest();
+  if (m.state_bytes == 0) return;
+  const cu::Driver& d = cu::driver();
+  const std::string what = cat("allocating the ", m.state_bytes, " bytes of state buffers");
+  cu::check(d.cuMemAlloc(&state_, size_t(m.state_bytes)), "cuMemAlloc", what);
+  cu::check(d.cuMemsetD8(state_, 0, size_t(m.state_bytes)), "cuMemsetD8", what);
+  // cuMemsetD8 is ordered on the legacy default stream; runs may come on any stream.
+  cu::check(d.cuStreamSynchronize(nullptr), "cuStreamSynchronize", what);
+}
+
+void Session::reset_state(cu::CUstream stream) {
+  const Manifest& m = model_->manifest();
+  if (m.state_bytes == 0) return;
+  model_->make_current();
+  cu::check(cu::driver().cuMemsetD8Async(state_, 0, size_t(m.state_bytes), stream),
+            "cuMemsetD8Async", "zeroing the state buffers");
 }
 
 Session::~Session() {
   const cu::Driver& d = cu::driver();
   d.cuCtxSetCurrent(model_->context());
+  generator_.reset();  // its device buffers, before the context may go
   for (auto& p : cache_)
     if (p->exec) d.cuGraphExecDestroy(p->exec);  // freed asynchronously if still running
   if (capture_stream_) d.cuStreamDestroy(capture_stream_);
   if (owns_workspace_) d.cuMemFree(workspace_);  // cuMemFree waits for pending work
+  if (state_) d.cuMemFree(state_);
 }
 
 uint64_t Session::buffer_address(uint32_t buffer, const uint64_t* inputs,
@@ -113,6 +144,7 @@ uint64_t Session::buffer_address(uint32_t buffer, const uint64_t* inputs,
     case BufferKind::Output: return outputs[b.index];
     case BufferKind::Weight: return model_->weight_address(b.index);
     case BufferKind::Arena: return workspace_ + b.offset;
+    case BufferKind::State: return state_ + model_->manifest().state_offsets[b.index];
   }
   return 0;
 }
@@ -284,7 +316,7 @@ void Session::capture(Plan& p) {
 }
 
 const ShapePlan& Session::run(const uint64_t* inputs, const aotpack_shape* shapes,
-                              const uint64_t* outputs, cu::CUstream stream) {
+                              const uint64_t* outputs, cu::CUstream stream, bool graph) {
   const Manifest& m = model_->manifest();
   if ((!inputs && !m.inputs.empty()) || (!outputs && !m.outputs.empty()))
     fail(AOTPACK_INVALID_ARGUMENT, "input_ptrs/output_ptrs must not be NULL");
@@ -295,13 +327,13 @@ const ShapePlan& Session::run(const uint64_t* inputs, const aotpack_shape* shape
   if (shapes) bind_symbols(m, shapes, syms_.data());
   model_->make_current();
   Plan& p = plan_for(inputs, shapes, outputs);
-  launch(p, stream);
+  launch(p, stream, graph);
   return *p.shape;
 }
 
-void Session::launch(Plan& p, cu::CUstream stream) {
+void Session::launch(Plan& p, cu::CUstream stream, bool graph) {
   if (p.shape->steps.empty()) return;  // every step skipped at this shape: nothing to launch
-  if (!use_graph_) return launch_steps(p, stream);
+  if (!use_graph_ || !graph) return launch_steps(p, stream);
   // If the caller is itself capturing this stream (e.g. a torch CUDA graph), launch the
   // kernels directly so they become part of the caller's graph.
   cu::CUstreamCaptureStatus cs = cu::CU_STREAM_CAPTURE_STATUS_NONE;

@@ -11,6 +11,8 @@
 
 namespace aotpack {
 
+class Generator;  // generate.hpp
+
 class Session {
  public:
   struct Options {
@@ -21,17 +23,24 @@ class Session {
     size_t max_cached_plans = 8;      // (shape, pointer set) plans kept, LRU evicted
     bool check_pointers = true;       // ask the driver whether new pointers are device memory
   };
+  // Allocates the workspace (unless the caller passed one) and the state buffers, zeroed.
   Session(std::shared_ptr<const Model> model, const Options& opts);
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
   // Enqueues all steps on `stream` (see aotpack_session_run_shaped). `shapes` (one per input)
-  // may be nullptr only when the model has no symbols.
+  // may be nullptr only when the model has no symbols. `graph` false launches the steps
+  // directly even with graphs on (a run of a shape met once, e.g. a prefill: capturing it
+  // would cost more than it saves).
   // Returns the shape plan of the run (its output shapes).
   const ShapePlan& run(const uint64_t* inputs, const aotpack_shape* shapes,
-                       const uint64_t* outputs, cu::CUstream stream);
+                       const uint64_t* outputs, cu::CUstream stream, bool graph = true);
+  // Zeroes every state buffer, in order on `stream`.
+  void reset_state(cu::CUstream stream);
   const Model& model() const { return *model_; }
+  // The token loop's buffers and scratch (generate.cpp), made at the first generate call.
+  std::unique_ptr<Generator>& generator() { return generator_; }
 
  private:
   // Kernel parameters for one (shape, inputs, outputs), ready to launch.
@@ -53,12 +62,14 @@ class Session {
                           const uint64_t* outputs) const;
   void launch_steps(const Plan& p, cu::CUstream stream) const;
   void capture(Plan& p);
-  void launch(Plan& p, cu::CUstream stream);
+  void launch(Plan& p, cu::CUstream stream, bool graph);
+  void allocate_state();
   void evict_lru();
 
   std::shared_ptr<const Model> model_;
   uint64_t workspace_ = 0;
   bool owns_workspace_ = false;
+  uint64_t state_ = 0;  // one allocation holding every state buffer (Manifest::state_offsets)
   bool use_graph_ = true;
   bool pdl_ = true;
   bool check_ptrs_ = true;
@@ -67,6 +78,7 @@ class Session {
   std::vector<std::unique_ptr<Plan>> cache_;
   uint64_t clock_ = 0;
   std::vector<int64_t> syms_;  // symbol values of the current run (sized once: no allocation)
+  std::unique_ptr<Generator> generator_;
 };
 
 }  // namespace aotpack

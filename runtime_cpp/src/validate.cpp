@@ -28,6 +28,7 @@ const char* kind_name(BufferKind k) {
     case BufferKind::Output: return "output";
     case BufferKind::Weight: return "weight";
     case BufferKind::Arena: return "arena";
+    case BufferKind::State: return "state";
   }
   return "?";
 }
@@ -40,6 +41,7 @@ void validate_buffers(Manifest& m) {
     if (b.kind == BufferKind::Input) list = &m.inputs;
     if (b.kind == BufferKind::Output) list = &m.outputs;
     if (b.kind == BufferKind::Weight) list = &m.weights;
+    if (b.kind == BufferKind::State) list = &m.state;
     if (list) {
       if (b.index >= list->size())
         bad(w, cat(kind_name(b.kind), " index ", b.index, " out of range (the model has ",
@@ -194,10 +196,12 @@ void validate_static(Manifest& m) {
   validate_names(m.inputs, "inputs");
   validate_names(m.outputs, "outputs");
   validate_names(m.weights, "weights");
+  validate_state(m);
   validate_buffers(m);
   validate_kernels(m);
   validate_steps_static(m);
   find_binders(m);
+  validate_generation(m);
 }
 
 void validate_shape(const Manifest& m, const ShapePlan& p, const std::string& at) {

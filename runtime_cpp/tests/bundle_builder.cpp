@@ -135,6 +135,35 @@ const char* kDynamicTemplate = R"JSON({
   "provenance": {"aotpack": "0.1.0", "created_by": "runtime_cpp tests"}
 })JSON";
 
+const char* kGenerationTemplate = R"JSON({
+  "format": "aotpack", "version": 2,
+  "symbols": [{"name": "B", "min": 1, "max": 4, "example": 1},
+              {"name": "S", "min": 1, "max": 16, "example": 8}],
+  "target": {"arch": "sm_90a", "cc": [9, 0], "min_driver": 12080, "sm_count": 132},
+  "inputs": [{"name": "input_ids", "dtype": "i64", "shape": ["B", "S"]},
+             {"name": "positions", "dtype": "i64", "shape": ["B", "S"]},
+             {"name": "last_index", "dtype": "i64", "shape": ["B"]}],
+  "outputs": [{"name": "next_ids", "dtype": "i64", "shape": ["B"]},
+              {"name": "logits", "dtype": "f32", "shape": ["B", 32]}],
+  "weights": [{"name": "w", "dtype": "f32", "shape": [64], "nbytes": 256, "sha256": ""}],
+  "external_weights": null,
+  "arena_bytes": 0,
+  "buffers": [{"kind": "input", "index": 0}, {"kind": "input", "index": 1},
+              {"kind": "input", "index": 2}, {"kind": "output", "index": 0},
+              {"kind": "output", "index": 1}, {"kind": "state", "index": 0}],
+  "kernels": [{"name": "gen_step", "entry": "gen_step", "cubin": 0, "cubin_sha256": "",
+               "block": [128, 1, 1], "cluster": [1, 1, 1], "smem": 0, "backend": "test"}],
+  "steps": [{"kernel": 0, "grid": ["B", 1, 1], "args": [
+    {"kind": "ptr", "buffer": 0}, {"kind": "ptr", "buffer": 1}, {"kind": "ptr", "buffer": 2},
+    {"kind": "ptr", "buffer": 3}, {"kind": "ptr", "buffer": 4}, {"kind": "ptr", "buffer": 5},
+    {"kind": "i64", "value": "B"}, {"kind": "i64", "value": "S"}, {"kind": "i64", "value": 32},
+    {"kind": "i64", "value": 16}]}],
+  "state": [{"name": "cache.k.0", "dtype": "i64", "shape": [4, 16]}],
+  "generation": {"max_batch": 4, "max_seq_len": 16, "vocab_size": 32, "input_ids": 0,
+                 "positions": 1, "last_index": 2, "next_ids": 0, "logits": 1, "eos_ids": []},
+  "provenance": {"aotpack": "0.1.0", "created_by": "runtime_cpp tests"}
+})JSON";
+
 std::string sha_of(const void* p, size_t n) { return aotpack::sha256_hex(p, n); }
 
 void put(std::vector<uint8_t>& b, size_t at, uint64_t v, int n) {
@@ -208,6 +237,30 @@ TestBundle TestBundle::dynamic() {
     at(at(at(b.manifest, "kernels"), k), "cubin_sha256") =
         jstr(sha_of(b.cubin.data(), b.cubin.size()));
   return b;
+}
+
+TestBundle TestBundle::generation() {
+  TestBundle b;
+  b.manifest =
+      aotpack::json::parse(kGenerationTemplate, std::strlen(kGenerationTemplate), "template");
+  at(at(at(b.manifest, "weights"), 0), "sha256") =
+      jstr(sha_of(b.weight.data(), b.weight.size() * 4));
+  at(at(at(b.manifest, "kernels"), 0), "cubin_sha256") =
+      jstr(sha_of(b.cubin.data(), b.cubin.size()));
+  return b;
+}
+
+std::vector<int64_t> fake_gen_expected(const std::vector<int64_t>& prompt, size_t n,
+                                       int64_t vocab) {
+  std::vector<int64_t> seq = prompt, out;
+  for (size_t k = 0; k < n; ++k) {
+    uint64_t h = 0;
+    for (int64_t t : seq) h = h * 1000003 + uint64_t(t) + 1;
+    h ^= h >> 29;
+    out.push_back(int64_t(h % uint64_t(vocab)));
+    seq.push_back(out.back());
+  }
+  return out;
 }
 
 std::string TestBundle::write(const std::string& dir, const std::string& file) const {

@@ -51,10 +51,20 @@ struct TestBundle {
   //   grid [(B + 7)/8, 1, 1]; both: ptr x, ptr w, ptr y, tensormap x [B, 64], i32 64*B,
   //   f32 1.5.
   static TestBundle dynamic();
+  // A generation bundle (docs/generation.md) for the fake driver's gen_step kernel: symbols
+  // B in 1..4, S in 1..16; inputs input_ids, positions i64 [B, S], last_index i64 [B];
+  // outputs next_ids i64 [B], logits f32 [B, 32]; state cache.k.0 i64 [4, 16]; generation
+  // max_batch 4, max_seq_len 16, vocab_size 32, eos_ids [].
+  static TestBundle generation();
   // Writes <dir>/<file> (and <dir>/weights.safetensors when external); returns the bundle
   // path.
   std::string write(const std::string& dir, const std::string& file = "model.aotpack") const;
 };
+
+// The tokens the fake gen_step generates greedily after `prompt` (n of them, vocabulary
+// `vocab`): each is a hash of the whole sequence so far.
+std::vector<int64_t> fake_gen_expected(const std::vector<int64_t>& prompt, size_t n,
+                                       int64_t vocab);
 
 // A minimal ELF64 image with a ".nv.info.<entry>" section declaring parameters of `sizes`
 // bytes (records in reverse order, as ptxas writes them, between two other records): a cubin

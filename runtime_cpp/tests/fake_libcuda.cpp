@@ -15,6 +15,14 @@
 // two names so tests see which step group ran): parameters ptr x, ptr w, ptr y, tensor map
 // over x, i32 n, f32 alpha; y[i] = x[i] + alpha * w[i % 64] for i < n.
 //
+// Kernel of the generation test bundle (TestBundle::generation()), `gen_step`: parameters
+// ptr input_ids, ptr positions, ptr last_index, ptr next_ids, ptr logits, ptr cache (the
+// state, i64 [max_batch, max_seq]), i64 B, i64 S, i64 V, i64 max_seq. It writes each token id
+// into cache[b, positions[b, s]] (a KV cache written in place), then for each sequence hashes
+// cache[b, 0 .. p] (p = the position of its last token) into the next id (fake_gen_next) and
+// logits where that id is the unique maximum: a sequence's tokens depend on its whole history
+// in the cache, and on nothing of the other sequences.
+//
 // Pointers (cuPointerGetAttribute): cuMemAlloc'd ranges are device memory of device 0; ranges
 // a test declares with fake_cuda_set_pointer have the kind it says (unknown to the driver,
 // pinned host, device, managed, device 1); any other address counts as device memory of
@@ -45,12 +53,13 @@ constexpr CUresult kInvalidValue = 1, kNotFound = 500, kInvalidImage = 200,
                    kIllegalAddress = 700;
 
 // Kernel variants, selected by entry name; a CUfunction points at one of these.
-enum Variant { kAdd, kWrong, kHang, kCrash, kFault, kDynSmall, kDynBig, kNumVariants };
+enum Variant { kAdd, kWrong, kHang, kCrash, kFault, kDynSmall, kDynBig, kGen, kNumVariants };
 const char* const kVariantNames[kNumVariants] = {"add_kernel", "add_kernel_wrong",
                                                  "add_kernel_hang", "add_kernel_crash",
                                                  "add_kernel_fault", "dyn_add_small",
-                                                 "dyn_add_big"};
-int g_variant_ids[kNumVariants] = {kAdd, kWrong, kHang, kCrash, kFault, kDynSmall, kDynBig};
+                                                 "dyn_add_big", "gen_step"};
+int g_variant_ids[kNumVariants] = {kAdd, kWrong, kHang, kCrash, kFault, kDynSmall, kDynBig,
+                                   kGen};
 CUresult g_sticky = 0;  // a sticky error (set by add_kernel_fault)
 
 struct Launch {
@@ -79,6 +88,10 @@ FakeStream g_default_stream;
 // f32 alpha).
 const std::vector<size_t> kAddParams = {8, 8, 8, 128, 8, 4, 4, 8, 8};
 const std::vector<size_t> kDynParams = {8, 8, 8, 128, 4, 4};
+const std::vector<size_t> kGenParams = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8};
+
+// cuMemsetD8 / cuMemsetD8Async calls: count, and the last one's address, value and bytes.
+uint64_t g_memsets = 0, g_memset_last[3] = {0, 0, 0};
 
 // Address ranges the driver "knows" (start -> size, kind), see fake_cuda_set_pointer.
 enum PointerKind { kUnknown = 0, kPinnedHost = 1, kDevice = 2, kManaged = 3, kOtherDevice = 4 };
@@ -153,10 +166,41 @@ CUresult execute_dyn(const Launch& l) {
   return 0;
 }
 
+// Executes gen_step on the CPU (see the file comment).
+CUresult execute_gen(const Launch& l) {
+  const int64_t* ids = param<const int64_t*>(l, 0);
+  const int64_t* pos = param<const int64_t*>(l, 1);
+  const int64_t* last = param<const int64_t*>(l, 2);
+  int64_t* next = param<int64_t*>(l, 3);
+  float* logits = param<float*>(l, 4);
+  int64_t* cache = param<int64_t*>(l, 5);
+  int64_t B = param<int64_t>(l, 6), S = param<int64_t>(l, 7), V = param<int64_t>(l, 8),
+          max_seq = param<int64_t>(l, 9);
+  if (!ids || !pos || !last || !next || !logits || !cache) return fail_with("null pointer");
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) {
+      int64_t p = pos[b * S + s];
+      if (p < 0 || p >= max_seq) return fail_with("gen_step: position outside the cache");
+      cache[b * max_seq + p] = ids[b * S + s];
+    }
+  for (int64_t b = 0; b < B; ++b) {
+    if (last[b] < 0 || last[b] >= S) return fail_with("gen_step: last_index outside S");
+    int64_t p = pos[b * S + last[b]];
+    uint64_t h = 0;
+    for (int64_t t = 0; t <= p; ++t) h = h * 1000003 + uint64_t(cache[b * max_seq + t]) + 1;
+    h ^= h >> 29;
+    next[b] = int64_t(h % uint64_t(V));
+    for (int64_t v = 0; v < V; ++v)
+      logits[b * V + v] = v == next[b] ? 5.0f : float((h >> (v % 16)) & 3) * 0.5f;
+  }
+  return 0;
+}
+
 // Executes add_kernel on the CPU after checking every parameter the bundle defines.
 CUresult execute(const Launch& l) {
   ++g_stats.launches;
   if (l.variant == kDynSmall || l.variant == kDynBig) return execute_dyn(l);
+  if (l.variant == kGen) return execute_gen(l);
   float* x = param<float*>(l, 0);
   const float* w = param<const float*>(l, 1);
   float* y = param<float*>(l, 2);
@@ -203,6 +247,13 @@ __attribute__((visibility("default"))) int fake_cuda_launch_log(int* out, int ma
   for (int i = 0; i < n && i < max; ++i) out[i] = g_launch_log[size_t(i)];
   g_launch_log.clear();
   return n;
+}
+
+// cuMemsetD8 / cuMemsetD8Async calls so far; out3 = the last one's address, value, bytes.
+__attribute__((visibility("default"))) uint64_t fake_cuda_memsets(uint64_t* out3) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  for (int i = 0; i < 3; ++i) out3[i] = g_memset_last[i];
+  return g_memsets;
 }
 
 // Declares [start, start + size) as memory of `kind` (0 unknown to the driver, 1 pinned host,
@@ -339,6 +390,34 @@ API cuMemsetD32Async(CUdeviceptr d, unsigned int value, size_t n, CUstream) {
   return 0;
 }
 
+static CUresult memset8(CUdeviceptr d, unsigned char value, size_t n) {
+  if (g_sticky) return g_sticky;
+  // Only the first MiB, as cuMemAlloc fills only that much: a fuzzed bundle may ask for GBs
+  // of state (legitimately), which must not cost seconds (or the machine's memory) here.
+  std::memset(reinterpret_cast<void*>(d), value, n < (1u << 20) ? n : (1u << 20));
+  std::lock_guard<std::mutex> lock(g_mu);
+  ++g_memsets;
+  g_memset_last[0] = d;
+  g_memset_last[1] = value;
+  g_memset_last[2] = n;
+  return 0;
+}
+API cuMemsetD8_v2(CUdeviceptr d, unsigned char value, size_t n) { return memset8(d, value, n); }
+API cuMemsetD8Async(CUdeviceptr d, unsigned char value, size_t n, CUstream) {
+  return memset8(d, value, n);
+}
+// The fake's streams run everything at once, so the async copies are the plain ones.
+API cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, CUstream) {
+  if (g_sticky) return g_sticky;
+  std::memcpy(reinterpret_cast<void*>(d), s, n);
+  return 0;
+}
+API cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, CUstream) {
+  if (g_sticky) return g_sticky;
+  std::memcpy(d, reinterpret_cast<const void*>(s), n);
+  return 0;
+}
+
 API cuTensorMapEncodeTiled(CUtensorMap* m, CUtensorMapDataType, cuuint32_t rank, void* addr,
                            const cuuint64_t* dims, const cuuint64_t* strides,
                            const cuuint32_t* box, const cuuint32_t* estr,
@@ -390,8 +469,9 @@ API cuLaunchKernelEx(const CUlaunchConfig* c, CUfunction f, void** params, void*
     l.cluster[2] = c->attrs[i].value.clusterDim.z;
   }
   g_stats.last_cluster_x = int(l.cluster[0]);
-  const std::vector<size_t>& sizes =
-      l.variant == kDynSmall || l.variant == kDynBig ? kDynParams : kAddParams;
+  const std::vector<size_t>& sizes = l.variant == kGen                             ? kGenParams
+                                     : l.variant == kDynSmall || l.variant == kDynBig ? kDynParams
+                                                                                      : kAddParams;
   for (size_t i = 0; i < sizes.size(); ++i) {
     const uint8_t* p = static_cast<const uint8_t*>(params[i]);
     if (sizes[i] == 128 && reinterpret_cast<uintptr_t>(p) % 64 != 0)

@@ -170,7 +170,14 @@ void write_seeds(const std::string& dir) {
   std::string tmp = make_temp_dir("seeds");
   write_file(dir + "/static.aotpack", read_file(v1.write(tmp, "a.aotpack")));
   write_file(dir + "/dynamic.aotpack", read_file(TestBundle::dynamic().write(tmp, "b.aotpack")));
-  std::printf("wrote %s/static.aotpack, %s/dynamic.aotpack\n", dir.c_str(), dir.c_str());
+  // State buffers and the generation section (docs/generation.md).
+  TestBundle gen = TestBundle::generation();
+  gen.cubin = cubin_with_params("gen_step", std::vector<uint32_t>(10, 8));
+  at(at(at(gen.manifest, "kernels"), 0), "cubin_sha256") =
+      jstr(aotpack::sha256_hex(gen.cubin.data(), gen.cubin.size()));
+  write_file(dir + "/generation.aotpack", read_file(gen.write(tmp, "c.aotpack")));
+  std::printf("wrote %s/static.aotpack, %s/dynamic.aotpack, %s/generation.aotpack\n",
+              dir.c_str(), dir.c_str(), dir.c_str());
 }
 
 int fuzz(const std::string& seed_dir, double seconds, uint64_t seed, double slow_limit) {

@@ -13,7 +13,9 @@
   X(cuDeviceGet) X(cuDeviceGetName) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain)    \
   X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuModuleLoadData)   \
   X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuMemAlloc)             \
-  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuPointerGetAttribute) X(cuMemsetD32Async) X(cuLaunchKernelEx)     \
+  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuPointerGetAttribute) X(cuMemsetD32Async) \
+  X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)               \
+  X(cuLaunchKernelEx)                                                                       \
   X(cuTensorMapEncodeTiled) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)    \
   X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture)                     \
   X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy)  \

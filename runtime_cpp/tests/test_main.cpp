@@ -34,12 +34,14 @@ int main(int argc, char** argv) {
     return 0;
   }
   bool dynamic = argc > 2 && std::strcmp(argv[1], "--write-dynamic-bundle") == 0;
-  if (dynamic || (argc > 2 && std::strcmp(argv[1], "--write-bundle") == 0)) {
-    // Fixture for the aotpack-run tests: a valid bundle (v1, or the v2 one with dims that
-    // vary at run time) in the given (created) directory.
+  bool gen = argc > 2 && std::strcmp(argv[1], "--write-generation-bundle") == 0;
+  if (dynamic || gen || (argc > 2 && std::strcmp(argv[1], "--write-bundle") == 0)) {
+    // Fixture for the aotpack-run tests: a valid bundle (v1, the v2 one with dims that
+    // vary at run time, or the generation one) in the given (created) directory.
     std::string cmd = std::string("mkdir -p '") + argv[2] + "'";
     if (std::system(cmd.c_str()) != 0) return 1;
     aotpack_test::TestBundle b = dynamic ? aotpack_test::TestBundle::dynamic()
+                                 : gen   ? aotpack_test::TestBundle::generation()
                                          : aotpack_test::TestBundle();
     std::printf("%s\n", b.write(argv[2]).c_str());
     if (dynamic) write_dynamic_inputs(argv[2]);

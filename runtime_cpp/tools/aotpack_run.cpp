@@ -3,6 +3,9 @@
 //   aotpack-run BUNDLE [--weights FILE] [--device N] [--inputs in.safetensors]
 //               [--outputs out.safetensors] [--shape NAME=AxB[,...]]... [--bench N]
 //               [--warmup N] [--no-graph] [--no-pdl] [--info] [--check]
+//   aotpack-run BUNDLE --generate N (--prompt-ids 1,2,3 ... | --prompt-len L) [--batch K]
+//               [--temperature T] [--top-k K] [--top-p P] [--seed N] [--stop-id ID]...
+//               [--ignore-eos]                     (text generation: tools/run_generate.cpp)
 //   aotpack-run --tune JOB_DIR -o results.json [--budget S] [--reps N] [--warmup N]
 //               [--candidate-timeout S] [--device N]          (tuner: tools/tune.cpp)
 //
@@ -22,6 +25,7 @@
 #include "dtype.hpp"
 #include "error.hpp"
 #include "host_tensor.hpp"
+#include "run_generate.hpp"
 #include "run_info.hpp"
 #include "run_shapes.hpp"
 #include "safetensors.hpp"
@@ -62,10 +66,29 @@ const char* kUsage =
     "  --no-pdl           no programmatic dependent launch: each kernel starts only after the\n"
     "                     previous one ends (for A/B timing)\n"
     "  --seed N           seed of the random inputs (default 0)\n"
-    "  --info             print signature (with symbols and their ranges), kernels and arena\n"
-    "                     size (no GPU needed), then exit\n"
+    "  --info             print signature (with symbols and their ranges), kernels, arena and\n"
+    "                     state sizes, the generation section (no GPU needed), then exit\n"
     "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
     "  -h, --help         this text\n"
+    "text generation (docs/generation.md; a bundle built with --task text-generation):\n"
+    "  --generate N       generate up to N tokens per sequence (aotpack_session_generate);\n"
+    "                     prints each sequence's prompt and new ids, its count and decode\n"
+    "                     tokens/s, then one line 'generate: batch=B prompt=L1,L2 new=N1,N2\n"
+    "                     ttft_ms=.. decode_ms=.. decode_steps=.. decode_tok_s=.. ...'\n"
+    "                     (ttft: prefill run + first tokens on the host; decode_tok_s: every\n"
+    "                     sequence's decode tokens / decode time)\n"
+    "  --prompt-ids IDS   a prompt as comma-separated token ids (1,15043,3186); repeat it for\n"
+    "                     a batch of several sequences (one per flag)\n"
+    "  --prompt-len L     instead: a prompt of L random in-vocabulary ids (from --seed)\n"
+    "  --batch K          K sequences from the one prompt: sequence i is its first\n"
+    "                     max(1, L - i) tokens (different lengths)\n"
+    "  --temperature T    0 (default): greedy (the model's argmax); > 0: sample on the host\n"
+    "  --top-k K          sample among the K most likely tokens (default 0: all)\n"
+    "  --top-p P          sample among the smallest set reaching probability P (default 1)\n"
+    "  --seed N           also the sampling seed (the same seed gives the same tokens)\n"
+    "  --stop-id ID       a token id that ends a sequence (repeatable), besides the model's\n"
+    "                     eos ids\n"
+    "  --ignore-eos       the model's eos ids do not end a sequence\n"
     "tuning (docs/tuning.md): measure every candidate of a job made by `aotpack tune`\n"
     "  --tune JOB_DIR     the job folder (job.json + one bundle per candidate)\n"
     "  -o, --results FILE where to write results.json (required with --tune)\n"
@@ -92,6 +115,7 @@ struct Args {
   bool warmup_set = false;
   std::vector<std::string> run_only;  // flags given that --tune does not take
   std::vector<ShapeArg> shapes;       // one per --shape
+  aotpack_run::GenerateArgs gen;      // --generate and its flags
 };
 
 // Timed runs per candidate: each needs two CUDA events, all alive until the last one.
@@ -108,6 +132,16 @@ long parse_count(const char* flag, const char* v, long min, long max = 100000000
     throw UsageError{cat(flag, min > 0 ? " needs a positive integer" : " needs an integer >= 0",
                          max < 100000000 ? cat(" (at most ", max, ")") : "", ", got '", v, "'")};
   return n;
+}
+
+// --generate takes none of the tensor-run options, and its flags need it.
+void check_generate_mode(const Args& a) {
+  std::string err = aotpack_run::check_generate_args(a.gen);
+  if (!err.empty()) throw UsageError{err};
+  if (!a.gen.new_tokens) return;
+  for (const std::string& f : a.run_only)
+    if (f == "--inputs" || f == "--outputs" || f == "--bench" || f == "--shape")
+      throw UsageError{f + " cannot be used with --generate"};
 }
 
 double parse_seconds(const char* flag, const char* v, bool allow_zero) {
@@ -158,6 +192,11 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--bench") a.bench = int(parse_count("--bench", value(), 1));
     else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0)), a.warmup_set = true;
     else if (s == "--seed") a.seed = uint64_t(parse_count("--seed", value(), 0));
+    else if (aotpack_run::is_generate_flag(s)) {
+      std::string err = aotpack_run::parse_generate_flag(s, value, a.gen);
+      if (!err.empty()) throw UsageError{err};
+      a.run_only.push_back(s);
+    }
     else if (s == "--no-graph") a.graph = false;
     else if (s == "--no-pdl") a.pdl = false;
     else if (s == "--info") a.info = true;
@@ -173,6 +212,7 @@ Args parse_args(int argc, char** argv) {
     else throw UsageError{"expected one bundle path, got '" + a.bundle + "' and '" + s + "'"};
   }
   check_tune_args(a);
+  check_generate_mode(a);
   if (a.bundle.empty() && a.tune.empty()) throw UsageError{"missing BUNDLE"};
   if (!a.inputs.empty() && !a.shapes.empty())
     throw UsageError{"--shape cannot be used with --inputs (the file's tensors give the shapes)"};
@@ -427,6 +467,10 @@ int main(int argc, char** argv) {
     }
     if (a.info) {
       aotpack_run::print_info(a.bundle, a.weights);
+      return 0;
+    }
+    if (a.gen.new_tokens) {
+      aotpack_run::run_generate(a.bundle, a.weights, a.device, a.graph, a.seed, a.gen);
       return 0;
     }
     run(a);

@@ -1,6 +1,7 @@
 // run_info.cpp — `aotpack-run BUNDLE --info`: the bundle as the host-side verification sees it
 // (no driver needed): signature (dims that vary as their expressions), symbols, weights,
-// arena, kernels and steps (grids and `when` conditions as written).
+// arena, state buffers, the generation section, kernels and steps (grids and `when`
+// conditions as written).
 #include "run_info.hpp"
 
 #include <cstdio>
@@ -47,6 +48,25 @@ void print_steps(const aotpack::Manifest& m) {
   }
 }
 
+void print_generation(const aotpack::Manifest& m) {
+  for (const auto& t : m.state)
+    std::printf("state  %-24s %-5s %s\n", t.name.c_str(), aotpack::dtype_manifest_name(t.dtype),
+                dims_text(m, t.dims).c_str());
+  if (!m.state.empty())
+    std::printf("state: %zu buffers, %llu bytes per session\n", m.state.size(),
+                (unsigned long long)m.state_bytes);
+  const aotpack::GenerationSpec& g = m.generation;
+  if (!g.present) return;
+  std::string eos;
+  for (int64_t id : g.eos_ids) eos += cat(eos.empty() ? "" : ",", id);
+  std::printf("generation: max_batch=%lld max_seq_len=%lld vocab_size=%lld eos_ids=[%s] "
+              "input_ids=%s positions=%s last_index=%s next_ids=%s logits=%s\n",
+              (long long)g.max_batch, (long long)g.max_seq_len, (long long)g.vocab_size,
+              eos.c_str(), m.inputs[g.input_ids].name.c_str(), m.inputs[g.positions].name.c_str(),
+              m.inputs[g.last_index].name.c_str(), m.outputs[g.next_ids].name.c_str(),
+              m.outputs[g.logits].name.c_str());
+}
+
 }  // namespace
 
 void print_info(const std::string& bundle, const std::string& weights) {
@@ -67,6 +87,7 @@ void print_info(const std::string& bundle, const std::string& weights) {
               (unsigned long long)wbytes, m.external_weights ? " (external)" : "");
   std::printf("arena: %llu bytes%s\n", (unsigned long long)m.arena_bytes,
               m.symbols.empty() ? "" : " (for every shape)");
+  print_generation(m);
   for (size_t i = 0; i < m.kernels.size(); ++i) {
     const auto& k = m.kernels[i];
     std::printf("kernel %zu %-20s entry=%s block=%ux%ux%u cluster=%ux%ux%u smem=%u %s\n", i,

@@ -317,6 +317,133 @@ AOTPACK_API aotpack_status* aotpack_session_execute(aotpack_session* session,
 /* Releases the session (waits for nothing: synchronize the stream first). */
 AOTPACK_API void aotpack_session_free(aotpack_session* session);
 
+/* ------------------------------------------------------------------------------------------
+ * State (docs/generation.md): buffers a bundle keeps on the device between runs, e.g. the KV
+ * cache of a language model. Each session allocates its own at aotpack_session_create, zeroed,
+ * at a fixed address for the session's life (so its CUDA graphs stay valid); steps read and
+ * write them in place; they are freed with the session. A bundle without a "state" list has
+ * none and behaves as before. State bytes count toward the session's device memory, not
+ * aotpack_model_arena_bytes().
+ * ---------------------------------------------------------------------------------------- */
+
+/* Number of state buffers (0 when the bundle has none, and when model is NULL). */
+AOTPACK_API size_t aotpack_model_num_states(const aotpack_model* model);
+/* Fills *info for state buffer `index` (its shape is static); INVALID_ARGUMENT when out of
+ * range. */
+AOTPACK_API aotpack_status* aotpack_model_state_info(const aotpack_model* model, size_t index,
+                                                     aotpack_tensor_info* info);
+/* Device bytes every session of the model allocates for its state (each buffer 256-aligned;
+ * 0 without state). */
+AOTPACK_API uint64_t aotpack_model_state_bytes(const aotpack_model* model);
+/* Enqueues the zeroing of every state buffer on `stream` (as at session creation). Not needed
+ * between aotpack_session_generate calls: a generation overwrites every cache row before it
+ * reads it. */
+AOTPACK_API aotpack_status* aotpack_session_reset_state(aotpack_session* session, void* stream);
+
+/* ------------------------------------------------------------------------------------------
+ * Text generation (docs/generation.md). A generation bundle's step takes token ids, their
+ * positions and the index of each sequence's last token, and returns the next ids (argmax) and
+ * the logits; aotpack_session_generate runs the whole token loop: one prefill run with every
+ * prompt (right-padded to the longest), then one decode run (one token per sequence) per new
+ * token, replaying a CUDA graph captured once per batch size.
+ * ---------------------------------------------------------------------------------------- */
+
+/* What a generation bundle accepts (aotpack_model_generation_info). */
+typedef struct aotpack_generation_info {
+  int64_t max_batch;      /* most sequences one call may generate together */
+  int64_t max_seq_len;    /* most tokens of a sequence: prompt + new tokens - 1 (the last new
+                             token is never fed back) */
+  int64_t vocab_size;     /* token ids are 0 .. vocab_size-1 */
+  size_t num_eos_ids;     /* the model's end-of-sequence ids (may be 0) ... */
+  const int64_t* eos_ids; /* ... valid while the model lives */
+} aotpack_generation_info;
+
+/* Fills *info for a generation bundle (one with a manifest "generation" section);
+ * INVALID_ARGUMENT for any other bundle ("not a text-generation bundle"). */
+AOTPACK_API aotpack_status* aotpack_model_generation_info(const aotpack_model* model,
+                                                          aotpack_generation_info* info);
+
+/* Called once per generated token, in order (for a step, sequence 0 first): `sequence` is the
+ * index of the prompt, `token` the new id, `step` 0 for the token of the prefill run and k for
+ * the k-th decode run. Return 0 to go on; anything else stops the generation cleanly (the call
+ * then returns NULL with what was generated so far, and stats->stopped_by_callback = 1). */
+typedef int (*aotpack_token_callback)(void* user_data, size_t sequence, int64_t token,
+                                      size_t step);
+
+/* Options of aotpack_session_generate. Zero-initialize, set struct_size = sizeof(the struct):
+ * every zero field is its default (greedy, no stop ids but the model's eos ids, no callback).
+ * NULL options = all defaults. */
+typedef struct aotpack_generate_options {
+  size_t struct_size;
+  /* 0 (default): greedy, the step's own argmax (only next_ids, B ids per token, is copied to
+   * the host). > 0: sample on the host from softmax(logits / temperature), with top_k / top_p
+   * below. Must be finite and >= 0. */
+  float temperature;
+  /* Sampling only: draw among the top_k most likely tokens (0, the default: all). >= 0. */
+  int32_t top_k;
+  /* Sampling only: draw among the smallest set of most likely tokens whose probability reaches
+   * top_p (nucleus sampling), in (0, 1]; 0 means the default, 1 (no cut). Applied after
+   * top_k. */
+  float top_p;
+  /* Sampling only: the seed. A draw depends only on (seed, sequence index, step), so the same
+   * call with the same seed generates the same tokens. */
+  uint64_t seed;
+  /* Ids that end a sequence (the stop id itself is the sequence's last token), besides the
+   * model's eos ids. NULL when num_stop_ids is 0. */
+  const int64_t* stop_ids;
+  size_t num_stop_ids;
+  /* 1: the model's eos ids do not end a sequence (only stop_ids and max_new_tokens do). */
+  int32_t ignore_eos;
+  /* Streaming: called for every new token (see aotpack_token_callback); NULL: none. */
+  aotpack_token_callback on_token;
+  void* user_data;
+  /* Must be zero (room for options of later releases). */
+  uint64_t reserved[4];
+} aotpack_generate_options;
+
+/* Timings of one aotpack_session_generate call. Set struct_size = sizeof(the struct); the
+ * runtime writes only the fields that fit. Times are host wall-clock milliseconds. */
+typedef struct aotpack_generate_stats {
+  size_t struct_size;
+  double ttft_ms;             /* time to first token: inputs up, prefill run, first tokens on
+                                 the host */
+  double decode_ms;           /* every decode run after that, tokens on the host */
+  int64_t decode_steps;       /* decode runs (each gives one token per unfinished sequence) */
+  int64_t prompt_tokens;      /* sum of the prompt lengths */
+  int64_t generated_tokens;   /* sum of out_counts */
+  double decode_tokens_per_s; /* tokens the decode runs generated (all sequences) / decode
+                                 time; 0 without decode runs */
+  int32_t stopped_by_callback; /* 1 when on_token stopped the generation */
+} aotpack_generate_stats;
+
+/* Generates up to `max_new_tokens` tokens for each of `batch` prompts (`prompts[i]` holds
+ * `prompt_lens[i]` token ids) and waits for them: the call returns when every sequence has
+ * max_new_tokens tokens or has produced a stop id (options; the model's eos ids unless
+ * ignore_eos), or when on_token returned nonzero.
+ *
+ * Output: `out_tokens` (caller-owned host memory, batch × max_new_tokens, row i = sequence i)
+ * receives the new tokens; entries past a sequence's count are -1. `out_counts` (batch
+ * entries) receives each sequence's count. `stats`: NULL or timings (see above).
+ *
+ * Checked before anything runs (INVALID_ARGUMENT with a message naming the sequence and the
+ * numbers; nothing launched, the session stays usable): a bundle that is not a generation
+ * bundle, batch 0 or over max_batch, max_new_tokens 0, an empty prompt, a token id outside
+ * [0, vocab_size), prompt_lens[i] + max_new_tokens - 1 over max_seq_len, bad options, NULL
+ * arrays, a stream that is being captured (the loop synchronizes `stream` once per token).
+ *
+ * The session owns the step's device inputs and outputs, allocated at their maxima at the
+ * first call. The state (KV cache) is not reset: every row a sequence reads is written first.
+ * Work runs on `stream` (NULL: the legacy default stream). Greedy: a sequence's tokens do not
+ * depend on the other prompts of the batch (up to the kernels' floating-point order). */
+AOTPACK_API aotpack_status* aotpack_session_generate(aotpack_session* session,
+                                                     const int64_t* const* prompts,
+                                                     const size_t* prompt_lens, size_t batch,
+                                                     size_t max_new_tokens,
+                                                     const aotpack_generate_options* options,
+                                                     int64_t* out_tokens, size_t* out_counts,
+                                                     aotpack_generate_stats* stats,
+                                                     void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -10,10 +10,16 @@
 // input shapes; output_shapes() says how large the outputs are:
 //   auto outs = model.output_shapes({{2, 128}});
 //   session.run({ids_ptr}, {{2, 128}}, {logits_ptr}, stream);
+//
+// A text-generation bundle (docs/generation.md) runs its whole token loop in one call:
+//   aotpack::GenerateResult r = session.generate({{1, 15043, 3186}}, 256);
+//   // r.tokens[0]: the new ids; r.stats.ttft_ms, r.stats.decode_tokens_per_s
 #ifndef AOTPACK_AOTPACK_HPP_
 #define AOTPACK_AOTPACK_HPP_
 
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -74,6 +80,30 @@ struct SymbolInfo {
   int64_t min, max, example;
 };
 
+// What a generation bundle accepts (aotpack_generation_info, copied).
+struct GenerationInfo {
+  int64_t max_batch = 0, max_seq_len = 0, vocab_size = 0;
+  std::vector<int64_t> eos_ids;
+};
+
+// Options of Session::generate (aotpack_generate_options; the defaults are greedy).
+struct GenerateOptions {
+  float temperature = 0.0f;  // 0: greedy
+  int top_k = 0;             // 0: all tokens
+  float top_p = 1.0f;        // (0, 1]
+  uint64_t seed = 0;
+  std::vector<int64_t> stop_ids;  // besides the model's eos ids
+  bool ignore_eos = false;
+  // Called per new token (sequence, token, step); return false to stop generating.
+  std::function<bool(size_t, int64_t, size_t)> on_token;
+};
+
+// Session::generate's result: tokens[i] = sequence i's new ids; stats as the C API fills them.
+struct GenerateResult {
+  std::vector<std::vector<int64_t>> tokens;
+  aotpack_generate_stats stats;
+};
+
 // Options of Model::Model / Model::check_file.
 struct ModelOptions {
   std::string weights_path;  // empty: bundle's external_weights.file (if any)
@@ -108,6 +138,28 @@ class Model {
   size_t num_kernels() const { return aotpack_model_num_kernels(handle_); }
   size_t num_steps() const { return aotpack_model_num_steps(handle_); }
   aotpack_model* get() const { return handle_; }
+
+  // The state buffers (e.g. the KV cache) each session allocates, and their device bytes.
+  std::vector<TensorInfo> states() const {
+    std::vector<TensorInfo> out;
+    for (size_t i = 0; i < aotpack_model_num_states(handle_); ++i) {
+      aotpack_tensor_info t;
+      check(aotpack_model_state_info(handle_, i, &t));
+      out.push_back({t.name, t.dtype, t.dtype_name, Shape(t.dims, t.dims + t.rank), t.nbytes,
+                     {}});
+      for (int32_t k = 0; k < t.rank; ++k) out.back().dims.push_back({"", t.dims[k], t.dims[k]});
+    }
+    return out;
+  }
+  uint64_t state_bytes() const { return aotpack_model_state_bytes(handle_); }
+
+  // A generation bundle's limits; throws Exception (INVALID_ARGUMENT) for any other bundle.
+  GenerationInfo generation_info() const {
+    aotpack_generation_info g;
+    check(aotpack_model_generation_info(handle_, &g));
+    return {g.max_batch, g.max_seq_len, g.vocab_size,
+            std::vector<int64_t>(g.eos_ids, g.eos_ids + g.num_eos_ids)};
+  }
 
   // The symbols (empty for a model whose shapes are all static).
   std::vector<SymbolInfo> symbols() const {
@@ -225,9 +277,72 @@ class Session {
     check(aotpack_session_execute(handle_, inputs.data(), inputs.size(), shapes.data(),
                                   outputs.data(), outputs.size(), nullptr, stream));
   }
+  // Generates up to max_new_tokens tokens per prompt (aotpack_session_generate) and waits.
+  GenerateResult generate(const std::vector<std::vector<int64_t>>& prompts,
+                          size_t max_new_tokens, const GenerateOptions& opts = GenerateOptions(),
+                          void* stream = nullptr) {
+    std::vector<const int64_t*> ptrs;
+    std::vector<size_t> lens;
+    for (const auto& p : prompts) {
+      ptrs.push_back(p.data());
+      lens.push_back(p.size());
+    }
+    aotpack_generate_options o{};
+    o.struct_size = sizeof(o);
+    o.temperature = opts.temperature;
+    o.top_k = opts.top_k;
+    o.top_p = opts.top_p;
+    o.seed = opts.seed;
+    o.stop_ids = opts.stop_ids.empty() ? nullptr : opts.stop_ids.data();
+    o.num_stop_ids = opts.stop_ids.size();
+    o.ignore_eos = opts.ignore_eos ? 1 : 0;
+    Streaming streaming{&opts.on_token, nullptr};
+    if (opts.on_token) {
+      o.on_token = &Streaming::call;
+      o.user_data = &streaming;
+    }
+    std::vector<int64_t> tokens(prompts.size() * max_new_tokens);
+    std::vector<size_t> counts(prompts.size());
+    GenerateResult r;
+    r.stats = aotpack_generate_stats{};
+    r.stats.struct_size = sizeof(r.stats);
+    aotpack_status* st = aotpack_session_generate(handle_, ptrs.data(), lens.data(),
+                                                  prompts.size(), max_new_tokens, &o,
+                                                  tokens.data(), counts.data(), &r.stats, stream);
+    if (streaming.error) {
+      aotpack_status_free(st);
+      std::rethrow_exception(streaming.error);  // the callback's own exception
+    }
+    check(st);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      r.tokens.emplace_back(tokens.begin() + long(i * max_new_tokens),
+                            tokens.begin() + long(i * max_new_tokens + counts[i]));
+    return r;
+  }
+
+  // Zeroes the state buffers (e.g. the KV cache) on `stream`.
+  void reset_state(void* stream = nullptr) {
+    check(aotpack_session_reset_state(handle_, stream));
+  }
+
   aotpack_session* get() const { return handle_; }
 
  private:
+  // Carries GenerateOptions::on_token through the C callback; an exception it throws stops
+  // the generation and is rethrown by generate().
+  struct Streaming {
+    const std::function<bool(size_t, int64_t, size_t)>* fn;
+    std::exception_ptr error;
+    static int call(void* self, size_t seq, int64_t token, size_t step) {
+      Streaming* s = static_cast<Streaming*>(self);
+      try {
+        return (*s->fn)(seq, token, step) ? 0 : 1;
+      } catch (...) {
+        s->error = std::current_exception();
+        return 1;
+      }
+    }
+  };
   aotpack_session* handle_ = nullptr;
 };
 
