@@ -192,3 +192,50 @@ def test_prefill_inputs_layout():
     assert ids.tolist() == [[5, 6, 7], [8, 0, 0]]
     assert positions.tolist() == [[0, 1, 2], [0, 1, 2]]
     assert last.tolist() == [2, 3]  # b * S + len_b - 1
+
+
+def test_kernels_of_a_step_in_the_interpreter():
+    """The Triton kernels a generation step adds, run by Triton's interpreter against their
+    torch references: argmax over a vocabulary-wide row (the looped form), the row scatter
+    (rows outside the table skipped), RoPE with per-sequence tables."""
+    from aotpack.kernels import run_reference as run_op_reference
+    from aotpack.kernels.spec import ReduceOp, RopeOp, ScatterRowsOp, TensorArg, contiguous
+    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from aotpack.dtypes import DType
+
+    g = torch.Generator().manual_seed(0)
+    vocab = 50_000
+    logits = torch.randn(3, vocab, generator=g)
+    logits[1, 7] = logits[1, 40_123] = 100.0  # a tie across chunks: the first wins
+    logits[2, vocab - 1] = 100.0
+    arg = ReduceOp("argmax", contiguous("logits", DType.F32, (3, vocab)),
+                   contiguous("ids", DType.I64, (3,)))
+    scatter = ScatterRowsOp(contiguous("rows", DType.I64, (4,)),
+                            contiguous("vals", DType.BF16, (4, 48)),
+                            contiguous("cache", DType.BF16, (10, 48)))
+    cos = TensorArg("cos", DType.BF16, (2, 5, 16), (5 * 16, 16, 1))
+    rope = RopeOp(contiguous("x", DType.BF16, (2, 3, 5, 16)), cos,
+                  TensorArg("sin", DType.BF16, (2, 5, 16), (5 * 16, 16, 1)),
+                  contiguous("xr", DType.BF16, (2, 3, 5, 16)))
+    envs = [{"logits": logits.reshape(-1), "ids": torch.zeros(3, dtype=torch.int64)},
+            {"rows": torch.tensor([2, -1, 9, 10]),
+             "vals": torch.randn(4 * 48, generator=g).to(torch.bfloat16),
+             "cache": torch.randn(10 * 48, generator=g).to(torch.bfloat16)},
+            {"x": torch.randn(2 * 3 * 5 * 16, generator=g).to(torch.bfloat16),
+             "cos": torch.randn(2 * 5 * 16, generator=g).to(torch.bfloat16),
+             "sin": torch.randn(2 * 5 * 16, generator=g).to(torch.bfloat16),
+             "xr": torch.zeros(2 * 3 * 5 * 16, dtype=torch.bfloat16)}]
+    refs = []
+    for op, env in zip((arg, scatter, rope), envs):
+        ref = {k: v.clone() for k, v in env.items()}
+        run_op_reference(op, ref)
+        refs.append(ref[op.out.storage])
+    before = envs[1]["cache"].clone().reshape(10, 48)
+    run_interpreted_batch([(arg, envs[0], None), (scatter, envs[1], None),
+                           (rope, envs[2], None)])
+    assert envs[0]["ids"].tolist() == refs[0].tolist() == [int(logits[0].argmax()), 7,
+                                                           vocab - 1]
+    cache = envs[1]["cache"].reshape(10, 48)
+    assert torch.equal(envs[1]["cache"], refs[1])
+    assert torch.equal(cache[[0, 1, 3, 4, 5, 6, 7, 8]], before[[0, 1, 3, 4, 5, 6, 7, 8]])
+    torch.testing.assert_close(envs[2]["xr"].float(), refs[2].float(), rtol=2e-2, atol=2e-2)

@@ -327,7 +327,8 @@ def test_rmsnorm_rope_pointwise_llama_cubins():
     (launch,) = compile_op(rope)
     _well_formed(launch, ["qkv", "cos", "sin", "q_rot"])
     assert [s.value for s in launch.args if isinstance(s, IntSlot)] == [
-        2048 * 48 * 128, 128, 48 * 128, 128, 128, 32 * 2048 * 128, 2048 * 128, 128, 2048]
+        # x strides b, h, s; cos b (0: one table), s; sin b, s; out b, h, s; seq
+        2048 * 48 * 128, 128, 48 * 128, 0, 128, 0, 128, 32 * 2048 * 128, 2048 * 128, 128, 2048]
 
     shape = (2048, 14336)
     swiglu = PointwiseOp((contiguous("gate", BF16, shape), contiguous("up", BF16, shape)),

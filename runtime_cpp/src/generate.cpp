@@ -196,7 +196,7 @@ GenerateStats Generator::generate(const GenerateRequest& r, cu::CUstream stream)
       ids_[b * S + s] = s < r.lens[b] ? r.prompts[b][s] : 0;
       pos_[b * S + s] = int64_t(s);
     }
-    last_[b] = int64_t(r.lens[b]) - 1;
+    last_[b] = int64_t(b * S + r.lens[b]) - 1;  // its last token as a row of [B * S]
     st.prompt_tokens += int64_t(r.lens[b]);
   }
   bool stop = false;
@@ -222,7 +222,7 @@ GenerateStats Generator::generate(const GenerateRequest& r, cu::CUstream stream)
     for (size_t b = 0; b < B; ++b) {
       ids_[b] = prev_[b];
       pos_[b] = int64_t(r.lens[b] + k - 1);
-      last_[b] = 0;
+      last_[b] = int64_t(b);  // S = 1: row b of [B * 1]
     }
     step(B, 1, false, r.greedy, stream);
     ++st.decode_steps;

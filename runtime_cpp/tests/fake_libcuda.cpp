@@ -184,8 +184,10 @@ CUresult execute_gen(const Launch& l) {
       cache[b * max_seq + p] = ids[b * S + s];
     }
   for (int64_t b = 0; b < B; ++b) {
-    if (last[b] < 0 || last[b] >= S) return fail_with("gen_step: last_index outside S");
-    int64_t p = pos[b * S + last[b]];
+    // last_index: the sequence's last token as a row of [B * S] (docs/generation.md)
+    if (last[b] < b * S || last[b] >= (b + 1) * S)
+      return fail_with("gen_step: last_index outside its sequence's rows");
+    int64_t p = pos[last[b]];
     uint64_t h = 0;
     for (int64_t t = 0; t <= p; ++t) h = h * 1000003 + uint64_t(cache[b * max_seq + t]) + 1;
     h ^= h >> 29;

@@ -1,7 +1,8 @@
 """sum / mean / amax / amin over the last dim of a 2-D view [R, C] -> out[R], f32 accumulation.
 
 Whole rows in registers (C <= 16384, several short rows per program) or, for longer rows, a
-loop over 4096-column chunks into per-lane f32 accumulators combined once at the end.
+loop over 4096-column chunks into per-lane f32 accumulators combined once at the end (argmax:
+each lane's max and its column, the first column of the row's max at the end).
 amax/amin propagate NaN like torch (the hardware max/min drop it, so NaNs are counted).
 """
 from __future__ import annotations
@@ -60,6 +61,16 @@ def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_
         x, mask = load_chunk(x_row, x_stride_c, row_mask, cols, n_cols)
         acc = tl.where(mask, x, fill)
         nan = (acc != acc).to(tl.int32)
+    elif KIND == 4:  # argmax of a long row (a vocabulary): each lane keeps its max and where
+        acc = tl.full([ROWS, BLOCK_C], fill, dtype=tl.float32)
+        at = tl.zeros([ROWS, BLOCK_C], dtype=tl.int32)
+        for start in range(0, n_cols, BLOCK_C):
+            x, mask = load_chunk(x_row, x_stride_c, row_mask, start + cols, n_cols)
+            x = tl.where(mask, x, fill)
+            better = x > acc  # strict: a lane keeps the first of equal maxima
+            at = tl.where(better, start + cols[None, :], at)
+            acc = tl.where(better, x, acc)
+        best = tl.max(acc, 1)
     else:
         acc = tl.full([ROWS, BLOCK_C], fill, dtype=tl.float32)
         nan = tl.zeros([ROWS, BLOCK_C], dtype=tl.int32)
@@ -68,7 +79,10 @@ def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_
             x = tl.where(mask, x, fill)
             acc = _combine(acc, x, KIND)
             nan = nan | (x != x).to(tl.int32)
-    r = _finish(acc, nan, n_cols, KIND)
+    if KIND == 4 and LOOP:  # the first column holding the row's max
+        r = tl.min(tl.where(acc == best[:, None], at, n_cols), 1)
+    else:
+        r = _finish(acc, nan, n_cols, KIND)
     tl.store(out_ptr + rows * out_stride, r.to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
@@ -79,8 +93,6 @@ def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:
     if op.out.shape != (rows,):
         raise ValueError(f"reduce: out must be a [{rows}] vector, got {op.out.shape}")
     cfg = rw.config(rows, cols, config)
-    if op.kind == "argmax" and cfg["LOOP"]:  # the looped form keeps no positions
-        raise ValueError(f"argmax over {cols} columns: rows of at most {rw.MAX_COLS} only")
     args = {
         "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out), **rw.view_args("x", op.x),
         "out_stride": int_arg(op.out.strides[0]),
