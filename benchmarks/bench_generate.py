@@ -191,6 +191,7 @@ def run_all(args, budget: gm.Budget, report: Report) -> None:
         # this model's share of what is left; what it does not use goes to the next ones
         share = budget.share(weights[k], sum(weights[k:]))
         run_model(name, args, device, gm.Budget(share), report)
+        torch._dynamo.reset()  # compiled steps keep their model (and CUDA graph pools) alive
         if device.type == "cuda":
             torch.cuda.empty_cache()
 

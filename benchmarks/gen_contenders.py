@@ -148,13 +148,16 @@ class StaticLoop:
         token = torch.argmax(logits[:, -1], dim=-1, keepdim=True)
         watch.mark()
         tokens = [token]
-        positions = torch.arange(length, length + new, device=ids.device)
-        for k in range(new - 1):
+        # one position tensor stepped in place (gpt-fast's input_pos += 1): no host-to-device
+        # copy per step, and the same tensor (shape, offset) for the compiled step every time
+        position = torch.tensor([length], dtype=torch.int64, device=ids.device)
+        for _ in range(new - 1):
             if self.mode and self.mode != "default":
                 torch.compiler.cudagraph_mark_step_begin()
             # clone: a CUDA graph's output is overwritten by its next replay
-            token = self.step(self.model, token, positions[k:k + 1], cache).clone()
+            token = self.step(self.model, token, position, cache).clone()
             tokens.append(token)
+            position += 1
         watch.mark()
         watch.finish()
         return {"ttft_ms": watch.ms(0, 1), "decode_ms": watch.ms(1, 2)}, torch.cat(tokens, 1)

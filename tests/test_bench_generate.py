@@ -186,6 +186,16 @@ def test_cells_and_bundle_limits():
     assert gc.prompts(2, 5, 512, 0) == gc.prompts(2, 5, 512, 0) != gc.prompts(2, 5, 512, 1)
 
 
+def test_compile_reserve_counts_batch_sizes_still_to_compile():
+    args = bg.parse_args(["--compile-mode", "max-autotune"])
+    units = [("eager", (1, 128)), ("gptfast", (1, 128)), ("gptfast", (8, 128)),
+             ("gptfast", (1, 2048))]
+    assert gen_run._compile_reserve(units, args, {}) == 2 * 150
+    assert gen_run._compile_reserve(units, args, {"compile": {"1": {}}}) == 150
+    assert gen_run._compile_reserve(units[:1], args, {}) == 0
+    assert gen_run._compile_reserve(units, bg.parse_args(["--compile-mode", "none"]), {}) == 0
+
+
 def test_aotpack_run_command():
     cmd = gc.aotpack_run_command("/b/aotpack-run", Path("g/model.aotpack"), 256, 8, [1, 2, 3])
     assert cmd == ["/b/aotpack-run", "g/model.aotpack", "--generate", "256", "--prompt-ids",
@@ -207,6 +217,22 @@ def test_static_cache_loop_matches_generate(tiny):
         assert timings["ttft_ms"] > 0 and timings["decode_ms"] > 0
     with pytest.raises(ValueError):
         loop.run(ids, 64)
+
+
+def test_decode_step_traces_as_one_graph(tiny):
+    """What gptfast compiles: transformers' decode step with a StaticCache must trace with
+    fullgraph=True, once for every prompt length (the position is a stepped tensor)."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    loop = gc.StaticLoop(tiny, max_cache_len=64, mode="none")
+    loop.step = torch.compile(gc._decode_one, backend="eager", fullgraph=True)
+    for length in (9, 20):
+        ids = gc.as_tensor(gc.prompts(2, length, 512, 3), torch.device("cpu"))
+        assert torch.equal(loop.run(ids, 6)[1], gc.hf_generate(tiny, ids, 6, **gc.EAGER))
+    assert counters["stats"]["unique_graphs"] == 1
+    torch._dynamo.reset()
 
 
 class _StepGenerator:
@@ -273,6 +299,36 @@ def test_smoke_run_on_the_cpu(tmp_path, capsys):
     lines = capsys.readouterr().out.rstrip().splitlines()
     assert lines[-5].split()[:4] == ["model", "B", "prompt", "contender"]  # the table, last
     assert [line.split()[3] for line in lines[-4:]] == ["eager"] * 2 + ["gptfast"] * 2
+
+
+def _fake_bundle(folder: Path, generation: dict) -> None:
+    """A model.aotpack holding only a manifest (what the harness reads before running it)."""
+    folder.mkdir(parents=True)
+    manifest = {"generation": generation, "external_weights": None}
+    header = json.dumps({"__metadata__": {"aotpack.manifest": json.dumps(manifest)}}).encode()
+    (folder / "model.aotpack").write_bytes(len(header).to_bytes(8, "little") + header)
+
+
+def test_aotpack_run_rows_from_a_launcher(tmp_path):
+    """aotpack-run's two processes per cell (cold --generate 1, then --generate N) and its
+    last line, through a stand-in launcher; a cell past the bundle's max_batch is skipped."""
+    _fake_bundle(tmp_path / "gen" / "tiny", {"max_batch": 1, "max_seq_len": 64})
+    run = tmp_path / "aotpack-run"
+    run.write_text("#!/bin/sh\necho loading\n"
+                   "echo \"generate: batch=1 prompt=8 new=$3 ttft_ms=1.5 decode_tok_s=400\"\n")
+    run.chmod(0o755)
+    bg.main(["bench_generate.py", "--models", "tiny", "--device", "cpu", "--contenders",
+             "aotpack-run", "--batches", "1,2", "--prompts", "8", "--new", "6",
+             "--bundles", str(tmp_path / "gen"), "--aotpack-run", str(run),
+             "--out", str(tmp_path)])
+    doc = json.loads(next(tmp_path.glob("generate-*.json")).read_text())
+    [row] = doc["rows"]
+    assert (row["contender"], row["B"], row["ttft_ms"], row["tok_s"]) == \
+        ("aotpack-run", 1, 1.5, 400.0)
+    assert row["step_ms"] == pytest.approx(2.5)
+    cell = doc["models"]["tiny"]["cells"]["B1_P8"]["aotpack-run"]
+    assert cell["line"]["new"] == 6 and cell["cold_first_token_ms"] > 0
+    assert any("max_batch 1" in s for s in doc["skipped"])
 
 
 def test_budget_too_small_skips_and_says_so(tmp_path):
