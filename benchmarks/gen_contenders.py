@@ -183,10 +183,10 @@ def aotpack_generate(generator, batch_prompts: list[list[int]], new: int) -> dic
 
 def aotpack_run_command(run: str, bundle: Path, new: int, batch: int, prompt: list[int]
                         ) -> list[str]:
-    """aotpack-run's generate mode: `batch` copies of one prompt, exactly `new` tokens."""
+    """aotpack-run's generate mode: `batch` sequences from one prompt (sequence i its first
+    len - i tokens), exactly `new` tokens each."""
     return [run, str(bundle), "--generate", str(new), "--prompt-ids",
-            ",".join(map(str, prompt)), "--batch", str(batch), "--prompt-len", str(len(prompt)),
-            "--ignore-eos"]
+            ",".join(map(str, prompt)), "--batch", str(batch), "--ignore-eos"]
 
 
 def run_process(cmd: list[str], timeout_s: float) -> tuple[float, int, str]:

@@ -202,7 +202,7 @@ def test_compile_reserve_counts_batch_sizes_still_to_compile():
 def test_aotpack_run_command():
     cmd = gc.aotpack_run_command("/b/aotpack-run", Path("g/model.aotpack"), 256, 8, [1, 2, 3])
     assert cmd == ["/b/aotpack-run", "g/model.aotpack", "--generate", "256", "--prompt-ids",
-                   "1,2,3", "--batch", "8", "--prompt-len", "3", "--ignore-eos"]
+                   "1,2,3", "--batch", "8", "--ignore-eos"]
 
 
 # ----------------------------------------------------------------------- torch paths (CPU)
