@@ -239,3 +239,32 @@ def test_kernels_of_a_step_in_the_interpreter():
     assert torch.equal(envs[1]["cache"], refs[1])
     assert torch.equal(cache[[0, 1, 3, 4, 5, 6, 7, 8]], before[[0, 1, 3, 4, 5, 6, 7, 8]])
     torch.testing.assert_close(envs[2]["xr"].float(), refs[2].float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("splits,window,seq", [(1, 0, 1), (4, 0, 1), (1, 5, 3), (3, 0, 20)])
+def test_positional_attention_kernel_in_the_interpreter(splits, window, seq):
+    """Attention over a KV cache read up to each query's position (GQA: 4 query heads per kv
+    head; split key ranges merged by the combine kernel) against the torch reference."""
+    from aotpack.dtypes import DType
+    from aotpack.kernels import run_reference as run_op_reference
+    from aotpack.kernels.spec import AttentionOp, TensorArg, contiguous
+    from aotpack.kernels.triton import attention
+
+    b, hq, hkv, t, d = 2, 8, 2, 40, 16
+    g = torch.Generator().manual_seed(splits + window)
+    # the cache laid out [B, T, Hkv, D] and read as [B, Hkv, T, D]
+    k = TensorArg("k", DType.BF16, (b, hkv, t, d), (t * hkv * d, d, hkv * d, 1))
+    v = TensorArg("v", DType.BF16, (b, hkv, t, d), (t * hkv * d, d, hkv * d, 1))
+    op = AttentionOp(contiguous("q", DType.BF16, (b, hq, seq, d)), k, v,
+                     contiguous("o", DType.BF16, (b, hq, seq, d)), False, 0.25, None,
+                     contiguous("pos", DType.I64, (b, seq)), window)
+    positions = torch.stack([torch.arange(seq) + 3, torch.arange(seq) + 19])
+    env = {"q": torch.randn(b * hq * seq * d, generator=g).to(torch.bfloat16),
+           "k": torch.randn(b * t * hkv * d, generator=g).to(torch.bfloat16),
+           "v": torch.randn(b * t * hkv * d, generator=g).to(torch.bfloat16),
+           "pos": positions.reshape(-1), "o": torch.zeros(b * hq * seq * d, dtype=torch.bfloat16)}
+    ref = {k_: x.clone() for k_, x in env.items()}
+    run_op_reference(op, ref)
+    config = dict(attention.default_config(op), SPLITS=splits)
+    attention.run_interpreted(op, env, config)
+    torch.testing.assert_close(env["o"].float(), ref["o"].float(), rtol=2e-2, atol=2e-2)

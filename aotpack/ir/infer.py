@@ -209,7 +209,11 @@ def _sdpa(ins, a: O.SdpaAttrs):
         raise TypeError("sdpa: q, k, v must be 4-D [B, H, S, D]")
     if k.shape[1] != q.shape[1] and (not a.gqa or q.shape[1] % k.shape[1]):
         raise TypeError(f"sdpa: {q.shape[1]} query heads vs {k.shape[1]} kv heads")
-    if len(ins) == 4:
+    if len(ins) == 4 and a.positions:
+        if ins[3].dtype not in (DType.I64, DType.I32) or len(ins[3].shape) != 2:
+            raise TypeError(f"sdpa: positions {ins[3].dtype.value}{list(ins[3].shape)} are "
+                            f"not integers [B, S]")
+    elif len(ins) == 4:
         scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
         if len(ins[3].shape) > 4 or broadcast_shapes(ins[3].shape, scores) != scores:
             raise TypeError(f"sdpa: mask {ins[3].shape} does not broadcast to {scores}")

@@ -42,6 +42,10 @@ def _binary(fn):
 def _sdpa(a, q, k, v, mask=None):
     import torch.nn.functional as F
 
+    if mask is not None and a.positions:
+        from aotpack.kernels.reference.attention import positional_mask
+
+        mask = positional_mask(mask, a.window, k.shape[-2])
     if mask is not None and mask.dtype.is_floating_point:
         mask = mask.to(q.dtype)
     if mask is not None and a.causal:  # sdpa takes one or the other

@@ -190,6 +190,11 @@ class SdpaAttrs:
     causal: bool
     scale: float | None  # None: 1/sqrt(D)
     gqa: bool
+    # the 4th operand is the queries' positions (int64 [B, S]), not a mask: key t is seen by
+    # query (b, s) iff t <= positions[b, s] (and t > positions[b, s] - window if window > 0).
+    # passes/fuse_attention.py makes it from a mask computed that way (a KV cache's)
+    positions: bool = False
+    window: int = 0
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,10 @@ class AttentionOp:
     causal: bool
     scale: float
     mask: TensorArg | None = None
+    # positions of the queries (int64 [B, S], a generation step's): key t is seen by query
+    # (b, s) iff t <= kv_limit[b, s] (and t > kv_limit[b, s] - window when window > 0)
+    kv_limit: TensorArg | None = None
+    window: int = 0
 
 
 @dataclass(frozen=True)
@@ -425,7 +429,7 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
     if isinstance(op, GemmOp):
         return [op.a, op.b, *epilogue_operands(op.epilogue)]
     if isinstance(op, AttentionOp):
-        return [op.q, op.k, op.v] + ([op.mask] if op.mask is not None else [])
+        return [op.q, op.k, op.v] + [t for t in (op.mask, op.kv_limit) if t is not None]
     if isinstance(op, RMSNormOp):
         return [op.x] + ([op.weight] if op.weight is not None else [])
     if isinstance(op, LayerNormOp):

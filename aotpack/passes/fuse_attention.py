@@ -36,6 +36,7 @@ _PROBES = (2, 3, 5, 7, 11, 13)
 
 
 def fuse_attention(graph: Graph) -> Graph:
+    from aotpack.passes.attention_positions import rewrite_positional
     from aotpack.passes.fuse_patterns import _fold_repeat_kv
 
     producers, users = graph.producers(), graph.users()
@@ -44,7 +45,11 @@ def fuse_attention(graph: Graph) -> Graph:
     fused = 0
     without_causal: dict[str, Value] = {}  # mask name -> the mask with its causal part split off
     for n in graph.nodes:
-        if n.op == Op.SDPA and len(n.inputs) == 4 and not n.attrs.causal:
+        if n.op == Op.SDPA and len(n.inputs) == 4 and not n.attrs.causal \
+                and not n.attrs.positions:
+            if rewrite_positional(graph, b, n, producers):
+                fused += 1
+                continue
             fused += _split_sdpa_mask(graph, b, n, producers, without_causal)
             continue
         match = _match(graph, n, producers, users, outputs)

@@ -18,6 +18,9 @@ def reference(op: AttentionOp, env) -> None:
         s, t = scores.shape[-2:]
         mask = torch.ones(s, t, dtype=torch.bool, device=scores.device).tril()
         scores = scores.masked_fill(~mask, float("-inf"))
+    if op.kv_limit is not None:
+        scores = scores.masked_fill(~positional_mask(view(env, op.kv_limit), op.window,
+                                                     scores.shape[-1]), float("-inf"))
     if op.mask is not None:
         mask = view(env, op.mask)
         scores = (scores.masked_fill(~mask.bool(), float("-inf")) if mask.dtype == torch.bool
@@ -26,3 +29,14 @@ def reference(op: AttentionOp, env) -> None:
     seen = (scores != float("-inf")).any(-1, keepdim=True)
     probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
     write(env, op.out, probs @ v)
+
+
+def positional_mask(positions, window: int, keys: int):
+    """bool [B, 1, S, T]: key t seen by query (b, s) iff t <= positions[b, s] (and within the
+    window)."""
+    import torch
+
+    t = torch.arange(keys, device=positions.device).view(1, 1, 1, -1)
+    at = positions.long().unsqueeze(1).unsqueeze(-1)
+    seen = t <= at
+    return seen & (t > at - window) if window > 0 else seen

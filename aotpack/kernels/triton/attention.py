@@ -25,8 +25,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from aotpack.kernels.spec import AttentionOp
+from aotpack.kernels.spec import SM90, AttentionOp, Launch, PtrSlot, ScratchSlot, Target
+from aotpack.kernels.triton import attention_positional as positional
 from aotpack.kernels.triton._common import (
+    compile_plan,
     KernelPlan, entry_points, int_arg, require_unit_inner_stride, strides_args,
 )
 from aotpack.ir.sym import divisible, upper_bound
@@ -195,12 +197,15 @@ SMALL_SQ = 64  # query rows up to which a decode-sized tile replaces the 128-row
 
 
 def default_config(op: AttentionOp) -> dict:
-    """Hopper heuristics (the bench script sweeps the candidates): 128-row tiles and two
+    """Positional attention (op.kv_limit, attention_positional.py) has its own. Otherwise:
+    Hopper heuristics (the bench script sweeps the candidates): 128-row tiles and two
     warpgroups; a 64-key tile with a 3-stage K/V ring. Measured on the H200 (2026-11-30,
     B=1 Hq=32 Hkv=8 S=2048 D=128 causal): 0.095 ms against 0.104 ms for 128 keys x 2 stages.
     Decode-sized queries (S_q <= 64) get the smallest square tile that holds them (16 rows at
     S_q = 1): a 128-row tile spent 17.6 us on 16x32 one-row heads (llama decode, H200).
     Pointer loads (cp.async) by default; TMA=True selects the descriptor kernel."""
+    if op.kv_limit is not None:
+        return positional.default_config(op)
     sq = op.q.shape[2]
     if sq <= SMALL_SQ:
         block = max(16, 1 << (sq - 1).bit_length())
@@ -217,6 +222,8 @@ _CONFIG_KEYS = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages", "TMA"}
 def candidate_configs(op: AttentionOp) -> list[dict]:
     """Configs worth measuring on the target (offline tuning); the first is the default."""
     base = default_config(op)
+    if op.kv_limit is not None:
+        return [base] + [dict(base, SPLITS=n) for n in (1, 4, 8, 16) if n != base["SPLITS"]]
     if op.q.shape[2] <= SMALL_SQ:
         others = [{"num_warps": w, "num_stages": s} for w in (1, 2, 4) for s in (1, 2)]
         if tma_possible(op):
@@ -285,6 +292,11 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
                          f"BLOCK_N {cfg['BLOCK_N']}")
     if op.mask is not None:
         return plan_masked(op, cfg)
+    if op.kv_limit is not None:
+        plans = positional.plans_positional(op, cfg)
+        if len(plans) > 1:
+            raise ValueError("attention with split keys: two launches (use compile)")
+        return plans[0]
     b, hq, sq, d = op.q.shape
     hkv = op.k.shape[1]
     block_m, block_n = cfg["BLOCK_M"], cfg["BLOCK_N"]
@@ -316,7 +328,48 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
 
 
 # compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+_compile_one, run_interpreted, _run_one_here, run_jit = entry_points(plan)
+
+
+def _positional_config(op: AttentionOp, config: dict | None) -> dict:
+    return dict(positional.default_config(op), **(config or {}))
+
+
+def compile(op: AttentionOp, target: Target = SM90, config: dict | None = None) -> list:
+    """Launches of `op`: one, or for positional attention with split keys two sharing their
+    partials (a ScratchSlot both launches name)."""
+    if op.kv_limit is None:
+        return _compile_one(op, target, config)
+    cfg = _positional_config(op, config)
+    nbytes = positional.workspace_bytes(op, cfg)
+    return [_workspace_to_scratch(compile_plan(p, target), nbytes)
+            for p in positional.plans_positional(op, cfg)]
+
+
+def _workspace_to_scratch(launch: Launch, nbytes) -> Launch:
+    args = tuple(ScratchSlot(nbytes, 256, shared="attention.partials")
+                 if isinstance(s, PtrSlot) and s.storage == positional.WORKSPACE else s
+                 for s in launch.args)
+    return Launch(launch.kernel, launch.grid, args)
+
+
+def run_plan_interpreted_here(op: AttentionOp, env, config: dict | None = None,
+                              point: dict | None = None) -> None:
+    if op.kv_limit is None:
+        return _run_one_here(op, env, config, point)
+    import torch
+
+    from aotpack.ir.sym import subs_tree
+    from aotpack.kernels.triton._interpret import run_plan_here
+
+    cfg = _positional_config(op, config)
+    env = dict(env)
+    nbytes = positional.workspace_bytes(op, cfg)
+    nbytes = subs_tree(nbytes, point) if point else nbytes
+    if nbytes:
+        env[positional.WORKSPACE] = torch.empty(int(nbytes) // 4, dtype=torch.float32)
+    for p in positional.plans_positional(op, cfg):
+        run_plan_here(subs_tree(p, point) if point else p, env)
 
 
 def flops(op: AttentionOp) -> float:
