@@ -112,10 +112,14 @@ def test_bad_specs(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("import torch\ndef make():\n    return torch.nn.Linear(2, 2)\n"
                  "def pair():\n    return torch.nn.Linear(2, 2), (torch.randn(1, 2),)\n"
-                 "def bad_inputs():\n    return torch.nn.Linear(2, 2), ('x',)\n")
+                 "def bad_inputs():\n    return torch.nn.Linear(2, 2), ('x',)\n"
+                 "def text():\n    return 'a model'\n")
     with pytest.raises(ModelLoadError, match="no function 'missing'"):
         load_model(f"{f}:missing")
     with pytest.raises(ModelLoadError, match=r"must return \(model, example_inputs\)"):
+        load_model(f"{f}:text")
+    # the model alone is a model whose inputs come from --input (or --task)
+    with pytest.raises(ModelLoadError, match=r"carries no example inputs \(give them with"):
         load_model(f"{f}:make")
     with pytest.raises(ModelLoadError, match="tuple of tensors"):
         load_model(f"{f}:bad_inputs")
