@@ -78,6 +78,14 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
         raise VerifyError(f"reference must be 'cpu' or 'gpu', not {reference!r}")
     b = read_bundle(bundle, weights_path=weights_path)
     notes = _source_check(b.manifest.get("provenance") or {}, model_spec)
+    if b.manifest.get("generation"):  # a generation step: checked along real sequences
+        if points:
+            raise VerifyError("a generation bundle is checked along generated sequences "
+                              "(prefill, then decode steps): --shape does not apply")
+        from aotpack.generation.verify import verify_generation
+
+        return verify_generation(bundle, b.manifest, model_spec, reference, seed, tolerance,
+                                 weights_path, notes)
     loaded = _load(model_spec, b.manifest)
     model, examples = loaded.model, loaded.inputs
     symbols = b.manifest.get("symbols") or []

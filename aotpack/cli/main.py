@@ -204,8 +204,10 @@ def build(
               f"{result.kernels} kernels ({result.compiled_ops} distinct compiles), arena "
               f"{report.human_bytes(result.arena_bytes)}")
     if (result.out_dir / "aotpack-run").is_file():
+        how = ("--generate 64 --prompt-ids 1,2,3  (prompt ids: your tokenizer's)"
+               if generation is not None else "--bench 100")
         out.print(f"run it on the GPU machine: cd {escape(str(result.out_dir))} && "
-                  f"./aotpack-run model.aotpack --bench 100")
+                  f"./aotpack-run model.aotpack {how}")
 
 
 @app.command()

@@ -46,7 +46,19 @@ def inspect_document(b) -> dict:
                    "regions": sum(1 for x in m["buffers"] if x["kind"] == "arena")},
         "provenance": m.get("provenance", {}),
         "dynamic": _dynamic(m, summary),
+        "state": [dict(e, nbytes=_nbytes(e)) for e in m.get("state") or []],
+        "generation": m.get("generation"),
     }
+
+
+_DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "bool": 1, "u8": 1, "i8": 1}
+
+
+def _nbytes(entry: dict) -> int:
+    n = _DTYPE_BYTES.get(entry["dtype"], 1)
+    for d in entry["shape"]:
+        n *= int(d)
+    return n
 
 
 def _dynamic(m: dict, summary: dict) -> dict | None:
@@ -112,6 +124,17 @@ def print_inspect(out: Console, d: dict) -> None:
               f"intermediates total {human_bytes(mem['intermediate_bytes'] or 0)}")
     if d.get("dynamic"):
         _print_dynamic(out, d["dynamic"], mem["arena_bytes"])
+    if d.get("state"):
+        total = sum(e["nbytes"] for e in d["state"])
+        out.print(f"session state: {len(d['state'])} buffers, {human_bytes(total)} per session "
+                  f"(allocated at session create, kept between runs; e.g. "
+                  f"{escape(_sig(d['state'][:1])[0])})")
+    gen = d.get("generation")
+    if gen:
+        out.print(f"text generation: batch up to {gen['max_batch']}, {gen['max_seq_len']} cache "
+                  f"positions per sequence, vocabulary {gen['vocab_size']}, stop ids "
+                  f"{gen.get('eos_ids', [])}: aotpack-run model.aotpack --generate N "
+                  f"--prompt-ids ...")
     prov = {k: v for k, v in d["provenance"].items() if k != "tuning"}
     out.print("provenance: " + escape(", ".join(f"{k}={v}" for k, v in sorted(prov.items())
                                                if v is not None)))

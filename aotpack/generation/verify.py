@@ -1,0 +1,85 @@
+"""`aotpack verify` of a generation bundle: the step fed the tokens eager greedy decoding picks
+(teacher forcing), its logits compared with the eager step's at every step: prefill of a batch
+of prompts of different lengths, then decode steps over the KV cache. Random inputs would not
+do: positions and last_index must describe real sequences.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def cases(max_batch: int, max_seq_len: int, seed: int) -> list[tuple[list[list[int]], int]]:
+    """(prompts, new tokens): one prompt alone, then a batch of different lengths (a 1-token
+    prompt among them), within the bundle's limits."""
+    g = torch.Generator().manual_seed(seed)
+    longest = max(1, min(13, max_seq_len // 2))
+    new = max(1, min(6, max_seq_len - longest))
+    lengths = [[min(5, longest)], [longest, 1, max(1, longest // 2)][:max_batch]]
+    return [([torch.randint(1, 1 << 30, (n,), generator=g).tolist() for n in ls], new)
+            for ls in lengths]
+
+
+def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, seed: int,
+                      tolerance: float, weights_path=None, notes=()):
+    from aotpack.generation.loop import generate, prefill_inputs
+    from aotpack.generation.task import (
+        GenerationOptions, load_for_generation, prepare_generation,
+    )
+    from aotpack.verify import VerifyReport, compare
+
+    prov = manifest.get("provenance") or {}
+    options = GenerationOptions.from_json(prov.get("generation"))
+    gen = manifest["generation"]
+    if options is None:
+        options = GenerationOptions(gen["max_seq_len"], gen["max_batch"])
+    loaded = prepare_generation(load_for_generation(model_spec), options, prov.get("dtype"))
+    step = loaded.model.eval()
+    device = "cuda" if reference == "gpu" else "cpu"
+    bundle_step = (_cpu_step(manifest, loaded) if reference == "cpu"
+                   else _gpu_step(Path(bundle), weights_path))
+    step.to(device)
+    vocab = gen["vocab_size"]
+    checks = []
+    with torch.no_grad():
+        for prompts, new in cases(gen["max_batch"], gen["max_seq_len"], seed):
+            prompts = [[t % vocab for t in p] for p in prompts]
+            logits = []
+            tokens = generate(lambda *a: step(*(t.to(device) for t in a)), prompts, new,
+                              on_step=lambda k, lg: logits.append(lg.float().cpu()))
+            inputs = prefill_inputs(prompts)
+            for k in range(new):
+                _, got = bundle_step(*inputs)
+                label = f"logits @ batch={len(prompts)} step={k}"
+                checks.append(compare(label, got.float().cpu(), logits[k], tolerance))
+                if k + 1 == new or any(len(t) <= k for t in tokens):
+                    break
+                inputs = (torch.tensor([[t[k]] for t in tokens]),
+                          torch.tensor([[len(p) + k] for p in prompts]),
+                          torch.arange(len(prompts)))
+    return VerifyReport(reference, seed, tolerance, checks, list(notes))
+
+
+def _cpu_step(manifest: dict, loaded):
+    from aotpack.executor import new_state, run_reference
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+    from aotpack.verify import _check_signature, _check_weights
+
+    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    _check_signature(manifest, program)
+    _check_weights(manifest, program)
+    state = new_state(program)
+    return lambda *inputs: run_reference(program, list(inputs), state=state)
+
+
+def _gpu_step(bundle: Path, weights_path):
+    from aotpack.runtime import Model, Session
+    from aotpack.verify import VerifyError
+
+    if not torch.cuda.is_available():
+        raise VerifyError("--reference gpu needs a CUDA GPU; use --reference cpu here")
+    session = Session(Model(str(bundle), weights_path=str(weights_path) if weights_path
+                            else None))  # one session: its KV cache persists between steps
+    return lambda *inputs: session.run([t.cuda() for t in inputs])
