@@ -94,6 +94,7 @@ def _fields(config: dict) -> dict:
 class AttentionTemplate(Template):
     name, op_type, module, tunable = "attention", AttentionOp, "attention", True
     sources = ("spec.py", "triton/attention.py", "triton/attention_masked.py",
+               "triton/attention_positional.py",
                "triton/_attention_jit.py", "triton/compile.py", "triton/_common.py")
 
     def bucket_size(self, op):

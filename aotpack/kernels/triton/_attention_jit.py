@@ -20,3 +20,17 @@ def program_rows(HEADS_Q: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constex
     head_kv = (head_q // GROUP).to(tl.int64)
     row_start = row_block * BLOCK_M
     return batch, head_q.to(tl.int64), head_kv, row_start, row_start + tl.arange(0, BLOCK_M)
+
+
+@triton.jit
+def softmax_fold(acc, row_sum, row_max, scores, v):
+    """Fold one key tile's scores (natural units, -inf where hidden) and values into the
+    online softmax (acc, row_sum, row_max). A row with no visible key so far subtracts 0, not
+    -inf (-inf - -inf is NaN)."""
+    new_max = tl.maximum(row_max, tl.max(scores, 1))
+    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
+    p = tl.exp2((scores - safe_max[:, None]) * 1.4426950408889634)
+    correction = tl.exp2((row_max - safe_max) * 1.4426950408889634)
+    row_sum = row_sum * correction + tl.sum(p, 1)
+    acc = tl.dot(p.to(v.dtype), v, acc * correction[:, None])
+    return acc, row_sum, new_max

@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from aotpack.kernels.spec import AttentionOp, TensorArg
-from aotpack.kernels.triton._attention_jit import padded_dim, program_rows
+from aotpack.kernels.triton._attention_jit import padded_dim, program_rows, softmax_fold
 from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 
@@ -36,16 +36,7 @@ def _masked_step(acc, row_sum, row_max, q, k, v, mask_tile, rows, cols, seq_kv, 
         keep = keep & (mask_tile != 0)
     else:
         scores = scores + mask_tile.to(tl.float32)
-    scores = tl.where(keep, scores, float("-inf"))
-    new_max = tl.maximum(row_max, tl.max(scores, 1))
-    # a row with no visible key so far: subtract 0, not -inf (-inf - -inf is NaN)
-    safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-    p = tl.exp2((scores - safe_max[:, None]) * 1.4426950408889634)
-    correction = tl.exp2((row_max - safe_max) * 1.4426950408889634)
-    row_sum = row_sum * correction + tl.sum(p, 1)
-    acc = acc * correction[:, None]
-    acc = tl.dot(p.to(v.dtype), v, acc)
-    return acc, row_sum, new_max
+    return softmax_fold(acc, row_sum, row_max, tl.where(keep, scores, float("-inf")), v)
 
 
 @triton.jit

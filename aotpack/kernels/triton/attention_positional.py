@@ -20,12 +20,11 @@ import triton.language as tl
 
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import AttentionOp, TensorArg
-from aotpack.kernels.triton._attention_jit import padded_dim
+from aotpack.kernels.triton._attention_jit import padded_dim, softmax_fold
 from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 
 WORKSPACE = "__attention.partials"
-_LOG2E = 1.4426950408889634
 
 
 @triton.jit
@@ -84,14 +83,8 @@ def attention_fwd_positional_kernel(
         keep = (cols[None, :] <= pos[:, None]) & (cols[None, :] < seq_kv)
         if WINDOW:
             keep = keep & (cols[None, :] > pos[:, None] - window)
-        scores = tl.where(keep, scores, float("-inf"))
-        new_max = tl.maximum(row_max, tl.max(scores, 1))
-        safe_max = tl.where(new_max == float("-inf"), 0.0, new_max)
-        p = tl.exp2((scores - safe_max[:, None]) * 1.4426950408889634)
-        correction = tl.exp2((row_max - safe_max) * 1.4426950408889634)
-        row_sum = row_sum * correction + tl.sum(p, 1)
-        acc = tl.dot(p.to(v.dtype), v, acc * correction[:, None])
-        row_max = new_max
+        acc, row_sum, row_max = softmax_fold(acc, row_sum, row_max,
+                                             tl.where(keep, scores, float("-inf")), v)
 
     if SPLITS == 1:
         out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
