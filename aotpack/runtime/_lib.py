@@ -75,7 +75,8 @@ class SessionOptionsC(ctypes.Structure):
         ("disable_programmatic_launch", ctypes.c_int),
         ("max_cached_plans", ctypes.c_int),
         ("skip_pointer_checks", ctypes.c_int),
-        ("reserved", ctypes.c_uint64 * 2),
+        ("state", ctypes.c_uint64),
+        ("state_bytes", ctypes.c_uint64),
     ]
 
 

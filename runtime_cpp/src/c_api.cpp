@@ -148,12 +148,12 @@ aotpack::Session::Options session_options(const aotpack_session_options* in) {
   if (!v1 && (o.cuda_graphs < 0 || o.cuda_graphs > AOTPACK_CUDA_GRAPHS_OFF))
     aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.cuda_graphs is ",
                   o.cuda_graphs, ": use AOTPACK_CUDA_GRAPHS_DEFAULT (0), _ON (1) or _OFF (2)");
-  if (o.reserved[0] || o.reserved[1])
-    aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_session_options.reserved must be zero "
-                  "(zero-initialize the struct)");
+  if (v1) o.state = o.state_bytes = 0;  // not in that layout
   aotpack::Session::Options so;
   so.workspace = o.workspace;
   so.workspace_bytes = o.workspace_bytes;
+  so.state = o.state;
+  so.state_bytes = o.state_bytes;
   so.use_cuda_graph = v1 ? o.cuda_graphs != 0 : o.cuda_graphs != AOTPACK_CUDA_GRAPHS_OFF;
   so.programmatic_launch = o.disable_programmatic_launch == 0;
   so.max_cached_plans = size_t(o.max_cached_plans);

@@ -89,7 +89,7 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
     owns_workspace_ = true;
   }
   try {
-    allocate_state();
+    allocate_state(opts);
     if (use_graph_) {
       // Capture happens on a session-owned stream: the caller's stream may be the legacy
       // default stream, which cannot be captured. The graph is then launched on the caller's.
@@ -106,13 +106,32 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
 // One allocation for every state buffer, zeroed before any run can read it (docs/generation.md:
 // a state is zero at session create). Its address never changes, so the tensor maps and CUDA
 // graphs that bind it stay valid for the session's life.
-void Session::allocate_state() {
+void Session::allocate_state(const Options& opts) {
   const Manifest& m = model_->manifest();
-  if (m.state_bytes == 0) return;
+  if (m.state_bytes == 0) {
+    if (opts.state)
+      fail(AOTPACK_INVALID_ARGUMENT, "session options give state memory, but the model has "
+           "no state");
+    return;
+  }
   const cu::Driver& d = cu::driver();
-  const std::string what = cat("allocating the ", m.state_bytes, " bytes of state buffers");
-  cu::check(d.cuMemAlloc(&state_, size_t(m.state_bytes)), "cuMemAlloc", what);
-  cu::check(d.cuMemsetD8(state_, 0, size_t(m.state_bytes)), "cuMemsetD8", what);
+  const std::string what = cat("zeroing the ", m.state_bytes, " bytes of state buffers");
+  if (opts.state) {  // the caller's memory: checked as the workspace is
+    if (opts.state % 256 != 0)
+      fail(AOTPACK_INVALID_ARGUMENT, "state memory ", reinterpret_cast<const void*>(opts.state),
+           " is not 256-byte aligned");
+    if (opts.state_bytes < m.state_bytes)
+      fail(AOTPACK_INVALID_ARGUMENT, "state memory has ", opts.state_bytes,
+           " bytes but the model's state needs ", m.state_bytes,
+           " (aotpack_model_state_bytes)");
+    if (check_ptrs_)
+      check_device_range(opts.state, m.state_bytes, model_->device_ordinal(), "the state memory");
+    caller_state_ = opts.state;
+  } else {
+    cu::check(d.cuMemAlloc(&state_, size_t(m.state_bytes)), "cuMemAlloc",
+              cat("allocating the ", m.state_bytes, " bytes of state buffers"));
+  }
+  cu::check(d.cuMemsetD8(state_address(), 0, size_t(m.state_bytes)), "cuMemsetD8", what);
   // cuMemsetD8 is ordered on the legacy default stream; runs may come on any stream.
   cu::check(d.cuStreamSynchronize(nullptr), "cuStreamSynchronize", what);
 }
@@ -121,7 +140,7 @@ void Session::reset_state(cu::CUstream stream) {
   const Manifest& m = model_->manifest();
   if (m.state_bytes == 0) return;
   model_->make_current();
-  cu::check(cu::driver().cuMemsetD8Async(state_, 0, size_t(m.state_bytes), stream),
+  cu::check(cu::driver().cuMemsetD8Async(state_address(), 0, size_t(m.state_bytes), stream),
             "cuMemsetD8Async", "zeroing the state buffers");
 }
 
@@ -144,7 +163,7 @@ uint64_t Session::buffer_address(uint32_t buffer, const uint64_t* inputs,
     case BufferKind::Output: return outputs[b.index];
     case BufferKind::Weight: return model_->weight_address(b.index);
     case BufferKind::Arena: return workspace_ + b.offset;
-    case BufferKind::State: return state_ + model_->manifest().state_offsets[b.index];
+    case BufferKind::State: return state_address() + model_->manifest().state_offsets[b.index];
   }
   return 0;
 }

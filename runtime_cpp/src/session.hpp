@@ -18,6 +18,8 @@ class Session {
   struct Options {
     uint64_t workspace = 0;  // caller-owned (0: allocate arena_bytes)
     uint64_t workspace_bytes = 0;
+    uint64_t state = 0;  // caller-owned state memory (0: the session allocates it)
+    uint64_t state_bytes = 0;
     bool use_cuda_graph = true;
     bool programmatic_launch = true;  // launch kernels marked pdl with PDL (see KernelSpec)
     size_t max_cached_plans = 8;      // (shape, pointer set) plans kept, LRU evicted
@@ -63,13 +65,15 @@ class Session {
   void launch_steps(const Plan& p, cu::CUstream stream) const;
   void capture(Plan& p);
   void launch(Plan& p, cu::CUstream stream, bool graph);
-  void allocate_state();
+  void allocate_state(const Options& opts);
+  uint64_t state_address() const { return caller_state_ ? caller_state_ : state_; }
   void evict_lru();
 
   std::shared_ptr<const Model> model_;
   uint64_t workspace_ = 0;
   bool owns_workspace_ = false;
   uint64_t state_ = 0;  // one allocation holding every state buffer (Manifest::state_offsets)
+  uint64_t caller_state_ = 0;  // or the caller's memory (aotpack_session_options.state)
   bool use_graph_ = true;
   bool pdl_ = true;
   bool check_ptrs_ = true;

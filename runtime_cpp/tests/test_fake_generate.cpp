@@ -64,6 +64,14 @@ aotpack_code generate_code(aotpack_session* s, const std::vector<std::vector<int
   return c;
 }
 
+aotpack_code code_of(aotpack_status* st, std::string* msg) {
+  if (!st) return AOTPACK_OK;
+  aotpack_code c = aotpack_status_code(st);
+  *msg = aotpack_status_message(st);
+  aotpack_status_free(st);
+  return c;
+}
+
 }  // namespace
 
 TEST(fake_gen_info_and_state) {
@@ -89,6 +97,33 @@ TEST(fake_gen_info_and_state) {
     session.reset_state();
     EXPECT(memsets(last) == before + 3 && last[2] == 512);
     for (int i = 0; i < 64; ++i) EXPECT(cache[i] == 0);
+  }
+  // The caller's state memory: used (and zeroed) instead of the session's own, refused when
+  // too small or misaligned.
+  {
+    std::vector<int64_t> mine(64 + 32, 7);
+    uint64_t addr = (reinterpret_cast<uint64_t>(mine.data()) + 255) & ~uint64_t(255);
+    aotpack_session_options o;
+    std::memset(&o, 0, sizeof(o));
+    o.struct_size = sizeof(o);
+    o.state = addr;
+    o.state_bytes = 256;
+    o.skip_pointer_checks = 1;  // host memory stands in for device memory on the fake driver
+    aotpack_session* s = nullptr;
+    std::string msg;
+    EXPECT(code_of(aotpack_session_create(model.get(), &o, &s), &msg) ==
+               AOTPACK_INVALID_ARGUMENT && msg.find("needs 512") != std::string::npos);
+    o.state_bytes = 512;
+    o.state = addr + 8;
+    EXPECT(code_of(aotpack_session_create(model.get(), &o, &s), &msg) ==
+               AOTPACK_INVALID_ARGUMENT && msg.find("256-byte aligned") != std::string::npos);
+    o.state = addr;
+    EXPECT(aotpack_session_create(model.get(), &o, &s) == nullptr);
+    const int64_t* cache = reinterpret_cast<const int64_t*>(addr);
+    EXPECT(cache[0] == 0 && cache[63] == 0);  // zeroed at create
+    EXPECT(memsets(last) == before + 4 && last[0] == addr);
+    aotpack_session_free(s);
+    before += 1;
   }
   // A bundle without state allocates nothing of the sort, and is not a generation bundle.
   TestBundle plain;

@@ -95,9 +95,10 @@ TEST(fake_session_options_refused) {
   std::string m = status_text(aotpack_session_create(l.model, &o, &s), &c);
   EXPECT(c == AOTPACK_INVALID_ARGUMENT && has(m, "cuda_graphs is 7"));
   o.cuda_graphs = 0;
-  o.reserved[1] = 1;
+  o.state = 4096;  // a model without state takes no state memory
+  o.state_bytes = 4096;
   m = status_text(aotpack_session_create(l.model, &o, &s), &c);
-  EXPECT(c == AOTPACK_INVALID_ARGUMENT && has(m, "reserved must be zero"));
+  EXPECT(c == AOTPACK_INVALID_ARGUMENT && has(m, "the model has no state"));
 }
 
 TEST(fake_execute_checks_counts_and_gives_shapes) {

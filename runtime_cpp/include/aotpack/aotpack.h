@@ -257,8 +257,14 @@ typedef struct aotpack_session_options {
    * otherwise: a host pointer would make the kernels fault and poison the CUDA context.
    * 1: trust the pointers (only for memory the driver cannot describe). */
   int skip_pointer_checks;
-  /* Must be zero (room for options of later releases). */
-  uint64_t reserved[2];
+  /* Caller-owned device memory for the model's session state (a KV cache; CUdeviceptr,
+   * 256-aligned) or 0: the session allocates aotpack_model_state_bytes() itself. Either way
+   * the session zeroes it at create and writes it in place on every run; it must stay valid
+   * until the session is freed, and two sessions must not share it. Checked like the
+   * workspace. Ignored (must be 0) for a model without state. */
+  uint64_t state;
+  /* Size of `state` in bytes; must be >= aotpack_model_state_bytes(). */
+  uint64_t state_bytes;
 } aotpack_session_options;
 
 /* Creates a session for `model` (the session keeps the model alive). */
