@@ -219,9 +219,11 @@ class Session:
 
     def __init__(self, model: Model, workspace=None, use_cuda_graph: bool = True,
                  programmatic_launch: bool = True, max_cached_plans: int = 0,
-                 check_pointers: bool = True):
+                 check_pointers: bool = True, state=None):
         """workspace: None (the session allocates model.arena_bytes), a torch CUDA tensor,
         or (device_pointer, nbytes). A caller-provided workspace must outlive the session.
+        state: the same for the model's session state (a KV cache; aotpack_model_state_bytes),
+        zeroed at create and written in place by every run.
         programmatic_launch: False launches every kernel only after the previous one ends
         (aotpack_session_options.disable_programmatic_launch; for A/B timing).
         max_cached_plans: (shape, pointer set) plans kept, each with its CUDA graph; 0: 8.
@@ -231,6 +233,7 @@ class Session:
         self._lib = model._lib
         self._shaped: dict = {}  # input shapes -> (output shapes, C shapes): dynamic models
         self._workspace_ref = workspace
+        self._state_ref = state
         o = SessionOptionsC()
         self._execute = has_execute(self._lib)
         if self._execute:
@@ -243,11 +246,9 @@ class Session:
         o.disable_programmatic_launch = 0 if programmatic_launch else 1
         o.max_cached_plans = int(max_cached_plans)
         if workspace is not None:
-            if isinstance(workspace, tuple):
-                o.workspace, o.workspace_bytes = int(workspace[0]), int(workspace[1])
-            else:
-                o.workspace = int(workspace.data_ptr())
-                o.workspace_bytes = int(workspace.numel() * workspace.element_size())
+            o.workspace, o.workspace_bytes = _memory(workspace)
+        if state is not None:
+            o.state, o.state_bytes = _memory(state)
         self._handle = ctypes.c_void_p()
         raise_if_error(self._lib, self._lib.aotpack_session_create(
             model._live(), ctypes.byref(o), ctypes.byref(self._handle)))
@@ -406,3 +407,10 @@ class Session:
 
     def __del__(self):
         self.close()
+
+
+def _memory(memory) -> tuple[int, int]:
+    """(device pointer, bytes) of a torch CUDA tensor or a (pointer, nbytes) pair."""
+    if isinstance(memory, tuple):
+        return int(memory[0]), int(memory[1])
+    return int(memory.data_ptr()), int(memory.numel() * memory.element_size())
