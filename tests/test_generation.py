@@ -37,6 +37,24 @@ FAMILIES = {
     "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, {"head_dim": 16, "sliding_window": 6}),
     "phi3": (T.Phi3Config, T.Phi3ForCausalLM, {"pad_token_id": 0}),
 }
+MORE_FAMILIES = {  # other position schemes, cache layouts and blocks
+    "gpt2": lambda: T.GPT2LMHeadModel(T.GPT2Config(vocab_size=96, n_embd=64, n_layer=2,
+                                                   n_head=4, n_positions=128)),  # learned
+    "opt": lambda: T.OPTForCausalLM(T.OPTConfig(  # learned positions with an offset
+        vocab_size=96, hidden_size=64, ffn_dim=96, num_hidden_layers=2, num_attention_heads=4,
+        max_position_embeddings=128, word_embed_proj_dim=64)),
+    "falcon": lambda: T.FalconForCausalLM(T.FalconConfig(  # parallel attention + MLP
+        vocab_size=96, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        new_decoder_architecture=True, num_kv_heads=2)),
+    "phi": lambda: T.PhiForCausalLM(T.PhiConfig(  # partial rotary
+        vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=128)),
+    "gemma3": lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(**COMMON, head_dim=16,
+                                                            sliding_window=6)),
+    "mixtral": lambda: T.MixtralForCausalLM(T.MixtralConfig(  # mixture of experts
+        **COMMON, num_local_experts=4, num_experts_per_tok=2,
+        experts_implementation="grouped_mm")),
+}
 PROMPTS = [[1, 5, 9, 3, 7], [4, 2], [8, 8, 8, 1, 2, 3, 4, 11, 12]]
 MAX_SEQ, MAX_BATCH = 48, 3
 
@@ -73,6 +91,15 @@ def test_greedy_ids_match_transformers(family):
     got = generate(_stepper(program), PROMPTS, 32)
     for prompt, ids in zip(PROMPTS, got):
         assert ids == _hf_greedy(model, prompt, 32), (family, prompt)
+
+
+@pytest.mark.parametrize("family", list(MORE_FAMILIES))
+def test_more_families_greedy_ids_match_transformers(family):
+    torch.manual_seed(0)
+    model = MORE_FAMILIES[family]().eval()
+    got = generate(_stepper(_program(model)), PROMPTS, 12)
+    for prompt, ids in zip(PROMPTS, got):
+        assert ids == _hf_greedy(model, prompt, 12), (family, prompt)
 
 
 def test_step_logits_match_a_full_forward_at_every_step():
