@@ -351,3 +351,17 @@ def test_task_refuses_dims_and_inputs_of_its_own(tmp_path):
                           str(tmp_path / "o"), "--no-progress"], capture_output=True, text=True)
     assert run.returncode != 0 and "drop --dynamic/--input" in run.stderr + run.stdout
     assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_a_checkpoint_folder_is_a_spec(tmp_path):
+    """`aotpack build ./folder --task text-generation`: a transformers checkpoint saved with
+    save_pretrained, loaded from disk only (nothing downloaded)."""
+    from aotpack.generation.task import load_for_generation
+
+    model = _model("llama")
+    model.save_pretrained(tmp_path / "ckpt")
+    loaded = load_for_generation(str(tmp_path / "ckpt"))
+    got = generate(_stepper(_program(loaded.model)), PROMPTS[:1], 8)
+    assert got[0] == _hf_greedy(model, PROMPTS[0], 8)
+    with pytest.raises(GenerationTaskError, match="without config.json"):
+        load_for_generation(str(tmp_path))
