@@ -365,3 +365,93 @@ def test_a_checkpoint_folder_is_a_spec(tmp_path):
     assert got[0] == _hf_greedy(model, PROMPTS[0], 8)
     with pytest.raises(GenerationTaskError, match="without config.json"):
         load_for_generation(str(tmp_path))
+
+
+@pytest.mark.parametrize("family", ["cohere_scale", "granite_scaling", "qwen2_swa_full"])
+def test_logit_scales_and_layer_types_follow_the_model(family):
+    """Families whose head scales the logits (Cohere: * logit_scale, Granite: /
+    logits_scaling), and Qwen2 with use_sliding_window whose layer_types say no layer slides:
+    the step's logits are the model's (the build checks them against the model's forward,
+    and refuses a family it does not reproduce)."""
+    make = {
+        "cohere_scale": lambda: T.CohereForCausalLM(T.CohereConfig(**COMMON,
+                                                                    logit_scale=0.0625)),
+        "granite_scaling": lambda: T.GraniteForCausalLM(T.GraniteConfig(**COMMON,
+                                                                         logits_scaling=4.0)),
+        "qwen2_swa_full": lambda: T.Qwen2ForCausalLM(T.Qwen2Config(
+            **COMMON, use_sliding_window=True, sliding_window=6, max_window_layers=2)),
+    }[family]
+    torch.manual_seed(0)
+    model = make().eval()
+    steps = []
+    seq = PROMPTS[2]
+    generate(_stepper(_program(model)), [seq], 6, on_step=lambda k, lg: steps.append(lg[0]))
+    tokens = seq + generate(_stepper(_program(model)), [seq], 6)[0]
+    with torch.no_grad():
+        for k, logits in enumerate(steps):
+            full = model(torch.tensor([tokens[:len(seq) + k]])).logits[0, -1]
+            torch.testing.assert_close(logits, full, rtol=1e-4, atol=1e-4)
+
+
+def test_a_step_that_differs_from_the_model_is_refused(monkeypatch):
+    from aotpack.generation import step as step_module
+
+    monkeypatch.setattr(step_module.GenerationStep, "_hf_head",
+                        lambda self, h: self.model.get_output_embeddings()(h) * 3)
+    with pytest.raises(GenerationTaskError, match="differ from the model's own forward"):
+        _program(_model("llama"))
+
+
+def test_max_batch_one_builds():
+    """--max-batch 1 (the default): torch.export declares a dim over a range, so the bundle
+    serves up to 2 sequences (its cache has 2 rows)."""
+    program = _program(_model("llama"), max_seq=16, max_batch=1)
+    assert program.storages[program.states[0]].shape[0] == 2
+    assert generate(_stepper(program), [[1, 2, 3]], 4)[0] == _hf_greedy(_model("llama"),
+                                                                         [1, 2, 3], 4)
+
+
+class _Accumulate(torch.nn.Module):
+    def __init__(self, start: float):
+        super().__init__()
+        self.register_buffer("acc", torch.full((4,), start))
+
+    def forward(self, x):
+        self.acc.add_(x)
+        return self.acc * 2
+
+
+def test_written_buffers_are_state_that_starts_at_zero():
+    from aotpack.errors import UserError
+
+    with pytest.raises(UserError, match="does not start as zeros"):
+        to_graph(_Accumulate(10.0), (torch.ones(4),))
+    program = compile_graph(to_graph(_Accumulate(0.0), (torch.ones(4),)))
+    state = new_state(program)
+    for k in (1, 2, 3):  # the buffer persists between runs, as the module's does
+        out = run_reference(program, [torch.ones(4)], state=state)[0]
+        assert out.tolist() == [2.0 * k] * 4
+
+
+class _Scatter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("c", torch.zeros(2, 4, 3))
+
+    def forward(self, rows, pos, v):
+        self.c.index_put_((rows, pos), v)
+        return self.c * 1
+
+
+def test_a_row_scatter_skips_indices_outside_its_dims():
+    """Position 4 of a 4-long row must not land in the next sequence's row 0 (torch would
+    raise; the kernel skips it), and the output is the state's new value."""
+    program = compile_graph(to_graph(_Scatter(), (torch.tensor([0, 1]), torch.tensor([1, 2]),
+                                                  torch.ones(2, 3))))
+    state = new_state(program)
+    out = run_reference(program, [torch.tensor([0, 0]), torch.tensor([3, 4]),
+                                  torch.full((2, 3), 5.0)], state=state)[0]
+    assert out[0, 3].tolist() == [5.0] * 3 and float(out[1].abs().sum()) == 0.0
+    out = run_reference(program, [torch.tensor([1, -1]), torch.tensor([0, -1]),
+                                  torch.full((2, 3), 7.0)], state=state)[0]
+    assert out[1, 0].tolist() == [7.0] * 3 and out[1, 3].tolist() == [7.0] * 3  # -1: last

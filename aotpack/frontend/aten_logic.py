@@ -245,7 +245,7 @@ def scatter_rows(cx, x: Value, indices: list, values: Value) -> Value:
     if not isinstance(values, Value) or values.dtype != x.dtype:
         raise Unsupported("index_put of values of another dtype than the tensor, or of a "
                           "Python number")
-    table, flat = _rows_table(cx, x, indices)
+    table, flat = _rows_table(cx, x, indices, skip_outside=True)
     rest = tuple(x.shape[len(indices):])
     index_rank = max(len(v.shape) for v in indices)
     lead, tail = tuple(values.shape[:index_rank]), tuple(values.shape[index_rank:])
@@ -264,11 +264,13 @@ def scatter_rows(cx, x: Value, indices: list, values: Value) -> Value:
     return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(x.shape)), final=True)
 
 
-def _rows_table(cx, x: Value, idx: list) -> tuple[Value, Value]:
+def _rows_table(cx, x: Value, idx: list, skip_outside: bool = False) -> tuple[Value, Value]:
     """x viewed as [prod(the indexed leading dims), prod(the rest)] and the flat int64 row
-    ids of the index tensors (broadcast together; negative indices count from the end)."""
+    ids of the index tensors (broadcast together; negative indices count from the end).
+    `skip_outside`: a row with an index outside its dim gets id -1 (a write skips it, where
+    torch would raise; a position past a KV cache's end must not land in the next row)."""
     sizes = [x.shape[k] for k in range(len(idx))]
-    flat = None
+    flat = outside = None
     for k, (v, size) in enumerate(zip(idx, sizes)):
         later = math.prod(sizes[k + 1:])
         if not isinstance(later, int) or not isinstance(size, int) and k:
@@ -281,6 +283,16 @@ def _rows_table(cx, x: Value, idx: list) -> tuple[Value, Value]:
                            O.NoAttrs()) if isinstance(size, int) else v)
         term = cx.emit(Op.MUL, [wrapped], O.BinaryAttrs(later)) if later != 1 else wrapped
         flat = term if flat is None else cx.emit(Op.ADD, [flat, term], O.BinaryAttrs())
+        if skip_outside and isinstance(size, int):
+            bad = cx.emit(Op.OR, [cx.emit(Op.LT, [wrapped], O.BinaryAttrs(0)),
+                                  cx.emit(Op.GE, [wrapped], O.BinaryAttrs(size))],
+                          O.BinaryAttrs())
+            outside = bad if outside is None else cx.emit(Op.OR, [outside, bad],
+                                                          O.BinaryAttrs())
+    if outside is not None:  # -1 there (0 * flat - 1: an int64 tensor of flat's shape)
+        minus_one = cx.emit(Op.SUB, [cx.emit(Op.MUL, [flat], O.BinaryAttrs(0))],
+                            O.BinaryAttrs(1))
+        flat = cx.emit(Op.WHERE, [outside, minus_one, flat], O.NoAttrs())
     rows, width = math.prod(sizes), math.prod(x.shape[len(idx):])
     return cx.emit(Op.VIEW, [x], O.ViewAttrs((rows, width))), flat
 

@@ -194,6 +194,7 @@ class _Translator:
         if fqn is not None and fqn in set(sig.buffers_to_mutate.values()):
             # a buffer the model writes in place: session state (docs/generation.md), kept
             # between runs; its new value is a graph output named state:<fqn>
+            self._check_state_start(fqn)
             value = self._new_value(fqn, n.meta["val"])
             self.inputs.append(value)
             self.state.append(value.name)
@@ -211,6 +212,19 @@ class _Translator:
             value = self._new_value(fqn, tensor)
             self.constants[fqn] = Constant(value, tensor)
         self.env[n.name] = value
+
+    def _check_state_start(self, fqn: str) -> None:
+        """Session state starts as zeros (the runtime zeroes it at session create): a buffer
+        the model writes in place that starts otherwise would run from the wrong value."""
+        tensor = self.ep.state_dict.get(fqn)
+        if tensor is None:
+            tensor = self.ep.constants.get(fqn)
+        if tensor is not None and not getattr(tensor, "is_meta", False) \
+                and bool(tensor.count_nonzero()):
+            raise UnsupportedOpError(
+                f"the model writes its buffer {fqn!r} in place, and it does not start as zeros: "
+                f"aotpack keeps written buffers as session state, zeroed when a session starts "
+                f"(a KV cache); return the buffer's new value instead, or start it at zero")
 
     def _outputs(self, n) -> list[GraphOutput]:
         from torch.export.graph_signature import OutputKind

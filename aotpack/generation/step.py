@@ -92,13 +92,22 @@ class GenerationStep(nn.Module):
                 or getattr(config, "use_sliding_window", True) is False):
             return full
         types = getattr(config, "layer_types", None)
-        if types and "sliding_attention" in types:
+        if isinstance(types, (list, tuple)):  # the model says which layers slide (maybe none)
+            if "sliding_attention" not in types:
+                return full
             return {"full_attention": full, "sliding_attention": view.attention_mask(window)}
         return view.attention_mask(window)
 
     def _hf_head(self, hidden):
         logits = self.model.get_output_embeddings()(hidden)
-        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        config = _config(self.model)
+        scale = getattr(config, "logit_scale", None)
+        if isinstance(scale, (int, float)) and scale != 1:  # Cohere
+            logits = logits * scale
+        divide = getattr(config, "logits_scaling", None)
+        if isinstance(divide, (int, float)) and divide != 1:  # Granite
+            logits = logits / divide
+        cap = getattr(config, "final_logit_softcapping", None)
         if cap:  # Gemma-2: logits squashed into (-cap, cap)
             logits = torch.tanh(logits / cap) * cap
         return logits

@@ -35,6 +35,12 @@ class GenerationOptions:
         if not 2 <= self.max_seq_len <= 1 << 20:
             raise GenerationTaskError(f"--max-seq-len {self.max_seq_len}: 2 to {1 << 20}")
 
+    @property
+    def batch_range(self) -> int:
+        """The batch the bundle serves: --max-batch, at least 2 (torch.export declares a
+        dim over a range; the second cache row costs one sequence's cache)."""
+        return max(2, self.max_batch)
+
     def to_json(self) -> dict:
         return {"task": "text-generation", "max_seq_len": self.max_seq_len,
                 "max_batch": self.max_batch}
@@ -97,12 +103,40 @@ def prepare_generation(loaded: LoadedModel, options: GenerationOptions,
                                   f"{type(model).__name__}")
     _use_sdpa(model)
     loaded = apply_dtype(replace(loaded, inputs=None), dtype)
-    step = GenerationStep(loaded.model.eval(), options.max_batch, options.max_seq_len).eval()
-    inputs = example_inputs(options.max_batch, options.max_seq_len, step.vocab_size)
-    b = torch.export.Dim("B", min=1, max=options.max_batch)
+    step = GenerationStep(loaded.model.eval(), options.batch_range, options.max_seq_len).eval()
+    inputs = example_inputs(options.batch_range, options.max_seq_len, step.vocab_size)
+    check_step(step, inputs)
+    b = torch.export.Dim("B", min=1, max=options.batch_range)
     s = torch.export.Dim("S", min=1, max=options.max_seq_len)
     return replace(loaded, model=step, inputs=inputs,
                    dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}, {0: b}))
+
+
+def check_step(step, inputs) -> None:
+    """The step's logits on the example prompts against the model's own forward over each
+    prompt alone (no cache): a family whose head or attention the step does not reproduce
+    (a logit scale it does not know, a mask it does not build) is refused here rather than
+    compiled wrong. The cache is zeroed again after (it is state: zero at session create)."""
+    import torch
+
+    if not step.hf:
+        return
+    ids, _, last = inputs
+    seq = ids.shape[1]
+    with torch.no_grad():
+        _, logits = step(*inputs)
+        for b in range(ids.shape[0]):
+            length = int(last[b]) - b * seq + 1
+            want = step.model(ids[b:b + 1, :length]).logits[0, -1].float()
+            err = float((logits[b] - want).abs().max() / want.abs().max().clamp_min(1e-6))
+            if not err < 2e-2:
+                raise GenerationTaskError(
+                    f"{type(step.model).__name__}: the generation step's logits differ from "
+                    f"the model's own forward by {err:.3g} (relative) on the example prompts: "
+                    f"this family computes its head or attention in a way the step does not "
+                    f"reproduce yet (docs/generation.md); please report it")
+        for buf in step.cache.buffers():
+            buf.zero_()
 
 
 def _use_sdpa(model) -> None:
@@ -117,7 +151,7 @@ def _use_sdpa(model) -> None:
 
 def generation_info(step, options: GenerationOptions) -> dict:
     """The manifest's `generation` section (docs/generation.md) for a step's program."""
-    return {"max_batch": options.max_batch, "max_seq_len": options.max_seq_len,
+    return {"max_batch": options.batch_range, "max_seq_len": options.max_seq_len,
             "vocab_size": int(step.vocab_size), "input_ids": 0, "positions": 1,
             "last_index": 2, "next_ids": 0, "logits": 1,
             "eos_ids": [int(e) for e in step.eos_ids]}

@@ -23,6 +23,8 @@ def rewrite_positional(graph: Graph, b: GraphBuilder, n: Node, producers) -> boo
     view, window = found
     base = view.inputs[0]
     a = view.attrs
+    if (a.shape[0], a.shape[2]) != (q.shape[0], q.shape[2]):
+        return False  # positions shared by the batch, or one per sequence: the mask path
     positions = b.emit(Op.AS_STRIDED, [b.get(base)],
                        O.StridedAttrs((a.shape[0], a.shape[2]), (a.strides[0], a.strides[2]),
                                       a.offset),

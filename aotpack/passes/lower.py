@@ -83,7 +83,8 @@ class _Lowering:
             if lower_state.is_state_output(o.name):
                 continue  # written into the state's own storage (lower_state.py)
             n = self.producers.get(o.value.name)
-            direct = n is not None and n.op != Op.AS_STRIDED
+            # (a row scatter's result lives in its table's storage: copied out after)
+            direct = n is not None and n.op not in (Op.AS_STRIDED, Op.SCATTER_ROWS)
             if direct and o.value.name not in seen:
                 out[o.value.name] = o.name
             seen.add(o.value.name)
@@ -145,7 +146,7 @@ class _Lowering:
         chain = self.chain_of.get(src.name)
         writer = self._writer(src)
         # kernels that allocate their result with _new_storage (and so honour a preset)
-        kernel = writer is not None and (
+        kernel = writer is not None and writer.op != Op.SCATTER_ROWS and (  # (in place)
             src.name in self.chain_of or writer.op in O.ELEMENTWISE or writer.op in _LOWER
             or writer.op in (Op.COPY, Op.CAT))
         if (not is_reshape(view_node.attrs, src.shape) or not kernel

@@ -50,10 +50,14 @@ const std::vector<std::pair<int64_t, double>>& Sampler::distribution(const float
   } else if (p.top_p < 1.0f) {
     std::sort(kept_.begin(), kept_.end(), more_likely);
   }
-  // softmax(x / T), shifted by the maximum; all -inf: equally likely.
+  // softmax(x / T), shifted by the maximum. A +inf logit (a 16-bit overflow) takes all the
+  // mass (shared by equal ones); all -inf: equally likely.
   double total = 0;
   for (auto& e : kept_) {
-    e.second = std::isinf(top) ? 1.0 : std::exp((e.second - top) / double(p.temperature));
+    if (std::isinf(top))
+      e.second = top > 0 ? (e.second == top ? 1.0 : 0.0) : 1.0;
+    else
+      e.second = std::exp((e.second - top) / double(p.temperature));
     total += e.second;
   }
   if (p.top_p < 1.0f) {  // kept_ is sorted here: keep the smallest prefix reaching top_p

@@ -2,6 +2,7 @@
 // aotpack_model_check_file (each rule of docs/generation.md refused with its message), and
 // the host sampler of aotpack_session_generate (sampler.hpp) unit by unit.
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -201,6 +202,19 @@ TEST(sampler_temperature_scales_logits) {
   double cold = s.distribution(logits.data(), 4, p)[1].second;
   p.temperature = 2.0f;
   EXPECT(cold > s.distribution(logits.data(), 4, p)[1].second);
+}
+
+TEST(sampler_infinite_logits) {
+  aotpack::Sampler s;
+  aotpack::SamplerParams p;
+  p.temperature = 1.0f;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> up = {1.0f, inf, 0.5f, inf};  // +inf (a 16-bit overflow) takes the mass
+  for (const auto& e : s.distribution(up.data(), up.size(), p))
+    EXPECT(std::fabs(e.second - (e.first == 1 || e.first == 3 ? 0.5 : 0.0)) < 1e-12);
+  std::vector<float> down = {-inf, -inf, -inf};  // nothing preferred: equally likely
+  for (const auto& e : s.distribution(down.data(), down.size(), p))
+    EXPECT(std::fabs(e.second - 1.0 / 3) < 1e-12);
 }
 
 TEST(sampler_top_p_keeps_smallest_set) {

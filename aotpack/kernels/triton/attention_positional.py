@@ -52,6 +52,7 @@ def attention_fwd_positional_kernel(
     head_q = head_kv * GROUP + g
     dims = tl.arange(0, HEAD_DIM)
     dim_ok = dims[None, :] < D_VALID
+    s = s.to(tl.int64)  # row offsets past 2^31 elements at long contexts
 
     q = tl.load(q_ptr + batch * q_stride_b + head_q[:, None] * q_stride_h
                 + s[:, None] * q_stride_s + dims[None, :],
@@ -73,7 +74,7 @@ def attention_fwd_positional_kernel(
     row_sum = tl.zeros([ROWS], dtype=tl.float32)
     row_max = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
+        cols = start + tl.arange(0, BLOCK_N).to(tl.int64)
         in_range = (cols[:, None] < seq_kv) & dim_ok
         k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :], mask=in_range,
                     other=0.0)
@@ -110,7 +111,7 @@ def combine_kernel(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, se
     s_block = tl.program_id(1)
     r = tl.arange(0, ROWS)
     g = r // BLOCK_S
-    s = s_block * BLOCK_S + r % BLOCK_S
+    s = (s_block * BLOCK_S + r % BLOCK_S).to(tl.int64)
     row_ok = (g < GROUP) & (s < seq_q)
     dims = tl.arange(0, HEAD_DIM)
     first = ((pid * tl.num_programs(1) + s_block) * SPLITS).to(tl.int64)

@@ -30,7 +30,7 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr,
     batch_head = tl.program_id(0)
     batch = (batch_head // HEADS).to(tl.int64)
     head = (batch_head % HEADS).to(tl.int64)
-    pos = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
+    pos = (tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)).to(tl.int64)
     dims = tl.arange(0, HALF_BLOCK)
     mask = (pos[:, None] < seq) & (dims[None, :] < HALF)
 
