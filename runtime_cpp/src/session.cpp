@@ -246,10 +246,16 @@ void Session::check_pointers(const ShapePlan& sp, const uint64_t* inputs,
     check("output", i, m.outputs[i], outputs[i], sp.output_nbytes[i]);
 }
 
+// The least recently used plan without a captured graph goes first: a generation session
+// runs prefill at a new length per prompt (no graph) and decode at one shape per batch size
+// (a captured graph, replayed every token); prefill plans must not push the decode graphs out.
 void Session::evict_lru() {
-  size_t lru = 0;
-  for (size_t i = 1; i < cache_.size(); ++i)
-    if (cache_[i]->last_used < cache_[lru]->last_used) lru = i;
+  size_t lru = cache_.size();
+  for (int pass = 0; pass < 2 && lru == cache_.size(); ++pass)
+    for (size_t i = 0; i < cache_.size(); ++i)
+      if ((pass == 1 || !cache_[i]->exec) &&
+          (lru == cache_.size() || cache_[i]->last_used < cache_[lru]->last_used))
+        lru = i;
   if (cache_[lru]->exec) cu::driver().cuGraphExecDestroy(cache_[lru]->exec);
   cache_.erase(cache_.begin() + long(lru));
 }

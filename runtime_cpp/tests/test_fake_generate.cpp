@@ -173,7 +173,13 @@ TEST(fake_gen_decode_graph_captured_once_per_batch) {
   std::vector<int> s2 = stats();
   EXPECT(s2[2] - s1[2] == 0 && s2[1] - s1[1] == 2);
   session.generate({{4}}, 3);  // batch 1: its own decode graph
-  EXPECT(stats()[2] - s2[2] == 1);
+  std::vector<int> s3 = stats();
+  EXPECT(s3[2] - s2[2] == 1);
+  // more prompt lengths than the session caches plans (8): the prefill plans (no graph) are
+  // evicted first, the two decode graphs stay
+  for (int64_t n = 1; n <= 12; ++n) session.generate({std::vector<int64_t>(size_t(n), 3)}, 2);
+  session.generate({{1, 2}, {3}}, 3);
+  EXPECT(stats()[2] - s3[2] == 0);
 }
 
 TEST(fake_gen_sampling) {
