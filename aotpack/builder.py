@@ -173,7 +173,7 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
 def _load_generation(spec: str, dynamic, inputs, dtype, generation):
     from aotpack.frontend import to_graph
     from aotpack.generation.task import (
-        generation_info, load_for_generation, prepare_generation,
+        generation_info, load_for_generation, name_step_outputs, prepare_generation,
     )
     from aotpack.passes import compile_graph
 
@@ -182,7 +182,8 @@ def _load_generation(spec: str, dynamic, inputs, dtype, generation):
                          "(input_ids, positions, last_index; B up to --max-batch, S up to "
                          "--max-seq-len): drop --dynamic/--input")
     loaded = prepare_generation(load_for_generation(spec), generation, dtype)
-    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    program = compile_graph(name_step_outputs(to_graph(loaded.model, loaded.inputs,
+                                                       loaded.dynamic_shapes)))
     program.generation = generation_info(loaded.model, generation)
     program.notes = list(loaded.notes)
     check_supported(program)

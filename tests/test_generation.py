@@ -332,6 +332,7 @@ def test_build_inspect_and_verify_a_generation_bundle(tmp_path):
                                "input_ids": 0, "positions": 1, "last_index": 2, "next_ids": 0,
                                "logits": 1, "eos_ids": m["generation"]["eos_ids"]}
     assert [i["name"] for i in m["inputs"]] == ["input_ids", "positions", "last_index"]
+    assert [o["name"] for o in m["outputs"]] == ["next_ids", "logits"]
     assert json.loads(json.dumps(m["provenance"]["generation"])) == {
         "task": "text-generation", "max_seq_len": 32, "max_batch": 3}
     shown = subprocess.run([sys.executable, "-m", "aotpack", "inspect", str(out)],

@@ -112,6 +112,15 @@ def prepare_generation(loaded: LoadedModel, options: GenerationOptions,
                    dynamic_shapes=({0: b, 1: s}, {0: b, 1: s}, {0: b}))
 
 
+def name_step_outputs(graph):
+    """The step's outputs by what they are (next_ids, logits), as the manifest shows them."""
+    from aotpack.ir.graph import GraphOutput
+
+    names = {"out0": "next_ids", "out1": "logits"}
+    graph.outputs = [GraphOutput(names.get(o.name, o.name), o.value) for o in graph.outputs]
+    return graph
+
+
 def check_step(step, inputs) -> None:
     """The step's logits on the example prompts against the model's own forward over each
     prompt alone (no cache): a family whose head or attention the step does not reproduce

@@ -67,7 +67,10 @@ def _cpu_step(manifest: dict, loaded):
     from aotpack.passes import compile_graph
     from aotpack.verify import _check_signature, _check_weights
 
-    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    from aotpack.generation.task import name_step_outputs
+
+    program = compile_graph(name_step_outputs(to_graph(loaded.model, loaded.inputs,
+                                                       loaded.dynamic_shapes)))
     _check_signature(manifest, program)
     _check_weights(manifest, program)
     state = new_state(program)
