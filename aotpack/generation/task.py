@@ -61,7 +61,8 @@ def parse_task(task: str | None, max_seq_len: int | None,
         return None
     if task not in TASKS:
         raise GenerationTaskError(f"--task {task!r}: the tasks are {', '.join(TASKS)}")
-    return GenerationOptions(max_seq_len or DEFAULT_MAX_SEQ_LEN, max_batch or DEFAULT_MAX_BATCH)
+    return GenerationOptions(DEFAULT_MAX_SEQ_LEN if max_seq_len is None else max_seq_len,
+                             DEFAULT_MAX_BATCH if max_batch is None else max_batch)
 
 
 def load_for_generation(spec: str) -> LoadedModel:
