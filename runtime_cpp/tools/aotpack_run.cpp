@@ -371,6 +371,29 @@ void Runner::open() {
   if (!a.inputs.empty()) file.reset(new aotpack::SafetensorsFile(a.inputs, "inputs file"));
 }
 
+// A generation bundle's random inputs made a valid step (a prefill of S tokens per sequence,
+// or a decode step at S = 1): positions 0..S-1 and last_index[b] = b * S + S - 1, so that
+// --bench times real work instead of rows outside the batch.
+void step_inputs(const aotpack_model* m, const std::vector<Dims>& shapes,
+                 std::vector<std::vector<uint8_t>>& host) {
+  aotpack_generation_info g;
+  aotpack_status* st = aotpack_model_generation_info(m, &g);
+  if (st) {  // not a generation bundle: its inputs are what they are
+    aotpack_status_free(st);
+    return;
+  }
+  // the compiler's step: input_ids [B, S], positions [B, S], last_index [B] (int64)
+  if (host.size() != 3 || shapes.size() != 3 || shapes[0].size() != 2) return;
+  const int64_t B = shapes[0][0], S = shapes[0][1];
+  std::vector<int64_t> pos(size_t(B * S)), last(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < S; ++t) pos[size_t(b * S + t)] = t;
+    last[size_t(b)] = b * S + S - 1;
+  }
+  std::memcpy(host[1].data(), pos.data(), std::min(host[1].size(), pos.size() * 8));
+  std::memcpy(host[2].data(), last.data(), std::min(host[2].size(), last.size() * 8));
+}
+
 // Runs (and with --bench times) the model at one set of input shapes.
 void Runner::run_shape(const std::vector<Dims>& in_shapes, bool announce) {
   const cu::Driver& d = cu::driver();
@@ -386,6 +409,7 @@ void Runner::run_shape(const std::vector<Dims>& in_shapes, bool announce) {
   if (announce) std::printf("shape %s\n", label.c_str());
 
   auto host_in = host_inputs(a, file.get(), in_t);
+  if (!file) step_inputs(h.m, in_shapes, host_in);
   DeviceBuffers bufs;
   std::vector<uint64_t> in_ptrs, out_ptrs;
   for (size_t i = 0; i < in_t.size(); ++i) {
