@@ -5,6 +5,9 @@ Frontends emit the same small computations once per layer: a generation step's c
 (batch row * max_seq_len + position, for each layer's K and V), a mask compare, a cast of the
 positions. Each would be a kernel launch per layer; after this pass it is one per step.
 The IR is pure (every node a function of its inputs), so merging never changes a result.
+Only integer and bool values are merged (indices, masks, positions): a float value computed
+twice is often two parts of two fused kernels (a cast absorbed by each reduction that reads
+it, a mean inside a layer norm's pattern), which one shared value would split apart.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ def cse(graph: Graph) -> Graph:
     seen: dict[tuple, object] = {}
     for n in graph.nodes:
         node = b.keep(n)
+        if any(v.dtype.is_float for v in node.outputs):
+            continue
         try:
             key = (n.op, tuple(v.name for v in node.inputs), node.attrs,
                    tuple((v.dtype, tuple(v.shape)) for v in node.outputs))

@@ -42,6 +42,7 @@ def digest(doc) -> str:
 
 
 SPEC = "spec.py"  # shared by every family: hashed by the definitions a family uses, not whole
+_SPEC_FILES = (SPEC, "launch.py")  # spec.py re-exports launch.py's definitions
 _SPEC_MODULE = "aotpack.kernels.spec"
 
 
@@ -67,9 +68,16 @@ def template_sources_sha256(rel_paths: tuple[str, ...]) -> str:
 
 @lru_cache(maxsize=None)
 def spec_definitions() -> dict[str, tuple[str, frozenset]]:
-    """Top-level definitions of kernels/spec.py: name -> (their source, decorators included;
-    the names of other definitions they refer to, quoted annotations too)."""
-    src = (_KERNELS / SPEC).read_text()
+    """Top-level definitions of kernels/spec.py (with kernels/launch.py, the compiled form it
+    re-exports): name -> (their source, decorators included; the names of other definitions
+    they refer to, quoted annotations too)."""
+    out = {}
+    for rel in _SPEC_FILES:
+        out.update(_definitions((_KERNELS / rel).read_text()))
+    return out
+
+
+def _definitions(src: str) -> dict[str, tuple[str, frozenset]]:
     lines = src.splitlines(keepends=True)
     out = {}
     for node in ast.parse(src).body:
@@ -102,7 +110,8 @@ def spec_closure(rel_paths: tuple[str, ...]) -> tuple[str, ...]:
         if not path.is_file():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module == _SPEC_MODULE:
+            if isinstance(node, ast.ImportFrom) and node.module in (_SPEC_MODULE,
+                                                                     "aotpack.kernels.launch"):
                 todo += [a.name for a in node.names]
     seen: set[str] = set()
     while todo:
