@@ -44,20 +44,17 @@ def broadcast_to(arg: TensorArg, shape: tuple) -> TensorArg:
     return TensorArg(arg.storage, arg.dtype, tuple(shape), new, arg.offset)
 
 
-def _drop_leading_ones(arg: TensorArg) -> TensorArg:
+def _drop_leading_ones(arg: TensorArg, keep: int = 2) -> TensorArg:
+    """`arg` without its leading size-1 dims, down to `keep` dims at least."""
     shape, strides = list(arg.shape), list(arg.strides)
-    while len(shape) > 2 and shape[0] == 1:
+    while len(shape) > keep and shape[0] == 1:
         shape.pop(0)
         strides.pop(0)
     return TensorArg(arg.storage, arg.dtype, tuple(shape), tuple(strides), arg.offset)
 
 
 def _as_1d(arg: TensorArg) -> TensorArg:
-    shape, strides = list(arg.shape), list(arg.strides)
-    while len(shape) > 1 and shape[0] == 1:
-        shape.pop(0)
-        strides.pop(0)
-    return TensorArg(arg.storage, arg.dtype, tuple(shape), tuple(strides), arg.offset)
+    return _drop_leading_ones(arg, keep=1)
 
 
 def _inverse_permutation(attrs: O.StridedAttrs, src_shape) -> tuple[int, ...] | None:
