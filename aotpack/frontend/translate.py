@@ -216,6 +216,10 @@ class _Translator:
     def _check_state_start(self, fqn: str) -> None:
         """Session state starts as zeros (the runtime zeroes it at session create): a buffer
         the model writes in place that starts otherwise would run from the wrong value."""
+        if fqn.rsplit(".", 1)[-1] in ("running_mean", "running_var", "num_batches_tracked"):
+            raise UnsupportedOpError(
+                f"the model updates {fqn!r}: a batch norm in training mode; call model.eval() "
+                f"before building (aotpack compiles inference)")
         tensor = self.ep.state_dict.get(fqn)
         if tensor is None:
             tensor = self.ep.constants.get(fqn)
