@@ -1,9 +1,11 @@
 """Where the installed C++ runtime lives: `aotpack/_runtime/{bin,lib,include}`, and which of
 its files an `aotpack build` output folder gets (`output_folder_files`).
 
-scikit-build-core installs the CMake outputs there. In a regular install that folder is next to
-this file; in an editable install ("redirect" mode) the Python sources stay in the checkout
-while the CMake outputs land in site-packages, so the package's RECORD is searched too.
+scikit-build-core installs the CMake outputs there, as a prefix (pyproject.toml:
+wheel.install-dir: lib/cmake/aotpack and lib/pkgconfig/aotpack.pc name paths relative to it).
+In a regular install that folder is next to this file; in an editable install ("redirect"
+mode) the Python sources stay in the checkout while the CMake outputs land in site-packages,
+so the package's RECORD is searched too.
 No torch import.
 """
 from __future__ import annotations

@@ -2,7 +2,8 @@
 installed by `cmake --install` is copied into a folder the way the builder copies it, and
 runtime_cpp/tests/consumer/ is built against that folder with find_package(aotpack) and with
 `cc $(pkg-config --cflags --libs aotpack)`, then run. Needs cmake, a C/C++ compiler and a
-CMake build of the runtime (AOTPACK_CMAKE_BUILD, else the folder of AOTPACK_LIB)."""
+CMake build of the runtime (AOTPACK_CMAKE_BUILD, else the folder of AOTPACK_LIB, else
+build/ci as .ci/run builds it)."""
 import os
 import shutil
 import subprocess
@@ -13,13 +14,15 @@ import pytest
 import aotpack
 from aotpack import builder, knobs
 
-CONSUMER = Path(__file__).resolve().parents[1] / "runtime_cpp" / "tests" / "consumer"
+ROOT = Path(__file__).resolve().parents[1]
+CONSUMER = ROOT / "runtime_cpp" / "tests" / "consumer"
 
 
 def _cmake_build_dir() -> Path:
     explicit = os.environ.get("AOTPACK_CMAKE_BUILD")
     lib = knobs.lib_path()
-    build = Path(explicit) if explicit else lib.parent if lib is not None else None
+    build = (Path(explicit) if explicit else lib.parent if lib is not None
+             else ROOT / "build" / "ci")
     if build is None or not (build / "cmake_install.cmake").is_file():
         pytest.skip("no CMake build of the runtime (set AOTPACK_CMAKE_BUILD or AOTPACK_LIB)")
     if shutil.which("cmake") is None or shutil.which("cc") is None:
