@@ -4,7 +4,8 @@
 #   STEP=package    consumer/ configured with find_package(aotpack) against WORK/prefix, built
 #                   (C + shared, C++ + shared, C++ + static) and run
 #   STEP=pkgconfig  consumer/consumer.c compiled with `cc $(pkg-config --cflags --libs aotpack)`
-#                   and run; prints "SKIPPED: pkg-config is not installed" without pkg-config
+#                   (and statically with `--static`) and run; prints "SKIPPED: pkg-config is not
+#                   installed" without pkg-config
 # Other variables: SRC (consumer/), VERSION, LIBDIR (lib dir under the prefix), CC, CXX,
 # GENERATOR.
 set(prefix ${WORK}/prefix)
@@ -64,6 +65,13 @@ elseif(STEP STREQUAL "pkgconfig")
   run_checked("cc consumer.c $(pkg-config --cflags --libs aotpack)"
               ${CC} -std=c99 ${SRC}/consumer.c ${flags} -Wl,-rpath,${libdir} -o ${exe})
   run_consumer(${exe})
+  # Static: Libs.private (`pkg-config --static`) must be all libaotpack.a needs from C.
+  run_checked("pkg-config --static --libs" ${PKG_CONFIG} --static --libs aotpack)
+  separate_arguments(flags UNIX_COMMAND "${run_output}")
+  list(TRANSFORM flags REPLACE "^-laotpack$" "${libdir}/libaotpack.a")
+  run_checked("cc consumer.c libaotpack.a $(pkg-config --static --libs aotpack)"
+              ${CC} -std=c99 ${SRC}/consumer.c -I${prefix}/include ${flags} -o ${exe}_static)
+  run_consumer(${exe}_static)
 else()
   message(FATAL_ERROR "STEP must be install, package or pkgconfig, not '${STEP}'")
 endif()
