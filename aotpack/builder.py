@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import logging
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -255,28 +254,26 @@ time; nothing else is needed):
 
     cc app.c -Iinclude -Llib -laotpack -Wl,-rpath,'$ORIGIN/lib' -o app
     cc app.c -Iinclude lib/libaotpack.a -lstdc++ -ldl -o app
+
+This folder is also an install prefix: CMake `find_package(aotpack CONFIG REQUIRED)` with
+`-DCMAKE_PREFIX_PATH=<this folder>` gives `aotpack::aotpack` (`aotpack::aotpack_static`), and
+`PKG_CONFIG_PATH=<this folder>/lib/pkgconfig pkg-config --cflags --libs aotpack` the flags.
 {weights}
 Inspect it: `aotpack inspect model.aotpack`. Built with: `{command}`
 """
 
 
 def copy_launcher(out: Path) -> list[str]:
-    """Copy aotpack-run, libaotpack.{so,a} and the headers into `out`; returns warnings for
+    """Copy aotpack-run, libaotpack.{so,a}, the headers, the CMake package and aotpack.pc into
+    `out` (runtime_files.output_folder_files); returns warnings for
     pieces that are not installed (the bundle is still usable with a runtime built elsewhere)."""
     root = runtime_files.runtime_dir()
     if root is None:
         return ["the C++ runtime is not installed (pip install . builds it; or set "
                 "AOTPACK_RUNTIME_DIR): the output folder holds the bundle only"]
     missing = []
-    pieces = [(runtime_files.LAUNCHER, Path("aotpack-run")),  # links libaotpack.a: standalone
-              (runtime_files.STATIC_LIB, runtime_files.STATIC_LIB),
-              (runtime_files.INCLUDE, runtime_files.INCLUDE)]
-    # libaotpack.so plus its versioned names: a program linked against it records the SONAME
-    # (libaotpack.so.0), which must be in lib/ too. Copies are plain files, not symlinks.
-    pieces += [(p.relative_to(root), p.relative_to(root))
-               for p in sorted((root / "lib").glob("libaotpack.so.*"))
-               if re.fullmatch(r"libaotpack\.so\.\d+", p.name)]
-    pieces.append((runtime_files.SHARED_LIB, runtime_files.SHARED_LIB))
+    # Copies are plain files, not symlinks (the folder may be zipped or copied anywhere).
+    pieces = runtime_files.output_folder_files(root)
     for src_rel, dst_rel in pieces:
         src, dst = root / src_rel, out / dst_rel
         if src.is_dir():

@@ -106,6 +106,11 @@ def pipeline(monkeypatch, tmp_path):
     for name in ("libaotpack.so", "libaotpack.so.0", "libaotpack.so.0.2.0", "libaotpack.a"):
         (runtime / "lib" / name).write_bytes(name.encode())
     (runtime / "include" / "aotpack" / "aotpack.h").write_text("/* C API */\n")
+    (runtime / "lib" / "cmake" / "aotpack").mkdir(parents=True)
+    for name in ("aotpackConfig.cmake", "aotpackConfigVersion.cmake", "aotpackTargets.cmake"):
+        (runtime / "lib" / "cmake" / "aotpack" / name).write_text(f"# {name}\n")
+    (runtime / "lib" / "pkgconfig").mkdir()
+    (runtime / "lib" / "pkgconfig" / "aotpack.pc").write_text("prefix=${pcfiledir}/../..\n")
     monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(runtime))
     (tmp_path / "model.py").write_text("def make():\n    pass\n")
     return calls
@@ -126,10 +131,15 @@ def test_build_writes_the_output_folder(pipeline, tmp_path):
     assert len(pipeline) == 1, "the second GEMM has the same shapes: compiled once"
     assert (result.kernels, result.steps, result.compiled_ops) == (1, 2, 1)
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()) == [
-        "README.md", "aotpack-run", "include/aotpack/aotpack.h", "lib/libaotpack.a",
-        "lib/libaotpack.so", "lib/libaotpack.so.0", "model.aotpack"]
+        "README.md", "aotpack-run", "include/aotpack/aotpack.h",
+        "lib/cmake/aotpack/aotpackConfig.cmake", "lib/cmake/aotpack/aotpackConfigVersion.cmake",
+        "lib/cmake/aotpack/aotpackTargets.cmake", "lib/libaotpack.a", "lib/libaotpack.so",
+        "lib/libaotpack.so.0", "lib/libaotpack.so.0.2.0", "lib/pkgconfig/aotpack.pc",
+        "model.aotpack"]
     assert (out / "aotpack-run").stat().st_mode & 0o111
-    assert "./aotpack-run model.aotpack --bench 100" in (out / "README.md").read_text()
+    readme = (out / "README.md").read_text()
+    assert "./aotpack-run model.aotpack --bench 100" in readme
+    assert "find_package(aotpack CONFIG REQUIRED)" in readme and "lib/pkgconfig" in readme
     m = read_bundle(out / "model.aotpack", checksums=True).manifest
     # slots of the cached compile were renamed back to each op's own storages
     assert [[a.get("buffer") for a in s["args"][:3]] for s in m["steps"]] == [[0, 2, 4], [4, 3, 1]]

@@ -199,7 +199,7 @@ void aotpack_status_free(aotpack_status* s) {
   if (s && s != &g_oom_status) delete s;
 }
 
-const char* aotpack_version(void) { return "0.2.0"; }
+const char* aotpack_version(void) { return AOTPACK_VERSION_STRING; }
 
 aotpack_status* aotpack_model_load(const char* path, const aotpack_model_options* options,
                                    aotpack_model** out) {

@@ -34,6 +34,21 @@
 extern "C" {
 #endif
 
+/* Version of this runtime (semantic: MAJOR.MINOR.PATCH). CMakeLists.txt's project(VERSION),
+ * aotpack/__init__.py's __version__ (the Python package's, via pyproject.toml) and these agree:
+ * CMake refuses to configure otherwise and tests/test_version_sources.py checks all three.
+ * aotpack_version() returns AOTPACK_VERSION_STRING of the library actually loaded, which may be
+ * newer than the header a program was compiled with. */
+#define AOTPACK_VERSION_MAJOR 0
+#define AOTPACK_VERSION_MINOR 2
+#define AOTPACK_VERSION_PATCH 0
+#define AOTPACK_VERSION_STRING "0.2.0"
+/* Binary interface of libaotpack.so: its SONAME is libaotpack.so.<AOTPACK_ABI_VERSION>. Raised
+ * when a program built against an older header could break with this library (a removed or
+ * changed function or struct layout); additions keep it (new functions, fields appended to an
+ * options struct: its struct_size tells old callers apart). */
+#define AOTPACK_ABI_VERSION 0
+
 /* Newest bundle format this runtime reads (manifest "version"); it reads every older one too
  * (version 1: static shapes; version 2: dims that vary at run time, see "Dynamic shapes").
  * Since 0.2 every bundle must also carry its manifest's sha256 (docs/manifest.md): one
@@ -77,7 +92,8 @@ AOTPACK_API const char* aotpack_status_code_name(int code);
 /* Releases `status` (NULL is fine). */
 AOTPACK_API void aotpack_status_free(aotpack_status* status);
 
-/* Version string of this runtime library, e.g. "0.1.0". */
+/* Version string of the loaded runtime library, e.g. "0.2.0" (AOTPACK_VERSION_STRING
+ * of the build it came from). */
 AOTPACK_API const char* aotpack_version(void);
 
 /* ------------------------------------------------------------------------------------------

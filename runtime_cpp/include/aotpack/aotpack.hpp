@@ -53,6 +53,9 @@ inline void check(aotpack_status* status) {
   throw Exception(code, message);
 }
 
+// Version of the loaded runtime library ("0.2.0"); AOTPACK_VERSION_STRING is the header's.
+inline std::string version() { return aotpack_version(); }
+
 // The dims of one tensor, outermost first.
 using Shape = std::vector<int64_t>;
 
