@@ -50,3 +50,15 @@ def test_the_library_reports_the_header_version():
     fn = ctypes.CDLL(str(lib)).aotpack_version
     fn.restype = ctypes.c_char_p
     assert fn().decode() == _header_macros()["AOTPACK_VERSION_STRING"]
+
+
+def test_version_options():
+    """`aotpack --version` says the package's version (aotpack-run's is checked by ctest)."""
+    import subprocess
+    import sys
+
+    import aotpack
+
+    out = subprocess.run([sys.executable, "-m", "aotpack", "--version"], capture_output=True,
+                         text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"aotpack {aotpack.__version__}"

@@ -76,8 +76,18 @@ DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
                 "dim with no range is refused, naming the option to give.")
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import aotpack
+
+        typer.echo(f"aotpack {aotpack.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _setup() -> None:
+def _setup(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                        is_eager=True, help="print the version and exit")
+           ) -> None:
     """Log to stderr at the level AOTPACK_LOG asks for (default: warnings only)."""
     import logging
 

@@ -70,6 +70,7 @@ const char* kUsage =
     "                     state sizes, the generation section (no GPU needed), then exit\n"
     "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
     "  -h, --help         this text\n"
+    "  --version          the runtime version (aotpack_version()), then exit\n"
     "text generation (docs/generation.md; a bundle built with --task text-generation):\n"
     "  --generate N       generate up to N tokens per sequence (aotpack_session_generate);\n"
     "                     prints each sequence's prompt and new ids, its count and decode\n"
@@ -460,6 +461,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
       std::fputs(kUsage, stdout);
+      return 0;
+    } else if (!std::strcmp(argv[i], "--version")) {
+      std::printf("aotpack-run %s\n", aotpack_version());
       return 0;
     }
   Args a;
