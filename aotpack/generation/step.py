@@ -51,21 +51,13 @@ class GenerationStep(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 last_index: torch.Tensor):
         batch, seq = input_ids.shape
-        # one B and one S for the three inputs (a model that never mixes them would export
-        # each with its own symbol): expanding to the ids' shape makes torch.export equate
-        positions = positions.expand(batch, seq)
-        last_index = last_index.expand(batch)
         view = self.cache.view(positions)
-        if self.hf:
-            hidden = self._hf_hidden(input_ids, positions, view)
-        else:
-            hidden = None
         # the last real token of each sequence: last_index[b] = b * S + len_b - 1, a row of
         # the flattened [B * S] batch (the caller computes it: a product with the run-time S
         # would be a size the kernels take as data)
         if self.hf:
-            last = hidden.reshape(batch * seq, hidden.shape[-1])[last_index]
-            logits = self._hf_head(last)
+            hidden = self._hf_hidden(input_ids, positions, view)
+            logits = self._hf_head(hidden.reshape(batch * seq, hidden.shape[-1])[last_index])
         else:
             logits = self.model(input_ids, positions, view)
             logits = logits.reshape(batch * seq, logits.shape[-1])[last_index]
