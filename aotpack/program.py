@@ -89,6 +89,8 @@ class MemoryPlan:
     nbytes: dict[str, int]
     launches: list  # list[Launch]
     naive_bytes: int = 0  # sum of all intermediates + scratch (what no reuse would need)
+    # the session's zeroed counters (CounterSlot; storage COUNTERS, outside the arena)
+    counters_bytes: int = 0
 
 
 def bind_symbols(signature, symbols, shapes) -> dict[str, int]:

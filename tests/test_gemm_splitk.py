@@ -16,8 +16,8 @@ import torch
 from aotpack.dtypes import DType
 from aotpack.kernels.reference.gemm import reference
 from aotpack.kernels.spec import (
-    SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PtrSlot, ScratchSlot,
-    TensorArg, TensorMapSlot, contiguous,
+    SM90, Act, CounterSlot, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PtrSlot,
+    ScratchSlot, TensorArg, TensorMapSlot, contiguous,
 )
 from aotpack.kernels.sass import count_instructions
 from program_checks import (
@@ -36,6 +36,7 @@ from aotpack.kernels.triton.gemm_heuristic import (  # noqa: E402
 BF, F16, F32 = DType.BF16, DType.F16, DType.F32
 # small tiles: the interpreter walks several weight tiles and K splits with ragged edges
 SK = SplitKConfig(BN=64, BM=16, BK=16, SPLIT_K=3, num_warps=4, num_stages=2)
+SKF = SK.with_(FIXUP=True)  # partials finished by each unit's last CTA, no reduce launch
 N, K = 72, 88  # not multiples of BN=64 or BK=16 (88 * 2 B keeps TMA rows 16-byte aligned)
 
 
@@ -83,7 +84,7 @@ CASES = {
     "m1": (_op(1, epilogue=[_bias()]), SK.with_(SPLIT_K=2)),
     "m16_bias_gelu_tanh": (_op(16, epilogue=[_bias(), EpAct(Act.GELU_TANH)]), SK),
     "m16_direct_gelu_erf": (_op(16, epilogue=[EpAct(Act.GELU_ERF)]), SK.with_(SPLIT_K=1)),
-    "m5_silu_mul_add": (_op(5, epilogue=[EpAct(Act.SILU), _mul(5), _add(5)]), SK),
+    "m5_silu_mul_add": (_op(5, epilogue=[EpAct(Act.SILU), _mul(5), _add(5)]), SKF),
     "m5_direct_relu_add": (_op(5, epilogue=[EpAct(Act.RELU), _add(5)]), SK.with_(SPLIT_K=1)),
     "m64_bias_relu": (_op(64, epilogue=[_bias(), EpAct(Act.RELU)]),
                       SK.with_(BM=64, SPLIT_K=2)),
@@ -91,16 +92,22 @@ CASES = {
     "m64_bm16_direct_add": (_op(64, epilogue=[_add(64)]), SK.with_(SPLIT_K=1)),
     "m64_bm32_s2_mul": (_op(64, epilogue=[_mul(64)]), SK.with_(BM=32, SPLIT_K=2)),
     "scale_tensor_s1": (_op(5, epilogue=[_scale(1)]), SK.with_(SPLIT_K=1)),
-    "scale_tensor_s4": (_op(5, epilogue=[_bias(), _scale(1)]), SK.with_(SPLIT_K=4)),
+    "scale_tensor_s4": (_op(5, epilogue=[_bias(), _scale(1)]), SKF.with_(SPLIT_K=4)),
     "scale_channel_s1": (_op(16, epilogue=[_scale()]), SK.with_(SPLIT_K=1)),
     "scale_channel_s2": (_op(16, epilogue=[_scale(), EpAct(Act.SILU)]), SK.with_(SPLIT_K=2)),
     # 6 K tiles in 4 splits of 2: the last split is empty and must contribute zeros
     "empty_split": (_op(5), SK.with_(SPLIT_K=4)),
+    "empty_split_fixup": (_op(5), SKF.with_(SPLIT_K=4)),
     # SwiGLU: 2N = 144 interleaved rows in groups of 8 (a BN=64 tile splits pairs: fine, the
     # pairing happens in the reduce kernel); SPLIT_K = 1 is routed through the reduce too
     "swiglu_s1": (_swiglu_op(5, N, K, 8), SK.with_(SPLIT_K=1)),
     "swiglu_s3_scale_add": (_swiglu_op(16, N, K, 8, [_scale(), _add(16)]), SK),
+    "swiglu_s3_fixup": (_swiglu_op(16, N, K, 8, [_scale(), _add(16)]), SKF),
     "swiglu_g64_m1": (_swiglu_op(1, 128, K, 64, [_scale(1)]), SK.with_(SPLIT_K=2, BN=128)),
+    # gate/up blocks of 2 x 64 rows span two 64-row tiles: one counter per pair of tiles
+    "swiglu_g64_bn64": (_swiglu_op(3, 128, K, 64, [_add(3, 128)]), SKF.with_(SPLIT_K=2)),
+    # fix-up over several row blocks (BM = 32)
+    "fixup_m40_bm32": (_op(40, epilogue=[_bias()]), SKF.with_(BM=32, SPLIT_K=2)),
     # pointer loads: K = 90 (180 B rows) cannot be a TMA tensor map
     "ptr_unaligned_k": (_op(5, k=90, epilogue=[_bias()]), SK.with_(TMA=False)),
     "ptr_direct": (_op(16, epilogue=[_add(16)]), SK.with_(TMA=False, SPLIT_K=1)),
@@ -164,15 +171,26 @@ def test_compile_llama_decode_shapes(n, k):
         assert len(launches) == 1 and not any(isinstance(s, ScratchSlot) for s in first.args)
         assert [s.storage for s in first.args if isinstance(s, PtrSlot)] == ["out", "bias"]
         return
-    _check_partials_and_reduce(op, cfg, launches)
+    _check_split_launches(op, cfg, launches)
 
 
-def _check_partials_and_reduce(op, cfg, launches):
-    first, second = launches
+def _check_split_launches(op, cfg, launches):
+    """Split-K: one launch whose last CTA per unit finishes it (counters), or (FIXUP=False)
+    partials and a reduce launch sharing the workspace."""
     M, n_out = op.out.shape
     n_acc = op.b.shape[0]
     nbytes = cfg.SPLIT_K * M * n_acc * 4
     scratch = [[s for s in la.args if isinstance(s, ScratchSlot)] for la in launches]
+    if cfg.FIXUP:
+        (first,) = launches
+        unit = gemm_splitk.fixup_unit(op, cfg)
+        assert scratch[0] == [ScratchSlot(nbytes, 256, shared="splitk.partials")]
+        assert [s for s in first.args if isinstance(s, CounterSlot)] == \
+            [CounterSlot(cdiv(M, cfg.BM) * cdiv(n_acc, unit) * 4)]
+        assert [s.storage for s in first.args if isinstance(s, PtrSlot)][0] == op.out.storage
+        assert first.kernel.fused_ops[-2:] == ("splitk", "fixup")
+        return
+    first, second = launches
     assert scratch[0] == scratch[1] == [ScratchSlot(nbytes, 256, shared="splitk.partials")]
     assert not any(isinstance(s, PtrSlot) and s.storage == op.out.storage for s in first.args)
     block_m, block_n = gemm_splitk.reduce_blocks(M)
@@ -181,13 +199,20 @@ def _check_partials_and_reduce(op, cfg, launches):
     assert [s.storage for s in second.args if isinstance(s, PtrSlot)][0] == op.out.storage
 
 
-def test_compile_swiglu_decode_goes_through_the_reduce():
+@pytest.mark.parametrize("fixup", [True, False])
+def test_compile_swiglu_decode_is_finished_by_the_fixup_or_the_reduce(fixup):
     op = _swiglu_op(16, 14336, 4096, 64, [_scale(14336), _add(16, 14336)])
-    cfg = gemm.config_for(op)
-    launches = gemm.compile(op, SM90)
-    assert len(launches) == 2 and launches[0].grid[1] == cdiv(2 * 14336, cfg.BN)
-    _check_partials_and_reduce(op, cfg, launches)
-    assert launches[1].kernel.fused_ops == ("splitk_reduce", "swiglu", "scale_n", "add")
+    cfg = gemm.config_for(op).with_(FIXUP=fixup)
+    launches = gemm.compile_config(op, cfg, SM90)
+    assert len(launches) == (1 if fixup else 2)
+    assert launches[0].grid[1] == cdiv(2 * 14336, cfg.BN)
+    _check_split_launches(op, cfg, launches)
+    assert count_instructions(sass_or_skip(launches[0].kernel.cubin), "STL") == 0, "spills"
+    if fixup:
+        assert launches[0].kernel.fused_ops == ("gemm", "swiglu", "scale_n", "add", "splitk",
+                                                "fixup")
+    else:
+        assert launches[1].kernel.fused_ops == ("splitk_reduce", "swiglu", "scale_n", "add")
 
 
 def test_compile_pointer_loads_and_plan_memory_shares_the_workspace():
@@ -195,9 +220,9 @@ def test_compile_pointer_loads_and_plan_memory_shares_the_workspace():
     from aotpack.program import Program, Storage
 
     op = _op(16, 4096, 4100, [_bias(4096)])  # K*2 B = 8200: not a TMA row pitch
-    cfg = gemm.config_for(op)
+    cfg = gemm.config_for(op).with_(FIXUP=False)
     assert not cfg.TMA and cfg.SPLIT_K > 1
-    launches = gemm.compile(op, SM90)
+    launches = gemm.compile_config(op, cfg, SM90)
     assert not any(isinstance(s, TensorMapSlot) for s in launches[0].args)
     listing = sass_or_skip(launches[0].kernel.cubin)
     # rows of unknown alignment: plain loads (Triton pipelines only >= 4-byte-aligned cp.async)
@@ -221,10 +246,11 @@ def test_compile_wide_epilogue_index():
     for split in (1, 4):
         op = _op(16, 4096, 4096, [_bias(4096), res])
         cfg = SplitKConfig(SPLIT_K=split)
-        launches = gemm.compile_config(op, cfg, SM90)
-        assert len(launches) == (1 if split == 1 else 2)
-        plan = gemm_splitk.plans(op, cfg)[-1]
-        assert plan.args["WIDE_INDEX"].value is True
+        for fixup in (True, False):
+            launches = gemm.compile_config(op, cfg.with_(FIXUP=fixup), SM90)
+            assert len(launches) == (1 if split == 1 or fixup else 2)
+            plan = gemm_splitk.plans(op, cfg.with_(FIXUP=fixup))[-1]
+            assert plan.args["WIDE_INDEX"].value is True
 
 
 # ----------------------------------------------------------------------------- configs
@@ -292,3 +318,40 @@ def test_bench_decode_smoke(tmp_path):
     rows = bench_smoke_rows("bench_decode.py", "bench_decode.json", tmp_path)
     assert rows and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
     assert sum(r["chosen"] for r in rows) == 2 and any(r["swiglu"] for r in rows)
+
+
+_RERUN_SCRIPT = """
+import sys, torch
+sys.path.insert(0, 'tests')
+import test_gemm_splitk as t
+from aotpack.kernels.triton import gemm_splitk as sk
+for name in ("swiglu_g64_bn64", "fixup_m40_bm32", "m5_silu_mul_add"):
+    op, cfg = t.CASES[name]
+    env = t._env(op, seed=7)
+    env[sk.COUNTERS] = torch.zeros(sk.counters_bytes(op, cfg) // 4, dtype=torch.int32)
+    run = sk.jit_runner(op, env, cfg)
+    run()
+    first = env[op.out.storage].clone()
+    env[op.out.storage].fill_(float("nan"))
+    run()
+    print(name, int(env[sk.COUNTERS].abs().sum()), torch.equal(first, env[op.out.storage]),
+          bool(torch.isnan(first).any()) is False or name)
+"""
+
+
+def test_fixup_leaves_its_counters_zero_and_reruns_bit_exact():
+    """The last CTA of each unit stores its counter back to 0: a second run of the same launch
+    (the next CUDA-graph replay) finds them zero and gives the same bits."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [".", os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-c", _RERUN_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.split("\n")
+    rows = [ln.split() for ln in lines if ln.strip()]
+    assert [r[0] for r in rows] == ["swiglu_g64_bn64", "fixup_m40_bm32", "m5_silu_mul_add"]
+    assert all(r[1] == "0" and r[2] == "True" for r in rows), proc.stdout

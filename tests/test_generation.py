@@ -21,7 +21,7 @@ from aotpack.generation.loop import (  # noqa: E402
 from aotpack.generation.task import (  # noqa: E402
     GenerationOptions, GenerationTaskError, parse_task, prepare_generation,
 )
-from aotpack.generation.step import GenerationModelError  # noqa: E402
+from aotpack.generation.step import GenerationModelError, example_inputs  # noqa: E402
 from aotpack.passes import compile_graph  # noqa: E402
 
 T = transformers
@@ -268,10 +268,13 @@ def test_kernels_of_a_step_in_the_interpreter():
     torch.testing.assert_close(envs[2]["xr"].float(), refs[2].float(), rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("splits,window,seq", [(1, 0, 1), (4, 0, 1), (1, 5, 3), (3, 0, 20)])
-def test_positional_attention_kernel_in_the_interpreter(splits, window, seq):
+@pytest.mark.parametrize("splits,window,seq,fixup", [(1, 0, 1, True), (4, 0, 1, True),
+                                                     (4, 0, 1, False), (1, 5, 3, True),
+                                                     (3, 0, 20, True), (3, 0, 20, False)])
+def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fixup):
     """Attention over a KV cache read up to each query's position (GQA: 4 query heads per kv
-    head; split key ranges merged by the combine kernel) against the torch reference."""
+    head; split key ranges merged by the last program of each block, or by the combine
+    kernel) against the torch reference."""
     from aotpack.dtypes import DType
     from aotpack.kernels import run_reference as run_op_reference
     from aotpack.kernels.spec import AttentionOp, TensorArg, contiguous
@@ -292,7 +295,9 @@ def test_positional_attention_kernel_in_the_interpreter(splits, window, seq):
            "pos": positions.reshape(-1), "o": torch.zeros(b * hq * seq * d, dtype=torch.bfloat16)}
     ref = {k_: x.clone() for k_, x in env.items()}
     run_op_reference(op, ref)
-    config = dict(attention.default_config(op), SPLITS=splits)
+    config = dict(attention.default_config(op), SPLITS=splits, FIXUP=fixup)
+    plans = attention.positional.plans_positional(op, config)
+    assert len(plans) == (2 if splits > 1 and not fixup else 1)
     attention.run_interpreted(op, env, config)
     torch.testing.assert_close(env["o"].float(), ref["o"].float(), rtol=2e-2, atol=2e-2)
 
@@ -401,6 +406,22 @@ def test_a_step_that_differs_from_the_model_is_refused(monkeypatch):
                         lambda self, h: self.model.get_output_embeddings()(h) * 3)
     with pytest.raises(GenerationTaskError, match="differ from the model's own forward"):
         _program(_model("llama"))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "gemma2"])
+def test_a_bf16_model_passes_the_step_check_and_a_wrong_head_does_not(family, monkeypatch):
+    """The build's step check tolerates bf16 rounding (the cached step and the plain forward
+    round differently) but not a head off by a scale."""
+    from aotpack.generation import step as step_module
+    from aotpack.generation.task import check_step
+
+    step = step_module.GenerationStep(_model(family).to(torch.bfloat16), MAX_BATCH, MAX_SEQ)
+    inputs = example_inputs(MAX_BATCH, MAX_SEQ, step.vocab_size)
+    check_step(step, inputs)
+    monkeypatch.setattr(step_module.GenerationStep, "_hf_head",
+                        lambda self, h: self.model.get_output_embeddings()(h) * 1.3)
+    with pytest.raises(GenerationTaskError, match="differ from the model's own forward"):
+        check_step(step, inputs)
 
 
 def test_max_batch_one_builds():

@@ -16,8 +16,8 @@ from aotpack.bundle import schema, schema_generation
 from aotpack.bundle.stfile import BundleError
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    CompiledKernel, F32Slot, FastDivmodSlot, IntSlot, NullSlot, PtrSlot, ScratchSlot,
-    TensorMapSlot,
+    COUNTERS, CompiledKernel, CounterSlot, F32Slot, FastDivmodSlot, IntSlot, NullSlot, PtrSlot,
+    ScratchSlot, TensorMapSlot,
 )
 
 FORMAT = "aotpack"
@@ -91,6 +91,8 @@ def buffers(program, plan, weights: list[WeightRecord]) -> tuple[list[dict], dic
         add(name, {"kind": "state", "index": i})
     for i, w in enumerate(weights):
         add(w.name, {"kind": "weight", "index": i})
+    if getattr(plan, "counters_bytes", 0):
+        add(COUNTERS, {"kind": "counters", "offset": 0, "nbytes": int(plan.counters_bytes)})
     for name in sorted(plan.offsets, key=lambda n: (plan.offsets[n], n)):
         if name in index:
             continue
@@ -141,6 +143,9 @@ def slot_json(slot, index: dict[str, int], where: str) -> dict:
                 "strides": [dim_json(s) for s in slot.strides], "box": list(slot.box),
                 "swizzle": slot.swizzle,
                 "l2": slot.l2, "oob": slot.oob}
+    if isinstance(slot, CounterSlot):
+        raise BundleError(f"{where}: counter slot was not placed by the memory planner "
+                          f"(pass MemoryPlan.launches, not the raw launches)")
     if isinstance(slot, ScratchSlot):
         raise BundleError(f"{where}: scratch slot was not placed by the memory planner "
                           f"(pass MemoryPlan.launches, not the raw launches)")
@@ -251,6 +256,13 @@ def _buffer_bytes(m: dict, b: dict, arena: int, what: str) -> int:
         off, n = _int(b.get("offset"), f"{what}: offset"), _int(b.get("nbytes"), f"{what}: nbytes")
         if off + n > arena:
             raise BundleError(f"{what}: arena region [{off}, {off + n}) beyond arena_bytes {arena}")
+        return n
+    if kind == "counters":  # session-owned, zeroed int32 counters (docs/manifest.md)
+        off, n = _int(b.get("offset"), f"{what}: offset"), _int(b.get("nbytes"), f"{what}: nbytes")
+        total = _int(m.get("counters_bytes", 0), f"{what}: counters_bytes")
+        if off + n > total:
+            raise BundleError(f"{what}: counters region [{off}, {off + n}) beyond "
+                              f"counters_bytes {total}")
         return n
     raise BundleError(f"{what}: unknown buffer kind {kind!r}")
 

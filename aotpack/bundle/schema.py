@@ -16,13 +16,14 @@ DIGEST_KEY = "aotpack.manifest_sha256"
 # Keys each manifest object may hold. `provenance` and a kernel's `config` / `fused_ops` are
 # free-form facts for people (inspect); the runtime never reads them (the digest covers them).
 TOP_V1 = ("format", "version", "target", "inputs", "outputs", "weights", "external_weights",
-          "arena_bytes", "buffers", "kernels", "steps", "state", "generation", "provenance")
+          "arena_bytes", "buffers", "kernels", "steps", "state", "generation", "provenance",
+          "counters_bytes")
 TOP_V2 = TOP_V1[:3] + ("symbols",) + TOP_V1[3:]
 TARGET = ("arch", "cc", "min_driver", "sm_count")
 SYMBOL = ("name", "min", "max", "example")
 TENSOR = ("name", "dtype", "shape")
 WEIGHT = ("name", "dtype", "shape", "nbytes", "sha256")
-BUFFER = {"arena": ("kind", "offset", "nbytes")}
+BUFFER = {"arena": ("kind", "offset", "nbytes"), "counters": ("kind", "offset", "nbytes")}
 BUFFER_INDEXED = ("kind", "index")
 KERNEL = ("name", "entry", "cubin", "cubin_sha256", "block", "cluster", "smem", "backend",
           "fused_ops", "config", "pdl")

@@ -48,6 +48,8 @@ def write_bundle(path, program, plan, *, target: Target, provenance: dict,
         manifest["state"] = mf.signature(program, program.states)
     if program.generation:
         manifest["generation"] = dict(program.generation)
+    if plan.counters_bytes:  # split fix-up counters (docs/manifest.md)
+        manifest["counters_bytes"] = int(plan.counters_bytes)
     mf.check(manifest, f"{path.name} (being written)")
     for i, k in enumerate(kernels):  # the slots against what each cubin says it takes
         sizes = param_sizes(cubins[k["cubin"]], k["entry"])

@@ -133,13 +133,17 @@ def check_step(step, inputs) -> None:
         return
     ids, _, last = inputs
     seq = ids.shape[1]
+    # relative L2 over the vocabulary: rounding noise of a bf16/f16 model (the step's cached
+    # attention adds its own) stays near 1e-2 on it, a missing scale or mask is far above
+    low = next(step.model.parameters()).dtype in (torch.bfloat16, torch.float16)
+    tolerance = 6e-2 if low else 2e-2
     with torch.no_grad():
         _, logits = step(*inputs)
         for b in range(ids.shape[0]):
             length = int(last[b]) - b * seq + 1
             want = step.model(ids[b:b + 1, :length]).logits[0, -1].float()
-            err = float((logits[b] - want).abs().max() / want.abs().max().clamp_min(1e-6))
-            if not err < 2e-2:
+            err = float((logits[b].float() - want).norm() / want.norm().clamp_min(1e-6))
+            if not err < tolerance:
                 raise GenerationTaskError(
                     f"{type(step.model).__name__}: the generation step's logits differ from "
                     f"the model's own forward by {err:.3g} (relative) on the example prompts: "

@@ -40,6 +40,22 @@ class ScratchSlot:
 
 
 @dataclass(frozen=True)
+class CounterSlot:
+    """Pointer to `nbytes` of int32 counters that are ZERO when the launch starts and that the
+    launch leaves zero when it ends: a CTA adds 1 when its part of a tile is written, the one
+    that brings the count to the total finishes the tile and stores 0 back (split-K and
+    split-KV fix-up in the last CTA, instead of a second launch). Launches run one after the
+    other on a session's stream, so every launch gets the same session-owned region (manifest
+    buffer kind "counters", zeroed at session create: docs/manifest.md); the memory planner
+    turns the slot into PtrSlot(COUNTERS)."""
+
+    nbytes: int
+
+
+COUNTERS = "__counters"  # the storage name of the session's counters (plans and manifests)
+
+
+@dataclass(frozen=True)
 class IntSlot:
     kind: str  # "i32" | "i64" | "u32" | "u64"
     value: int
@@ -75,7 +91,7 @@ class TensorMapSlot:
     oob: str = "zero"  # zero | nan
 
 
-Slot = Union[PtrSlot, NullSlot, ScratchSlot, IntSlot, F32Slot, FastDivmodSlot, TensorMapSlot]
+Slot = Union[PtrSlot, NullSlot, ScratchSlot, CounterSlot, IntSlot, F32Slot, FastDivmodSlot, TensorMapSlot]
 
 
 @dataclass(frozen=True)

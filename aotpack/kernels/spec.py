@@ -463,5 +463,6 @@ def op_output(op: KernelOp) -> TensorArg:
 
 
 from aotpack.kernels.launch import (  # noqa: E402,F401  (the compiled form: launch.py)
-    PtrSlot, NullSlot, ScratchSlot, IntSlot, F32Slot, FastDivmodSlot, TensorMapSlot, Slot, CompiledKernel, Launch, Target, SM90,
+    PtrSlot, NullSlot, ScratchSlot, CounterSlot, COUNTERS, IntSlot, F32Slot, FastDivmodSlot,
+    TensorMapSlot, Slot, CompiledKernel, Launch, Target, SM90,
 )

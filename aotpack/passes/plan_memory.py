@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from aotpack.ir.sym import Expr, subs, subs_tree, upper_bound
 from aotpack.ir.sym_ranges import bound_under
 from aotpack.kernels.spec import (
-    EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot, TensorArg, op_inputs,
+    COUNTERS, CounterSlot, EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot,
+    TensorArg, op_inputs,
 )
 from aotpack.program import MemoryPlan, Program
 
@@ -145,9 +146,11 @@ def _scratch_region(slot: ScratchSlot, nbytes: int, step: int, j: int, shared: d
 
 
 def _resolve_scratch(launches_per_op: list[list[Launch]], regions: dict[str, _Region],
-                     full: dict) -> list[Launch]:
-    """The launches flattened in execution order, every ScratchSlot replaced."""
-    out = []
+                     full: dict) -> tuple[list[Launch], int]:
+    """The launches flattened in execution order, every ScratchSlot replaced, and every
+    CounterSlot pointed at the session's counters (one region for all: launches run one after
+    the other and leave their counters zero), with the bytes the largest request needs."""
+    out, counters = [], 0
     for launches in launches_per_op:
         shared: dict[str, str] = {}  # an op's buckets never run together: they share too
         for la in launches:
@@ -157,8 +160,11 @@ def _resolve_scratch(launches_per_op: list[list[Launch]], regions: dict[str, _Re
                     region = _scratch_region(slot, _scratch_bytes(slot, la.when, full), step,
                                              j, shared, regions)
                     args[j] = PtrSlot(region, 0)
+                elif isinstance(slot, CounterSlot):
+                    counters = max(counters, _align(upper_bound(slot.nbytes)))
+                    args[j] = PtrSlot(COUNTERS, 0)
             out.append(replace(la, args=tuple(args)))
-    return out
+    return out, counters
 
 
 def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> MemoryPlan:
@@ -168,7 +174,7 @@ def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> Memory
     regions = _intermediate_regions(program, spans)
     _apply_inplace(program, spans, regions)
     full = {s.name: Expr._atom(s) for s in program.symbols}
-    flat = _resolve_scratch(launches_per_op, regions, full)
+    flat, counters = _resolve_scratch(launches_per_op, regions, full)
     roots = [r for r in regions.values() if not r.alias_of]
     offsets = _place(roots)
     for r in regions.values():
@@ -184,6 +190,7 @@ def plan_memory(program: Program, launches_per_op: list[list[Launch]]) -> Memory
         nbytes={r.name: r.nbytes for r in regions.values()},
         launches=flat,
         naive_bytes=naive,
+        counters_bytes=counters,
     )
 
 

@@ -198,9 +198,9 @@ std::vector<TensorSpec> parse_tensors(Ctx& c, const Value& root, const char* key
 BufferSpec parse_buffer(const Ctx& c, const Value& v, const std::string& where) {
   BufferSpec b;
   std::string kind = get_str(v, "kind", where);
-  if (kind == "arena") {
+  if (kind == "arena" || kind == "counters") {
     check_keys(v, where, {"kind", "offset", "nbytes"});
-    b.kind = BufferKind::Arena;
+    b.kind = kind == "arena" ? BufferKind::Arena : BufferKind::Counters;
     b.offset = uint64_t(get_int(c, v, "offset", where, 0, kMaxI64));
     b.nbytes = uint64_t(get_int(c, v, "nbytes", where, 0, kMaxI64));
     return b;
@@ -210,7 +210,7 @@ BufferSpec parse_buffer(const Ctx& c, const Value& v, const std::string& where) 
   else if (kind == "weight") b.kind = BufferKind::Weight;
   else if (kind == "state") b.kind = BufferKind::State;
   else bad(where + ".kind", cat("unknown buffer kind '", kind,
-                                "' (input|output|weight|arena|state)"));
+                                "' (input|output|weight|arena|state|counters)"));
   check_keys(v, where, {"kind", "index"});
   b.index = uint32_t(get_int(c, v, "index", where, 0, kMaxU32));
   return b;
@@ -370,14 +370,14 @@ Manifest parse_manifest(const std::string& text) {
   if (m.version >= 2)
     check_keys(root, kTop, {"format", "version", "target", "symbols", "inputs", "outputs",
                             "weights", "external_weights", "arena_bytes", "buffers", "kernels",
-                            "steps", "state", "generation", "provenance"});
+                            "steps", "state", "generation", "provenance", "counters_bytes"});
   else if (root.find("symbols"))
     fail(AOTPACK_UNSUPPORTED_VERSION, "manifest: \"symbols\" (symbolic, dynamic dims) need "
          "bundle format v2 but this bundle says \"version\": 1; rebuild the bundle");
   else
     check_keys(root, kTop, {"format", "version", "target", "inputs", "outputs", "weights",
                             "external_weights", "arena_bytes", "buffers", "kernels", "steps",
-                            "state", "generation", "provenance"});
+                            "state", "generation", "provenance", "counters_bytes"});
   if (m.version >= 2) parse_symbols(c, root);  // before anything that may hold expressions
   parse_target(c, root, m);
   m.inputs = parse_tensors(c, root, "inputs", false);
@@ -391,6 +391,9 @@ Manifest parse_manifest(const std::string& text) {
     check_weights_file(m.external_weights_file);
   }
   m.arena_bytes = uint64_t(get_int(c, root, "arena_bytes", kTop, 0, kMaxI64));
+  if (root.find("counters_bytes"))
+    m.counters_bytes = uint64_t(get_int(c, root, "counters_bytes", kTop, 0,
+                                        int64_t(kMaxCountersBytes)));
   parse_state(c, root);
   parse_generation(c, root);
   const Value& bufs = get_array(root, "buffers", kTop);

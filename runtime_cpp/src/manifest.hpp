@@ -42,13 +42,15 @@ struct TensorSpec {
   }
 };
 
-enum class BufferKind { Input, Output, Weight, Arena, State };
+// Counters: the session's zeroed int32 counters (split fix-up in the last CTA); every
+// launch that uses them leaves them zero (docs/manifest.md, "counters").
+enum class BufferKind { Input, Output, Weight, Arena, State, Counters };
 
 // A region kernels can point into (docs: "buffers").
 struct BufferSpec {
   BufferKind kind = BufferKind::Arena;
   uint32_t index = 0;   // input/output/weight/state index
-  uint64_t offset = 0;  // arena only: offset in the workspace
+  uint64_t offset = 0;  // arena / counters only: offset in the workspace / the counters
   // Size of the region: arena and weights; inputs/outputs at every symbol's max (filled by
   // validate_manifest). Per-shape sizes live in ShapePlan::buffer_nbytes.
   uint64_t nbytes = 0;
@@ -118,6 +120,8 @@ struct GenerationSpec {
 // Most bytes of state a bundle may ask a session to allocate (1 TiB): a larger total is a
 // corrupt manifest, not a model.
 constexpr uint64_t kMaxStateBytes = uint64_t(1) << 40;
+// Most bytes of counters (64 MiB: 16M tiles; a larger request is a corrupt manifest).
+constexpr uint64_t kMaxCountersBytes = uint64_t(1) << 26;
 
 struct ShapePlan;  // shape_plan.hpp
 
@@ -133,6 +137,7 @@ struct Manifest {
   bool external_weights = false;
   std::string external_weights_file;
   uint64_t arena_bytes = 0;
+  uint64_t counters_bytes = 0;  // the session's zeroed counters (0: the bundle uses none)
   std::vector<BufferSpec> buffers;
   std::vector<KernelSpec> kernels;
   std::vector<StepSpec> steps;

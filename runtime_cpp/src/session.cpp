@@ -97,6 +97,7 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
                 "cuStreamCreate", "creating the capture stream");
     }
   } catch (...) {
+    if (counters_) d.cuMemFree(counters_);
     if (state_) d.cuMemFree(state_);
     if (owns_workspace_) d.cuMemFree(workspace_);
     throw;
@@ -108,13 +109,20 @@ Session::Session(std::shared_ptr<const Model> model, const Options& opts)
 // graphs that bind it stay valid for the session's life.
 void Session::allocate_state(const Options& opts) {
   const Manifest& m = model_->manifest();
+  const cu::Driver& d = cu::driver();
+  if (m.counters_bytes) {  // session-owned even when the caller gives the rest of the memory
+    cu::check(d.cuMemAlloc(&counters_, size_t(m.counters_bytes)), "cuMemAlloc",
+              cat("allocating the ", m.counters_bytes, " bytes of counters"));
+    cu::check(d.cuMemsetD8(counters_, 0, size_t(m.counters_bytes)), "cuMemsetD8",
+              "zeroing the counters");
+    cu::check(d.cuStreamSynchronize(nullptr), "cuStreamSynchronize", "zeroing the counters");
+  }
   if (m.state_bytes == 0) {
     if (opts.state)
       fail(AOTPACK_INVALID_ARGUMENT, "session options give state memory, but the model has "
            "no state");
     return;
   }
-  const cu::Driver& d = cu::driver();
   const std::string what = cat("zeroing the ", m.state_bytes, " bytes of state buffers");
   if (opts.state) {  // the caller's memory: checked as the workspace is
     if (opts.state % 256 != 0)
@@ -138,8 +146,11 @@ void Session::allocate_state(const Options& opts) {
 
 void Session::reset_state(cu::CUstream stream) {
   const Manifest& m = model_->manifest();
-  if (m.state_bytes == 0) return;
   model_->make_current();
+  if (m.counters_bytes)  // a run cut short (an error mid-plan) may have left some non-zero
+    cu::check(cu::driver().cuMemsetD8Async(counters_, 0, size_t(m.counters_bytes), stream),
+              "cuMemsetD8Async", "zeroing the counters");
+  if (m.state_bytes == 0) return;
   cu::check(cu::driver().cuMemsetD8Async(state_address(), 0, size_t(m.state_bytes), stream),
             "cuMemsetD8Async", "zeroing the state buffers");
 }
@@ -153,6 +164,7 @@ Session::~Session() {
   if (capture_stream_) d.cuStreamDestroy(capture_stream_);
   if (owns_workspace_) d.cuMemFree(workspace_);  // cuMemFree waits for pending work
   if (state_) d.cuMemFree(state_);
+  if (counters_) d.cuMemFree(counters_);
 }
 
 uint64_t Session::buffer_address(uint32_t buffer, const uint64_t* inputs,
@@ -164,6 +176,7 @@ uint64_t Session::buffer_address(uint32_t buffer, const uint64_t* inputs,
     case BufferKind::Weight: return model_->weight_address(b.index);
     case BufferKind::Arena: return workspace_ + b.offset;
     case BufferKind::State: return state_address() + model_->manifest().state_offsets[b.index];
+    case BufferKind::Counters: return counters_ + b.offset;
   }
   return 0;
 }

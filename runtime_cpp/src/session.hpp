@@ -74,6 +74,7 @@ class Session {
   bool owns_workspace_ = false;
   uint64_t state_ = 0;  // one allocation holding every state buffer (Manifest::state_offsets)
   uint64_t caller_state_ = 0;  // or the caller's memory (aotpack_session_options.state)
+  uint64_t counters_ = 0;  // Manifest::counters_bytes, zeroed; kernels leave them zero
   bool use_graph_ = true;
   bool pdl_ = true;
   bool check_ptrs_ = true;

@@ -29,6 +29,7 @@ const char* kind_name(BufferKind k) {
     case BufferKind::Weight: return "weight";
     case BufferKind::Arena: return "arena";
     case BufferKind::State: return "state";
+    case BufferKind::Counters: return "counters";
   }
   return "?";
 }
@@ -50,6 +51,12 @@ void validate_buffers(Manifest& m) {
       continue;
     }
     uint64_t end;
+    if (b.kind == BufferKind::Counters) {
+      if (__builtin_add_overflow(b.offset, b.nbytes, &end) || end > m.counters_bytes)
+        bad(w, cat("counters region [", b.offset, ", ", b.offset + b.nbytes,
+                   ") is outside counters_bytes = ", m.counters_bytes));
+      continue;
+    }
     if (__builtin_add_overflow(b.offset, b.nbytes, &end) || end > m.arena_bytes)
       bad(w, cat("arena region [", b.offset, ", ", b.offset + b.nbytes,
                  ") is outside arena_bytes = ", m.arena_bytes));

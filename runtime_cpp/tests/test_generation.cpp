@@ -92,6 +92,29 @@ TEST(gen_bad_state) {
   expect_check(list, AOTPACK_CORRUPT_BUNDLE, {"state", "expected an array"});
 }
 
+// The session's counters (docs/manifest.md, "Counters"): a "counters" buffer inside
+// counters_bytes, with the same key rules as an arena region.
+TEST(counters_buffers) {
+  auto with_counters = [](int64_t total, int64_t offset, int64_t nbytes) {
+    TestBundle b;
+    at(b.manifest, "counters_bytes") = jint(total);
+    Value buf;
+    at(buf, "kind") = jstr("counters");
+    at(buf, "offset") = jint(offset);
+    at(buf, "nbytes") = jint(nbytes);
+    at(b.manifest, "buffers").items.push_back(buf);
+    return b;
+  };
+  expect_check(with_counters(512, 0, 512), AOTPACK_OK, {"OK"});
+  expect_check(with_counters(512, 256, 512), AOTPACK_CORRUPT_BUNDLE,
+               {"counters region [256, 768) is outside counters_bytes = 512"});
+  expect_check(with_counters(int64_t(1) << 30, 0, 4), AOTPACK_CORRUPT_BUNDLE,
+               {"counters_bytes"});
+  TestBundle key = with_counters(512, 0, 4);
+  at(at(key.manifest, "buffers").items.back(), "index") = jint(0);
+  expect_check(key, AOTPACK_CORRUPT_BUNDLE, {"unknown field 'index'"});
+}
+
 TEST(gen_bad_generation_fields) {
   TestBundle missing = TestBundle::generation();
   auto& f = gen(missing).fields;

@@ -309,6 +309,8 @@ class RowOp(nn.Module):
             return torch.log_softmax(x, dim=-1)
         if self.kind == "reduce":
             return x.sum(-1), x.mean(-1), x.amax(-1), x.amin(-1)
+        if self.kind == "argmax":  # a vocabulary-wide row: by parts, the last part picks
+            return x.float().argmax(-1)
         if self.kind == "reduce_keepdim_3d":  # [B, S, C] -> [B, S, 1]
             return x.mean(-1, keepdim=True), x.amax(-1, keepdim=True)
         raise ValueError(self.kind)
@@ -346,6 +348,13 @@ def make_log_softmax():
 
 def make_reduce():
     return _rowwise("reduce", 1000)
+
+
+def make_argmax_vocab():
+    """argmax over a 50,257-column row (ragged parts), rows 1..64: exact ids (first of ties)."""
+    torch.manual_seed(0)
+    rows = torch.export.Dim("R", min=1, max=64)
+    return _init(RowOp("argmax", 50257)), (torch.randn(5, 50257, dtype=BF16),), ({0: rows},)
 
 
 def make_reduce_3d():
@@ -483,6 +492,7 @@ CASES = [
     Case("softmax", ("softmax",)),
     Case("log_softmax", ("softmax",)),
     Case("reduce", ("reduce",)),
+    Case("argmax_vocab", ("argmax", "parts"), {"R": (1, 7, 64)}),
     Case("reduce_3d", ("reduce",), {"S": (1, 7, 77, 129, 1000, MAX_ROWS // 2)}),
     Case("rope_d64", ("rope",), {"S": SEQ_SIZES}),
     Case("rope_d128", ("rope",), {"S": SEQ_SIZES}),

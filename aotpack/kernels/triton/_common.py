@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from aotpack.ir.sym import bounds, divisible, subs_tree
 from aotpack.kernels.spec import SM90, Launch, Target, TensorArg
 from aotpack.kernels.triton.compile import (
-    F32, I32, I64, ArgValue, Const, Desc, Ptr, TritonKernel, compile_kernel, launch,
+    F32, I32, I64, ArgValue, Const, Counters, Desc, Ptr, Scratch, TritonKernel, compile_kernel,
+    launch,
 )
 
 _I32_MAX = 2**31 - 1
@@ -65,6 +66,8 @@ def _specialisation_key(plan: KernelPlan, target: Target) -> tuple:
             parts.append((name, "c", repr(v.value)))
         elif isinstance(v, Ptr):
             parts.append((name, "p", v.arg.dtype.value, divisible(v.byte_offset, 16)))
+        elif isinstance(v, (Scratch, Counters)):
+            parts.append((name, type(v).__name__, getattr(v, "dtype", None)))
         elif isinstance(v, Desc):
             parts.append((name, "d", v.arg.dtype.value, tuple(v.block)))
         elif isinstance(v, I32):
@@ -95,10 +98,18 @@ def torch_args(plan: KernelPlan, env) -> dict:
 
     from aotpack.kernels.reference import view
 
+    import torch
+
     out = {}
+    device = next((t.device for t in env.values() if isinstance(t, torch.Tensor)), "cpu")
     for name, v in plan.args.items():
         if isinstance(v, Ptr):
             out[name] = view(env, v.arg)
+        elif isinstance(v, Scratch):  # this launch's own workspace
+            out[name] = torch.empty(int(v.nbytes) // v.dtype.nbytes, dtype=v.dtype.to_torch(),
+                                    device=device)
+        elif isinstance(v, Counters):  # zero; bound once by jit_launcher, so kept across runs
+            out[name] = torch.zeros(int(v.nbytes) // 4, dtype=torch.int32, device=device)
         elif isinstance(v, Desc):
             out[name] = TensorDescriptor.from_tensor(view(env, v.arg), list(v.block))
         elif isinstance(v, (I32, I64, F32, Const)):

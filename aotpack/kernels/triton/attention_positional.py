@@ -11,7 +11,10 @@ from the positions: a decode at position 130 of a 4096-key cache reads 3 key til
 
 With SPLITS > 1 (a decode with few programs), the key range is cut into SPLITS parts, each
 program folds one part and writes its unnormalised partial (acc, row max, row sum) to a
-workspace; `combine_kernel` merges the parts (flash-decoding), so a long context uses every SM.
+workspace, and the parts are merged (flash-decoding), so a long context uses every SM: by the
+program that finishes its (batch, kv head, block) last (FIXUP, the default: an int32 counter
+per block, CounterSlot, zero before and reset to zero by that program), or by a second launch,
+`combine_kernel`.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 
 WORKSPACE = "__attention.partials"
+COUNTERS = "__attention.counters"
 
 
 @triton.jit
@@ -35,10 +39,10 @@ def attention_fwd_positional_kernel(
     v_stride_b, v_stride_h, v_stride_s,
     out_stride_b, out_stride_h, out_stride_s,
     pos_stride_b, pos_stride_s,
-    seq_q, seq_kv, sm_scale, window,
+    seq_q, seq_kv, sm_scale, window, cnt_ptr,
     HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_VALID: tl.constexpr,
     BLOCK_S: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr,
-    SPLITS: tl.constexpr,
+    SPLITS: tl.constexpr, FIXUP: tl.constexpr,
 ):
     pid = tl.program_id(0)
     batch = (pid // HEADS_KV).to(tl.int64)
@@ -98,6 +102,14 @@ def attention_fwd_positional_kernel(
         tl.store(base + r[:, None] * HEAD_DIM + dims[None, :], acc)
         tl.store(base + ROWS * HEAD_DIM + r, row_max)
         tl.store(base + ROWS * HEAD_DIM + ROWS + r, row_sum)
+        if FIXUP:  # the block's last program to finish merges every part
+            tl.debug_barrier()  # every thread's partials are written before the release
+            cnt = cnt_ptr + pid * tl.num_programs(1) + s_block
+            if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
+                _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q,
+                         pid, s_block, HEADS_KV, GROUP, HEAD_DIM, D_VALID, BLOCK_S, ROWS,
+                         SPLITS, ".cg")
+                tl.atomic_xchg(cnt, 0)  # ready for the next launch
 
 
 @triton.jit
@@ -105,10 +117,20 @@ def combine_kernel(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, se
                    HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                    D_VALID: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
                    SPLITS: tl.constexpr):
-    pid = tl.program_id(0)
+    _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q,
+             tl.program_id(0), tl.program_id(1), HEADS_KV, GROUP, HEAD_DIM, D_VALID, BLOCK_S,
+             ROWS, SPLITS, "")
+
+
+@triton.jit
+def _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q, pid, s_block,
+             HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+             D_VALID: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
+             SPLITS: tl.constexpr, CACHE: tl.constexpr):
+    """Merge the SPLITS partials of program (pid, s_block) and store its rows. CACHE ".cg"
+    reads past L1 (partials other SMs just wrote)."""
     batch = (pid // HEADS_KV).to(tl.int64)
     head_kv = (pid % HEADS_KV).to(tl.int64)
-    s_block = tl.program_id(1)
     r = tl.arange(0, ROWS)
     g = r // BLOCK_S
     s = (s_block * BLOCK_S + r % BLOCK_S).to(tl.int64)
@@ -118,15 +140,18 @@ def combine_kernel(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, se
     stride = ROWS * (HEAD_DIM + 2)
     best = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     for i in tl.static_range(SPLITS):
-        best = tl.maximum(best, tl.load(ws_ptr + (first + i) * stride + ROWS * HEAD_DIM + r))
+        best = tl.maximum(best, tl.load(ws_ptr + (first + i) * stride + ROWS * HEAD_DIM + r,
+                                        cache_modifier=CACHE))
     safe = tl.where(best == float("-inf"), 0.0, best)
     acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     total = tl.zeros([ROWS], dtype=tl.float32)
     for i in tl.static_range(SPLITS):
         base = ws_ptr + (first + i) * stride
-        w = tl.exp2((tl.load(base + ROWS * HEAD_DIM + r) - safe) * 1.4426950408889634)
-        total += w * tl.load(base + ROWS * HEAD_DIM + ROWS + r)
-        acc += w[:, None] * tl.load(base + r[:, None] * HEAD_DIM + dims[None, :])
+        w = tl.exp2((tl.load(base + ROWS * HEAD_DIM + r, cache_modifier=CACHE) - safe)
+                    * 1.4426950408889634)
+        total += w * tl.load(base + ROWS * HEAD_DIM + ROWS + r, cache_modifier=CACHE)
+        acc += w[:, None] * tl.load(base + r[:, None] * HEAD_DIM + dims[None, :],
+                                    cache_modifier=CACHE)
     out = tl.where(total[:, None] > 0, acc / total[:, None], 0.0)
     head_q = head_kv * GROUP + g
     tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
@@ -161,6 +186,19 @@ def _workspace(op: AttentionOp, cfg: dict) -> Ptr:
     return Ptr(TensorArg(WORKSPACE, DType.F32, (workspace_bytes(op, cfg) // 4,), (1,)))
 
 
+def uses_fixup(op: AttentionOp, cfg: dict) -> bool:
+    """Split parts merged by the last program of each block, in the same launch."""
+    return shape(op, cfg)[2] > 1 and cfg.get("FIXUP", True)
+
+
+def counters_bytes(op: AttentionOp, cfg: dict):
+    """One int32 per (batch, kv head, query block) with the fix-up; 0 without."""
+    if not uses_fixup(op, cfg):
+        return 0
+    b, hq, sq, d = op.q.shape
+    return b * op.k.shape[1] * cdiv(sq, shape(op, cfg)[0]) * 4
+
+
 def plans_positional(op: AttentionOp, cfg: dict) -> list[KernelPlan]:
     b, hq, sq, d = op.q.shape
     hkv = op.k.shape[1]
@@ -172,21 +210,26 @@ def plans_positional(op: AttentionOp, cfg: dict) -> list[KernelPlan]:
               "ROWS": Const(rows), "SPLITS": Const(splits)}
     args = {"q_ptr": Ptr(op.q), "k_ptr": Ptr(op.k), "v_ptr": Ptr(op.v), "out_ptr": Ptr(op.out),
             "pos_ptr": Ptr(op.kv_limit),
-            "ws_ptr": _workspace(op, cfg) if splits > 1 else Const(None)}
+            "ws_ptr": _workspace(op, cfg) if splits > 1 else Const(None),
+            "cnt_ptr": Ptr(TensorArg(COUNTERS, DType.I32, (counters_bytes(op, cfg) // 4,), (1,)))
+            if uses_fixup(op, cfg) else Const(None)}
     for name in ("q", "k", "v", "out"):
         args.update(strides_args(name, getattr(op, name), ("b", "h", "s")))
     args.update({"pos_stride_b": int_arg(op.kv_limit.strides[0]),
                  "pos_stride_s": int_arg(op.kv_limit.strides[1]),
                  "seq_q": int_arg(sq), "seq_kv": int_arg(op.k.shape[2]),
                  "sm_scale": F32(op.scale), "window": int_arg(max(op.window, 1)),
-                 "BLOCK_N": Const(cfg["BLOCK_N"]), "WINDOW": Const(op.window > 0), **common})
+                 "BLOCK_N": Const(cfg["BLOCK_N"]), "WINDOW": Const(op.window > 0),
+                 "FIXUP": Const(uses_fixup(op, cfg)), **common})
     fused = ("attention", "positions") + (("window",) if op.window else ()) + \
-        (("gqa",) if hq != hkv else ()) + (("split_kv",) if splits > 1 else ())
-    config = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": block_s, "SPLITS": splits, "TMA": False}
+        (("gqa",) if hq != hkv else ()) + (("split_kv",) if splits > 1 else ()) + \
+        (("fixup",) if uses_fixup(op, cfg) else ())
+    config = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": block_s, "SPLITS": splits, "TMA": False,
+              "FIXUP": uses_fixup(op, cfg)}
     grid = (b * hkv, cdiv(sq, block_s), splits)
     first = KernelPlan(attention_fwd_positional_kernel, args, grid, cfg["num_warps"],
                        cfg["num_stages"], fused, config)
-    if splits == 1:
+    if splits == 1 or uses_fixup(op, cfg):
         return [first]
     combine = {"ws_ptr": _workspace(op, cfg), "out_ptr": Ptr(op.out),
                **strides_args("out", op.out, ("b", "h", "s")), "seq_q": int_arg(sq), **common}

@@ -17,7 +17,8 @@ from typing import Any, Union
 from aotpack.dtypes import DType
 from aotpack.ir.sym import cdiv, divisible
 from aotpack.kernels.spec import (
-    SM90, CompiledKernel, IntSlot, F32Slot, Launch, NullSlot, PtrSlot, ScratchSlot, Slot,
+    SM90, CompiledKernel, CounterSlot, IntSlot, F32Slot, Launch, NullSlot, PtrSlot, ScratchSlot,
+    Slot,
     Target, TensorArg, TensorMapSlot,
 )
 
@@ -38,6 +39,23 @@ class Ptr:
     @property
     def byte_offset(self):
         return self.arg.offset * self.arg.dtype.nbytes
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A pointer to `nbytes` of workspace private to this launch (ScratchSlot: arena memory,
+    contents undefined at entry), viewed as `dtype`."""
+
+    dtype: DType
+    nbytes: object  # int or symbolic
+
+
+@dataclass(frozen=True)
+class Counters:
+    """A pointer to `nbytes` of int32 counters, zero at entry, that the kernel leaves zero
+    (CounterSlot: the session's counters)."""
+
+    nbytes: object
 
 
 @dataclass(frozen=True)
@@ -71,7 +89,7 @@ class Const:
     value: Any
 
 
-ArgValue = Union[Ptr, Desc, I32, I64, F32, Const]
+ArgValue = Union[Ptr, Scratch, Counters, Desc, I32, I64, F32, Const]
 
 
 @dataclass
@@ -94,6 +112,9 @@ def _signature(fn, args: dict[str, ArgValue]) -> tuple[dict, dict, dict]:
             sig[name] = "*" + _TRITON_DTYPE[v.arg.dtype]
             if divisible(v.byte_offset, 16):
                 attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, (Scratch, Counters)):  # 256-byte aligned regions
+            sig[name] = "*" + _TRITON_DTYPE[v.dtype if isinstance(v, Scratch) else DType.I32]
+            attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(v, Desc):
             blk = ",".join(str(b) for b in v.block)
             sig[name] = f"tensordesc<{_TRITON_DTYPE[v.arg.dtype]}[{blk}]>"
@@ -155,6 +176,10 @@ def launch(tk: TritonKernel, fn, args: dict[str, ArgValue], grid: tuple[int, ...
             continue
         if isinstance(v, Ptr):
             slots.append(PtrSlot(v.arg.storage, v.byte_offset))
+        elif isinstance(v, Scratch):
+            slots.append(ScratchSlot(v.nbytes, 256))
+        elif isinstance(v, Counters):
+            slots.append(CounterSlot(v.nbytes))
         elif isinstance(v, Desc):
             if not metas:
                 raise RuntimeError(f"{tk.kernel.entry}: descriptor {name!r} was not lowered to TMA")

@@ -50,8 +50,8 @@ class GemmConfig:
 class SplitKConfig:
     """The swap-AB split-K kernel (gemm_splitk.py) for decode-sized M: a CTA multiplies BN weight
     rows (wgmma's M side) by the BM-row-padded activations (wgmma's N side) over one of SPLIT_K
-    equal runs of K tiles. SPLIT_K > 1 (or a SwiGLU) writes f32 partial sums that a second,
-    small kernel adds up and finishes with the epilogue."""
+    equal runs of K tiles. SPLIT_K > 1 (or a SwiGLU) writes f32 partial sums that the last CTA
+    of each tile (FIXUP) or a second, small kernel adds up and finishes with the epilogue."""
 
     BN: int = 64  # weight rows per CTA (64 per warpgroup)
     BM: int = 16  # activation rows per CTA (M padded; 16..128)
@@ -61,6 +61,11 @@ class SplitKConfig:
     num_stages: int = 6
     # load both operands with TMA (host descriptors); otherwise masked pointer loads (cp.async)
     TMA: bool = True
+    # partial sums finished in the same launch by the last CTA of each tile (counters) instead
+    # of a second, reduce launch. Off by default: measured on the H200 (llama-1B decode, same
+    # call) the last CTA's serial tail costs more than the launch it saves (852 vs 715 + 99 us
+    # per step, benchmarks/results/2026-12-02-h200-decode-fixup.json); a tuning candidate.
+    FIXUP: bool = False
 
     def as_dict(self) -> dict:
         return dict(asdict(self), kind="splitk")
@@ -75,7 +80,7 @@ AnyGemmConfig = Union[GemmConfig, SplitKConfig]
 def splitk_label(cfg: SplitKConfig) -> str:
     """A short name for tables and logs, e.g. 'splitk 64x16x64 S4 w4 s6 tma'."""
     return (f"splitk {cfg.BN}x{cfg.BM}x{cfg.BK} S{cfg.SPLIT_K} w{cfg.num_warps} "
-            f"s{cfg.num_stages} {'tma' if cfg.TMA else 'ptr'}")
+            f"s{cfg.num_stages} {'tma' if cfg.TMA else 'ptr'}{'' if cfg.FIXUP else ' reduce'}")
 _CONFIG_KINDS = {"tile": GemmConfig, "splitk": SplitKConfig}
 
 

@@ -8,11 +8,16 @@ TRANSPOSED product, acc[BN, BM] = b[n0:n0+BN, k-run] @ a[m0:m0+BM, k-run]^T:
 - the K tiles are cut into SPLIT_K equal runs (grid z), so even a narrow N fills the GPU;
 - loads are pipelined over num_stages (TMA descriptors, or masked pointer loads via cp.async).
 SPLIT_K == 1 without SwiGLU finishes the tile in place (epilogue + store). Otherwise every CTA
-writes its f32 partial tile to a workspace [SPLIT_K, M, N_acc] and `splitk_reduce_kernel` sums
-the partials in a fixed order (deterministic), pairs SwiGLU gate/up columns by indexing (no
-register shuffles), applies the epilogue and stores with the output's strides.
-The workspace is a ScratchSlot shared by the op's two launches (the memory planner gives them
-one arena region). Epilogue device code is gemm_epilogue's, so both GEMM paths agree.
+writes its f32 partial tile to a workspace [SPLIT_K, M, N_acc] and the partials are summed in a
+fixed order (deterministic), SwiGLU gate/up columns paired by indexing (no register shuffles),
+the epilogue applied and the result stored with the output's strides:
+- by a second launch, `splitk_reduce_kernel` (the default);
+- or (FIXUP, a tuning candidate) in the same launch, by the CTA that arrives last at its unit
+  of tiles (an int32 counter per unit, CounterSlot: zero before, reset to zero by that CTA).
+  One launch instead of two, but measured slower on the H200 at decode (the last CTA's serial
+  tail outlasts the saved launch: SplitKConfig.FIXUP).
+The workspace is a ScratchSlot shared by the op's launches (the memory planner gives them one
+arena region). Epilogue device code is gemm_epilogue's, so both GEMM paths agree.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import triton.language as tl
 
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    SM90, GemmOp, Launch, PtrSlot, ScratchSlot, Target, TensorArg, swiglu_group,
+    SM90, CounterSlot, GemmOp, Launch, PtrSlot, ScratchSlot, Target, TensorArg, swiglu_group,
 )
 from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
 from aotpack.ir.sym import bounds, decided, subs_tree, upper_bound
@@ -32,6 +37,7 @@ from aotpack.kernels.triton.gemm_epilogue import (
 )
 
 WORKSPACE = "__splitk.partials"  # storage name of the partial sums in plans and torch envs
+COUNTERS = "__splitk.counters"  # storage name of the fix-up counters in plans and torch envs
 SHARED_SCRATCH_KEY = "splitk.partials"  # ScratchSlot.shared of both launches of one op
 _INPUT_DTYPES = (DType.BF16, DType.F16)
 _OUTPUT_DTYPES = (DType.BF16, DType.F16, DType.F32)
@@ -40,6 +46,7 @@ _BLOCKS_N = (64, 128, 256)
 _BLOCKS_K = (16, 32, 64, 128)
 _REDUCE_ELEMS = 512  # outputs per reduce program: 4 per thread of 4 warps (16-byte vectors)
 _REDUCE_WARPS = 4
+_FIXUP_ELEMS = 4096  # outputs the last CTA finishes per pass (rows are cut to stay under it)
 _I32_LIMIT = 2**31
 
 
@@ -51,8 +58,11 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
                   e4, e4_m, e4_n,
                   S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
                   S4: tl.constexpr,
+                  cnt_ptr, N,
                   BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
-                  USE_TMA: tl.constexpr, DIRECT: tl.constexpr, WIDE_INDEX: tl.constexpr):
+                  USE_TMA: tl.constexpr, DIRECT: tl.constexpr, WIDE_INDEX: tl.constexpr,
+                  FIXUP: tl.constexpr, UNIT: tl.constexpr, SWIGLU_G: tl.constexpr,
+                  FIX_M: tl.constexpr, FIX_COLS: tl.constexpr):
     off_m = tl.program_id(0) * BM
     off_n = tl.program_id(1) * BN
     pid_k = tl.program_id(2)
@@ -83,16 +93,54 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
     else:  # partial sums: workspace[pid_k, m, n], n contiguous (what the reduce reads)
         ptrs = ws_ptr + pid_k * M * N_acc + offs_m[None, :] * N_acc + offs_n[:, None]
         tl.store(ptrs, acc, mask=(offs_m[None, :] < M) & (offs_n[:, None] < N_acc))
+        if FIXUP:  # the last of the unit's SPLIT_K * UNIT / BN CTAs finishes it
+            tl.debug_barrier()  # every thread's partials are written before the release
+            unit = off_n // UNIT
+            cnt = cnt_ptr + tl.program_id(0) * tl.cdiv(N_acc, UNIT) + unit
+            count = tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu")
+            if count == SPLIT_K * (UNIT // BN) - 1:
+                for mm in tl.static_range(0, BM, FIX_M):  # FIX_COLS outputs per unit
+                    _reduce_tile(ws_ptr, off_m + mm, unit * FIX_COLS, M, N, N_acc, out_ptr,
+                                 stride_om, stride_on, e0, e0_m, e0_n, e1, e1_m, e1_n,
+                                 e2, e2_m, e2_n, e3, e3_m, e3_n, e4, e4_m, e4_n,
+                                 S0, S1, S2, S3, S4, SPLIT_K, SWIGLU_G, FIX_M, FIX_COLS,
+                                 WIDE_INDEX, ".cg")
+                tl.atomic_xchg(cnt, 0)  # ready for the next launch
 
 
 @triton.jit
-def _sum_partials(ws_ptr, offs_m, cols, mask, M, N_acc, SPLIT_K: tl.constexpr):
-    # fixed summation order (split 0, 1, ...): the same bits on every run
+def _sum_partials(ws_ptr, offs_m, cols, mask, M, N_acc, SPLIT_K: tl.constexpr,
+                  CACHE: tl.constexpr):
+    # fixed summation order (split 0, 1, ...): the same bits on every run, whichever CTA sums
     ptrs = ws_ptr + offs_m[:, None] * N_acc + cols[None, :]
-    acc = tl.load(ptrs, mask=mask, other=0.0)
+    acc = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=CACHE)
     for s in tl.static_range(1, SPLIT_K):
-        acc += tl.load(ptrs + s * M * N_acc, mask=mask, other=0.0)
+        acc += tl.load(ptrs + s * M * N_acc, mask=mask, other=0.0, cache_modifier=CACHE)
     return acc
+
+
+@triton.jit
+def _reduce_tile(ws_ptr, off_m, off_n, M, N, N_acc, out_ptr, stride_om, stride_on,
+                 e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n, e4, e4_m, e4_n,
+                 S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
+                 S4: tl.constexpr, SPLIT_K: tl.constexpr, SWIGLU_G: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, WIDE_INDEX: tl.constexpr,
+                 CACHE: tl.constexpr):
+    """Outputs [off_m, +BLOCK_M) x [off_n, +BLOCK_N): the partials summed, epilogue, store.
+    CACHE ".cg" reads past L1 (partials other SMs just wrote)."""
+    offs_m = off_m + tl.arange(0, BLOCK_M)
+    offs_n = off_n + tl.arange(0, BLOCK_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if SWIGLU_G > 0:  # output column j: gate at 2G*(j//G) + j%G, up G columns further
+        gate_cols = 2 * SWIGLU_G * (offs_n // SWIGLU_G) + offs_n % SWIGLU_G
+        gate = _sum_partials(ws_ptr, offs_m, gate_cols, mask, M, N_acc, SPLIT_K, CACHE)
+        up = _sum_partials(ws_ptr, offs_m, gate_cols + SWIGLU_G, mask, M, N_acc, SPLIT_K, CACHE)
+        acc = _activation(gate, "silu") * up
+    else:
+        acc = _sum_partials(ws_ptr, offs_m, offs_n, mask, M, N_acc, SPLIT_K, CACHE)
+    _finish_subtile(acc, off_m, off_n, M, N, None, out_ptr, stride_om, stride_on,
+                    S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
+                    S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n, BLOCK_M, BLOCK_N, WIDE_INDEX, False)
 
 
 @triton.jit
@@ -103,21 +151,10 @@ def splitk_reduce_kernel(ws_ptr, out_ptr, stride_om, stride_on, M, N, N_acc,
                          S3: tl.constexpr, S4: tl.constexpr,
                          SPLIT_K: tl.constexpr, SWIGLU_G: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, WIDE_INDEX: tl.constexpr):
-    off_n = tl.program_id(0) * BLOCK_N
-    off_m = tl.program_id(1) * BLOCK_M
-    offs_m = off_m + tl.arange(0, BLOCK_M)
-    offs_n = off_n + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    if SWIGLU_G > 0:  # output column j: gate at 2G*(j//G) + j%G, up G columns further
-        gate_cols = 2 * SWIGLU_G * (offs_n // SWIGLU_G) + offs_n % SWIGLU_G
-        gate = _sum_partials(ws_ptr, offs_m, gate_cols, mask, M, N_acc, SPLIT_K)
-        up = _sum_partials(ws_ptr, offs_m, gate_cols + SWIGLU_G, mask, M, N_acc, SPLIT_K)
-        acc = _activation(gate, "silu") * up
-    else:
-        acc = _sum_partials(ws_ptr, offs_m, offs_n, mask, M, N_acc, SPLIT_K)
-    _finish_subtile(acc, off_m, off_n, M, N, None, out_ptr, stride_om, stride_on,
-                    S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
-                    S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n, BLOCK_M, BLOCK_N, WIDE_INDEX, False)
+    _reduce_tile(ws_ptr, tl.program_id(1) * BLOCK_M, tl.program_id(0) * BLOCK_N, M, N, N_acc,
+                 out_ptr, stride_om, stride_on, e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n,
+                 e3, e3_m, e3_n, e4, e4_m, e4_n, S0, S1, S2, S3, S4, SPLIT_K, SWIGLU_G,
+                 BLOCK_M, BLOCK_N, WIDE_INDEX, "")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -147,10 +184,10 @@ def check(op: GemmOp, cfg: SplitKConfig) -> None:
         if problem:
             raise ValueError(f"gemm split-K: operand {name} cannot be loaded"
                              f"{' by TMA' if cfg.TMA else ''}: {problem}")
-    _check_tiles(cfg, M, n_acc, K)
+    _check_tiles(op, cfg, M, n_acc, K)
 
 
-def _check_tiles(cfg: SplitKConfig, M: int, n_acc: int, K: int) -> None:
+def _check_tiles(op: GemmOp, cfg: SplitKConfig, M: int, n_acc: int, K: int) -> None:
     if cfg.BM not in _BLOCKS_M or cfg.BN not in _BLOCKS_N or cfg.BK not in _BLOCKS_K:
         raise ValueError(f"gemm split-K: tile BN={cfg.BN} BM={cfg.BM} BK={cfg.BK} not in "
                          f"BN {_BLOCKS_N}, BM {_BLOCKS_M}, BK {_BLOCKS_K}")
@@ -160,6 +197,10 @@ def _check_tiles(cfg: SplitKConfig, M: int, n_acc: int, K: int) -> None:
     if not 1 <= cfg.SPLIT_K <= cdiv(K, cfg.BK):
         raise ValueError(f"gemm split-K: SPLIT_K={cfg.SPLIT_K} must be 1..{cdiv(K, cfg.BK)} "
                          f"(the number of K tiles of {cfg.BK})")
+    group = swiglu_group(op)
+    if group and max(cfg.BN, 2 * group) % min(cfg.BN, 2 * group):
+        raise ValueError(f"gemm split-K: tile BN={cfg.BN} and SwiGLU blocks of {2 * group} rows "
+                         "do not nest")
     if upper_bound(cfg.SPLIT_K * M * n_acc) >= _I32_LIMIT:
         raise ValueError(f"gemm split-K: {cfg.SPLIT_K} x {M} x {n_acc} partial sums pass 2^31 "
                          "elements; use fewer splits")
@@ -186,6 +227,25 @@ def adapt_config(op: GemmOp, cfg: SplitKConfig) -> SplitKConfig:
 def is_direct(op: GemmOp, cfg: SplitKConfig) -> bool:
     """One launch that finishes the tiles itself (no partials, no reduce)."""
     return cfg.SPLIT_K == 1 and swiglu_group(op) is None
+
+
+def uses_fixup(op: GemmOp, cfg: SplitKConfig) -> bool:
+    """Partials finished by the last CTA of each unit, in the same launch."""
+    return cfg.FIXUP and not is_direct(op, cfg)
+
+
+def fixup_unit(op: GemmOp, cfg: SplitKConfig) -> int:
+    """Accumulator rows one counter covers: a tile, or with SwiGLU the gate/up block pairs
+    (2 * group rows) when they span several tiles."""
+    group = swiglu_group(op)
+    return max(cfg.BN, 2 * group) if group else cfg.BN
+
+
+def counters_bytes(op: GemmOp, cfg: SplitKConfig):
+    """One int32 per (row block, unit) of the fix-up; 0 without one."""
+    if not uses_fixup(op, cfg):
+        return 0
+    return cdiv(op.a.shape[0], cfg.BM) * cdiv(op.b.shape[0], fixup_unit(op, cfg)) * 4
 
 
 def workspace_bytes(op: GemmOp, cfg: SplitKConfig):
@@ -239,10 +299,25 @@ def _unused_epilogue_args() -> dict:
     return args
 
 
+def _counters_arg(op: GemmOp, cfg: SplitKConfig) -> Ptr:
+    return Ptr(TensorArg(COUNTERS, DType.I32, (counters_bytes(op, cfg) // 4,), (1,)))
+
+
+def _fixup_shape(op: GemmOp, cfg: SplitKConfig) -> tuple[int, int]:
+    """(rows, columns) of output the last CTA finishes per pass: the tile's BM rows, cut so
+    one pass holds at most _FIXUP_ELEMS outputs in registers, and the unit's columns."""
+    cols = fixup_unit(op, cfg) // (2 if swiglu_group(op) else 1)
+    rows = cfg.BM
+    while rows > 1 and rows * cols > _FIXUP_ELEMS:
+        rows //= 2
+    return rows, cols
+
+
 def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
     M, K = op.a.shape
     n_acc = op.b.shape[0]
     direct = is_direct(op, cfg)
+    fixup = uses_fixup(op, cfg)
     args = {
         "w_desc": Desc(op.b, (cfg.BN, cfg.BK)) if cfg.TMA else Const(None),
         "a_desc": Desc(op.a, (cfg.BM, cfg.BK)) if cfg.TMA else Const(None),
@@ -252,12 +327,20 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
         "stride_am": Const(0) if cfg.TMA else int_arg(op.a.strides[0]),
         "M": I32(M), "N_acc": I32(n_acc), "K": I32(K),
         "ws_ptr": Const(None) if direct else _workspace_arg(op, cfg),
-        **(_epilogue_args(op) if direct else _unused_epilogue_args()),
+        **(_epilogue_args(op) if direct or fixup else _unused_epilogue_args()),
+        "cnt_ptr": _counters_arg(op, cfg) if fixup else Const(None),
+        "N": I32(op.out.shape[1]),
         "BN": Const(cfg.BN), "BM": Const(cfg.BM), "BK": Const(cfg.BK),
         "SPLIT_K": Const(cfg.SPLIT_K), "USE_TMA": Const(cfg.TMA), "DIRECT": Const(direct),
+        "FIXUP": Const(fixup), "UNIT": Const(fixup_unit(op, cfg)),
+        "SWIGLU_G": Const(swiglu_group(op) or 0),
+        "FIX_M": Const(_fixup_shape(op, cfg)[0]), "FIX_COLS": Const(_fixup_shape(op, cfg)[1]),
     }
     grid = (cdiv(M, cfg.BM), cdiv(n_acc, cfg.BN), cfg.SPLIT_K)
-    fused = fused_ops(op) + ("splitk",) if direct else ("gemm", "splitk_partials")
+    if direct or fixup:
+        fused = fused_ops(op) + (("splitk",) if direct else ("splitk", "fixup"))
+    else:
+        fused = ("gemm", "splitk_partials")
     return KernelPlan(splitk_kernel, args, grid, cfg.num_warps, cfg.num_stages, fused,
                       cfg.as_dict())
 
@@ -286,24 +369,33 @@ def _reduce_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
 
 
 def plans(op: GemmOp, cfg: SplitKConfig) -> list[KernelPlan]:
-    """The op's launches under `cfg`, in order: partials (or the direct kernel), then reduce."""
+    """The op's launches under `cfg`, in order: partials (or the direct kernel, or partials
+    with the fix-up), then reduce."""
     check(op, cfg)
     first = _partials_plan(op, cfg)
-    return [first] if is_direct(op, cfg) else [first, _reduce_plan(op, cfg)]
+    if is_direct(op, cfg) or uses_fixup(op, cfg):
+        return [first]
+    return [first, _reduce_plan(op, cfg)]
 
 
 # ----------------------------------------------------------------------------- compile
-def _workspace_to_scratch(launch: Launch, nbytes) -> Launch:
-    """The workspace pointer becomes a scratch slot that both launches of the op share."""
-    args = tuple(ScratchSlot(nbytes, 256, shared=SHARED_SCRATCH_KEY)
-                 if isinstance(s, PtrSlot) and s.storage == WORKSPACE else s for s in launch.args)
-    return Launch(launch.kernel, launch.grid, args)
+def _workspace_to_scratch(launch: Launch, nbytes, counters) -> Launch:
+    """The workspace pointer becomes a scratch slot that both launches of the op share, the
+    counters pointer the session's counters."""
+    def slot(s):
+        if isinstance(s, PtrSlot) and s.storage == WORKSPACE:
+            return ScratchSlot(nbytes, 256, shared=SHARED_SCRATCH_KEY)
+        if isinstance(s, PtrSlot) and s.storage == COUNTERS:
+            return CounterSlot(counters)
+        return s
+    return Launch(launch.kernel, launch.grid, tuple(slot(s) for s in launch.args))
 
 
 def compile_config(op: GemmOp, cfg: SplitKConfig, target: Target = SM90) -> list[Launch]:
     """Cubins + launches of `op` with exactly `cfg` (kernels memoised per specialisation)."""
-    nbytes = workspace_bytes(op, cfg)
-    return [_workspace_to_scratch(compile_plan(p, target), nbytes) for p in plans(op, cfg)]
+    nbytes, counters = workspace_bytes(op, cfg), counters_bytes(op, cfg)
+    return [_workspace_to_scratch(compile_plan(p, target), nbytes, counters)
+            for p in plans(op, cfg)]
 
 
 # ----------------------------------------------------------------------------- run with torch
@@ -311,10 +403,13 @@ def _env_with_workspace(op: GemmOp, env, cfg: SplitKConfig) -> dict:
     import torch
 
     env = dict(env)
+    device = env[op.a.storage].device
     n = workspace_bytes(op, cfg) // 4
     if n:
-        device = env[op.a.storage].device
         env[WORKSPACE] = torch.empty(n, dtype=torch.float32, device=device)
+    n = counters_bytes(op, cfg) // 4
+    if n and COUNTERS not in env:  # zero before the first run; the kernel leaves them zero
+        env[COUNTERS] = torch.zeros(n, dtype=torch.int32, device=device)
     return env
 
 

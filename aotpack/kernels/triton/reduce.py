@@ -4,6 +4,11 @@ Whole rows in registers (C <= 16384, several short rows per program) or, for lon
 loop over 4096-column chunks into per-lane f32 accumulators combined once at the end (argmax:
 each lane's max and its column, the first column of the row's max at the end).
 amax/amin propagate NaN like torch (the hardware max/min drop it, so NaNs are counted).
+argmax over a long row (a vocabulary, the last op of a generation step) is cut into PARTS
+column ranges, one program each (a 128k-word row is 32 programs of 4k columns, not one program
+walking it all: ~2 us instead of ~40 at batch 1); each writes its best value and first column,
+and the row's last program to finish picks the first column of the row's maximum (counters:
+zero before, reset by that program).
 """
 from __future__ import annotations
 
@@ -14,9 +19,14 @@ from aotpack.kernels.spec import REDUCE_KINDS, ReduceOp
 from aotpack.kernels.triton import _rowwise as rw
 from aotpack.kernels.triton._common import KernelPlan, entry_points, int_arg
 from aotpack.kernels.triton._rowwise_jit import load_chunk, row_block
-from aotpack.kernels.triton.compile import Const, Ptr, cdiv
+from aotpack.ir.sym import upper_bound
+from aotpack.dtypes import DType
+from aotpack.kernels.triton.compile import Const, Counters, Ptr, Scratch, cdiv
 
 _KIND_CODE = {k: i for i, k in enumerate(REDUCE_KINDS)}  # sum 0 mean 1 amax 2 amin 3 argmax 4
+_PART_BLOCK = 2048  # argmax by parts: columns per step (4 warps x 16 per thread)
+_PART_COLS = 4096  # ... and per program, about
+_MAX_PARTS = 64
 
 
 @triton.jit
@@ -86,12 +96,63 @@ def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_
     tl.store(out_ptr + rows * out_stride, r.to(out_ptr.dtype.element_ty), mask=row_mask)
 
 
+@triton.jit
+def argmax_parts_kernel(x_ptr, out_ptr, val_ptr, idx_ptr, cnt_ptr, x_stride_r, x_stride_c,
+                        out_stride, n_cols, BLOCK_C: tl.constexpr, PARTS: tl.constexpr,
+                        PART: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    part = tl.program_id(1)
+    cols = tl.arange(0, BLOCK_C)
+    x_row = x_ptr + row * x_stride_r
+    acc = tl.full([BLOCK_C], float("-inf"), dtype=tl.float32)
+    at = tl.zeros([BLOCK_C], dtype=tl.int32)
+    lo = part * PART
+    for start in range(lo, tl.minimum(lo + PART, n_cols), BLOCK_C):
+        c = start + cols
+        x = tl.load(x_row + c * x_stride_c, mask=c < n_cols, other=float("-inf")).to(tl.float32)
+        better = x > acc  # strict: a lane keeps the first of equal maxima
+        at = tl.where(better, c, at)
+        acc = tl.where(better, x, acc)
+    best = tl.max(acc, 0)
+    slot = row * PARTS + part
+    tl.store(val_ptr + slot, best)
+    tl.store(idx_ptr + slot, tl.min(tl.where(acc == best, at, n_cols), 0))
+    tl.debug_barrier()  # every thread's stores are done before the release
+    cnt = cnt_ptr + row
+    if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == PARTS - 1:  # the row's last part
+        p = row * PARTS + tl.arange(0, PARTS)
+        vals = tl.load(val_ptr + p, cache_modifier=".cg")
+        idxs = tl.load(idx_ptr + p, cache_modifier=".cg")
+        r = tl.min(tl.where(vals == tl.max(vals, 0), idxs, n_cols), 0)
+        tl.store(out_ptr + row * out_stride, r.to(out_ptr.dtype.element_ty))
+        tl.atomic_xchg(cnt, 0)  # ready for the next launch
+
+
+def _argmax_parts_plan(op: ReduceOp, rows, cols, config: dict | None) -> KernelPlan:
+    n = upper_bound(cols)
+    parts = int((config or {}).get("PARTS") or min(_MAX_PARTS, rw.next_pow2(cdiv(n, _PART_COLS))))
+    part = cdiv(cdiv(n, parts), _PART_BLOCK) * _PART_BLOCK
+    args = {
+        "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out),
+        "val_ptr": Scratch(DType.F32, rows * parts * 4), "idx_ptr": Scratch(DType.I32,
+                                                                            rows * parts * 4),
+        "cnt_ptr": Counters(rows * 4), **rw.view_args("x", op.x),
+        "out_stride": int_arg(op.out.strides[0]), "n_cols": int_arg(cols),
+        "BLOCK_C": Const(_PART_BLOCK), "PARTS": Const(parts), "PART": Const(part),
+    }
+    return KernelPlan(argmax_parts_kernel, args, (rows, parts, 1), 4, 1, ("argmax", "parts"),
+                      {"kind": "argmax", "BLOCK_C": _PART_BLOCK, "PARTS": parts})
+
+
 def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:
     if op.kind not in _KIND_CODE:
         raise ValueError(f"reduce: unknown kind {op.kind!r} (one of {', '.join(REDUCE_KINDS)})")
     rows, cols = rw.check_2d("reduce x", op.x)
     if op.out.shape != (rows,):
         raise ValueError(f"reduce: out must be a [{rows}] vector, got {op.out.shape}")
+    if op.kind == "argmax" and upper_bound(cols) > rw.MAX_COLS and \
+            (config or {}).get("PARTS", 0) != 1:
+        return _argmax_parts_plan(op, rows, cols, config)
     cfg = rw.config(rows, cols, config)
     args = {
         "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out), **rw.view_args("x", op.x),
