@@ -58,7 +58,7 @@ def test_inspect_json(tmp_path):
     assert gemm["smem"] == 65536 and gemm["cluster"] == [2, 1, 1]
     assert doc["cubins"] == {"count": 1, "bytes": len(CUBIN)}
     assert doc["memory"] == {"arena_bytes": 17408, "intermediate_bytes": 16384,
-                             "naive_bytes": 17408, "regions": 2}
+                             "naive_bytes": 17408, "regions": 2, "counters_bytes": 0}
     assert doc["weights"] == {"count": 3, "bytes": 64 * 64 * 2 + 64 * 4 + 3 * 4, "external": None,
                               "external_found": False}
     assert doc["graph"]["summary"] == {"nodes": 4, "ops": {"linear": 1, "relu": 1}}

@@ -223,7 +223,7 @@ def test_prefill_inputs_layout():
 
 def test_kernels_of_a_step_in_the_interpreter():
     """The Triton kernels a generation step adds, run by Triton's interpreter against their
-    torch references: argmax over a vocabulary-wide row (the looped form), the row scatter
+    torch references: argmax over a vocabulary-wide row (by parts), the row scatter
     (rows outside the table skipped), RoPE with per-sequence tables."""
     from aotpack.kernels import run_reference as run_op_reference
     from aotpack.kernels.spec import ReduceOp, RopeOp, ScatterRowsOp, TensorArg, contiguous
@@ -422,6 +422,17 @@ def test_a_bf16_model_passes_the_step_check_and_a_wrong_head_does_not(family, mo
                         lambda self, h: self.model.get_output_embeddings()(h) * 1.3)
     with pytest.raises(GenerationTaskError, match="differ from the model's own forward"):
         check_step(step, inputs)
+
+
+def test_eos_ids_outside_the_vocabulary_are_not_stop_ids():
+    """A config whose vocabulary was cut keeps its eos_token_id (Olmo2's 50279 over 96 words):
+    such an id can never be generated, so it is dropped, not written into the manifest (which
+    refuses ids outside the vocabulary)."""
+    from aotpack.generation.step import GenerationStep
+
+    model = _model("llama")
+    model.generation_config.eos_token_id = [2, 50279]
+    assert GenerationStep(model, MAX_BATCH, MAX_SEQ).eos_ids == [2]
 
 
 def test_max_batch_one_builds():

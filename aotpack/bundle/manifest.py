@@ -21,6 +21,7 @@ from aotpack.kernels.spec import (
 )
 
 FORMAT = "aotpack"
+MAX_COUNTERS_BYTES = 1 << 26
 VERSION = 1  # static shapes
 VERSION_DYNAMIC = 2  # symbols, expressions, steps with `when`
 CUBIN_PREFIX = "__aotpack__.cubin."
@@ -260,6 +261,8 @@ def _buffer_bytes(m: dict, b: dict, arena: int, what: str) -> int:
     if kind == "counters":  # session-owned, zeroed int32 counters (docs/manifest.md)
         off, n = _int(b.get("offset"), f"{what}: offset"), _int(b.get("nbytes"), f"{what}: nbytes")
         total = _int(m.get("counters_bytes", 0), f"{what}: counters_bytes")
+        if total > MAX_COUNTERS_BYTES:  # runtime_cpp/src/manifest.hpp kMaxCountersBytes
+            raise BundleError(f"{what}: counters_bytes {total} is over {MAX_COUNTERS_BYTES}")
         if off + n > total:
             raise BundleError(f"{what}: counters region [{off}, {off + n}) beyond "
                               f"counters_bytes {total}")

@@ -43,7 +43,8 @@ def inspect_document(b) -> dict:
         "cubins": {"count": len(cubins), "bytes": sum(cubins.values())},
         "memory": {"arena_bytes": m["arena_bytes"], "intermediate_bytes": intermediates,
                    "naive_bytes": summary.get("naive_bytes"),
-                   "regions": sum(1 for x in m["buffers"] if x["kind"] == "arena")},
+                   "regions": sum(1 for x in m["buffers"] if x["kind"] == "arena"),
+                   "counters_bytes": m.get("counters_bytes", 0)},
         "provenance": m.get("provenance", {}),
         "dynamic": _dynamic(m, summary),
         "state": [dict(e, nbytes=_nbytes(e)) for e in m.get("state") or []],
@@ -122,6 +123,8 @@ def print_inspect(out: Console, d: dict) -> None:
     regions = f"{mem['regions']} region" + ("" if mem["regions"] == 1 else "s")
     out.print(f"memory plan: arena {human_bytes(mem['arena_bytes'])} in {regions}{saving}; "
               f"intermediates total {human_bytes(mem['intermediate_bytes'] or 0)}")
+    if mem.get("counters_bytes"):  # split kernels' last-CTA counters (docs/manifest.md)
+        out.print(f"counters: {human_bytes(mem['counters_bytes'])} per session, zero at rest")
     if d.get("dynamic"):
         _print_dynamic(out, d["dynamic"], mem["arena_bytes"])
     if d.get("state"):

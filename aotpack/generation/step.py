@@ -46,7 +46,9 @@ class GenerationStep(nn.Module):
                                    shape.head_dim, dtype)
         self.max_batch, self.max_seq_len = max_batch, max_seq_len
         self.vocab_size = _vocab_size(model)
-        self.eos_ids = _eos_ids(model)
+        # an end-of-sequence id outside the vocabulary can never be generated: not a stop id
+        # (a config whose vocabulary was shrunk keeps the original eos_token_id)
+        self.eos_ids = [e for e in _eos_ids(model) if 0 <= e < self.vocab_size]
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 last_index: torch.Tensor):

@@ -133,16 +133,20 @@ def check_step(step, inputs) -> None:
         return
     ids, _, last = inputs
     seq = ids.shape[1]
-    # relative L2 over the vocabulary: rounding noise of a bf16/f16 model (the step's cached
-    # attention adds its own) stays near 1e-2 on it, a missing scale or mask is far above
+    # relative L2 over the vocabulary (rounding noise of a bf16/f16 model, which the step's
+    # cached attention adds to, stays near 2e-2; a missing scale is far above) and the largest
+    # error against the largest logit (a soft-cap missing on a few top logits: L2 dilutes it)
     low = next(step.model.parameters()).dtype in (torch.bfloat16, torch.float16)
-    tolerance = 6e-2 if low else 2e-2
+    tolerance, peak_tolerance = (6e-2, 1e-1) if low else (2e-2, 2e-2)
     with torch.no_grad():
         _, logits = step(*inputs)
         for b in range(ids.shape[0]):
             length = int(last[b]) - b * seq + 1
             want = step.model(ids[b:b + 1, :length]).logits[0, -1].float()
-            err = float((logits[b].float() - want).norm() / want.norm().clamp_min(1e-6))
+            diff = logits[b].float() - want
+            err = float(diff.norm() / want.norm().clamp_min(1e-6))
+            peak = float(diff.abs().max() / want.abs().max().clamp_min(1e-6))
+            err = max(err, peak * tolerance / peak_tolerance)  # either bound fails the check
             if not err < tolerance:
                 raise GenerationTaskError(
                     f"{type(step.model).__name__}: the generation step's logits differ from "

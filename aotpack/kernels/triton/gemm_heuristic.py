@@ -212,7 +212,7 @@ def _splitk_variants(M: int, N: int, K: int, dtype: DType, target: Target) -> li
     h = splitk_config(M, N, K, dtype, target)
     other_bn = splitk_config(M, N, K, dtype, target, BN=192 - h.BN)  # 64 <-> 128
     out = [h, h.with_(SPLIT_K=h.SPLIT_K * 2), h.with_(SPLIT_K=max(1, h.SPLIT_K // 2)), other_bn,
-           h.with_(FIXUP=True),
+           h.with_(FIXUP=h.SPLIT_K > 1),  # the same as h when it is direct: dropped below
            h.with_(TMA=False), h.with_(num_stages=max(2, h.num_stages - 2)),
            h.with_(BK=128, num_stages=max(2, h.num_stages // 2)),
            h.with_(SPLIT_K=h.SPLIT_K * 4)]

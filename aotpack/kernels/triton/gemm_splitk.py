@@ -201,6 +201,9 @@ def _check_tiles(op: GemmOp, cfg: SplitKConfig, M: int, n_acc: int, K: int) -> N
     if group and max(cfg.BN, 2 * group) % min(cfg.BN, 2 * group):
         raise ValueError(f"gemm split-K: tile BN={cfg.BN} and SwiGLU blocks of {2 * group} rows "
                          "do not nest")
+    if cfg.FIXUP and n_acc % fixup_unit(op, cfg) and fixup_unit(op, cfg) > cfg.BN:
+        raise ValueError(f"gemm split-K: fix-up units of {fixup_unit(op, cfg)} rows do not "
+                         f"divide {n_acc} accumulator rows (a partial unit would never finish)")
     if upper_bound(cfg.SPLIT_K * M * n_acc) >= _I32_LIMIT:
         raise ValueError(f"gemm split-K: {cfg.SPLIT_K} x {M} x {n_acc} partial sums pass 2^31 "
                          "elements; use fewer splits")

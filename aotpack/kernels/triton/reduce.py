@@ -131,6 +131,8 @@ def argmax_parts_kernel(x_ptr, out_ptr, val_ptr, idx_ptr, cnt_ptr, x_stride_r, x
 def _argmax_parts_plan(op: ReduceOp, rows, cols, config: dict | None) -> KernelPlan:
     n = upper_bound(cols)
     parts = int((config or {}).get("PARTS") or min(_MAX_PARTS, rw.next_pow2(cdiv(n, _PART_COLS))))
+    if parts & (parts - 1) or not 1 < parts <= _MAX_PARTS:
+        raise ValueError(f"reduce argmax: PARTS={parts} must be a power of two in 2..{_MAX_PARTS}")
     part = cdiv(cdiv(n, parts), _PART_BLOCK) * _PART_BLOCK
     args = {
         "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out),
