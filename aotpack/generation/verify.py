@@ -1,7 +1,10 @@
 """`aotpack verify` of a generation bundle: the step fed the tokens eager greedy decoding picks
 (teacher forcing), its logits compared with the eager step's at every step: prefill of a batch
 of prompts of different lengths, then decode steps over the KV cache. Random inputs would not
-do: positions and last_index must describe real sequences.
+do: positions and last_index must describe real sequences. A bf16/f16 model's logits are also
+compared with a float32 copy of the step fed the same tokens: they pass when no further from it
+than eager is (aotpack.verify.compare's rule for 16-bit outputs), since a 16-bit bundle and
+16-bit eager round differently by about 1e-2.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, s
     bundle_step = (_cpu_step(manifest, loaded) if reference == "cpu"
                    else _gpu_step(Path(bundle), weights_path))
     step.to(device)
+    precise_step = _float32_copy(step)
     vocab = gen["vocab_size"]
     checks = []
     with torch.no_grad():
@@ -51,14 +55,26 @@ def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, s
             inputs = prefill_inputs(prompts)
             for k in range(new):
                 _, got = bundle_step(*inputs)
+                precise = None
+                if precise_step is not None:
+                    precise = precise_step(*(t.to(device) for t in inputs))[1].float().cpu()
                 label = f"logits @ batch={len(prompts)} step={k}"
-                checks.append(compare(label, got.float().cpu(), logits[k], tolerance))
+                checks.append(compare(label, got.float().cpu(), logits[k], tolerance, precise))
                 if k + 1 == new or any(len(t) <= k for t in tokens):
                     break
                 inputs = (torch.tensor([[t[k]] for t in tokens]),
                           torch.tensor([[len(p) + k] for p in prompts]),
                           torch.arange(len(prompts)))
     return VerifyReport(reference, seed, tolerance, checks, list(notes))
+
+
+def _float32_copy(step):
+    """A float32 copy of a bf16/f16 step (its own KV cache), or None for a float32 one."""
+    import copy
+
+    if next(step.parameters()).dtype not in (torch.bfloat16, torch.float16):
+        return None
+    return copy.deepcopy(step).float().eval()
 
 
 def _cpu_step(manifest: dict, loaded):
