@@ -324,18 +324,19 @@ _RERUN_SCRIPT = """
 import sys, torch
 sys.path.insert(0, 'tests')
 import test_gemm_splitk as t
+from aotpack.kernels.spec import COUNTERS
 from aotpack.kernels.triton import gemm_splitk as sk
 for name in ("swiglu_g64_bn64", "fixup_m40_bm32", "m5_silu_mul_add"):
     op, cfg = t.CASES[name]
     env = t._env(op, seed=7)
-    env[sk.COUNTERS] = torch.zeros(sk.counters_bytes(op, cfg) // 4, dtype=torch.int32)
+    env[COUNTERS] = torch.zeros(sk.counters_bytes(op, cfg) // 4, dtype=torch.int32)
     run = sk.jit_runner(op, env, cfg)
     run()
     first = env[op.out.storage].clone()
     env[op.out.storage].fill_(float("nan"))
     run()
     assert not torch.isnan(first).any(), name
-    print(name, int(env[sk.COUNTERS].abs().sum()), torch.equal(first, env[op.out.storage]))
+    print(name, int(env[COUNTERS].abs().sum()), torch.equal(first, env[op.out.storage]))
 """
 
 

@@ -438,6 +438,17 @@ def test_eos_ids_outside_the_vocabulary_are_not_stop_ids():
     assert GenerationStep(model, MAX_BATCH, MAX_SEQ).eos_ids == [2]
 
 
+@pytest.mark.parametrize("family,windows", [("llama", [0, 0]), ("mistral", [6, 6]),
+                                             ("gemma2", [6, 0])])
+def test_cache_masks_become_positions(family, windows):
+    """The step's mask over the cache (CacheView.attention_mask) is recognised as positions
+    (passes/attention_positions.py): every attention reads positions, not a mask, with the
+    sliding window of its layer."""
+    attention = [op for op in _program(_model(family)).ops if type(op).__name__ == "AttentionOp"]
+    assert [op.kv_limit is not None and op.mask is None for op in attention] == [True] * 2
+    assert [op.window for op in attention] == windows
+
+
 def test_max_batch_one_builds():
     """--max-batch 1 (the default): torch.export declares a dim over a range, so the bundle
     serves up to 2 sequences (its cache has 2 rows)."""

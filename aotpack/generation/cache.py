@@ -58,10 +58,10 @@ class CacheView:
     def attention_mask(self, window: int | None = None) -> torch.Tensor:
         """bool [B, 1, S, max_seq_len]: key t is visible to token (b, s) iff t <= its position
         (and, with a sliding `window`, t > its position - window)."""
-        keys = torch.arange(self.cache.max_seq_len, device=self.positions.device).view(1, 1, 1, -1)
-        at = self.positions.unsqueeze(1).unsqueeze(-1)
-        seen = keys <= at
-        return seen if window is None else seen & (keys > at - window)
+        from aotpack.kernels.reference.attention import positional_mask
+
+        # the form passes/attention_positions.py turns back into the positions
+        return positional_mask(self.positions, window or 0, self.cache.max_seq_len)
 
     # -- the rest of transformers' Cache interface that models call -------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:

@@ -40,7 +40,6 @@ def _positional(graph, mask: Value, producers, keys: int):
     if mask.dtype.value != "bool" or len(mask.shape) != 4 or not isinstance(keys, int):
         return None
     n = producers.get(mask.name)
-    window = 0
     if n is not None and n.op == Op.AND and len(n.inputs) == 2:
         for seen, recent in (n.inputs, n.inputs[::-1]):
             base = _seen(graph, seen, producers, keys)
@@ -49,7 +48,7 @@ def _positional(graph, mask: Value, producers, keys: int):
                 return base, w
         return None
     base = _seen(graph, mask, producers, keys)
-    return None if base is None else (base, window)
+    return None if base is None else (base, 0)
 
 
 def _seen(graph, v: Value, producers, keys: int):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from aotpack.ir.sym import bounds, divisible, subs_tree
-from aotpack.kernels.spec import SM90, Launch, Target, TensorArg
+from aotpack.kernels.spec import COUNTERS, SM90, Launch, Target, TensorArg
 from aotpack.kernels.triton.compile import (
     F32, I32, I64, ArgValue, Const, Counters, Desc, Ptr, Scratch, TritonKernel, compile_kernel,
     launch,
@@ -108,8 +108,12 @@ def torch_args(plan: KernelPlan, env) -> dict:
         elif isinstance(v, Scratch):  # this launch's own workspace
             out[name] = torch.empty(int(v.nbytes) // v.dtype.nbytes, dtype=v.dtype.to_torch(),
                                     device=device)
-        elif isinstance(v, Counters):  # zero; bound once by jit_launcher, so kept across runs
-            out[name] = torch.zeros(int(v.nbytes) // 4, dtype=torch.int32, device=device)
+        elif isinstance(v, Counters):  # one zeroed region in env for every launch, as in a
+            n = int(v.nbytes) // 4      # session (each launch leaves it zero)
+            t = env.get(COUNTERS)
+            if t is None or t.numel() < n:
+                t = env[COUNTERS] = torch.zeros(n, dtype=torch.int32, device=device)
+            out[name] = t
         elif isinstance(v, Desc):
             out[name] = TensorDescriptor.from_tensor(view(env, v.arg), list(v.block))
         elif isinstance(v, (I32, I64, F32, Const)):

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from aotpack.kernels.spec import (
-    SM90, AttentionOp, CounterSlot, Launch, PtrSlot, ScratchSlot, Target,
+    SM90, AttentionOp, Launch, PtrSlot, ScratchSlot, Target,
 )
 from aotpack.kernels.triton import attention_positional as positional
 from aotpack.kernels.triton._common import (
@@ -344,19 +344,15 @@ def compile(op: AttentionOp, target: Target = SM90, config: dict | None = None) 
         return _compile_one(op, target, config)
     cfg = _positional_config(op, config)
     nbytes = positional.workspace_bytes(op, cfg)
-    counters = positional.counters_bytes(op, cfg)
-    return [_workspace_to_scratch(compile_plan(p, target), nbytes, counters)
+    return [_workspace_to_scratch(compile_plan(p, target), nbytes)
             for p in positional.plans_positional(op, cfg)]
 
 
-def _workspace_to_scratch(launch: Launch, nbytes, counters) -> Launch:
-    def slot(s):
-        if isinstance(s, PtrSlot) and s.storage == positional.WORKSPACE:
-            return ScratchSlot(nbytes, 256, shared="attention.partials")
-        if isinstance(s, PtrSlot) and s.storage == positional.COUNTERS:
-            return CounterSlot(counters)
-        return s
-    return Launch(launch.kernel, launch.grid, tuple(slot(s) for s in launch.args))
+def _workspace_to_scratch(launch: Launch, nbytes) -> Launch:
+    args = tuple(ScratchSlot(nbytes, 256, shared="attention.partials")
+                 if isinstance(s, PtrSlot) and s.storage == positional.WORKSPACE else s
+                 for s in launch.args)
+    return Launch(launch.kernel, launch.grid, args)
 
 
 def run_plan_interpreted_here(op: AttentionOp, env, config: dict | None = None,
@@ -374,10 +370,6 @@ def run_plan_interpreted_here(op: AttentionOp, env, config: dict | None = None,
     nbytes = subs_tree(nbytes, point) if point else nbytes
     if nbytes:
         env[positional.WORKSPACE] = torch.empty(int(nbytes) // 4, dtype=torch.float32)
-    counters = positional.counters_bytes(op, cfg)
-    counters = subs_tree(counters, point) if point else counters
-    if counters and positional.COUNTERS not in env:  # zero; the kernel leaves them zero
-        env[positional.COUNTERS] = torch.zeros(int(counters) // 4, dtype=torch.int32)
     for p in positional.plans_positional(op, cfg):
         run_plan_here(subs_tree(p, point) if point else p, env)
 

@@ -25,10 +25,9 @@ from aotpack.dtypes import DType
 from aotpack.kernels.spec import AttentionOp, TensorArg
 from aotpack.kernels.triton._attention_jit import padded_dim, softmax_fold
 from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
-from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
+from aotpack.kernels.triton.compile import F32, Const, Counters, Ptr, cdiv
 
 WORKSPACE = "__attention.partials"
-COUNTERS = "__attention.counters"
 
 
 @triton.jit
@@ -211,8 +210,7 @@ def plans_positional(op: AttentionOp, cfg: dict) -> list[KernelPlan]:
     args = {"q_ptr": Ptr(op.q), "k_ptr": Ptr(op.k), "v_ptr": Ptr(op.v), "out_ptr": Ptr(op.out),
             "pos_ptr": Ptr(op.kv_limit),
             "ws_ptr": _workspace(op, cfg) if splits > 1 else Const(None),
-            "cnt_ptr": Ptr(TensorArg(COUNTERS, DType.I32, (counters_bytes(op, cfg) // 4,), (1,)))
-            if uses_fixup(op, cfg) else Const(None)}
+            "cnt_ptr": Counters(counters_bytes(op, cfg)) if uses_fixup(op, cfg) else Const(None)}
     for name in ("q", "k", "v", "out"):
         args.update(strides_args(name, getattr(op, name), ("b", "h", "s")))
     args.update({"pos_stride_b": int_arg(op.kv_limit.strides[0]),

@@ -26,18 +26,17 @@ import triton.language as tl
 
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    SM90, CounterSlot, GemmOp, Launch, PtrSlot, ScratchSlot, Target, TensorArg, swiglu_group,
+    SM90, GemmOp, Launch, PtrSlot, ScratchSlot, Target, TensorArg, swiglu_group,
 )
 from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
 from aotpack.ir.sym import bounds, decided, subs_tree, upper_bound
-from aotpack.kernels.triton.compile import Const, Desc, I32, Ptr, cdiv
+from aotpack.kernels.triton.compile import Const, Counters, Desc, I32, Ptr, cdiv
 from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import (
     MAX_STEPS, _activation, _finish_subtile, check_epilogue, epilogue_steps, fused_ops,
 )
 
 WORKSPACE = "__splitk.partials"  # storage name of the partial sums in plans and torch envs
-COUNTERS = "__splitk.counters"  # storage name of the fix-up counters in plans and torch envs
 SHARED_SCRATCH_KEY = "splitk.partials"  # ScratchSlot.shared of both launches of one op
 _INPUT_DTYPES = (DType.BF16, DType.F16)
 _OUTPUT_DTYPES = (DType.BF16, DType.F16, DType.F32)
@@ -302,10 +301,6 @@ def _unused_epilogue_args() -> dict:
     return args
 
 
-def _counters_arg(op: GemmOp, cfg: SplitKConfig) -> Ptr:
-    return Ptr(TensorArg(COUNTERS, DType.I32, (counters_bytes(op, cfg) // 4,), (1,)))
-
-
 def _fixup_shape(op: GemmOp, cfg: SplitKConfig) -> tuple[int, int]:
     """(rows, columns) of output the last CTA finishes per pass: the tile's BM rows, cut so
     one pass holds at most _FIXUP_ELEMS outputs in registers, and the unit's columns."""
@@ -331,7 +326,7 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
         "M": I32(M), "N_acc": I32(n_acc), "K": I32(K),
         "ws_ptr": Const(None) if direct else _workspace_arg(op, cfg),
         **(_epilogue_args(op) if direct or fixup else _unused_epilogue_args()),
-        "cnt_ptr": _counters_arg(op, cfg) if fixup else Const(None),
+        "cnt_ptr": Counters(counters_bytes(op, cfg)) if fixup else Const(None),
         "N": I32(op.out.shape[1]),
         "BN": Const(cfg.BN), "BM": Const(cfg.BM), "BK": Const(cfg.BK),
         "SPLIT_K": Const(cfg.SPLIT_K), "USE_TMA": Const(cfg.TMA), "DIRECT": Const(direct),
@@ -382,23 +377,17 @@ def plans(op: GemmOp, cfg: SplitKConfig) -> list[KernelPlan]:
 
 
 # ----------------------------------------------------------------------------- compile
-def _workspace_to_scratch(launch: Launch, nbytes, counters) -> Launch:
-    """The workspace pointer becomes a scratch slot that both launches of the op share, the
-    counters pointer the session's counters."""
-    def slot(s):
-        if isinstance(s, PtrSlot) and s.storage == WORKSPACE:
-            return ScratchSlot(nbytes, 256, shared=SHARED_SCRATCH_KEY)
-        if isinstance(s, PtrSlot) and s.storage == COUNTERS:
-            return CounterSlot(counters)
-        return s
-    return Launch(launch.kernel, launch.grid, tuple(slot(s) for s in launch.args))
+def _workspace_to_scratch(launch: Launch, nbytes) -> Launch:
+    """The workspace pointer becomes a scratch slot that both launches of the op share."""
+    args = tuple(ScratchSlot(nbytes, 256, shared=SHARED_SCRATCH_KEY)
+                 if isinstance(s, PtrSlot) and s.storage == WORKSPACE else s for s in launch.args)
+    return Launch(launch.kernel, launch.grid, args)
 
 
 def compile_config(op: GemmOp, cfg: SplitKConfig, target: Target = SM90) -> list[Launch]:
     """Cubins + launches of `op` with exactly `cfg` (kernels memoised per specialisation)."""
-    nbytes, counters = workspace_bytes(op, cfg), counters_bytes(op, cfg)
-    return [_workspace_to_scratch(compile_plan(p, target), nbytes, counters)
-            for p in plans(op, cfg)]
+    nbytes = workspace_bytes(op, cfg)
+    return [_workspace_to_scratch(compile_plan(p, target), nbytes) for p in plans(op, cfg)]
 
 
 # ----------------------------------------------------------------------------- run with torch
@@ -410,9 +399,6 @@ def _env_with_workspace(op: GemmOp, env, cfg: SplitKConfig) -> dict:
     n = workspace_bytes(op, cfg) // 4
     if n:
         env[WORKSPACE] = torch.empty(n, dtype=torch.float32, device=device)
-    n = counters_bytes(op, cfg) // 4
-    if n and COUNTERS not in env:  # zero before the first run; the kernel leaves them zero
-        env[COUNTERS] = torch.zeros(n, dtype=torch.int32, device=device)
     return env
 
 
