@@ -57,6 +57,14 @@ void encode_tensormap(cu::CUtensorMap* out, const TensorMap& t, uint64_t address
             "cuTensorMapEncodeTiled", where);
 }
 
+// Zeroes `nbytes` at `ptr` before returning: cuMemsetD8 is ordered on the legacy default
+// stream, and runs may come on any stream.
+void zero_now(uint64_t ptr, uint64_t nbytes, const std::string& what) {
+  const cu::Driver& d = cu::driver();
+  cu::check(d.cuMemsetD8(ptr, 0, size_t(nbytes)), "cuMemsetD8", what);
+  cu::check(d.cuStreamSynchronize(nullptr), "cuStreamSynchronize", what);
+}
+
 std::string step_name(const Manifest& m, const Step& st) {
   return cat("step ", st.index, " (kernel '", m.kernels[st.kernel].name, "')");
 }
@@ -113,9 +121,7 @@ void Session::allocate_state(const Options& opts) {
   if (m.counters_bytes) {  // session-owned even when the caller gives the rest of the memory
     cu::check(d.cuMemAlloc(&counters_, size_t(m.counters_bytes)), "cuMemAlloc",
               cat("allocating the ", m.counters_bytes, " bytes of counters"));
-    cu::check(d.cuMemsetD8(counters_, 0, size_t(m.counters_bytes)), "cuMemsetD8",
-              "zeroing the counters");
-    cu::check(d.cuStreamSynchronize(nullptr), "cuStreamSynchronize", "zeroing the counters");
+    zero_now(counters_, m.counters_bytes, "zeroing the counters");
   }
   if (m.state_bytes == 0) {
     if (opts.state)
@@ -123,7 +129,6 @@ void Session::allocate_state(const Options& opts) {
            "no state");
     return;
   }
-  const std::string what = cat("zeroing the ", m.state_bytes, " bytes of state buffers");
   if (opts.state) {  // the caller's memory: checked as the workspace is
     if (opts.state % 256 != 0)
       fail(AOTPACK_INVALID_ARGUMENT, "state memory ", reinterpret_cast<const void*>(opts.state),
@@ -139,15 +144,14 @@ void Session::allocate_state(const Options& opts) {
     cu::check(d.cuMemAlloc(&state_, size_t(m.state_bytes)), "cuMemAlloc",
               cat("allocating the ", m.state_bytes, " bytes of state buffers"));
   }
-  cu::check(d.cuMemsetD8(state_address(), 0, size_t(m.state_bytes)), "cuMemsetD8", what);
-  // cuMemsetD8 is ordered on the legacy default stream; runs may come on any stream.
-  cu::check(d.cuStreamSynchronize(nullptr), "cuStreamSynchronize", what);
+  zero_now(state_address(), m.state_bytes,
+           cat("zeroing the ", m.state_bytes, " bytes of state buffers"));
 }
 
 void Session::reset_state(cu::CUstream stream) {
   const Manifest& m = model_->manifest();
   model_->make_current();
-  if (m.counters_bytes)  // a run cut short (an error mid-plan) may have left some non-zero
+  if (m.counters_bytes)  // zero at rest already; zeroed with the state as at session create
     cu::check(cu::driver().cuMemsetD8Async(counters_, 0, size_t(m.counters_bytes), stream),
               "cuMemsetD8Async", "zeroing the counters");
   if (m.state_bytes == 0) return;

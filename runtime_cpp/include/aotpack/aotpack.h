@@ -358,9 +358,9 @@ AOTPACK_API aotpack_status* aotpack_model_state_info(const aotpack_model* model,
  * 0 without state). */
 AOTPACK_API uint64_t aotpack_model_state_bytes(const aotpack_model* model);
 /* Enqueues the zeroing of every state buffer on `stream` (as at session creation), and of the
- * session's internal counters (split kernels' fix-up counters, docs/manifest.md: a run cut
- * short by an error may leave them non-zero). Not needed between aotpack_session_generate
- * calls: a generation overwrites every cache row before it reads it. */
+ * session's internal counters (split kernels' fix-up counters, docs/manifest.md; zero at rest
+ * already). Not needed between aotpack_session_generate calls: a generation overwrites every
+ * cache row before it reads it. */
 AOTPACK_API aotpack_status* aotpack_session_reset_state(aotpack_session* session, void* stream);
 
 /* ------------------------------------------------------------------------------------------
