@@ -158,11 +158,13 @@ def main(argv=None) -> int:
     argv = list(sys.argv if argv is None else argv)
     args = parse_args(argv[1:])
     budget = gm.Budget(args.budget_s)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # -> finally: the table
+    # SIGTERM -> finally: the table; the caller's handler back after (tests call main())
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     report = Report(args, argv)
     try:
         run_all(args, budget, report)
     finally:
+        signal.signal(signal.SIGTERM, previous)
         report.save()
         print(f"\nwrote {report.path}")
         for line in report.doc["skipped"]:
