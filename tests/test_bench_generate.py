@@ -285,11 +285,15 @@ def test_aotpack_adapter_reads_the_generate_result(tiny):
 
 
 def test_smoke_run_on_the_cpu(tmp_path, capsys):
+    import signal
+
+    before = signal.getsignal(signal.SIGTERM)
     rc = bg.main(["bench_generate.py", "--models", "tiny", "--device", "cpu", "--contenders",
                   "eager,gptfast,aotpack", "--compile-mode", "none", "--batches", "1,2",
                   "--prompts", "8", "--new", "6", "--reps", "2", "--budget-s", "120",
                   "--bundles", str(tmp_path / "none"), "--out", str(tmp_path)])
     assert rc == 0
+    assert signal.getsignal(signal.SIGTERM) is before  # its handler does not outlive main()
     [path] = tmp_path.glob("generate-*.json")
     doc = json.loads(path.read_text())
     assert doc["gpu"] == "cpu" and doc["torch"] == torch.__version__
