@@ -144,17 +144,20 @@ def use_triton_cache() -> None:
 
 
 def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
-                 generation=None):
+                 generation=None, precision: str = "model", max_error: float | None = None):
     """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph);
     `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py); `inputs`, `dtype`: `--input`
     and `--dtype` options (aotpack/frontend/inputs.py); `generation`: GenerationOptions
-    (`--task text-generation`: the model's generation step, aotpack/generation/)."""
+    (`--task text-generation`: the model's generation step, aotpack/generation/);
+    `precision`, `max_error`: `--precision fp8-weights` quantizes the GEMM weights, measures
+    the error against the float32 model and refuses it above `max_error` (precision.py)."""
     from aotpack.frontend import load_spec, to_graph
     from aotpack.frontend.prepare import prepare
     from aotpack.passes import compile_graph
 
     if generation is not None:
-        return _load_generation(spec, dynamic, inputs, dtype, generation)
+        program, loaded = _load_generation(spec, dynamic, inputs, dtype, generation)
+        return _with_precision(program, loaded, precision, max_error)
     loaded = prepare(load_spec(spec), inputs=inputs, dtype=dtype, dynamic=dynamic)
     try:
         program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
@@ -166,6 +169,25 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
         raise
     program.notes = list(loaded.notes)
     check_supported(program)
+    return _with_precision(program, loaded, precision, max_error)
+
+
+def _with_precision(program, loaded, precision: str, max_error: float | None):
+    """`program` quantized for `precision`, its error measured and checked (precision.py);
+    the measurement goes to `program.precision` (the bundle's provenance)."""
+    from aotpack import precision as prec
+
+    report = prec.apply(program, precision)
+    if report is None:
+        return program
+    check_supported(program)
+    log.info("measuring the %s plan against the float32 model (CPU)", precision)
+    errors = prec.measure(program, loaded)
+    program.notes += report.notes() + [
+        "fp8-weights: error against the float32 model (relative L2): " +
+        ", ".join(f"{k} {v:.3g}" for k, v in errors.items())]
+    program.notes += prec.check(errors, max_error)
+    program.precision = prec.provenance(report, errors, max_error)
     return program
 
 
@@ -186,7 +208,7 @@ def _load_generation(spec: str, dynamic, inputs, dtype, generation):
     program.generation = generation_info(loaded.model, generation)
     program.notes = list(loaded.notes)
     check_supported(program)
-    return program
+    return program, loaded
 
 
 def check_supported(program) -> None:
@@ -321,7 +343,8 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
           command_line: str | None = None, gemm_backend: str = "triton",
           tuning_db=None, tune: str = "none", tune_budget_s: float | None = None,
           dynamic=(), inputs=(), dtype: str | None = None,
-          generation=None) -> BuildResult:
+          generation=None, precision: str = "model",
+          max_error: float | None = None) -> BuildResult:
     """`tuning_db`: compile measured winners from this database (docs/tuning.md).
     `dynamic`: `--dynamic NAME.DIM=[LABEL:]LO..HI` options (dims that vary at run time).
     `inputs`: `--input NAME=SHAPE[:DTYPE]` options (example inputs; a model.pt needs them).
@@ -329,9 +352,13 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     bundle's provenance, so that verify casts the model the same way).
     `tune` (fast|full): first tune on this machine's GPU and add the results to `tuning_db`
     (or to `<out>.tuning.json` beside the output folder when none is given).
-    `generation`: GenerationOptions (`--task text-generation`, docs/generation.md)."""
+    `generation`: GenerationOptions (`--task text-generation`, docs/generation.md).
+    `precision`, `max_error`: `--precision fp8-weights` and its error bound (precision.py)."""
     target = parse_arch(arch)
     check_gemm_backend(gemm_backend)  # refuse a missing backend before the model loads
+    if max_error is not None and precision == "model":
+        raise BuildError("--max-error bounds the error of a quantized build: give it with "
+                         "--precision fp8-weights")
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
@@ -344,12 +371,13 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     program = db = None
     if tune != "none":  # the model is loaded once, for the job and for this build
         db, program = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
-                                 progress, notes, dynamic, inputs, dtype, generation)
+                                 progress, notes, dynamic, inputs, dtype, generation,
+                                 precision, max_error)
     elif tuning_db is not None:
         db = _load_tuning_db(tuning_db)  # refuse a missing database before the model loads
     tuned = _tuned_chooser(db, target, gemm_backend)
     if program is None:
-        program = load_program(spec, dynamic, inputs, dtype, generation)
+        program = load_program(spec, dynamic, inputs, dtype, generation, precision, max_error)
     from aotpack.kernels import BackendCannotCompile
     from aotpack.passes import plan_memory
 
@@ -371,7 +399,8 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
                            distinct, tuning=tuned.provenance() if tuned else None,
                            summary=extra, options={"dtype": dtype, "inputs": list(inputs),
                                                     "generation": generation and
-                                                    generation.to_json()})
+                                                    generation.to_json(),
+                                                    "precision": program.precision})
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
@@ -413,7 +442,8 @@ def _tuned_chooser(db, target: Target, gemm_backend: str):
 
 
 def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning_db, progress,
-               notes: list[str], dynamic=(), inputs=(), dtype=None, generation=None):
+               notes: list[str], dynamic=(), inputs=(), dtype=None, generation=None,
+               precision: str = "model", max_error: float | None = None):
     """`build --tune`: job → measured on this machine's GPU → merged into the database.
     Returns (the database as saved, the model's Program, which the build compiles too)."""
     from aotpack.tuning import measure
@@ -429,7 +459,7 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
         TuningDB.load(db_path)
     except TuningDBError as e:
         raise BuildError(str(e)) from None
-    program = load_program(spec, dynamic, inputs, dtype, generation)
+    program = load_program(spec, dynamic, inputs, dtype, generation, precision, max_error)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".aotpack-tune.", dir=out.parent) as tmp:
         job = make_job(spec, Path(tmp) / "job.aotune", arch=arch, level=level,

@@ -19,6 +19,9 @@ class DType(enum.Enum):
     I64 = "i64"
     U8 = "u8"
     BOOL = "bool"
+    # FP8 e4m3 (finite, max 448: torch.float8_e4m3fn): quantized GEMM weights only, always with
+    # an f32 scale beside them (GemmOp.b_scale); never an input, output or compute dtype
+    F8E4M3 = "f8e4m3"
 
     @property
     def nbytes(self) -> int:
@@ -55,11 +58,12 @@ class DType(enum.Enum):
 
 _NBYTES = {
     DType.BF16: 2, DType.F16: 2, DType.F32: 4, DType.F64: 8, DType.I8: 1, DType.I16: 2,
-    DType.I32: 4, DType.I64: 8, DType.U8: 1, DType.BOOL: 1,
+    DType.I32: 4, DType.I64: 8, DType.U8: 1, DType.BOOL: 1, DType.F8E4M3: 1,
 }
 _SAFETENSORS = {
     DType.BF16: "BF16", DType.F16: "F16", DType.F32: "F32", DType.F64: "F64", DType.I8: "I8",
     DType.I16: "I16", DType.I32: "I32", DType.I64: "I64", DType.U8: "U8", DType.BOOL: "BOOL",
+    DType.F8E4M3: "F8_E4M3",
 }
 
 
@@ -70,5 +74,5 @@ def _torch_map():
         DType.BF16: torch.bfloat16, DType.F16: torch.float16, DType.F32: torch.float32,
         DType.F64: torch.float64, DType.I8: torch.int8, DType.I16: torch.int16,
         DType.I32: torch.int32, DType.I64: torch.int64, DType.U8: torch.uint8,
-        DType.BOOL: torch.bool,
+        DType.BOOL: torch.bool, DType.F8E4M3: torch.float8_e4m3fn,
     }

@@ -49,6 +49,9 @@ class Program:
     # storages of kind "state": buffers kept per session between runs (docs/generation.md)
     states: list = field(default_factory=list)
     generation: dict | None = None  # the manifest's `generation` section (a generation step)
+    # --precision other than the model's: what was quantized and the error measured
+    # (aotpack/precision.py; the bundle's provenance `precision`)
+    precision: dict | None = None
 
     @property
     def dynamic(self) -> bool:

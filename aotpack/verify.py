@@ -69,14 +69,19 @@ def default_reference() -> str:
 
 
 def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int = 0,
-           tolerance: float = DEFAULT_TOLERANCE, weights_path=None,
+           tolerance: float | None = None, weights_path=None,
            points: list[dict] | None = None) -> VerifyReport:
     """`points`: for a dynamic bundle, the dims' values to check at ({name: value} each);
-    default `shape_points`."""
+    default `shape_points`. `tolerance`: default DEFAULT_TOLERANCE, or for a quantized
+    bundle 1.5x the error its build measured (precision.verify_tolerance)."""
+    from aotpack import precision
+
     reference = reference or default_reference()
     if reference not in ("cpu", "gpu"):
         raise VerifyError(f"reference must be 'cpu' or 'gpu', not {reference!r}")
     b = read_bundle(bundle, weights_path=weights_path)
+    if tolerance is None:
+        tolerance = precision.verify_tolerance(b.manifest) or DEFAULT_TOLERANCE
     notes = _source_check(b.manifest.get("provenance") or {}, model_spec)
     if b.manifest.get("generation"):  # a generation step: checked along real sequences
         if points:
@@ -304,11 +309,13 @@ def _eager(model, inputs: list) -> list:
 def _cpu_runner(manifest: dict, loaded):
     """run(inputs) -> (outputs of the plan with torch references, eager outputs); the plan is
     compiled once and run at any shape its dims allow."""
+    from aotpack import precision
     from aotpack.executor import run_reference
     from aotpack.frontend import to_graph
     from aotpack.passes import compile_graph
 
     program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    precision.apply(program, precision.mode(manifest))  # the plan the bundle was built from
     _check_signature(manifest, program)
     _check_weights(manifest, program)
     return lambda inputs: (run_reference(program, inputs), _eager(loaded.model, inputs))

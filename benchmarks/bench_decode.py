@@ -3,6 +3,12 @@
     python benchmarks/bench_decode.py                # from the repo root, on the GPU machine
     OUT=/some/dir python benchmarks/bench_decode.py  # also writes $OUT/bench_decode.json
     TRITON_INTERPRET=1 python benchmarks/bench_decode.py --smoke   # CPU check of this script
+    python benchmarks/bench_decode.py --fp8 [--llama1b] [--graph]  # FP8 weights, graphs
+
+--fp8: every problem twice, the bf16 weight and its FP8 copy (a scale per row), so the two
+kernels are side by side; GB/s counts the bytes each reads. --llama1b: Llama-3.2-1B's decode
+GEMMs (M = 1) instead of the default shapes. --graph: CUDA-graph replays are timed (what a
+bundle does; at a few microseconds a GEMM is otherwise mostly Triton's Python launcher).
 
 A decode GEMM reads its weight once: the floor is N_acc * K * 2 bytes over the copy ceiling
 (4.26 TB/s measured on this H200), so the table reports GB/s of weight bytes and their share of
@@ -35,12 +41,19 @@ from aotpack.kernels.triton.gemm_heuristic import candidate_configs  # noqa: E40
 
 COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200
 MAX_REL_ERR = 1e-2
-BUDGET_S = 45.0  # alternatives stop after this; chosen configs always run
+BUDGET_S = 45.0 if "--fp8" not in sys.argv else 150.0  # then alternatives stop; chosen run
 ALTERNATIVES = 3  # per shape, after the chosen config
 SHAPES = [(M, N, K) for M in (16, 128)
           for N, K in ((4096, 4096), (14336, 4096), (4096, 14336), (1024, 4096))]
 SHAPES += [(16, 6144, 4096), (16, 28672, 4096)]  # Llama-3-8B decode: QKV, gate+up
 SWIGLU_SHAPES = [(16, 28672, 4096)]  # gate+up with the SwiGLU fused (output N = 14336)
+FP8 = "--fp8" in sys.argv
+# --graph: time CUDA-graph replays (small GEMMs take a few microseconds: Triton's Python
+# launcher alone would otherwise be most of what is measured)
+GRAPH = "--graph" in sys.argv
+if "--llama1b" in sys.argv:  # qkv, o, down, the LM head; gate+up with its SwiGLU
+    SHAPES = [(1, 3072, 2048), (1, 2048, 2048), (1, 2048, 8192), (1, 128256, 2048)]
+    SWIGLU_SHAPES = [(1, 16384, 2048)]
 SMOKE = "--smoke" in sys.argv  # tiny shapes on the CPU under Triton's interpreter
 DEVICE = "cpu" if SMOKE else "cuda"
 if SMOKE:
@@ -57,7 +70,7 @@ def label(cfg) -> str:
 class Problem:
     """Flat storages + a GemmOp over them, the f32 expected output and the cuBLAS call."""
 
-    def __init__(self, M: int, N_acc: int, K: int, swiglu: bool):
+    def __init__(self, M: int, N_acc: int, K: int, swiglu: bool, fp8: bool = False):
         bf = DType.BF16
         N = N_acc // 2 if swiglu else N_acc
         g = torch.Generator(device=DEVICE).manual_seed(M * 7 + N_acc * 3 + K)
@@ -69,15 +82,22 @@ class Problem:
         epilogue = (EpSwiGLU(64),) if swiglu else ()
         self.op = GemmOp(contiguous("a", bf, (M, K)), contiguous("b", bf, (N_acc, K)),
                          contiguous("out", bf, (M, N)), epilogue)
-        self.shape, self.swiglu, self.N = (M, N_acc, K), swiglu, N
+        self.shape, self.swiglu, self.N, self.fp8 = (M, N_acc, K), swiglu, N, fp8
         a, w = self.env["a"].view(M, K), self.env["b"].view(N_acc, K)
+        if fp8:  # the weight as --precision fp8-weights stores it; the product of its dequant
+            scale = w.float().abs().amax(1) / 448.0
+            q = (w.float() / scale[:, None]).to(torch.float8_e4m3fn)
+            self.env.update(b=q.reshape(-1), bs=scale)
+            self.op = GemmOp(self.op.a, contiguous("b", DType.F8E4M3, (N_acc, K)), self.op.out,
+                             epilogue, contiguous("bs", DType.F32, (N_acc,)))
+            w = (q.float() * scale[:, None]).to(torch.bfloat16)
         self.torch_fn = (lambda: _torch_swiglu(a, w)) if swiglu else (lambda: torch.matmul(a, w.T))
         acc = a.float() @ w.float().T
         self.expected = _swiglu_f32(acc) if swiglu else acc
 
     def weight_bytes(self) -> int:
         M, N_acc, K = self.shape
-        return N_acc * K * 2
+        return N_acc * K * (1 if self.fp8 else 2)
 
     def check(self) -> tuple[float, int]:
         """(relative error, number of output elements left unwritten/NaN)."""
@@ -103,13 +123,15 @@ def bench_us(fn) -> float:
         t0 = time.perf_counter()
         fn()
         return (time.perf_counter() - t0) * 1e6
-    from triton.testing import do_bench
+    from triton.testing import do_bench, do_bench_cudagraph
 
+    if GRAPH:  # replayed from a CUDA graph, as a bundle runs: no Python launch cost in it
+        return do_bench_cudagraph(fn, rep=40, return_mode="median") * 1e3
     return do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
 
 
 def run_config(p: Problem, cfg, sm_count: int, chosen: bool, cublas_us: float) -> dict:
-    row = {"shape": list(p.shape), "swiglu": p.swiglu, "config": cfg.as_dict(),
+    row = {"shape": list(p.shape), "swiglu": p.swiglu, "fp8": p.fp8, "config": cfg.as_dict(),
            "label": label(cfg), "chosen": chosen, "cublas_us": cublas_us}
     try:
         t0 = time.time()
@@ -138,12 +160,18 @@ def configs_for(p: Problem) -> list:
     pool = candidate_configs(M, N_acc, K, DType.BF16)
     others = [c for c in pool if c != chosen and gemm.supports_config(p.op, c) is None]
     others.sort(key=lambda c: not isinstance(c, SplitKConfig))  # stable: split-K ones first
-    return [chosen] + others[:ALTERNATIVES]
+    if p.fp8 and isinstance(chosen, SplitKConfig):  # half the bytes per tile: deeper tiles
+        half = max(1, chosen.SPLIT_K // 2)
+        deeper = [chosen.with_(BK=128), chosen.with_(BK=128, SPLIT_K=half),
+                  chosen.with_(SPLIT_K=half), chosen.with_(SPLIT_K=2 * chosen.SPLIT_K),
+                  chosen.with_(BN=128, BK=128), chosen.with_(BK=128, num_stages=4)]
+        others = [c for c in deeper if gemm.supports_config(p.op, c) is None] + others
+    return [chosen] + others[:ALTERNATIVES + (3 if p.fp8 else 0)]
 
 
 def print_row(r: dict) -> None:
     M, N, K = r["shape"]
-    name = f"{M}x{N}x{K}{' swiglu' if r['swiglu'] else ''}"
+    name = f"{M}x{N}x{K}{' swiglu' if r['swiglu'] else ''}{' fp8' if r.get('fp8') else ''}"
     mark = "*" if r["chosen"] else " "
     if "us" not in r:
         print(f"{name:22s} {mark}{r['label']:34s} FAILED {r.get('error', '')[:100]}")
@@ -163,8 +191,9 @@ def main() -> None:
     device, sm_count = ("cpu (interpreter)", 4) if SMOKE else \
         (torch.cuda.get_device_name(0), torch.cuda.get_device_properties(0).multi_processor_count)
     print(f"{device}: {sm_count} SMs, torch {torch.__version__}, triton {triton.__version__}")
-    problems = [Problem(*s, swiglu=False) for s in SHAPES] + \
-        [Problem(*s, swiglu=True) for s in SWIGLU_SHAPES]
+    kinds = (False, True) if FP8 else (False,)
+    problems = [Problem(*s, swiglu=False, fp8=f) for s in SHAPES for f in kinds] + \
+        [Problem(*s, swiglu=True, fp8=f) for s in SWIGLU_SHAPES for f in kinds]
     plans = [(p, configs_for(p), bench_us(p.torch_fn)) for p in problems]
     rows = []
     print(HEADER)
@@ -184,16 +213,18 @@ def summarize(rows: list[dict], device: str, sm_count: int, elapsed: float) -> N
     print(f"\n== summary ({elapsed:.0f} s; * = choose_config's pick; GB/s of weight bytes; "
           f"% of the {COPY_CEILING / 1e12:.2f} TB/s copy ceiling) ==")
     print(HEADER)
-    for r in sorted(rows, key=lambda r: (r["shape"], r["swiglu"], not r["chosen"])):
+    for r in sorted(rows, key=lambda r: (r["shape"], r["swiglu"], r.get("fp8", False),
+                                         not r["chosen"])):
         print_row(r)
     print("\nbest per problem:")
     best: dict = {}
     for r in rows:
-        key = (tuple(r["shape"]), r["swiglu"])
+        key = (tuple(r["shape"]), r["swiglu"], r.get("fp8", False))
         if r.get("ok") and r["us"] < best.get(key, {}).get("us", float("inf")):
             best[key] = r
-    for (shape, swiglu), r in best.items():
-        print(f"  {'x'.join(map(str, shape))}{' swiglu' if swiglu else ''}: {r['label']} "
+    for (shape, swiglu, fp8), r in best.items():
+        print(f"  {'x'.join(map(str, shape))}{' swiglu' if swiglu else ''}{' fp8' if fp8 else ''}"
+              f": {r['label']} "
               f"{r['us']:.1f} us ({r['pct_ceiling']:.0f}% of ceiling, cuBLAS {r['cublas_us']:.1f} "
               f"us, {r['speedup_vs_cublas']:.2f}x)")
     out_dir = os.environ.get("OUT")

@@ -6,6 +6,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -72,8 +74,20 @@ def _env(op: GemmOp, seed: int) -> dict:
 
 def _with_out(op: GemmOp, storage: str) -> GemmOp:
     o = op.out
-    return GemmOp(op.a, op.b, TensorArg(storage, o.dtype, o.shape, o.strides, o.offset),
-                  op.epilogue)
+    return replace(op, out=TensorArg(storage, o.dtype, o.shape, o.strides, o.offset))
+
+
+def _fp8(op: GemmOp) -> GemmOp:
+    """`op` with an f8e4m3 weight and a positive dequantization scale per weight row."""
+    return replace(op, b=replace(op.b, dtype=DType.F8E4M3),
+                   b_scale=contiguous("bscale", F32, (op.b.shape[0],)))
+
+
+def _env_scaled(op: GemmOp, seed: int) -> dict:
+    env = _env(op, seed)
+    if "bscale" in env:
+        env["bscale"] = env["bscale"].abs() + 0.5
+    return env
 
 
 # name -> (op, config or None for the heuristic's choice)
@@ -117,13 +131,19 @@ CASES = {
     "swiglu_g64_tma": (_swiglu_op(M, 64, K, 64, [_scale(1)]), TINY.with_(BN=128, EPI_SPLIT=4)),
     # the heuristic's decode config widened to whole pairs (BN 32 -> 128)
     "swiglu_default_decode": (_swiglu_op(5, 64, 64, 64), None),
+    # FP8 weights (K = 48: 48-byte f8 rows stay TMA-aligned): widened in registers, the
+    # accumulator scaled per column before the epilogue and before SwiGLU's pairing
+    "fp8_bias_silu": (_fp8(_op(M, N, 48, [_bias(N), EpAct(Act.SILU)])), TINY),
+    "fp8_f16_add": (_fp8(_op(M, N, 48, [_add(M, N, F16)], dtype=F16)), TINY),
+    "fp8_swiglu": (_fp8(_swiglu_op(M, 48, 48, 16)), TINY.with_(BN=64)),
+    "fp8_default_medium": (_fp8(_op(130, 96, 64, [_bias(96)])), None),
 }
 
 
 @pytest.fixture(scope="module")
 def interpreted():
     """Every case run once by the interpreter (one child process) and by the reference."""
-    return interpret_gemm_cases(CASES, _env, seed0=0)
+    return interpret_gemm_cases(CASES, _env_scaled, seed0=0)
 
 
 @pytest.mark.parametrize("name", list(CASES))

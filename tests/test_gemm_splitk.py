@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -63,6 +64,12 @@ def _mul(M, n=N):
     return EpMul(contiguous("up", BF, (M, n)))
 
 
+def _fp8(op: GemmOp) -> GemmOp:
+    """`op` with an f8e4m3 weight and a dequantization scale per weight row (fp8-weights)."""
+    b = replace(op.b, dtype=DType.F8E4M3)
+    return replace(op, b=b, b_scale=contiguous("bscale", F32, (op.b.shape[0],)))
+
+
 def _swiglu_op(M, n, k, group, epilogue=(), cfg_dtype=BF):
     return _op(M, n, k, (EpSwiGLU(group), *epilogue), n_acc=2 * n, dtype=cfg_dtype)
 
@@ -71,8 +78,9 @@ def _env(op: GemmOp, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
     env = {name: torch.randn(n, generator=g).to(dt.to_torch())
            for name, (n, dt) in gemm_storage_sizes(op).items()}
-    if "scale" in env:  # keep scales away from zero, as dequantization scales are
-        env["scale"] = env["scale"].abs() + 0.5
+    for name in ("scale", "bscale"):  # keep scales away from zero, as dequantization's are
+        if name in env:
+            env[name] = env[name].abs() + 0.5
     env[op.out.storage] = torch.full_like(env[op.out.storage], float("nan"))  # poison
     return env
 
@@ -116,6 +124,15 @@ CASES = {
                     SK),
     "f16_in_f32_out": (_op(5, epilogue=[_bias(dtype=F16), _mul(5)], dtype=F16, out_dtype=F32),
                        SK),
+    # FP8 weights (widened in registers, each partial scaled per weight row): split, direct,
+    # fix-up, SwiGLU (scales in accumulator columns, before the pairing), pointer loads
+    # (K = 96: 96-byte f8 rows keep TMA's 16-byte pitch)
+    "fp8_s3_bias": (_fp8(_op(5, k=96, epilogue=[_bias()])), SK),
+    "fp8_direct_add": (_fp8(_op(16, k=96, epilogue=[_add(16)])), SK.with_(SPLIT_K=1)),
+    "fp8_fixup": (_fp8(_op(5, k=96, epilogue=[_bias()])), SKF),
+    "fp8_swiglu": (_fp8(_swiglu_op(5, N, 96, 8, [_add(5)])), SK),
+    "fp8_heuristic_unaligned_k": (_fp8(_op(3, 72, 88)), None),
+    "fp8_ptr_f16": (_fp8(_op(3, k=90, dtype=F16)), SK.with_(TMA=False)),
     # the heuristic (gemm.config_for): split-K for decode M, adapted to the op (pointer loads)
     "heuristic": (_op(5, 136, 256, [_bias(136)]), None),
     "heuristic_unaligned_k": (_op(3, 72, 90), None),
@@ -134,8 +151,8 @@ def _view(env, storage, arg):
 @pytest.mark.parametrize("name", list(CASES))
 def test_interpreter_matches_reference(interpreted, name):
     op, env = interpreted[name]
-    ref_op = GemmOp(op.a, op.b, TensorArg("ref_out", op.out.dtype, op.out.shape, op.out.strides,
-                                          op.out.offset), op.epilogue)
+    ref_op = replace(op, out=TensorArg("ref_out", op.out.dtype, op.out.shape, op.out.strides,
+                                       op.out.offset))
     reference(ref_op, env)
     got, want = _view(env, op.out.storage, op.out).float(), _view(env, "ref_out", op.out).float()
     assert not torch.isnan(got).any(), f"{name}: output elements left unwritten"

@@ -25,7 +25,8 @@ CPU_SIZES = {"R": (1, 77), "S": (1, 77), "T": (7,), "B": (3,)}
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    specs = {n: (spec, {}) for n, (spec, _) in {**TEMPLATE_SPECS, **MODEL_SPECS}.items()}
+    specs = {n: (spec, getattr(case, "options", {}))
+             for n, (spec, case) in {**TEMPLATE_SPECS, **MODEL_SPECS}.items()}
     return h.build_all(specs, tmp_path_factory.mktemp("suite"), workers=2)
 
 

@@ -138,7 +138,16 @@ def print_inspect(out: Console, d: dict) -> None:
                   f"positions per sequence, vocabulary {gen['vocab_size']}, stop ids "
                   f"{gen.get('eos_ids', [])}: aotpack-run model.aotpack --generate N "
                   f"--prompt-ids ...")
-    prov = {k: v for k, v in d["provenance"].items() if k != "tuning"}
+    prec = d["provenance"].get("precision")
+    if isinstance(prec, dict):  # --precision fp8-weights: what was quantized, the error it cost
+        errors = ", ".join(f"{k} {v:.3g}" for k, v in (prec.get("rel_error") or {}).items())
+        kept = sum((prec.get("kept") or {}).values())
+        out.print(f"precision: {escape(str(prec.get('mode')))} — {prec.get('quantized_gemms')} "
+                  f"GEMM weights in {escape(str(prec.get('weights')))}, scale "
+                  f"{escape(str(prec.get('scale')))}" + (f", {kept} GEMMs kept" if kept else "")
+                  + f"; error vs float32 model (relative L2): {escape(errors)}"
+                  + (f" (bound {prec['max_error']})" if prec.get("max_error") is not None else ""))
+    prov = {k: v for k, v in d["provenance"].items() if k not in ("tuning", "precision")}
     out.print("provenance: " + escape(", ".join(f"{k}={v}" for k, v in sorted(prov.items())
                                                if v is not None)))
     records = (d["provenance"].get("tuning") or {}).get("records") or []

@@ -78,6 +78,7 @@ def _float32_copy(step):
 
 
 def _cpu_step(manifest: dict, loaded):
+    from aotpack import precision
     from aotpack.executor import new_state, run_reference
     from aotpack.frontend import to_graph
     from aotpack.passes import compile_graph
@@ -87,6 +88,7 @@ def _cpu_step(manifest: dict, loaded):
 
     program = compile_graph(name_step_outputs(to_graph(loaded.model, loaded.inputs,
                                                        loaded.dynamic_shapes)))
+    precision.apply(program, precision.mode(manifest))  # the plan the bundle was built from
     _check_signature(manifest, program)
     _check_weights(manifest, program)
     state = new_state(program)

@@ -138,12 +138,17 @@ def swiglu_group(op: "GemmOp") -> int | None:
 @dataclass(frozen=True)
 class GemmOp:
     """out[M, N] = epilogue(a[M, K] @ b[N, K]^T), accumulate in f32, steps applied in order,
-    then cast to out.dtype. `b` is the Linear weight layout [N, K]. All operands 2-D views."""
+    then cast to out.dtype. `b` is the Linear weight layout [N, K]. All operands 2-D views.
+    `b_scale`: a quantized weight's dequantization, f32 [N_acc] (one scale per row of b, i.e.
+    per accumulator column): acc = a @ (b * b_scale[:, None])^T, applied to the accumulator
+    before every epilogue step (SwiGLU's pairing included); b is then f8e4m3 (--precision
+    fp8, passes/quantize.py)."""
 
     a: TensorArg
     b: TensorArg
     out: TensorArg
     epilogue: tuple[EpilogueStep, ...] = ()
+    b_scale: TensorArg | None = None
 
 
 @dataclass(frozen=True)
@@ -427,7 +432,8 @@ KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceO
 def op_inputs(op: KernelOp) -> list[TensorArg]:
     """Every operand the op reads (for liveness)."""
     if isinstance(op, GemmOp):
-        return [op.a, op.b, *epilogue_operands(op.epilogue)]
+        return [op.a, op.b, *epilogue_operands(op.epilogue)] + (
+            [op.b_scale] if op.b_scale is not None else [])
     if isinstance(op, AttentionOp):
         return [op.q, op.k, op.v] + [t for t in (op.mask, op.kv_limit) if t is not None]
     if isinstance(op, RMSNormOp):

@@ -16,6 +16,7 @@ const DTypeRow kRows[] = {
     {AOTPACK_DTYPE_I8, "i8", "I8", 1},       {AOTPACK_DTYPE_I16, "i16", "I16", 2},
     {AOTPACK_DTYPE_I32, "i32", "I32", 4},    {AOTPACK_DTYPE_I64, "i64", "I64", 8},
     {AOTPACK_DTYPE_U8, "u8", "U8", 1},       {AOTPACK_DTYPE_BOOL, "bool", "BOOL", 1},
+    {AOTPACK_DTYPE_F8E4M3, "f8e4m3", "F8_E4M3", 1},
 };
 const DTypeRow* row(aotpack_dtype d) {
   for (const auto& r : kRows)

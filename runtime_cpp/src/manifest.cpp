@@ -133,7 +133,7 @@ aotpack_dtype get_dtype(const Value& obj, const std::string& where) {
   aotpack_dtype d;
   if (!dtype_from_manifest(s, &d))
     bad(where + ".dtype", cat("unknown dtype '", s, "' (known: bf16 f16 f32 f64 i8 i16 i32 "
-                              "i64 u8 bool)"));
+                              "i64 u8 bool f8e4m3)"));
   return d;
 }
 

@@ -33,6 +33,7 @@ class Case:
     name: str
     expect: tuple[str, ...]
     sizes: dict = field(default_factory=lambda: {"R": ROW_SIZES})
+    options: dict = field(default_factory=dict)  # aotpack.build options (e.g. precision)
 
     @property
     def spec_function(self) -> str:
@@ -192,6 +193,41 @@ def make_gemm_swiglu():
     torch.manual_seed(0)
     model = _init(SwiGLU(128, 192))
     return model, (torch.randn(5, 128, dtype=BF16),), ({0: _rows()},)
+
+
+def _fp8_exact(model: nn.Module) -> nn.Module:
+    """Every Linear weight made exactly representable by --precision fp8-weights: each row
+    e4m3 values times a power of two, its largest magnitude 448 times that power (what the
+    build's scale amax / 448 then recovers exactly), so the FP8 bundle must match eager
+    within the usual bf16 tolerances: what is tested is the kernels, not FP8 rounding."""
+    with torch.no_grad():
+        for mod in model.modules():
+            if isinstance(mod, nn.Linear):
+                w = mod.weight.float()
+                amax = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12)
+                scale = torch.exp2(torch.floor(torch.log2(amax / 448.0)))
+                q = (w / scale).clamp(-448, 448).to(torch.float8_e4m3fn).float()
+                top = w.abs().argmax(dim=1, keepdim=True)
+                q.scatter_(1, top, 448.0 * torch.sign(w.gather(1, top)))
+                mod.weight.copy_((q * scale).to(mod.weight.dtype))
+    return model
+
+
+def make_fp8_gemm_bias():
+    """A decode-to-prefill GEMM on FP8 weights: split-K for small M, the tile kernel above."""
+    model, inputs, dims = _gemm("bias", k=512, n=200)
+    return _fp8_exact(model), inputs, dims
+
+
+def make_fp8_swiglu():
+    """SwiGLU MLP on FP8 weights: the scale per accumulator column before the pairing."""
+    model, inputs, dims = make_gemm_swiglu()
+    return _fp8_exact(model), inputs, dims
+
+
+def make_fp8_gemm_f16():
+    model, inputs, dims = _gemm("gelu_tanh", k=256, n=136, dtype=torch.float16)
+    return _fp8_exact(model), inputs, dims
 
 
 # ------------------------------------------------------------------------------ attention
@@ -453,6 +489,7 @@ def make_pointwise():
 # ------------------------------------------------------------------------------- the table
 _GEMM = ("gemm",)
 _ATTN = ("attention",)
+_FP8 = {"precision": "fp8-weights"}
 CASES = [
     Case("gemm_plain", _GEMM),
     Case("gemm_bias", _GEMM + ("bias",)),
@@ -499,6 +536,9 @@ CASES = [
     Case("embedding", ("embedding",), {"S": SEQ_SIZES}),
     Case("embedding_i32_ragged", ("embedding",), {"S": SEQ_SIZES}),
     Case("pointwise", ("pointwise",)),
+    Case("fp8_gemm_bias", _GEMM + ("fp8_weight", "bias"), options=_FP8),
+    Case("fp8_swiglu", _GEMM + ("fp8_weight", "swiglu"), options=_FP8),
+    Case("fp8_gemm_f16", _GEMM + ("fp8_weight", "gelu_tanh"), options=_FP8),
 ]
 
 # Static builds of a few cases at one size each (`make_static_<case>_<n>`): constant shapes

@@ -28,7 +28,7 @@ def _spec(case) -> str:
 def built(tmp_path_factory):
     """Every case's bundle, built once for this file, in parallel child processes."""
     root = tmp_path_factory.mktemp("templates")
-    return h.build_all({c.name: (_spec(c), {}) for c in CASES + STATIC_CASES}, root)
+    return h.build_all({c.name: (_spec(c), c.options) for c in CASES + STATIC_CASES}, root)
 
 
 def _check_case(built, case):

@@ -61,6 +61,8 @@ def epilogue_kinds(op: GemmOp) -> tuple[str, ...]:
 def supports(op: GemmOp) -> str | None:
     """None if the kernel can run `op`, else why not."""
     a, b, o = op.a, op.b, op.out
+    if op.b_scale is not None:
+        return "FP8 weights (a dequantization scale per row) run on the Triton GEMM"
     if a.dtype not in (DType.BF16, DType.F16) or b.dtype != a.dtype:
         return "A and B must both be bf16 or f16"
     if o.dtype not in _DT:

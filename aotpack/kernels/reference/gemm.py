@@ -37,7 +37,10 @@ def swiglu(acc, group: int):
 
 
 def reference(op: GemmOp, env) -> None:
-    acc = view(env, op.a).float() @ view(env, op.b).float().t()
+    b = view(env, op.b).float()
+    if op.b_scale is not None:  # a quantized weight: dequantize row by row
+        b = b * view(env, op.b_scale).float()[:, None]
+    acc = view(env, op.a).float() @ b.t()
     write(env, op.out, apply_epilogue(acc, op.epilogue, env))
 
 

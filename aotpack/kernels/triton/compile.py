@@ -25,7 +25,7 @@ from aotpack.kernels.spec import (
 _TRITON_DTYPE = {
     DType.BF16: "bf16", DType.F16: "fp16", DType.F32: "fp32", DType.F64: "fp64",
     DType.I8: "i8", DType.I16: "i16", DType.I32: "i32", DType.I64: "i64", DType.U8: "u8",
-    DType.BOOL: "i1",
+    DType.BOOL: "i1", DType.F8E4M3: "fp8e4nv",
 }
 _SWIZZLE = {0: "none", 1: "32B", 2: "64B", 3: "128B"}
 

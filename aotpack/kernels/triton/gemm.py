@@ -30,6 +30,7 @@ from aotpack.kernels.triton.compile import (
     Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
 )
 from aotpack.kernels.triton import gemm_splitk
+from aotpack.kernels.triton.fp8 import widen as _widen
 from aotpack.kernels.triton.gemm_configs import GemmConfig, SplitKConfig
 # The epilogue (device helpers and host-side step mapping) lives in gemm_epilogue.py.
 from aotpack.kernels.triton.gemm_epilogue import (  # noqa: F401  (re-exported)
@@ -61,7 +62,7 @@ def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K,
+def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K, bs_ptr,
                 e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                 e4, e4_m, e4_n,
                 S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
@@ -69,7 +70,7 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                 EPI_SPLIT: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr,
                 WIDE_INDEX: tl.constexpr, UPCAST_DOT: tl.constexpr, SWIGLU_G: tl.constexpr,
-                BN_OUT: tl.constexpr):
+                BN_OUT: tl.constexpr, B_SCALE: tl.constexpr):
     # N counts accumulator columns (B's rows); with SwiGLU (SWIGLU_G > 0) the output has N / 2
     # columns and each tile stores BN_OUT = BN / 2 of them; otherwise BN_OUT = BN.
     tiles_m = tl.cdiv(M, BM)
@@ -84,11 +85,14 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
         for ki in range(k_tiles):
             # TMA zero-fills rows/cols past M, N, K, so ragged edges need no masks here
             a = a_desc.load([off_m, ki * BK])
-            b = b_desc.load([off_n, ki * BK])
+            b = _widen(b_desc.load([off_n, ki * BK]), a)  # FP8 weights widen in registers
             if UPCAST_DOT:  # interpreter only: its dot multiplies bf16 bit patterns (#11584)
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b.T, acc)
+        if B_SCALE:  # dequantize: one scale per accumulator column (b's row)
+            cols = off_n + tl.arange(0, BN)
+            acc = acc * tl.load(bs_ptr + cols, mask=cols < N, other=0.0)[None, :]
         n_out = N
         if SWIGLU_G > 0:
             acc = _swiglu_pairs(acc, BM, BN, SWIGLU_G)
@@ -114,7 +118,11 @@ def check_op(op: GemmOp) -> None:
         raise ValueError(f"gemm: shapes do not match: a {a.shape}, b {b.shape}, out {out.shape}")
     if decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm: empty problem M={M} N={N} K={K} is not supported")
-    if a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
+    if op.b_scale is not None:
+        why = quantized_problem(op)
+        if why:
+            raise ValueError(f"gemm: {why}")
+    elif a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
         raise ValueError(f"gemm: a and b must both be bf16 or f16, got {a.dtype.value}, "
                          f"{b.dtype.value}")
     if out.dtype not in _OUTPUT_DTYPES:
@@ -125,6 +133,21 @@ def check_op(op: GemmOp) -> None:
             raise ValueError(f"gemm: operand {name} cannot be loaded by TMA: {problem} "
                              "(make it contiguous with a 16-byte aligned row pitch)")
     _check_epilogue(op)
+
+
+def quantized_problem(op: GemmOp) -> str | None:
+    """Why the Triton GEMMs cannot run `op`'s quantized weight (b f8e4m3 with b_scale), or
+    None: the activations are bf16/f16 (the weight widens to them in registers) and the
+    scale is f32, one per row of b."""
+    a, b, scale = op.a, op.b, op.b_scale
+    if b.dtype is not DType.F8E4M3:
+        return f"a weight with a dequantization scale must be f8e4m3, got {b.dtype.value}"
+    if a.dtype not in _INPUT_DTYPES:
+        return f"FP8 weights need bf16 or f16 activations, got {a.dtype.value}"
+    if scale.dtype is not DType.F32 or len(scale.shape) != 1 or scale.shape[0] != b.shape[0]:
+        return (f"the weight's scale must be f32 [{b.shape[0]}] (one per row), got "
+                f"{scale.dtype.value} {list(scale.shape)}")
+    return None
 
 
 def tma_problem(arg: TensorArg) -> str | None:
@@ -190,6 +213,7 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
         "stride_om": Const(0) if tma_store else _int_arg(out.strides[0]),
         "stride_on": Const(0) if tma_store else _int_arg(out.strides[1]),
         "M": I32(M), "N": I32(N), "K": I32(K),
+        "bs_ptr": Ptr(op.b_scale) if op.b_scale is not None else Const(None),
     }
     for i in range(MAX_STEPS):
         kind, t = steps[i] if i < len(steps) else ("", None)
@@ -208,6 +232,7 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
     args["UPCAST_DOT"] = Const(False)
     args["SWIGLU_G"] = Const(swiglu_group(op) or 0)
     args["BN_OUT"] = Const(out_tile_n(op, cfg))
+    args["B_SCALE"] = Const(op.b_scale is not None)
     return args
 
 

@@ -157,7 +157,8 @@ def epilogue_steps(op: GemmOp) -> list[tuple[str, TensorArg | None]]:
 
 def fused_ops(op: GemmOp) -> tuple[str, ...]:
     swiglu = ("swiglu",) if swiglu_group(op) else ()
-    return ("gemm",) + swiglu + tuple(kind for kind, _ in epilogue_steps(op))
+    fp8 = ("fp8_weight",) if op.b_scale is not None else ()
+    return ("gemm",) + fp8 + swiglu + tuple(kind for kind, _ in epilogue_steps(op))
 
 
 def check_epilogue(op: GemmOp) -> None:

@@ -37,6 +37,9 @@ def config_for(op: GemmOp, target: Target = SM90) -> AnyGemmConfig:
     M, K = op.a.shape
     cfg = choose_config(M, op.b.shape[0], K, op.a.dtype, target, op.out.dtype)
     if isinstance(cfg, SplitKConfig):  # decode-sized M: gemm_splitk.py
+        if op.b.dtype is DType.F8E4M3:  # the same bytes per stage as bf16's BK=64; fewer
+            # stages. On the H200 (M = 1, Llama-3.2-1B's GEMMs) 5-11 % faster than BK=64.
+            cfg = cfg.with_(BK=128, num_stages=min(cfg.num_stages, 4))
         return gemm_splitk.adapt_config(op, cfg)
     cfg = unflatten_for_erf(op, cfg)
     g = swiglu_group(op)

@@ -31,6 +31,7 @@ from aotpack.kernels.spec import (
 from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
 from aotpack.ir.sym import bounds, decided, subs_tree, upper_bound
 from aotpack.kernels.triton.compile import Const, Counters, Desc, I32, Ptr, cdiv
+from aotpack.kernels.triton.fp8 import widen as _widen
 from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import (
     MAX_STEPS, _activation, _finish_subtile, check_epilogue, epilogue_steps, fused_ops,
@@ -47,6 +48,7 @@ _REDUCE_ELEMS = 512  # outputs per reduce program: 4 per thread of 4 warps (16-b
 _REDUCE_WARPS = 4
 _FIXUP_ELEMS = 4096  # outputs the last CTA finishes per pass (rows are cut to stay under it)
 _I32_LIMIT = 2**31
+_FP8_TAG = ("fp8_weight",)  # fused_ops' name of the dequantization (the partials apply it)
 
 
 # ----------------------------------------------------------------------------- device code
@@ -57,11 +59,11 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
                   e4, e4_m, e4_n,
                   S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
                   S4: tl.constexpr,
-                  cnt_ptr, N,
+                  cnt_ptr, N, bs_ptr,
                   BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
                   USE_TMA: tl.constexpr, DIRECT: tl.constexpr, WIDE_INDEX: tl.constexpr,
                   FIXUP: tl.constexpr, UNIT: tl.constexpr, SWIGLU_G: tl.constexpr,
-                  FIX_M: tl.constexpr, FIX_COLS: tl.constexpr):
+                  FIX_M: tl.constexpr, FIX_COLS: tl.constexpr, B_SCALE: tl.constexpr):
     off_m = tl.program_id(0) * BM
     off_n = tl.program_id(1) * BN
     pid_k = tl.program_id(2)
@@ -84,7 +86,10 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
             in_k = offs_k[None, :] < K
             w = tl.load(w_rows + offs_k[None, :], mask=(offs_n[:, None] < N_acc) & in_k, other=0.0)
             a = tl.load(a_rows + offs_k[None, :], mask=(offs_m[:, None] < M) & in_k, other=0.0)
-        acc = tl.dot(w, a.T, acc)
+        # FP8 weights widen in registers: the weight is wgmma's register (A) operand here
+        acc = tl.dot(_widen(w, a), a.T, acc)
+    if B_SCALE:  # dequantize each weight row (linear: partial sums may be scaled one by one)
+        acc = acc * tl.load(bs_ptr + offs_n, mask=offs_n < N_acc, other=0.0)[:, None]
     if DIRECT:  # the whole K in this CTA: finish [BM, BN] of the output here
         _finish_subtile(tl.trans(acc), off_m, off_n, M, N_acc, None, out_ptr, stride_om,
                         stride_on, S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
@@ -173,9 +178,18 @@ def check(op: GemmOp, cfg: SplitKConfig) -> None:
     if kb != K or tuple(out.shape) != (M, N) or decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm split-K: shapes do not match: a {a.shape}, b {b.shape}, "
                          f"out {out.shape}")
-    if a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype or out.dtype not in _OUTPUT_DTYPES:
-        raise ValueError(f"gemm split-K: dtypes a {a.dtype.value}, b {b.dtype.value}, out "
-                         f"{out.dtype.value} not supported (bf16/f16 in, bf16/f16/f32 out)")
+    if op.b_scale is not None:
+        from aotpack.kernels.triton.gemm import quantized_problem
+
+        why = quantized_problem(op)
+        if why:
+            raise ValueError(f"gemm split-K: {why}")
+    elif a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
+        raise ValueError(f"gemm split-K: a and b must both be bf16 or f16, got {a.dtype.value}, "
+                         f"{b.dtype.value}")
+    if out.dtype not in _OUTPUT_DTYPES:
+        raise ValueError(f"gemm split-K: output dtype {out.dtype.value} not supported (bf16, "
+                         f"f16, f32)")
     check_epilogue(op)
     for name, arg in (("a", a), ("b", b)):
         problem = _tma_problem(arg) if cfg.TMA else (
@@ -328,17 +342,19 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
         **(_epilogue_args(op) if direct or fixup else _unused_epilogue_args()),
         "cnt_ptr": Counters(counters_bytes(op, cfg)) if fixup else Const(None),
         "N": I32(op.out.shape[1]),
+        "bs_ptr": Ptr(op.b_scale) if op.b_scale is not None else Const(None),
         "BN": Const(cfg.BN), "BM": Const(cfg.BM), "BK": Const(cfg.BK),
         "SPLIT_K": Const(cfg.SPLIT_K), "USE_TMA": Const(cfg.TMA), "DIRECT": Const(direct),
         "FIXUP": Const(fixup), "UNIT": Const(fixup_unit(op, cfg)),
         "SWIGLU_G": Const(swiglu_group(op) or 0),
         "FIX_M": Const(_fixup_shape(op, cfg)[0]), "FIX_COLS": Const(_fixup_shape(op, cfg)[1]),
+        "B_SCALE": Const(op.b_scale is not None),
     }
     grid = (cdiv(M, cfg.BM), cdiv(n_acc, cfg.BN), cfg.SPLIT_K)
     if direct or fixup:
         fused = fused_ops(op) + (("splitk",) if direct else ("splitk", "fixup"))
     else:
-        fused = ("gemm", "splitk_partials")
+        fused = ("gemm",) + _FP8_TAG * (op.b_scale is not None) + ("splitk_partials",)
     return KernelPlan(splitk_kernel, args, grid, cfg.num_warps, cfg.num_stages, fused,
                       cfg.as_dict())
 
@@ -360,7 +376,7 @@ def _reduce_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
             "SPLIT_K": Const(cfg.SPLIT_K), "SWIGLU_G": Const(swiglu_group(op) or 0),
             "BLOCK_M": Const(block_m), "BLOCK_N": Const(block_n)}
     grid = (cdiv(N, block_n), cdiv(M, block_m), 1)
-    fused = ("splitk_reduce",) + fused_ops(op)[1:]
+    fused = ("splitk_reduce",) + tuple(f for f in fused_ops(op)[1:] if f not in _FP8_TAG)
     config = {"kind": "splitk_reduce", "SPLIT_K": cfg.SPLIT_K, "BLOCK_M": block_m,
               "BLOCK_N": block_n}
     return KernelPlan(splitk_reduce_kernel, args, grid, _REDUCE_WARPS, 1, fused, config)

@@ -1,0 +1,137 @@
+"""`--precision fp8-weights`: GEMM weights stored as FP8 e4m3, one f32 scale per output row.
+
+A GEMM whose weight is a constant of the model in bf16/f16 gets an f8e4m3 copy of that weight
+(each row divided by its scale, amax / 448, so the row's largest magnitude lands on e4m3's
+largest finite value) and the scales beside it; the op reads them through GemmOp.b_scale and
+the kernels widen the weight to the activations' dtype in registers, then scale the
+accumulator (kernels/triton/gemm.py, gemm_splitk.py). Activations, attention, norms and
+every other op keep the model's dtype. This halves the bytes a decode step streams, which is
+what decode time is made of.
+
+A weight that something other than GEMM weights reads (a tied embedding table also used as
+the LM head) keeps its original beside the FP8 copy; otherwise the original leaves the bundle.
+What is not quantized, and why, is counted for the build's notes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, replace
+
+from aotpack.dtypes import DType
+from aotpack.kernels.spec import GemmOp, TensorArg
+
+PRECISIONS = ("model", "fp8-weights")  # --precision choices; "model" changes nothing
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+_WIDE = (DType.BF16, DType.F16)
+FP8_SUFFIX, SCALE_SUFFIX = ".fp8", ".fp8_scale"  # the copies' storage names
+
+
+@dataclass
+class QuantizeReport:
+    """What quantize_weights did: GEMMs quantized, and those left as they were by reason."""
+
+    quantized: int = 0
+    weight_bytes_before: int = 0
+    weight_bytes_after: int = 0
+    skipped: dict = field(default_factory=dict)  # reason -> count
+
+    def skip(self, why: str) -> None:
+        self.skipped[why] = self.skipped.get(why, 0) + 1
+
+    def notes(self) -> list[str]:
+        out = [f"fp8-weights: {self.quantized} GEMM weights in FP8 e4m3 with a scale per row; "
+               f"weights {self.weight_bytes_before / 2**20:.1f} MiB -> "
+               f"{self.weight_bytes_after / 2**20:.1f} MiB"]
+        out += [f"fp8-weights: {n} GEMM(s) kept their dtype: {why}"
+                for why, n in sorted(self.skipped.items())]
+        return out
+
+
+def quantize_weights(program) -> QuantizeReport:
+    """Rewrite `program` (in place) so that its GEMMs read FP8 weights; see the module doc."""
+    report = QuantizeReport(weight_bytes_before=_weight_bytes(program))
+    copies: dict[str, tuple[str, str]] = {}  # weight storage -> (fp8 name, scale name)
+    new_ops = []
+    for op in program.ops:
+        why = _why_not(program, op) if isinstance(op, GemmOp) else ""
+        if why is None:
+            names = copies.get(op.b.storage) or _add_copy(program, op.b.storage)
+            copies[op.b.storage] = names
+            op = _quantized_op(program, op, *names)
+            report.quantized += 1
+        elif why:
+            report.skip(why)
+        new_ops.append(op)
+    program.ops = new_ops
+    _drop_unread(program, copies)
+    report.weight_bytes_after = _weight_bytes(program)
+    return report
+
+
+def _why_not(program, op: GemmOp) -> str | None:
+    """None if `op`'s weight can be quantized, else why not (a short reason)."""
+    b = op.b
+    storage = program.storages[b.storage]
+    if storage.kind != "weight":
+        return "the second operand is computed at run time, not a weight"
+    if op.b_scale is not None or b.dtype not in _WIDE or op.a.dtype not in _WIDE:
+        return "not a bf16/f16 GEMM"
+    row = storage.shape[-1] if storage.shape else 0
+    if len(b.shape) != 2 or tuple(b.strides) != (row, 1) or not isinstance(b.offset, int) \
+            or b.offset % max(row, 1):
+        return "the weight is read through a transposed or strided view"
+    return None
+
+
+def _add_copy(program, name: str) -> tuple[str, str]:
+    """Storages and data of `name`'s FP8 copy and its per-row scales."""
+    import torch
+
+    from aotpack.program import Storage
+
+    w = program.weights[name]
+    storage = program.storages[name]
+    rows = w.reshape(-1, w.shape[-1]).float()
+    amax = rows.abs().amax(dim=1)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    q = (rows / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    fp8, scales = name + FP8_SUFFIX, name + SCALE_SUFFIX
+    program.storages[fp8] = Storage(fp8, "weight", DType.F8E4M3, storage.shape)
+    program.storages[scales] = Storage(scales, "weight", DType.F32, (rows.shape[0],))
+    program.weights[fp8] = q.reshape(w.shape).contiguous()
+    program.weights[scales] = scale.contiguous()
+    return fp8, scales
+
+
+def _quantized_op(program, op: GemmOp, fp8: str, scales: str) -> GemmOp:
+    row = program.storages[op.b.storage].shape[-1]
+    b = replace(op.b, storage=fp8, dtype=DType.F8E4M3)
+    scale = TensorArg(scales, DType.F32, (op.b.shape[0],), (1,), op.b.offset // row)
+    return replace(op, b=b, b_scale=scale)
+
+
+def _drop_unread(program, copies: dict) -> None:
+    """Originals that nothing reads any more leave the program (and the bundle)."""
+    read = set()
+    for op in program.ops:
+        _collect_storages(op, read)
+    for name in copies:
+        if name not in read:
+            del program.storages[name]
+            del program.weights[name]
+
+
+def _collect_storages(obj, into: set) -> None:
+    """Every storage a kernel op (or any part of it) names."""
+    if isinstance(obj, TensorArg):
+        into.add(obj.storage)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _collect_storages(getattr(obj, f.name), into)
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            _collect_storages(x, into)
+
+
+def _weight_bytes(program) -> int:
+    return sum(int(s.nbytes) for s in program.by_kind("weight"))

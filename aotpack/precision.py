@@ -1,0 +1,100 @@
+"""`--precision`: what a build stores in fewer bits, and the error that costs, measured.
+
+An FP8 bundle computes something else than its model: how far it is from the model is part of
+the product. The build runs the quantized plan (the torch reference of every kernel op, CPU)
+and the model itself upcast to float32 on the same random inputs (the example shapes; a
+generation step's example prompts) and records, per floating output, ‖out − ref‖ / ‖ref‖ in
+the manifest's provenance (`precision`); `aotpack inspect` shows it, `--max-error` refuses a build
+above it (without it the build warns above WARN_ERROR), and `aotpack verify` holds the bundle to it.
+"""
+from __future__ import annotations
+
+from aotpack.errors import UserError
+
+# Relative L2 of a floating output against the float32 model above which the build warns
+# (without --max-error it does not refuse): e4m3 keeps 3 mantissa bits, so rounding alone costs
+# ~2.6 % per GEMM (Gaussian weights, per-row scales); a Llama block measures ~5 %, and a deep
+# random-weight model compounds it (Llama-3.2-1B's shape, 16 layers: ~16 %).
+WARN_ERROR = 0.1
+
+
+class PrecisionError(UserError):
+    """The quantized plan is further from the float32 model than --max-error allows."""
+
+
+def apply(program, precision: str | None):
+    """Quantize `program` for `precision` (in place); the QuantizeReport, or None for the
+    model's own precision."""
+    if precision in (None, "model"):
+        return None
+    from aotpack.passes.quantize import PRECISIONS, quantize_weights
+
+    if precision not in PRECISIONS:
+        raise PrecisionError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
+    return quantize_weights(program)
+
+
+def measure(program, loaded, seed: int = 0) -> dict[str, float]:
+    """Relative L2 error of each floating output of `program` (run by the CPU reference)
+    against `loaded.model` in float32, on inputs drawn like verify's at the example shapes
+    (a generation step: its example prompts, which must describe real sequences)."""
+    import torch
+
+    from aotpack.executor import run_reference
+    from aotpack.verify import _rel, _upcast_eager, random_inputs
+
+    if program.generation is not None:
+        inputs = list(loaded.inputs)
+    else:
+        signature = [{"dtype": program.storages[n].dtype.value, "shape": list(t.shape)}
+                     for n, t in zip(program.inputs, loaded.inputs)]
+        inputs = random_inputs(signature, loaded.inputs, seed)
+    with torch.no_grad():
+        outs = run_reference(program, inputs, poison=False)
+        refs = _upcast_eager(loaded.model, inputs, "cpu")
+    return {name: _rel(o, r)[0] for name, o, r in zip(program.outputs, outs, refs)
+            if o.is_floating_point()}
+
+
+def provenance(report, errors: dict[str, float], max_error: float | None) -> dict:
+    """The manifest provenance's `precision` entry (covered by the manifest's digest)."""
+    return {"mode": "fp8-weights", "weights": "f8e4m3", "scale": "per output row (f32)",
+            "quantized_gemms": report.quantized, "kept": dict(report.skipped),
+            "weight_bytes": report.weight_bytes_after,
+            "rel_error": {k: float(f"{v:.4g}") for k, v in errors.items()},
+            "max_error": max_error}
+
+
+def check(errors: dict[str, float], max_error: float | None) -> list[str]:
+    """PrecisionError naming the outputs over `max_error`; without one, warnings for those
+    over WARN_ERROR."""
+    if max_error is None:
+        return [f"warning: fp8-weights: {k} is {v:.3g} from the float32 model (relative L2); "
+                f"check the model's quality in FP8, bound it with --max-error, or build with "
+                f"--precision model" for k, v in errors.items() if not v <= WARN_ERROR]
+    over = {k: v for k, v in errors.items() if not v <= max_error}
+    if over:
+        worst = ", ".join(f"{k} {v:.3g}" for k, v in over.items())
+        raise PrecisionError(
+            f"the FP8 plan is further from the float32 model than --max-error {max_error:g} "
+            f"allows (relative L2 per output: {worst}); raise --max-error if that is "
+            f"acceptable for this model, or build it with --precision model")
+    return []
+
+
+def mode(manifest: dict) -> str:
+    """The precision a bundle was built in ("model" for its model's own)."""
+    entry = (manifest.get("provenance") or {}).get("precision")
+    return entry.get("mode", "model") if isinstance(entry, dict) else "model"
+
+
+def verify_tolerance(manifest: dict) -> float | None:
+    """The tolerance `aotpack verify` holds a quantized bundle to by default: 1.5x the
+    largest error its build measured (another draw of inputs errs a little differently),
+    never below verify's own default; None for a bundle in its model's precision."""
+    from aotpack.verify import DEFAULT_TOLERANCE
+
+    if mode(manifest) == "model":
+        return None
+    errors = manifest["provenance"]["precision"].get("rel_error") or {}
+    return max(DEFAULT_TOLERANCE, 1.5 * max(errors.values(), default=0.0))

@@ -1,0 +1,202 @@
+"""--precision fp8-weights (aotpack/passes/quantize.py, aotpack/precision.py), without a GPU:
+the quantization pass on real programs (what it rewrites, what it keeps and why), the numbers
+it stores, the build's error measurement and its bound, the bundle both readers accept, inspect
+and verify. The kernels' FP8 paths are in test_gemm.py / test_gemm_splitk.py (interpreter)
+and tests/gpu/template_cases.py (fp8_* cases, on the GPU)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from aotpack.dtypes import DType
+from aotpack.kernels.spec import GemmOp
+from aotpack.passes.quantize import FP8_MAX, quantize_weights
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+
+def _program(model, inputs):
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    return compile_graph(to_graph(model.eval(), inputs, None))
+
+
+class TiedLM(nn.Module):
+    """An embedding table read again as the LM head (tied), a projection in between, and a
+    product of two run-time tensors (no weight to quantize)."""
+
+    def __init__(self, vocab=96, d=64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.proj = nn.Linear(d, d, bias=True)
+
+    def forward(self, ids):
+        h = self.proj(self.emb(ids))
+        attn = h @ h.transpose(-1, -2)  # run-time x run-time
+        return nn.functional.linear(attn @ h, self.emb.weight)
+
+
+def _tied():
+    torch.manual_seed(0)
+    return TiedLM().to(torch.bfloat16), (torch.randint(0, 96, (16,)),)
+
+
+def test_quantize_rewrites_gemm_weights_and_keeps_what_else_reads():
+    model, inputs = _tied()
+    program = _program(model, inputs)
+    before = dict(program.weights)
+    report = quantize_weights(program)
+    gemms = [op for op in program.ops if isinstance(op, GemmOp)]
+    quantized = [op for op in gemms if op.b_scale is not None]
+    assert report.quantized == len(quantized) == 2  # proj and the tied head
+    assert report.skipped == {"the second operand is computed at run time, not a weight":
+                              len(gemms) - 2} and len(gemms) > 2
+    for op in quantized:
+        assert op.b.dtype is DType.F8E4M3 and program.weights[op.b.storage].dtype == \
+            torch.float8_e4m3fn
+        assert op.b_scale.dtype is DType.F32 and op.b_scale.shape == (op.b.shape[0],)
+    # the embedding table is still read by the embedding: kept in bf16 beside its FP8 copy;
+    # the projection's weight is read by nothing else: gone
+    head = next(op for op in quantized if op.b.shape[0] == 96)
+    table = head.b.storage.removesuffix(".fp8")
+    assert table in program.weights and program.weights[table].dtype == torch.bfloat16
+    proj = next(op for op in quantized if op.b.shape[0] == 64)
+    assert proj.b.storage.removesuffix(".fp8") not in program.weights
+    assert report.weight_bytes_after < report.weight_bytes_before + 96 * 64
+    # the stored numbers: scale = row amax / 448, the largest magnitude lands on 448 exactly,
+    # dequantized rows within e4m3's rounding of the originals
+    for op in quantized:
+        w = before[op.b.storage.removesuffix(".fp8")].float()
+        q = program.weights[op.b.storage].float()
+        s = program.weights[op.b_scale.storage]
+        assert torch.allclose(s, w.abs().amax(1) / FP8_MAX)
+        assert torch.equal(q.abs().amax(1), torch.full((w.shape[0],), FP8_MAX))
+        rel = float(((q * s[:, None]) - w).norm() / w.norm())
+        assert 1e-3 < rel < 0.04, rel
+
+
+def test_quantized_program_matches_its_dequantized_model():
+    """The CPU reference of the quantized plan computes the model with dequantized weights."""
+    from aotpack.executor import run_reference
+
+    model, inputs = _tied()
+    program = _program(model, inputs)
+    quantize_weights(program)
+    fp8 = {k: v for k, v in program.weights.items() if k.endswith(".fp8")}
+
+    def dequantized(rows: int):
+        k = next(k for k, v in fp8.items() if v.shape[0] == rows)
+        scale = program.weights[k.removesuffix(".fp8") + ".fp8_scale"]
+        return fp8[k].float() * scale[:, None]
+
+    got = run_reference(program, list(inputs))[0].float()
+    with torch.no_grad():
+        x = model.emb(inputs[0]).float()
+        h = (x @ dequantized(64).t() + model.proj.bias.float()).bfloat16().float()
+        want = ((h @ h.transpose(-1, -2)) @ h) @ dequantized(96).t()
+    rel = float((got - want).norm() / want.norm())
+    assert rel < 2e-2, rel  # bf16 intermediates only: FP8 rounding would be ~3e-2 more
+
+
+def test_f32_models_are_left_alone():
+    model = nn.Linear(32, 16).eval()
+    program = _program(model, (torch.randn(4, 32),))
+    report = quantize_weights(program)
+    assert report.quantized == 0 and report.skipped == {"not a bf16/f16 GEMM": 1}
+    assert all(w.dtype != torch.float8_e4m3fn for w in program.weights.values())
+
+
+# ----------------------------------------------------------------------------- the build
+def _small_mlp(folder: Path) -> str:
+    (folder / "small.py").write_text(f"import sys\nsys.path.insert(0, {str(EXAMPLES)!r})\n"
+                                     "import mlp\n\ndef make():\n"
+                                     "    return mlp.make(d=64, f=256, batch=2, seq=8)\n")
+    return f"{folder / 'small.py'}:make"
+
+
+@pytest.fixture(scope="module")
+def fp8_bundle(tmp_path_factory):
+    import aotpack
+
+    root = tmp_path_factory.mktemp("fp8")
+    spec = _small_mlp(root)
+    out = root / "m"
+    result = aotpack.build(spec, out, precision="fp8-weights", progress=False)
+    return spec, out, result
+
+
+def test_build_records_the_error_and_both_readers_accept_the_bundle(fp8_bundle):
+    from aotpack.bundle import read_bundle
+
+    spec, out, result = fp8_bundle
+    b = read_bundle(out / "model.aotpack", checksums=True)
+    prec = b.manifest["provenance"]["precision"]
+    assert prec["mode"] == "fp8-weights" and prec["quantized_gemms"] >= 2
+    assert prec["max_error"] is None
+    (name, err), = prec["rel_error"].items()
+    assert 1e-3 < err < 0.1, err  # FP8 rounding shows, and stays modest
+    dtypes = {w["dtype"] for w in b.manifest["weights"]}
+    assert "f8e4m3" in dtypes and "f32" in dtypes
+    assert any("fp8-weights:" in n for n in result.notes)
+    fused = {f for k in b.manifest["kernels"] for f in k.get("fused_ops", ())}
+    assert "fp8_weight" in fused
+    from aotpack.runtime import AotpackError, Model
+
+    try:
+        Model.check_file(str(out / "model.aotpack"))  # the C runtime's parse and validation
+    except AotpackError as e:
+        pytest.fail(f"the C runtime refuses the FP8 bundle: {e.message}")
+    except OSError as e:  # no libaotpack built here
+        pytest.skip(f"runtime library not available: {e}")
+
+
+def test_inspect_and_verify_know_the_precision(fp8_bundle):
+    from aotpack.cli.main import app
+    from typer.testing import CliRunner
+
+    spec, out, _ = fp8_bundle
+    r = CliRunner().invoke(app, ["inspect", str(out / "model.aotpack")], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "precision: fp8-weights" in r.output and "error vs float32 model" in r.output
+    from aotpack.precision import verify_tolerance
+    from aotpack.verify import verify
+
+    report = verify(out / "model.aotpack", spec, reference="cpu")
+    assert report.passed, [(c.name, c.rel_error) for c in report.outputs]
+    from aotpack.bundle import read_bundle
+
+    manifest = read_bundle(out / "model.aotpack").manifest
+    assert report.tolerance == verify_tolerance(manifest) > 1e-2
+    # held to the build's own measurement: a tolerance below it fails
+    strict = verify(out / "model.aotpack", spec, reference="cpu", tolerance=1e-4)
+    assert not strict.passed
+
+
+def test_max_error_refuses_and_writes_nothing(tmp_path):
+    import aotpack
+    from aotpack.precision import PrecisionError
+
+    out = tmp_path / "m"
+    with pytest.raises(PrecisionError, match=r"--max-error 0.0001 allows \(relative L2 per "
+                                             r"output: out0 "):
+        aotpack.build(_small_mlp(tmp_path), out, precision="fp8-weights", max_error=1e-4,
+                      progress=False)
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["small.py"]
+
+
+def test_option_errors(tmp_path):
+    import aotpack
+    from aotpack.builder import BuildError
+
+    with pytest.raises(BuildError, match="--max-error bounds the error of a quantized build"):
+        aotpack.build(_small_mlp(tmp_path), tmp_path / "m", max_error=0.1, progress=False)
+    from aotpack.precision import PrecisionError, apply
+
+    with pytest.raises(PrecisionError, match="choose one of model, fp8-weights"):
+        apply(None, "int4")
