@@ -149,7 +149,8 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
     `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py); `inputs`, `dtype`: `--input`
     and `--dtype` options (aotpack/frontend/inputs.py); `generation`: GenerationOptions
     (`--task text-generation`: the model's generation step, aotpack/generation/);
-    `precision`, `max_error`: `--precision fp8-weights` quantizes the GEMM weights, measures
+    `precision`, `max_error`: `--precision fp8-weights` / `fp8` quantizes the GEMM weights (and
+    activations), measures
     the error against the float32 model and refuses it above `max_error` (precision.py)."""
     from aotpack.frontend import load_spec, to_graph
     from aotpack.frontend.prepare import prepare
@@ -184,7 +185,7 @@ def _with_precision(program, loaded, precision: str, max_error: float | None):
     log.info("measuring the %s plan against the float32 model (CPU)", precision)
     errors = prec.measure(program, loaded)
     program.notes += report.notes() + [
-        "fp8-weights: error against the float32 model (relative L2): " +
+        f"{precision}: error against the float32 model (relative L2): " +
         ", ".join(f"{k} {v:.3g}" for k, v in errors.items())]
     program.notes += prec.check(errors, max_error)
     program.precision = prec.provenance(report, errors, max_error)
@@ -353,12 +354,16 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     `tune` (fast|full): first tune on this machine's GPU and add the results to `tuning_db`
     (or to `<out>.tuning.json` beside the output folder when none is given).
     `generation`: GenerationOptions (`--task text-generation`, docs/generation.md).
-    `precision`, `max_error`: `--precision fp8-weights` and its error bound (precision.py)."""
+    `precision`, `max_error`: `--precision fp8-weights` / `fp8` and its error bound
+    (precision.py)."""
     target = parse_arch(arch)
-    check_gemm_backend(gemm_backend)  # refuse a missing backend before the model loads
     if max_error is not None and precision == "model":
         raise BuildError("--max-error bounds the error of a quantized build: give it with "
-                         "--precision fp8-weights")
+                         "--precision fp8-weights or fp8")
+    if precision != "model" and gemm_backend == "cutedsl":
+        raise BuildError(f"--precision {precision}: FP8 GEMMs run on the Triton backend only; "
+                         f"use --gemm-backend triton or auto")
+    check_gemm_backend(gemm_backend)  # refuse a missing backend before the model loads
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "

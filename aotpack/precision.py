@@ -31,7 +31,13 @@ def apply(program, precision: str | None):
 
     if precision not in PRECISIONS:
         raise PrecisionError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
-    return quantize_weights(program)
+    report = quantize_weights(program, activations=precision == "fp8")
+    if report.quantized == 0:
+        kept = "; ".join(f"{n} x {why}" for why, n in report.skipped.items()) or "no GEMMs"
+        raise PrecisionError(f"--precision {precision}: no GEMM of this model can take FP8 "
+                             f"weights ({kept}); an f32 model needs --dtype bf16 first")
+    report.mode = precision
+    return report
 
 
 def measure(program, loaded, seed: int = 0) -> dict[str, float]:
@@ -58,7 +64,9 @@ def measure(program, loaded, seed: int = 0) -> dict[str, float]:
 
 def provenance(report, errors: dict[str, float], max_error: float | None) -> dict:
     """The manifest provenance's `precision` entry (covered by the manifest's digest)."""
-    return {"mode": "fp8-weights", "weights": "f8e4m3", "scale": "per output row (f32)",
+    acts = {"activations": "f8e4m3, a scale per row computed in the GEMM"} \
+        if report.mode == "fp8" else {}
+    return {"mode": report.mode, "weights": "f8e4m3", "scale": "per output row (f32)", **acts,
             "quantized_gemms": report.quantized, "kept": dict(report.skipped),
             "weight_bytes": report.weight_bytes_after,
             "rel_error": {k: float(f"{v:.4g}") for k, v in errors.items()},
@@ -69,7 +77,7 @@ def check(errors: dict[str, float], max_error: float | None) -> list[str]:
     """PrecisionError naming the outputs over `max_error`; without one, warnings for those
     over WARN_ERROR."""
     if max_error is None:
-        return [f"warning: fp8-weights: {k} is {v:.3g} from the float32 model (relative L2); "
+        return [f"warning: FP8: {k} is {v:.3g} from the float32 model (relative L2); "
                 f"check the model's quality in FP8, bound it with --max-error, or build with "
                 f"--precision model" for k, v in errors.items() if not v <= WARN_ERROR]
     over = {k: v for k, v in errors.items() if not v <= max_error}

@@ -137,6 +137,10 @@ CASES = {
     "fp8_f16_add": (_fp8(_op(M, N, 48, [_add(M, N, F16)], dtype=F16)), TINY),
     "fp8_swiglu": (_fp8(_swiglu_op(M, 48, 48, 16)), TINY.with_(BN=64)),
     "fp8_default_medium": (_fp8(_op(130, 96, 64, [_bias(96)])), None),
+    # FP8 activations too (--precision fp8): row scales over all of K, the e4m3 wgmma
+    "w8a8_bias": (replace(_fp8(_op(M, N, 64, [_bias(N)])), quantize_a=True), TINY),
+    "w8a8_swiglu": (replace(_fp8(_swiglu_op(M, 48, 64, 16)), quantize_a=True),
+                    TINY.with_(BN=64)),
 }
 
 

@@ -70,6 +70,11 @@ def _fp8(op: GemmOp) -> GemmOp:
     return replace(op, b=b, b_scale=contiguous("bscale", F32, (op.b.shape[0],)))
 
 
+def _w8a8(op: GemmOp) -> GemmOp:
+    """_fp8(op) with its activations quantized too (--precision fp8)."""
+    return replace(_fp8(op), quantize_a=True)
+
+
 def _swiglu_op(M, n, k, group, epilogue=(), cfg_dtype=BF):
     return _op(M, n, k, (EpSwiGLU(group), *epilogue), n_acc=2 * n, dtype=cfg_dtype)
 
@@ -132,6 +137,11 @@ CASES = {
     "fp8_fixup": (_fp8(_op(5, k=96, epilogue=[_bias()])), SKF),
     "fp8_swiglu": (_fp8(_swiglu_op(5, N, 96, 8, [_add(5)])), SK),
     "fp8_heuristic_unaligned_k": (_fp8(_op(3, 72, 88)), None),
+    # FP8 activations too (the e4m3 wgmma): one K split, so the kernel's row scales are the
+    # reference's (splits: test_fp8_activations_per_split below); TMA, pointers, SwiGLU
+    "w8a8_direct_bias": (_w8a8(_op(5, k=96, epilogue=[_bias()])), SK.with_(BK=32, SPLIT_K=1)),
+    "w8a8_swiglu": (_w8a8(_swiglu_op(16, N, 96, 8, [_add(16)])), SK.with_(BK=32, SPLIT_K=1)),
+    "w8a8_ptr_f16": (_w8a8(_op(3, k=90, dtype=F16)), SK.with_(BK=32, SPLIT_K=1, TMA=False)),
     "fp8_ptr_f16": (_fp8(_op(3, k=90, dtype=F16)), SK.with_(TMA=False)),
     # the heuristic (gemm.config_for): split-K for decode M, adapted to the op (pointer loads)
     "heuristic": (_op(5, 136, 256, [_bias(136)]), None),
@@ -161,6 +171,32 @@ def test_interpreter_matches_reference(interpreted, name):
     inside = torch.zeros(env["orig_out"].numel(), dtype=torch.bool)
     torch.as_strided(inside, op.out.shape, op.out.strides, op.out.offset).fill_(True)
     assert torch.equal(env[op.out.storage][~inside].isnan(), env["orig_out"][~inside].isnan())
+
+
+def _per_split_reference(op: GemmOp, env, cfg: SplitKConfig):
+    """quantize_a as the split-K kernel does it: each K split's rows with their own scale."""
+    M, K = op.a.shape
+    a = _view(env, op.a.storage, op.a).float()
+    b = _view(env, op.b.storage, op.b).float() * env["bscale"][:, None]
+    per = cdiv(cdiv(K, cfg.BK), cfg.SPLIT_K) * cfg.BK
+    acc = torch.zeros(M, b.shape[0])
+    for lo in range(0, K, per):
+        part = a[:, lo:lo + per]
+        amax = part.abs().amax(1, keepdim=True)
+        scale = torch.where(amax > 0, amax / 448, torch.ones_like(amax))
+        acc += ((part / scale).to(torch.float8_e4m3fn).float() * scale) @ b[:, lo:lo + per].t()
+    return acc
+
+
+def test_fp8_activations_per_split():
+    """With K split over CTAs each split scales its activation rows itself (finer than the
+    reference's one scale per row): exactly what _per_split_reference computes."""
+    cfg = SK.with_(BK=32, SPLIT_K=3)
+    op = _w8a8(_op(5, k=208))  # 7 K tiles of 32 in 3 splits of 3, 3, 1
+    (_, env), = interpret_gemm_cases({"split": (op, cfg)}, _env, seed0=7).values()
+    got = _view(env, op.out.storage, op.out).float()
+    want = _per_split_reference(op, env, cfg)
+    assert float((got - want).norm() / want.norm()) < 1e-2
 
 
 # ----------------------------------------------------------------------------- cross-compile

@@ -68,7 +68,9 @@ def test_quantize_rewrites_gemm_weights_and_keeps_what_else_reads():
     assert table in program.weights and program.weights[table].dtype == torch.bfloat16
     proj = next(op for op in quantized if op.b.shape[0] == 64)
     assert proj.b.storage.removesuffix(".fp8") not in program.weights
-    assert report.weight_bytes_after < report.weight_bytes_before + 96 * 64
+    # bytes: the table (bf16) stays, the projection's bf16 weight goes, FP8 copies + scales come
+    assert report.weight_bytes_after == report.weight_bytes_before - 64 * 64 * 2 + \
+        (96 + 64) * 64 + (96 + 64) * 4
     # the stored numbers: scale = row amax / 448, the largest magnitude lands on 448 exactly,
     # dequantized rows within e4m3's rounding of the originals
     for op in quantized:
@@ -104,12 +106,60 @@ def test_quantized_program_matches_its_dequantized_model():
     assert rel < 2e-2, rel  # bf16 intermediates only: FP8 rounding would be ~3e-2 more
 
 
-def test_f32_models_are_left_alone():
+def test_f32_models_are_left_alone_and_the_precision_says_so():
+    from aotpack.precision import PrecisionError, apply
+
     model = nn.Linear(32, 16).eval()
     program = _program(model, (torch.randn(4, 32),))
     report = quantize_weights(program)
     assert report.quantized == 0 and report.skipped == {"not a bf16/f16 GEMM": 1}
     assert all(w.dtype != torch.float8_e4m3fn for w in program.weights.values())
+    with pytest.raises(PrecisionError, match=r"no GEMM of this model can take FP8 weights "
+                                             r"\(1 x not a bf16/f16 GEMM\); an f32 model "
+                                             r"needs --dtype bf16"):
+        apply(_program(model, (torch.randn(4, 32),)), "fp8")
+
+
+class TwoLinears(nn.Module):
+    def __init__(self, k: int):
+        super().__init__()
+        self.a = nn.Linear(k, 32, bias=False)
+        self.b = nn.Linear(32, 32, bias=False)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def test_weights_the_kernels_cannot_take_keep_their_dtype():
+    """K = 24: 48-byte bf16 rows are TMA-aligned, 24-byte FP8 rows are not (the tile kernel
+    has no other load); a weight with inf: its scale would be inf."""
+    model = TwoLinears(24).to(torch.bfloat16).eval()
+    with torch.no_grad():
+        model.b.weight[3, 5] = float("inf")
+    program = _program(model, (torch.randn(4, 24).bfloat16(),))
+    report = quantize_weights(program)
+    assert report.quantized == 0
+    assert report.skipped == {"its rows are not a multiple of 16 bytes in FP8 (K % 16 != 0)": 1,
+                              "the weight holds inf or NaN": 1}
+
+
+def test_fp8_quantizes_the_activations_too():
+    from aotpack.executor import run_reference
+    from aotpack.precision import apply
+
+    torch.manual_seed(0)
+    model = TwoLinears(64).to(torch.bfloat16).eval()
+    x = torch.randn(8, 64).bfloat16()
+    weights_only, both = _program(model, (x,)), _program(model, (x,))
+    assert apply(weights_only, "fp8-weights").mode == "fp8-weights"
+    assert apply(both, "fp8").mode == "fp8"
+    assert all(op.quantize_a for op in both.ops if isinstance(op, GemmOp))
+    assert not any(op.quantize_a for op in weights_only.ops if isinstance(op, GemmOp))
+    with torch.no_grad():
+        want = model.float()(x.float())
+    errs = [float((run_reference(p, [x])[0].float() - want).norm() / want.norm())
+            for p in (weights_only, both)]
+    assert errs[0] < errs[1] < 0.1, errs  # e4m3 activations cost a little more
 
 
 # ----------------------------------------------------------------------------- the build
@@ -190,13 +240,27 @@ def test_max_error_refuses_and_writes_nothing(tmp_path):
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["small.py"]
 
 
+def test_fp8_build_records_the_activations(tmp_path):
+    import aotpack
+    from aotpack.bundle import read_bundle
+
+    out = tmp_path / "m"
+    aotpack.build(_small_mlp(tmp_path), out, precision="fp8", progress=False)
+    prec = read_bundle(out / "model.aotpack").manifest["provenance"]["precision"]
+    assert prec["mode"] == "fp8" and "per row" in prec["activations"]
+    assert 1e-3 < prec["rel_error"]["out0"] < 0.15
+
+
 def test_option_errors(tmp_path):
     import aotpack
     from aotpack.builder import BuildError
 
     with pytest.raises(BuildError, match="--max-error bounds the error of a quantized build"):
         aotpack.build(_small_mlp(tmp_path), tmp_path / "m", max_error=0.1, progress=False)
+    with pytest.raises(BuildError, match="FP8 GEMMs run on the Triton backend only"):
+        aotpack.build(_small_mlp(tmp_path), tmp_path / "m", precision="fp8",
+                      gemm_backend="cutedsl", progress=False)
     from aotpack.precision import PrecisionError, apply
 
-    with pytest.raises(PrecisionError, match="choose one of model, fp8-weights"):
+    with pytest.raises(PrecisionError, match="choose one of model, fp8-weights, fp8"):
         apply(None, "int4")

@@ -53,16 +53,19 @@ class CastDType(str, enum.Enum):
 class Precision(str, enum.Enum):
     model = "model"
     fp8_weights = "fp8-weights"
+    fp8 = "fp8"
 
 
 PRECISION_HELP = ("model: compute as the model is (default). fp8-weights: GEMM weights stored "
                   "in FP8 e4m3 with an f32 scale per output row, activations in the model's "
-                  "dtype: half the weight bytes, the decode lever (bf16/f16 models). The build "
-                  "measures the error against the float32 model on the CPU and records it "
-                  "(aotpack inspect shows it)")
-MAX_ERROR_HELP = ("with --precision fp8-weights: refuse the build when an output's relative L2 "
-                  "error against the float32 model exceeds this (default: no bound, a warning "
-                  "above 0.1; FP8 rounding alone costs ~3 %% per GEMM)")
+                  "dtype (half the weight bytes; the weights widen in registers). fp8: the "
+                  "activations in e4m3 too, a scale per row computed by each GEMM: the FP8 "
+                  "tensor cores (bf16/f16 models). The build measures the error against the "
+                  "float32 model on the CPU and records it (aotpack inspect shows it); "
+                  "docs/precision.md")
+MAX_ERROR_HELP = ("with --precision fp8-weights/fp8: refuse the build when an output's relative "
+                  "L2 error against the float32 model exceeds this (default: no bound, a "
+                  "warning above 0.1; FP8 rounding alone costs ~3 % per GEMM)")
 
 
 class Reference(str, enum.Enum):
@@ -208,8 +211,9 @@ def build(
     --max-batch 8 --dtype bf16 -o out/llm`, then `out/llm/aotpack-run out/llm/model.aotpack
     --generate 256 --prompt-ids 1,15043,3186`.
 
-    FP8: `--precision fp8-weights` halves the weight bytes (docs/precision.md); the error
-    against the float32 model is measured at build time and bounded by `--max-error`."""
+    FP8: `--precision fp8-weights` (weights) or `fp8` (weights and activations, the FP8
+    tensor cores; docs/precision.md); the error against the float32 model is measured at build
+    time and bounded by `--max-error`."""
     from aotpack.builder import build as run_build, command_line_from_argv, parse_arch
     from aotpack.generation.task import parse_task
 
@@ -265,6 +269,8 @@ def tune(
                                                 "each dynamic op is tuned per size bucket"),
     input_: Optional[list[str]] = typer.Option(None, "--input", help="as for build"),
     dtype: Optional[CastDType] = typer.Option(None, "--dtype", help="as for build"),
+    precision: Precision = typer.Option("model", "--precision", help="as for build: tune the "
+                                        "GEMMs of the FP8 plan (their records key on it)"),
 ):
     """Offline autotuning (docs/tuning.md). On the build host (no GPU needed):
     `aotpack tune MODEL -o job.aotune` compiles every candidate config of every tunable kernel
@@ -288,7 +294,8 @@ def tune(
         raise typer.Exit(2)
     write_job(out, spec, output, arch=arch, level=level.value, gemm_backend=gemm_backend.value,
               jobs=jobs, force=force, progress=False if no_progress else None,
-              dynamic=dynamic or (), inputs=input_ or (), dtype=dtype and dtype.value)
+              dynamic=dynamic or (), inputs=input_ or (), dtype=dtype and dtype.value,
+              precision=precision.value)
 
 
 def _runtime_verdict(bundle: Path, weights: Optional[Path]):

@@ -139,12 +139,14 @@ def print_inspect(out: Console, d: dict) -> None:
                   f"{gen.get('eos_ids', [])}: aotpack-run model.aotpack --generate N "
                   f"--prompt-ids ...")
     prec = d["provenance"].get("precision")
-    if isinstance(prec, dict):  # --precision fp8-weights: what was quantized, the error it cost
+    if isinstance(prec, dict):  # --precision fp8-weights/fp8: what was quantized, the error it cost
         errors = ", ".join(f"{k} {v:.3g}" for k, v in (prec.get("rel_error") or {}).items())
         kept = sum((prec.get("kept") or {}).values())
+        acts = f"; activations {prec['activations']}" if prec.get("activations") else ""
         out.print(f"precision: {escape(str(prec.get('mode')))} — {prec.get('quantized_gemms')} "
                   f"GEMM weights in {escape(str(prec.get('weights')))}, scale "
-                  f"{escape(str(prec.get('scale')))}" + (f", {kept} GEMMs kept" if kept else "")
+                  f"{escape(str(prec.get('scale')))}{escape(acts)}"
+                  + (f", {kept} GEMMs kept" if kept else "")
                   + f"; error vs float32 model (relative L2): {escape(errors)}"
                   + (f" (bound {prec['max_error']})" if prec.get("max_error") is not None else ""))
     prov = {k: v for k, v in d["provenance"].items() if k not in ("tuning", "precision")}

@@ -142,13 +142,18 @@ class GemmOp:
     `b_scale`: a quantized weight's dequantization, f32 [N_acc] (one scale per row of b, i.e.
     per accumulator column): acc = a @ (b * b_scale[:, None])^T, applied to the accumulator
     before every epilogue step (SwiGLU's pairing included); b is then f8e4m3 (--precision
-    fp8, passes/quantize.py)."""
+    fp8-weights / fp8, passes/quantize.py).
+    `quantize_a` (--precision fp8, with b_scale): the product is taken on e4m3 activations:
+    each row of a divided by its scale amax(|row|) / 448, rounded to e4m3, the accumulator
+    multiplied back. The reference scales each row over all of K; a kernel may use finer
+    ranges (the split-K kernel: each K split its own scale), which only rounds differently."""
 
     a: TensorArg
     b: TensorArg
     out: TensorArg
     epilogue: tuple[EpilogueStep, ...] = ()
     b_scale: TensorArg | None = None
+    quantize_a: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""`--precision fp8-weights`: GEMM weights stored as FP8 e4m3, one f32 scale per output row.
+"""`--precision fp8-weights` / `fp8`: GEMM weights stored as FP8 e4m3, one f32 scale per output
+row; with `fp8`, the activations too (quantized per row by the GEMM kernels themselves).
 
 A GEMM whose weight is a constant of the model in bf16/f16 gets an f8e4m3 copy of that weight
 (each row divided by its scale, amax / 448, so the row's largest magnitude lands on e4m3's
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import GemmOp, TensorArg
 
-PRECISIONS = ("model", "fp8-weights")  # --precision choices; "model" changes nothing
+PRECISIONS = ("model", "fp8-weights", "fp8")  # --precision choices; "model" changes nothing
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 _WIDE = (DType.BF16, DType.F16)
 FP8_SUFFIX, SCALE_SUFFIX = ".fp8", ".fp8_scale"  # the copies' storage names
@@ -31,6 +32,7 @@ class QuantizeReport:
     """What quantize_weights did: GEMMs quantized, and those left as they were by reason."""
 
     quantized: int = 0
+    mode: str = "fp8-weights"
     weight_bytes_before: int = 0
     weight_bytes_after: int = 0
     skipped: dict = field(default_factory=dict)  # reason -> count
@@ -39,17 +41,21 @@ class QuantizeReport:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
     def notes(self) -> list[str]:
-        out = [f"fp8-weights: {self.quantized} GEMM weights in FP8 e4m3 with a scale per row; "
+        acts = " (activations in e4m3 too, a scale per row)" if self.mode == "fp8" else ""
+        out = [f"{self.mode}: {self.quantized} GEMM weights in FP8 e4m3 with a scale per row{acts}; "
                f"weights {self.weight_bytes_before / 2**20:.1f} MiB -> "
                f"{self.weight_bytes_after / 2**20:.1f} MiB"]
-        out += [f"fp8-weights: {n} GEMM(s) kept their dtype: {why}"
+        out += [f"{self.mode}: {n} GEMM(s) kept their dtype: {why}"
                 for why, n in sorted(self.skipped.items())]
         return out
 
 
-def quantize_weights(program) -> QuantizeReport:
-    """Rewrite `program` (in place) so that its GEMMs read FP8 weights; see the module doc."""
-    report = QuantizeReport(weight_bytes_before=_weight_bytes(program))
+def quantize_weights(program, activations: bool = False) -> QuantizeReport:
+    """Rewrite `program` (in place) so that its GEMMs read FP8 weights (and, with
+    `activations`, take their product on e4m3 activations: GemmOp.quantize_a); see the module
+    doc."""
+    report = QuantizeReport(weight_bytes_before=_weight_bytes(program),
+                            mode="fp8" if activations else "fp8-weights")
     copies: dict[str, tuple[str, str]] = {}  # weight storage -> (fp8 name, scale name)
     new_ops = []
     for op in program.ops:
@@ -57,7 +63,7 @@ def quantize_weights(program) -> QuantizeReport:
         if why is None:
             names = copies.get(op.b.storage) or _add_copy(program, op.b.storage)
             copies[op.b.storage] = names
-            op = _quantized_op(program, op, *names)
+            op = replace(_quantized_op(program, op, *names), quantize_a=activations)
             report.quantized += 1
         elif why:
             report.skip(why)
@@ -80,6 +86,12 @@ def _why_not(program, op: GemmOp) -> str | None:
     if len(b.shape) != 2 or tuple(b.strides) != (row, 1) or not isinstance(b.offset, int) \
             or b.offset % max(row, 1):
         return "the weight is read through a transposed or strided view"
+    from aotpack.kernels.triton.gemm import tma_problem
+
+    if tma_problem(replace(b, dtype=DType.F8E4M3)):  # the tile kernel loads it by TMA only
+        return "its rows are not a multiple of 16 bytes in FP8 (K % 16 != 0)"
+    if not bool(program.weights[b.storage].isfinite().all()):
+        return "the weight holds inf or NaN"
     return None
 
 

@@ -240,10 +240,11 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
              gemm_backend: str = "auto", jobs: int | None = None, force: bool = False,
              progress: bool | None = None, command_line: str = "",
              program: Program | None = None, dynamic=(), inputs=(),
-             dtype: str | None = None) -> JobSummary:
+             dtype: str | None = None, precision: str = "model") -> JobSummary:
     """`program`: the model `spec` names, already loaded (`build --tune` compiles it too);
     `dynamic`: `--dynamic` options (a symbolic op is tuned at each bucket's size); `inputs`:
-    `--input` options; `dtype`: `--dtype`."""
+    `--input` options; `dtype`: `--dtype`; `precision`: `--precision` (FP8 GEMMs are their
+    own problems)."""
     from aotpack.builder import (BuildError, _check_destination, load_program, parse_arch,
                                  portable_command, provenance, source_file)
 
@@ -260,7 +261,7 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
         raise BuildError(f"--gemm-backend {gemm_backend!r}: use {', '.join(GEMM_BACKENDS)}")
     progress = knobs.show_progress() if progress is None else progress
     if program is None:
-        program = load_program(spec, dynamic, inputs, dtype)
+        program = load_program(spec, dynamic, inputs, dtype, precision=precision)
     _own_cute_dump_dir()  # listing CuTeDSL candidates would otherwise make a folder never removed
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)

@@ -40,7 +40,14 @@ def reference(op: GemmOp, env) -> None:
     b = view(env, op.b).float()
     if op.b_scale is not None:  # a quantized weight: dequantize row by row
         b = b * view(env, op.b_scale).float()[:, None]
-    acc = view(env, op.a).float() @ b.t()
+    a = view(env, op.a).float()
+    if op.quantize_a:  # e4m3 activations with a scale per row (GemmOp.quantize_a)
+        import torch
+
+        amax = a.abs().amax(dim=1, keepdim=True)
+        scale = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+        a = (a / scale).to(torch.float8_e4m3fn).float() * scale
+    acc = a @ b.t()
     write(env, op.out, apply_epilogue(acc, op.epilogue, env))
 
 

@@ -1,5 +1,9 @@
-"""Device helper of the GEMMs' FP8 weights (--precision fp8-weights): widen an f8e4m3 tile to
-the activations' dtype in registers, for a bf16/f16 wgmma.
+"""Device helpers of the GEMMs' FP8 paths (docs/precision.md):
+- `widen` (--precision fp8-weights): an f8e4m3 weight tile to the activations' dtype in
+  registers, for a bf16/f16 wgmma;
+- `row_scales`, `quantize_rows`, `dot_fp8` (--precision fp8): activations to e4m3 with a scale
+  per row, for the FP8 wgmma (no widening: the weight goes from shared memory to the tensor
+  cores as it was loaded).
 
 To f16 the hardware converts two values per instruction. To bf16 sm_90 has no conversion:
 Triton goes through f16 and then one scalar F2F per value, which held the decode GEMM to about
@@ -59,3 +63,40 @@ def widen(w, like):
         else:
             w = w.to(like.dtype)
     return w
+
+
+@triton.jit
+def row_scales(amax):
+    """Dequantization scales of rows whose largest magnitude is `amax` (1 for a zero row)."""
+    return tl.where(amax > 0, amax / 448.0, 1.0)
+
+
+@triton.jit
+def quantize_rows(a, inv):
+    """Rows of `a` times `inv` (1 / their scale) in e4m3, rounded to nearest even. The row's
+    largest value times 1 / (amax / 448) can round to just above 448: clamped there (the GPU's
+    conversion saturates anyway; Triton's interpreter would not)."""
+    x = tl.minimum(tl.maximum(a.to(tl.float32) * inv[:, None], -448.0), 448.0)
+    if _INTERPRETED:  # its f32 -> e4m3 conversion does not round to nearest: done here, the
+        return _round_e4m3(x)  # values stay f32 (dot_fp8 takes them so)
+    return x.to(tl.float8e4nv)
+
+
+@triton.jit
+def _round_e4m3(x):
+    """The e4m3 value nearest to x (|x| <= 448; ties to even), as f32: normal values keep 3
+    mantissa bits (integer rounding of the f32 bits), subnormals are multiples of 2^-9
+    (rounded by adding and removing 1.5 * 2^23 to x * 2^9)."""
+    bits = x.to(tl.uint32, bitcast=True)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000).to(tl.float32, bitcast=True)
+    sub = ((x * 512.0 + 12582912.0) - 12582912.0) / 512.0
+    return tl.where(tl.abs(x) >= 0.015625, normal, sub)
+
+
+@triton.jit
+def dot_fp8(x, y, acc):
+    """acc + x @ y on e4m3 tiles: the FP8 wgmma; the interpreter (whose dot reads raw bits of
+    narrow floats) multiplies the same values in f32."""
+    if _INTERPRETED:
+        return tl.dot(x.to(tl.float32), y.to(tl.float32), acc)
+    return tl.dot(x, y, acc)

@@ -30,7 +30,7 @@ from aotpack.kernels.triton.compile import (
     Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
 )
 from aotpack.kernels.triton import gemm_splitk
-from aotpack.kernels.triton.fp8 import widen as _widen
+from aotpack.kernels.triton.fp8 import dot_fp8, quantize_rows, row_scales, widen as _widen
 from aotpack.kernels.triton.gemm_configs import GemmConfig, SplitKConfig
 # The epilogue (device helpers and host-side step mapping) lives in gemm_epilogue.py.
 from aotpack.kernels.triton.gemm_epilogue import (  # noqa: F401  (re-exported)
@@ -70,7 +70,7 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                 EPI_SPLIT: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr,
                 WIDE_INDEX: tl.constexpr, UPCAST_DOT: tl.constexpr, SWIGLU_G: tl.constexpr,
-                BN_OUT: tl.constexpr, B_SCALE: tl.constexpr):
+                BN_OUT: tl.constexpr, B_SCALE: tl.constexpr, A_FP8: tl.constexpr):
     # N counts accumulator columns (B's rows); with SwiGLU (SWIGLU_G > 0) the output has N / 2
     # columns and each tile stores BN_OUT = BN / 2 of them; otherwise BN_OUT = BN.
     tiles_m = tl.cdiv(M, BM)
@@ -81,15 +81,28 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
         pid_m, pid_n = _tile_coords(tile, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BM
         off_n = pid_n * BN
+        if A_FP8:  # --precision fp8: each activation row's scale, over all of K, first
+            amax = tl.zeros((BM,), dtype=tl.float32)
+            for ki in range(k_tiles):
+                amax = tl.maximum(amax, tl.max(tl.abs(
+                    a_desc.load([off_m, ki * BK]).to(tl.float32)), axis=1))
+            a_scale = row_scales(amax)
+            a_inv = 1.0 / a_scale
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for ki in range(k_tiles):
             # TMA zero-fills rows/cols past M, N, K, so ragged edges need no masks here
             a = a_desc.load([off_m, ki * BK])
-            b = _widen(b_desc.load([off_n, ki * BK]), a)  # FP8 weights widen in registers
-            if UPCAST_DOT:  # interpreter only: its dot multiplies bf16 bit patterns (#11584)
-                a = a.to(tl.float32)
-                b = b.to(tl.float32)
-            acc = tl.dot(a, b.T, acc)
+            b = b_desc.load([off_n, ki * BK])
+            if A_FP8:  # e4m3 x e4m3 on the tensor cores
+                acc = dot_fp8(quantize_rows(a, a_inv), b.T, acc)
+            else:
+                b = _widen(b, a)  # FP8 weights widen in registers
+                if UPCAST_DOT:  # interpreter only: its dot multiplies bf16 bits (#11584)
+                    a = a.to(tl.float32)
+                    b = b.to(tl.float32)
+                acc = tl.dot(a, b.T, acc)
+        if A_FP8:
+            acc = acc * a_scale[:, None]
         if B_SCALE:  # dequantize: one scale per accumulator column (b's row)
             cols = off_n + tl.arange(0, BN)
             acc = acc * tl.load(bs_ptr + cols, mask=cols < N, other=0.0)[None, :]
@@ -118,6 +131,7 @@ def check_op(op: GemmOp) -> None:
         raise ValueError(f"gemm: shapes do not match: a {a.shape}, b {b.shape}, out {out.shape}")
     if decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm: empty problem M={M} N={N} K={K} is not supported")
+    _check_quantize_a(op)
     if op.b_scale is not None:
         why = quantized_problem(op)
         if why:
@@ -148,6 +162,11 @@ def quantized_problem(op: GemmOp) -> str | None:
         return (f"the weight's scale must be f32 [{b.shape[0]}] (one per row), got "
                 f"{scale.dtype.value} {list(scale.shape)}")
     return None
+
+
+def _check_quantize_a(op: GemmOp) -> None:
+    if op.quantize_a and op.b_scale is None:
+        raise ValueError("gemm: FP8 activations (quantize_a) need an FP8 weight with its scale")
 
 
 def tma_problem(arg: TensorArg) -> str | None:
@@ -233,6 +252,9 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
     args["SWIGLU_G"] = Const(swiglu_group(op) or 0)
     args["BN_OUT"] = Const(out_tile_n(op, cfg))
     args["B_SCALE"] = Const(op.b_scale is not None)
+    args["A_FP8"] = Const(op.quantize_a)
+    if op.quantize_a:  # two K loops per tile (scales, then the product): not flattened
+        args["FLATTEN"] = Const(False)
     return args
 
 

@@ -31,7 +31,7 @@ from aotpack.kernels.spec import (
 from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
 from aotpack.ir.sym import bounds, decided, subs_tree, upper_bound
 from aotpack.kernels.triton.compile import Const, Counters, Desc, I32, Ptr, cdiv
-from aotpack.kernels.triton.fp8 import widen as _widen
+from aotpack.kernels.triton.fp8 import dot_fp8, quantize_rows, row_scales, widen as _widen
 from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import (
     MAX_STEPS, _activation, _finish_subtile, check_epilogue, epilogue_steps, fused_ops,
@@ -63,7 +63,8 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
                   BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
                   USE_TMA: tl.constexpr, DIRECT: tl.constexpr, WIDE_INDEX: tl.constexpr,
                   FIXUP: tl.constexpr, UNIT: tl.constexpr, SWIGLU_G: tl.constexpr,
-                  FIX_M: tl.constexpr, FIX_COLS: tl.constexpr, B_SCALE: tl.constexpr):
+                  FIX_M: tl.constexpr, FIX_COLS: tl.constexpr, B_SCALE: tl.constexpr,
+                  A_FP8: tl.constexpr):
     off_m = tl.program_id(0) * BM
     off_n = tl.program_id(1) * BN
     pid_k = tl.program_id(2)
@@ -73,21 +74,28 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
     per_split = tl.cdiv(k_tiles, SPLIT_K)
     k_lo = pid_k * per_split
     k_hi = tl.minimum(k_lo + per_split, k_tiles)  # a trailing split may be empty: zeros
+    w_rows = w_ptr
+    a_rows = a_ptr
     if not USE_TMA:  # row bases once, in 64 bits (the weight may pass 2^31 elements)
         w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * stride_wn
         a_rows = a_ptr + offs_m.to(tl.int64)[:, None] * stride_am
+    if A_FP8:  # --precision fp8: the activations' scale per row over this CTA's K run
+        amax = tl.zeros((BM,), dtype=tl.float32)
+        for kt in tl.range(k_lo, k_hi):
+            a = _tile(a_desc, a_rows, off_m, offs_m, kt, M, K, BK, USE_TMA)
+            amax = tl.maximum(amax, tl.max(tl.abs(a.to(tl.float32)), axis=1))
+        a_scale = row_scales(amax)
+        a_inv = 1.0 / a_scale
     acc = tl.zeros((BN, BM), dtype=tl.float32)
     for kt in tl.range(k_lo, k_hi):
-        if USE_TMA:  # TMA zero-fills rows past N_acc / M and columns past K
-            w = w_desc.load([off_n, kt * BK])
-            a = a_desc.load([off_m, kt * BK])
-        else:
-            offs_k = kt * BK + tl.arange(0, BK)
-            in_k = offs_k[None, :] < K
-            w = tl.load(w_rows + offs_k[None, :], mask=(offs_n[:, None] < N_acc) & in_k, other=0.0)
-            a = tl.load(a_rows + offs_k[None, :], mask=(offs_m[:, None] < M) & in_k, other=0.0)
-        # FP8 weights widen in registers: the weight is wgmma's register (A) operand here
-        acc = tl.dot(_widen(w, a), a.T, acc)
+        w = _tile(w_desc, w_rows, off_n, offs_n, kt, N_acc, K, BK, USE_TMA)
+        a = _tile(a_desc, a_rows, off_m, offs_m, kt, M, K, BK, USE_TMA)
+        if A_FP8:  # e4m3 x e4m3 on the tensor cores: the weight as loaded
+            acc = dot_fp8(w, quantize_rows(a, a_inv).T, acc)
+        else:  # FP8 weights widen in registers (the weight is wgmma's register operand here)
+            acc = tl.dot(_widen(w, a), a.T, acc)
+    if A_FP8:
+        acc = acc * a_scale[None, :]
     if B_SCALE:  # dequantize each weight row (linear: partial sums may be scaled one by one)
         acc = acc * tl.load(bs_ptr + offs_n, mask=offs_n < N_acc, other=0.0)[:, None]
     if DIRECT:  # the whole K in this CTA: finish [BM, BN] of the output here
@@ -110,6 +118,19 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
                                  S0, S1, S2, S3, S4, SPLIT_K, SWIGLU_G, FIX_M, FIX_COLS,
                                  WIDE_INDEX, ".cg")
                 tl.atomic_xchg(cnt, 0)  # ready for the next launch
+
+
+@triton.jit
+def _tile(desc, rows, off, offs, kt, R, K, BK: tl.constexpr, USE_TMA: tl.constexpr):
+    """Rows off.. of a [R, K] operand, K tile kt: TMA zero-fills rows past R and columns past
+    K; pointer loads mask them (`rows`: the rows' base pointers)."""
+    if USE_TMA:
+        tile = desc.load([off, kt * BK])
+    else:
+        offs_k = kt * BK + tl.arange(0, BK)
+        tile = tl.load(rows + offs_k[None, :], mask=(offs[:, None] < R) & (offs_k[None, :] < K),
+                       other=0.0)
+    return tile
 
 
 @triton.jit
@@ -178,9 +199,10 @@ def check(op: GemmOp, cfg: SplitKConfig) -> None:
     if kb != K or tuple(out.shape) != (M, N) or decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm split-K: shapes do not match: a {a.shape}, b {b.shape}, "
                          f"out {out.shape}")
-    if op.b_scale is not None:
-        from aotpack.kernels.triton.gemm import quantized_problem
+    from aotpack.kernels.triton.gemm import _check_quantize_a, quantized_problem
 
+    _check_quantize_a(op)
+    if op.b_scale is not None:
         why = quantized_problem(op)
         if why:
             raise ValueError(f"gemm split-K: {why}")
@@ -210,6 +232,9 @@ def _check_tiles(op: GemmOp, cfg: SplitKConfig, M: int, n_acc: int, K: int) -> N
     if not 1 <= cfg.SPLIT_K <= cdiv(K, cfg.BK):
         raise ValueError(f"gemm split-K: SPLIT_K={cfg.SPLIT_K} must be 1..{cdiv(K, cfg.BK)} "
                          f"(the number of K tiles of {cfg.BK})")
+    if op.quantize_a and cfg.BK < 32:
+        raise ValueError(f"gemm split-K: FP8 activations need BK >= 32 (an e4m3 wgmma's K), "
+                         f"got BK={cfg.BK}")
     group = swiglu_group(op)
     if group and max(cfg.BN, 2 * group) % min(cfg.BN, 2 * group):
         raise ValueError(f"gemm split-K: tile BN={cfg.BN} and SwiGLU blocks of {2 * group} rows "
@@ -349,6 +374,7 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
         "SWIGLU_G": Const(swiglu_group(op) or 0),
         "FIX_M": Const(_fixup_shape(op, cfg)[0]), "FIX_COLS": Const(_fixup_shape(op, cfg)[1]),
         "B_SCALE": Const(op.b_scale is not None),
+        "A_FP8": Const(op.quantize_a),
     }
     grid = (cdiv(M, cfg.BM), cdiv(n_acc, cfg.BN), cfg.SPLIT_K)
     if direct or fixup:
