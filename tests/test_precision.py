@@ -264,3 +264,32 @@ def test_option_errors(tmp_path):
 
     with pytest.raises(PrecisionError, match="choose one of model, fp8-weights, fp8"):
         apply(None, "int4")
+
+
+def test_row_ranges_of_one_weight_share_its_copy_with_their_own_scales():
+    """Two GEMMs reading rows 0..N and N..2N of one [2N, K] weight: one FP8 copy, each op's
+    scale view starting at its own first row (hand-built: the frontend copies such slices)."""
+    from aotpack.executor import run_reference
+    from aotpack.kernels.spec import TensorArg, contiguous
+    from aotpack.program import Program, Storage
+
+    M, N, K = 4, 8, 32
+    torch.manual_seed(0)
+    w = torch.randn(2 * N, K).bfloat16()
+    w[N:] *= 100  # the second half's scales differ
+    bf = DType.BF16
+    storages = {"x": Storage("x", "input", bf, (M, K)), "w": Storage("w", "weight", bf, (2 * N, K)),
+                "y0": Storage("y0", "output", bf, (M, N)), "y1": Storage("y1", "output", bf, (M, N))}
+    ops = [GemmOp(contiguous("x", bf, (M, K)), TensorArg("w", bf, (N, K), (K, 1), half * N * K),
+                  contiguous(f"y{half}", bf, (M, N))) for half in (0, 1)]
+    program = Program(["x"], ["y0", "y1"], storages, ops, {"w": w})
+    report = quantize_weights(program)
+    assert report.quantized == 2 and set(program.weights) == {"w.fp8", "w.fp8_scale"}
+    assert [op.b_scale.offset for op in program.ops] == [0, N]
+    x = torch.randn(M, K).bfloat16()
+    got = run_reference(program, [x])
+    q, s = program.weights["w.fp8"].float(), program.weights["w.fp8_scale"]
+    for half, y in enumerate(got):
+        rows = slice(half * N, (half + 1) * N)
+        want = x.float() @ (q[rows] * s[rows, None]).t()
+        assert float((y.float() - want).norm() / want.norm()) < 1e-2
