@@ -131,16 +131,9 @@ def check_op(op: GemmOp) -> None:
         raise ValueError(f"gemm: shapes do not match: a {a.shape}, b {b.shape}, out {out.shape}")
     if decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm: empty problem M={M} N={N} K={K} is not supported")
-    _check_quantize_a(op)
-    if op.b_scale is not None:
-        why = quantized_problem(op)
-        if why:
-            raise ValueError(f"gemm: {why}")
-    elif a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
-        raise ValueError(f"gemm: a and b must both be bf16 or f16, got {a.dtype.value}, "
-                         f"{b.dtype.value}")
-    if out.dtype not in _OUTPUT_DTYPES:
-        raise ValueError(f"gemm: output dtype {out.dtype.value} not supported (bf16, f16, f32)")
+    why = dtype_problem(op)
+    if why:
+        raise ValueError(f"gemm: {why}")
     for name, arg in (("a", a), ("b", b)):
         problem = tma_problem(arg)
         if problem:
@@ -164,9 +157,18 @@ def quantized_problem(op: GemmOp) -> str | None:
     return None
 
 
-def _check_quantize_a(op: GemmOp) -> None:
+def dtype_problem(op: GemmOp) -> str | None:
+    """Why the Triton GEMMs (tile and split-K) cannot take `op`'s dtypes, or None."""
+    a, b, out = op.a, op.b, op.out
     if op.quantize_a and op.b_scale is None:
-        raise ValueError("gemm: FP8 activations (quantize_a) need an FP8 weight with its scale")
+        return "FP8 activations (quantize_a) need an FP8 weight with its scale"
+    why = quantized_problem(op) if op.b_scale is not None else None
+    if why is None and op.b_scale is None and (a.dtype not in _INPUT_DTYPES
+                                               or b.dtype != a.dtype):
+        why = f"a and b must both be bf16 or f16, got {a.dtype.value}, {b.dtype.value}"
+    if why is None and out.dtype not in _OUTPUT_DTYPES:
+        why = f"output dtype {out.dtype.value} not supported (bf16, f16, f32)"
+    return why
 
 
 def tma_problem(arg: TensorArg) -> str | None:

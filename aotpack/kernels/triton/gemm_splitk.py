@@ -39,8 +39,6 @@ from aotpack.kernels.triton.gemm_epilogue import (
 
 WORKSPACE = "__splitk.partials"  # storage name of the partial sums in plans and torch envs
 SHARED_SCRATCH_KEY = "splitk.partials"  # ScratchSlot.shared of both launches of one op
-_INPUT_DTYPES = (DType.BF16, DType.F16)
-_OUTPUT_DTYPES = (DType.BF16, DType.F16, DType.F32)
 _BLOCKS_M = (16, 32, 64, 128, 256)
 _BLOCKS_N = (64, 128, 256)
 _BLOCKS_K = (16, 32, 64, 128)
@@ -199,19 +197,11 @@ def check(op: GemmOp, cfg: SplitKConfig) -> None:
     if kb != K or tuple(out.shape) != (M, N) or decided(lambda: min(M, N, K) <= 0, False):
         raise ValueError(f"gemm split-K: shapes do not match: a {a.shape}, b {b.shape}, "
                          f"out {out.shape}")
-    from aotpack.kernels.triton.gemm import _check_quantize_a, quantized_problem
+    from aotpack.kernels.triton.gemm import dtype_problem
 
-    _check_quantize_a(op)
-    if op.b_scale is not None:
-        why = quantized_problem(op)
-        if why:
-            raise ValueError(f"gemm split-K: {why}")
-    elif a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
-        raise ValueError(f"gemm split-K: a and b must both be bf16 or f16, got {a.dtype.value}, "
-                         f"{b.dtype.value}")
-    if out.dtype not in _OUTPUT_DTYPES:
-        raise ValueError(f"gemm split-K: output dtype {out.dtype.value} not supported (bf16, "
-                         f"f16, f32)")
+    why = dtype_problem(op)
+    if why:
+        raise ValueError(f"gemm split-K: {why}")
     check_epilogue(op)
     for name, arg in (("a", a), ("b", b)):
         problem = _tma_problem(arg) if cfg.TMA else (
