@@ -68,6 +68,7 @@ def provenance(report, errors: dict[str, float], max_error: float | None) -> dic
         if report.mode == "fp8" else {}
     return {"mode": report.mode, "weights": "f8e4m3", "scale": "per output row (f32)", **acts,
             "quantized_gemms": report.quantized, "kept": dict(report.skipped),
+            **({"norms_writing_fp8": report.norms_fused} if report.norms_fused else {}),
             "weight_bytes": report.weight_bytes_after,
             "rel_error": {k: float(f"{v:.4g}") for k, v in errors.items()},
             "max_error": max_error}

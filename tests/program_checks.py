@@ -66,7 +66,8 @@ def gemm_storage_sizes(op) -> dict:
     from aotpack.kernels.spec import epilogue_operands
 
     sizes: dict = {}
-    scale = [op.b_scale] if getattr(op, "b_scale", None) is not None else []
+    scale = [t for t in (getattr(op, "b_scale", None), getattr(op, "a_scale", None))
+             if t is not None]
     for t in [op.a, op.b, op.out] + list(epilogue_operands(op.epilogue)) + scale:
         end = t.offset + sum((d - 1) * s for d, s in zip(t.shape, t.strides)) + 1
         n, _ = sizes.get(t.storage, (0, t.dtype))

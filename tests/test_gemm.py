@@ -85,8 +85,9 @@ def _fp8(op: GemmOp) -> GemmOp:
 
 def _env_scaled(op: GemmOp, seed: int) -> dict:
     env = _env(op, seed)
-    if "bscale" in env:
-        env["bscale"] = env["bscale"].abs() + 0.5
+    for name in ("bscale", "ascale"):
+        if name in env:
+            env[name] = env[name].abs() + 0.5
     return env
 
 
@@ -141,6 +142,9 @@ CASES = {
     "w8a8_bias": (replace(_fp8(_op(M, N, 64, [_bias(N)])), quantize_a=True), TINY),
     "w8a8_swiglu": (replace(_fp8(_swiglu_op(M, 48, 64, 16)), quantize_a=True),
                     TINY.with_(BN=64)),
+    # the input already in e4m3 with its scale per row (an RMSNorm wrote it so)
+    "fp8_input": (replace(_fp8(_op(M, N, 64, [_bias(N)])), a=contiguous("a", DType.F8E4M3,
+                          (M, 64)), a_scale=contiguous("ascale", F32, (M,))), TINY),
 }
 
 

@@ -83,7 +83,7 @@ def _env(op: GemmOp, seed: int) -> dict:
     g = torch.Generator().manual_seed(seed)
     env = {name: torch.randn(n, generator=g).to(dt.to_torch())
            for name, (n, dt) in gemm_storage_sizes(op).items()}
-    for name in ("scale", "bscale"):  # keep scales away from zero, as dequantization's are
+    for name in ("scale", "bscale", "ascale"):  # keep scales away from zero (dequantization)
         if name in env:
             env[name] = env[name].abs() + 0.5
     env[op.out.storage] = torch.full_like(env[op.out.storage], float("nan"))  # poison
@@ -142,6 +142,10 @@ CASES = {
     "w8a8_direct_bias": (_w8a8(_op(5, k=96, epilogue=[_bias()])), SK.with_(BK=32, SPLIT_K=1)),
     "w8a8_swiglu": (_w8a8(_swiglu_op(16, N, 96, 8, [_add(16)])), SK.with_(BK=32, SPLIT_K=1)),
     "w8a8_ptr_f16": (_w8a8(_op(3, k=90, dtype=F16)), SK.with_(BK=32, SPLIT_K=1, TMA=False)),
+    # the input already in e4m3 with its scale per row: K split freely, SwiGLU
+    "fp8_input_s3": (replace(_fp8(_swiglu_op(5, N, 96, 8)), a=contiguous("a", DType.F8E4M3,
+                             (5, 96)), a_scale=contiguous("ascale", F32, (5,))),
+                     SK.with_(BK=32, SPLIT_K=3)),
     "fp8_ptr_f16": (_fp8(_op(3, k=90, dtype=F16)), SK.with_(TMA=False)),
     # the heuristic (gemm.config_for): split-K for decode M, adapted to the op (pointer loads)
     "heuristic": (_op(5, 136, 256, [_bias(136)]), None),

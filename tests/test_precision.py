@@ -293,3 +293,30 @@ def test_row_ranges_of_one_weight_share_its_copy_with_their_own_scales():
         rows = slice(half * N, (half + 1) * N)
         want = x.float() @ (q[rows] * s[rows, None]).t()
         assert float((y.float() - want).norm() / want.norm()) < 1e-2
+
+
+def test_fp8_norms_write_the_gemms_fp8_input():
+    """A Llama block in --precision fp8: both RMSNorms write e4m3 with a scale per row, their
+    GEMMs (QKV, gate/up) take it as it is; o_proj and down (fed by attention and SwiGLU)
+    quantize their input themselves; the plan stays within FP8's error of float32."""
+    import llama_block
+
+    from aotpack.executor import run_reference
+    from aotpack.kernels.spec import RMSNormOp
+    from aotpack.precision import apply, measure
+
+    model, inputs = llama_block.make(d=256, heads=4, kv_heads=2, head_dim=64, ffn=512, seq=32)
+    program = _program(model, inputs)
+    report = apply(program, "fp8")
+    assert report.norms_fused == 2
+    norms = [op for op in program.ops if isinstance(op, RMSNormOp)]
+    assert all(op.out.dtype is DType.F8E4M3 and op.out_scale is not None for op in norms)
+    gemms = [op for op in program.ops if isinstance(op, GemmOp)]
+    fed = {op.a.storage for op in gemms if op.a_scale is not None}
+    assert fed == {op.out.storage for op in norms}
+    assert sum(op.quantize_a for op in gemms) == 2 and all(op.b_scale is not None for op in gemms)
+    from types import SimpleNamespace
+
+    errors = measure(program, SimpleNamespace(model=model, inputs=inputs))
+    assert 1e-3 < errors["out0"] < 0.1, errors
+    assert run_reference(program, list(inputs))[0].isfinite().all()

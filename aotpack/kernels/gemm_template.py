@@ -50,9 +50,9 @@ class GemmTemplate(Template):
 
     def supports(self, op):
         if op.b_scale is not None:  # an FP8 weight (passes/quantize.py): the kernels' check
-            from aotpack.kernels.triton.gemm import quantized_problem
+            from aotpack.kernels.triton.gemm import dtype_problem
 
-            return quantized_problem(op)
+            return dtype_problem(op)
         dtypes = {op.a.dtype, op.b.dtype}
         if dtypes <= {DType.BF16, DType.F16}:
             return None

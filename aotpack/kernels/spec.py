@@ -146,7 +146,9 @@ class GemmOp:
     `quantize_a` (--precision fp8, with b_scale): the product is taken on e4m3 activations:
     each row of a divided by its scale amax(|row|) / 448, rounded to e4m3, the accumulator
     multiplied back. The reference scales each row over all of K; a kernel may use finer
-    ranges (the split-K kernel: each K split its own scale), which only rounds differently."""
+    ranges (the split-K kernel: each K split its own scale), which only rounds differently.
+    `a_scale` (--precision fp8, with b_scale): a arrives in f8e4m3 with its dequantization
+    scale per row, f32 [M] (written so by the op before: RMSNormOp.out_scale)."""
 
     a: TensorArg
     b: TensorArg
@@ -154,6 +156,7 @@ class GemmOp:
     epilogue: tuple[EpilogueStep, ...] = ()
     b_scale: TensorArg | None = None
     quantize_a: bool = False
+    a_scale: TensorArg | None = None
 
 
 @dataclass(frozen=True)
@@ -180,12 +183,15 @@ class AttentionOp:
 @dataclass(frozen=True)
 class RMSNormOp:
     """out[R, C] = x / sqrt(mean(x^2, -1) + eps) * weight[C], computed in f32.
-    x and out are 2-D views; weight is 1-D (or None for no affine)."""
+    x and out are 2-D views; weight is 1-D (or None for no affine).
+    `out_scale` (--precision fp8: the next GEMMs' FP8 input): out is f8e4m3, each row divided
+    by its scale amax(|row|) / 448, which the op writes to out_scale, f32 [R]."""
 
     x: TensorArg
     weight: TensorArg | None
     out: TensorArg
     eps: float
+    out_scale: TensorArg | None = None
 
 
 @dataclass(frozen=True)
@@ -437,12 +443,12 @@ KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceO
 def op_inputs(op: KernelOp) -> list[TensorArg]:
     """Every operand the op reads (for liveness)."""
     if isinstance(op, GemmOp):
-        return [op.a, op.b, *epilogue_operands(op.epilogue)] + (
-            [op.b_scale] if op.b_scale is not None else [])
+        return [op.a, op.b, *epilogue_operands(op.epilogue)] + [
+            t for t in (op.b_scale, op.a_scale) if t is not None]
     if isinstance(op, AttentionOp):
         return [op.q, op.k, op.v] + [t for t in (op.mask, op.kv_limit) if t is not None]
-    if isinstance(op, RMSNormOp):
-        return [op.x] + ([op.weight] if op.weight is not None else [])
+    if isinstance(op, RMSNormOp):  # out_scale is written, listed for its lifetime
+        return [op.x] + [t for t in (op.weight, op.out_scale) if t is not None]
     if isinstance(op, LayerNormOp):
         return [op.x] + [t for t in (op.weight, op.bias) if t is not None]
     if isinstance(op, (SoftmaxOp, ReduceOp, ScanOp, TopkOp, SortOp, HistcOp)):

@@ -33,6 +33,7 @@ class QuantizeReport:
 
     quantized: int = 0
     mode: str = "fp8-weights"
+    norms_fused: int = 0  # RMSNorms that write their GEMMs' FP8 input (fp8)
     weight_bytes_before: int = 0
     weight_bytes_after: int = 0
     skipped: dict = field(default_factory=dict)  # reason -> count
@@ -45,6 +46,9 @@ class QuantizeReport:
         out = [f"{self.mode}: {self.quantized} GEMM weights in FP8 e4m3 with a scale per row{acts}; "
                f"weights {self.weight_bytes_before / 2**20:.1f} MiB -> "
                f"{self.weight_bytes_after / 2**20:.1f} MiB"]
+        if self.norms_fused:
+            out.append(f"{self.mode}: {self.norms_fused} RMSNorms write their GEMMs' input in "
+                       f"FP8 with its scale per row (no quantization inside those GEMMs)")
         out += [f"{self.mode}: {n} GEMM(s) kept their dtype: {why}"
                 for why, n in sorted(self.skipped.items())]
         return out
@@ -70,6 +74,8 @@ def quantize_weights(program, activations: bool = False) -> QuantizeReport:
         new_ops.append(op)
     program.ops = new_ops
     _drop_unread(program, copies)
+    if activations:
+        report.norms_fused = _norms_write_fp8(program)
     report.weight_bytes_after = _weight_bytes(program)
     return report
 
@@ -120,6 +126,61 @@ def _quantized_op(program, op: GemmOp, fp8: str, scales: str) -> GemmOp:
     b = replace(op.b, storage=fp8, dtype=DType.F8E4M3)
     scale = TensorArg(scales, DType.F32, (op.b.shape[0],), (1,), op.b.offset // row)
     return replace(op, b=b, b_scale=scale)
+
+
+def _norms_write_fp8(program) -> int:
+    """An RMSNorm whose output only FP8 GEMMs read (as their whole input: a pre-norm
+    transformer's QKV, gate/up and LM head) writes it in e4m3 with its scale per row
+    (RMSNormOp.out_scale, whole rows are in one program), and those GEMMs take it as it is
+    (GemmOp.a_scale) instead of quantizing it themselves. Returns how many."""
+    from aotpack.ir.sym import decided
+    from aotpack.kernels.spec import RMSNormOp
+    from aotpack.kernels.triton.gemm import tma_problem
+    from aotpack.program import Storage
+
+    readers: dict[str, list[int]] = {}
+    for i, op in enumerate(program.ops):
+        named: set = set()
+        _collect_storages(op, named)
+        for name in named - {op.out.storage}:
+            readers.setdefault(name, []).append(i)
+    fused = 0
+    for i, op in enumerate(program.ops):
+        if not isinstance(op, RMSNormOp) or op.out_scale is not None:
+            continue
+        out = op.out
+        st = program.storages[out.storage]
+        users = [program.ops[j] for j in readers.get(out.storage, [])]
+        whole = out.is_contiguous() and out.offset == 0 and \
+            decided(lambda: out.numel == _numel(st.shape), False)  # the view is all of it
+        if st.kind != "intermediate" or not users or not whole or \
+                tma_problem(replace(out, dtype=DType.F8E4M3)) or \
+                not all(isinstance(u, GemmOp) and u.quantize_a and u.a == out and
+                        u.a not in _epilogue_args(u) for u in users):
+            continue
+        scale = TensorArg(out.storage + SCALE_SUFFIX, DType.F32, (out.shape[0],), (1,))
+        program.storages[out.storage] = replace(st, dtype=DType.F8E4M3)
+        program.storages[scale.storage] = Storage(scale.storage, "intermediate", DType.F32,
+                                                  scale.shape)
+        fp8_out = replace(out, dtype=DType.F8E4M3)
+        program.ops[i] = replace(op, out=fp8_out, out_scale=scale)
+        for j in readers[out.storage]:
+            program.ops[j] = replace(program.ops[j], a=fp8_out, a_scale=scale, quantize_a=False)
+        fused += 1
+    return fused
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n = n * d
+    return n
+
+
+def _epilogue_args(op: GemmOp) -> list:
+    from aotpack.kernels.spec import epilogue_operands
+
+    return epilogue_operands(op.epilogue)
 
 
 def _drop_unread(program, copies: dict) -> None:

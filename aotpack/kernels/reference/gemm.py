@@ -41,6 +41,8 @@ def reference(op: GemmOp, env) -> None:
     if op.b_scale is not None:  # a quantized weight: dequantize row by row
         b = b * view(env, op.b_scale).float()[:, None]
     a = view(env, op.a).float()
+    if op.a_scale is not None:  # an FP8 input with its scale per row
+        a = a * view(env, op.a_scale).float()[:, None]
     if op.quantize_a:  # e4m3 activations with a scale per row (GemmOp.quantize_a)
         import torch
 

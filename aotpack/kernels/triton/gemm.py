@@ -62,7 +62,7 @@ def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
 
 
 @triton.jit
-def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K, bs_ptr,
+def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K, bs_ptr, as_ptr,
                 e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
                 e4, e4_m, e4_n,
                 S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
@@ -70,7 +70,8 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
                 EPI_SPLIT: tl.constexpr, TMA_STORE: tl.constexpr, FLATTEN: tl.constexpr,
                 WIDE_INDEX: tl.constexpr, UPCAST_DOT: tl.constexpr, SWIGLU_G: tl.constexpr,
-                BN_OUT: tl.constexpr, B_SCALE: tl.constexpr, A_FP8: tl.constexpr):
+                BN_OUT: tl.constexpr, B_SCALE: tl.constexpr, A_FP8: tl.constexpr,
+                A_SCALED: tl.constexpr):
     # N counts accumulator columns (B's rows); with SwiGLU (SWIGLU_G > 0) the output has N / 2
     # columns and each tile stores BN_OUT = BN / 2 of them; otherwise BN_OUT = BN.
     tiles_m = tl.cdiv(M, BM)
@@ -95,6 +96,8 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
             b = b_desc.load([off_n, ki * BK])
             if A_FP8:  # e4m3 x e4m3 on the tensor cores
                 acc = dot_fp8(quantize_rows(a, a_inv), b.T, acc)
+            elif A_SCALED:  # a arrived in e4m3 (the op before quantized it)
+                acc = dot_fp8(a, b.T, acc)
             else:
                 b = _widen(b, a)  # FP8 weights widen in registers
                 if UPCAST_DOT:  # interpreter only: its dot multiplies bf16 bits (#11584)
@@ -103,6 +106,9 @@ def gemm_kernel(a_desc, b_desc, out_desc, out_ptr, stride_om, stride_on, M, N, K
                 acc = tl.dot(a, b.T, acc)
         if A_FP8:
             acc = acc * a_scale[:, None]
+        if A_SCALED:
+            rows = off_m + tl.arange(0, BM)
+            acc = acc * tl.load(as_ptr + rows, mask=rows < M, other=0.0)[:, None]
         if B_SCALE:  # dequantize: one scale per accumulator column (b's row)
             cols = off_n + tl.arange(0, BN)
             acc = acc * tl.load(bs_ptr + cols, mask=cols < N, other=0.0)[None, :]
@@ -149,8 +155,9 @@ def quantized_problem(op: GemmOp) -> str | None:
     a, b, scale = op.a, op.b, op.b_scale
     if b.dtype is not DType.F8E4M3:
         return f"a weight with a dequantization scale must be f8e4m3, got {b.dtype.value}"
-    if a.dtype not in _INPUT_DTYPES:
-        return f"FP8 weights need bf16 or f16 activations, got {a.dtype.value}"
+    if a.dtype not in _INPUT_DTYPES + (DType.F8E4M3,) or \
+            (a.dtype is DType.F8E4M3 and op.a_scale is None):
+        return f"FP8 weights need bf16, f16 or scaled f8e4m3 activations, got {a.dtype.value}"
     if scale.dtype is not DType.F32 or len(scale.shape) != 1 or scale.shape[0] != b.shape[0]:
         return (f"the weight's scale must be f32 [{b.shape[0]}] (one per row), got "
                 f"{scale.dtype.value} {list(scale.shape)}")
@@ -160,8 +167,15 @@ def quantized_problem(op: GemmOp) -> str | None:
 def dtype_problem(op: GemmOp) -> str | None:
     """Why the Triton GEMMs (tile and split-K) cannot take `op`'s dtypes, or None."""
     a, b, out = op.a, op.b, op.out
-    if op.quantize_a and op.b_scale is None:
-        return "FP8 activations (quantize_a) need an FP8 weight with its scale"
+    if (op.quantize_a or op.a_scale is not None) and op.b_scale is None:
+        return "FP8 activations need an FP8 weight with its scale"
+    if op.quantize_a and op.a_scale is not None:
+        return "an FP8 input (a_scale) is not quantized again (quantize_a)"
+    if (op.a_scale is not None) != (a.dtype is DType.F8E4M3):
+        return "an f8e4m3 input and its a_scale come together"
+    if op.a_scale is not None and (op.a_scale.dtype is not DType.F32
+                                   or tuple(op.a_scale.shape) != (a.shape[0],)):
+        return f"the input's scale must be f32 [{a.shape[0]}] (one per row)"
     why = quantized_problem(op) if op.b_scale is not None else None
     if why is None and op.b_scale is None and (a.dtype not in _INPUT_DTYPES
                                                or b.dtype != a.dtype):
@@ -235,6 +249,7 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
         "stride_on": Const(0) if tma_store else _int_arg(out.strides[1]),
         "M": I32(M), "N": I32(N), "K": I32(K),
         "bs_ptr": Ptr(op.b_scale) if op.b_scale is not None else Const(None),
+        "as_ptr": Ptr(op.a_scale) if op.a_scale is not None else Const(None),
     }
     for i in range(MAX_STEPS):
         kind, t = steps[i] if i < len(steps) else ("", None)
@@ -255,6 +270,7 @@ def kernel_args(op: GemmOp, cfg: GemmConfig) -> dict:
     args["BN_OUT"] = Const(out_tile_n(op, cfg))
     args["B_SCALE"] = Const(op.b_scale is not None)
     args["A_FP8"] = Const(op.quantize_a)
+    args["A_SCALED"] = Const(op.a_scale is not None)
     if op.quantize_a:  # two K loops per tile (scales, then the product): not flattened
         args["FLATTEN"] = Const(False)
     return args

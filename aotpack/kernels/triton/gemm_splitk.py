@@ -57,12 +57,12 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
                   e4, e4_m, e4_n,
                   S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr,
                   S4: tl.constexpr,
-                  cnt_ptr, N, bs_ptr,
+                  cnt_ptr, N, bs_ptr, as_ptr,
                   BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, SPLIT_K: tl.constexpr,
                   USE_TMA: tl.constexpr, DIRECT: tl.constexpr, WIDE_INDEX: tl.constexpr,
                   FIXUP: tl.constexpr, UNIT: tl.constexpr, SWIGLU_G: tl.constexpr,
                   FIX_M: tl.constexpr, FIX_COLS: tl.constexpr, B_SCALE: tl.constexpr,
-                  A_FP8: tl.constexpr):
+                  A_FP8: tl.constexpr, A_SCALED: tl.constexpr):
     off_m = tl.program_id(0) * BM
     off_n = tl.program_id(1) * BN
     pid_k = tl.program_id(2)
@@ -90,10 +90,14 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
         a = _tile(a_desc, a_rows, off_m, offs_m, kt, M, K, BK, USE_TMA)
         if A_FP8:  # e4m3 x e4m3 on the tensor cores: the weight as loaded
             acc = dot_fp8(w, quantize_rows(a, a_inv).T, acc)
+        elif A_SCALED:  # both arrive in e4m3 (the op before quantized the activations)
+            acc = dot_fp8(w, a.T, acc)
         else:  # FP8 weights widen in registers (the weight is wgmma's register operand here)
             acc = tl.dot(_widen(w, a), a.T, acc)
     if A_FP8:
         acc = acc * a_scale[None, :]
+    if A_SCALED:
+        acc = acc * tl.load(as_ptr + offs_m, mask=offs_m < M, other=0.0)[None, :]
     if B_SCALE:  # dequantize each weight row (linear: partial sums may be scaled one by one)
         acc = acc * tl.load(bs_ptr + offs_n, mask=offs_n < N_acc, other=0.0)[:, None]
     if DIRECT:  # the whole K in this CTA: finish [BM, BN] of the output here
@@ -222,7 +226,7 @@ def _check_tiles(op: GemmOp, cfg: SplitKConfig, M: int, n_acc: int, K: int) -> N
     if not 1 <= cfg.SPLIT_K <= cdiv(K, cfg.BK):
         raise ValueError(f"gemm split-K: SPLIT_K={cfg.SPLIT_K} must be 1..{cdiv(K, cfg.BK)} "
                          f"(the number of K tiles of {cfg.BK})")
-    if op.quantize_a and cfg.BK < 32:
+    if (op.quantize_a or op.a_scale is not None) and cfg.BK < 32:
         raise ValueError(f"gemm split-K: FP8 activations need BK >= 32 (an e4m3 wgmma's K), "
                          f"got BK={cfg.BK}")
     group = swiglu_group(op)
@@ -358,13 +362,14 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
         "cnt_ptr": Counters(counters_bytes(op, cfg)) if fixup else Const(None),
         "N": I32(op.out.shape[1]),
         "bs_ptr": Ptr(op.b_scale) if op.b_scale is not None else Const(None),
+        "as_ptr": Ptr(op.a_scale) if op.a_scale is not None else Const(None),
         "BN": Const(cfg.BN), "BM": Const(cfg.BM), "BK": Const(cfg.BK),
         "SPLIT_K": Const(cfg.SPLIT_K), "USE_TMA": Const(cfg.TMA), "DIRECT": Const(direct),
         "FIXUP": Const(fixup), "UNIT": Const(fixup_unit(op, cfg)),
         "SWIGLU_G": Const(swiglu_group(op) or 0),
         "FIX_M": Const(_fixup_shape(op, cfg)[0]), "FIX_COLS": Const(_fixup_shape(op, cfg)[1]),
         "B_SCALE": Const(op.b_scale is not None),
-        "A_FP8": Const(op.quantize_a),
+        "A_FP8": Const(op.quantize_a), "A_SCALED": Const(op.a_scale is not None),
     }
     grid = (cdiv(M, cfg.BM), cdiv(n_acc, cfg.BN), cfg.SPLIT_K)
     if direct or fixup:

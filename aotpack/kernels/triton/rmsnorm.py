@@ -10,18 +10,22 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from aotpack.dtypes import DType
 from aotpack.kernels.spec import RMSNormOp
 from aotpack.kernels.triton._common import (
     KernelPlan, entry_points, int_arg, require_unit_inner_stride,
 )
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
+from aotpack.kernels.triton.fp8 import quantize_rows, row_scales
 
 MAX_COLS = 16384
 
 
 @triton.jit
 def rmsnorm_kernel(x_ptr, weight_ptr, out_ptr, x_stride_r, out_stride_r, n_rows, n_cols, eps,
-                   BLOCK_C: tl.constexpr, ROWS: tl.constexpr, HAS_WEIGHT: tl.constexpr):
+                   scale_ptr,
+                   BLOCK_C: tl.constexpr, ROWS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
+                   OUT_FP8: tl.constexpr):
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_C)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
@@ -34,6 +38,10 @@ def rmsnorm_kernel(x_ptr, weight_ptr, out_ptr, x_stride_r, out_stride_r, n_rows,
         w = tl.load(weight_ptr + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
         y = y * w[None, :]
     out_ptrs = out_ptr + rows[:, None] * out_stride_r + cols[None, :]
+    if OUT_FP8:  # the next GEMMs' e4m3 input and its scale per row (whole rows are here)
+        scale = row_scales(tl.max(tl.abs(y), 1))
+        tl.store(scale_ptr + rows, scale, mask=rows < n_rows)
+        y = quantize_rows(y, 1.0 / scale)
     tl.store(out_ptrs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -54,6 +62,8 @@ def plan(op: RMSNormOp, config: dict | None = None) -> KernelPlan:
         raise ValueError(f"rmsnorm: {cols} columns > {MAX_COLS} (one row per program)")
     require_unit_inner_stride("rmsnorm x", op.x)
     require_unit_inner_stride("rmsnorm out", op.out)
+    if (op.out_scale is not None) != (op.out.dtype is DType.F8E4M3):
+        raise ValueError("rmsnorm: an f8e4m3 output and its out_scale come together")
     if op.weight is not None:
         if op.weight.shape != (cols,) or op.weight.strides != (1,):
             raise ValueError(f"rmsnorm: weight must be a contiguous [{cols}] vector")
@@ -64,12 +74,15 @@ def plan(op: RMSNormOp, config: dict | None = None) -> KernelPlan:
         "out_ptr": Ptr(op.out),
         "x_stride_r": int_arg(op.x.strides[0]), "out_stride_r": int_arg(op.out.strides[0]),
         "n_rows": int_arg(rows), "n_cols": int_arg(cols), "eps": F32(op.eps),
+        "scale_ptr": Ptr(op.out_scale) if op.out_scale is not None else Const(None),
         "BLOCK_C": Const(cfg["BLOCK_C"]), "ROWS": Const(cfg["ROWS"]),
         "HAS_WEIGHT": Const(op.weight is not None),
+        "OUT_FP8": Const(op.out_scale is not None),
     }
     grid = (cdiv(rows, cfg["ROWS"]), 1, 1)
+    fused = ("rmsnorm", "quant_fp8") if op.out_scale is not None else ("rmsnorm",)
     return KernelPlan(rmsnorm_kernel, args, grid, cfg["num_warps"], cfg["num_stages"],
-                      ("rmsnorm",), {"BLOCK_C": cfg["BLOCK_C"], "ROWS": cfg["ROWS"]})
+                      fused, {"BLOCK_C": cfg["BLOCK_C"], "ROWS": cfg["ROWS"]})
 
 
 # compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
