@@ -144,7 +144,8 @@ def use_triton_cache() -> None:
 
 
 def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
-                 generation=None, precision: str = "model", max_error: float | None = None):
+                 generation=None, precision: str = "model", max_error: float | None = None,
+                 measure_error: bool = True):
     """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph);
     `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py); `inputs`, `dtype`: `--input`
     and `--dtype` options (aotpack/frontend/inputs.py); `generation`: GenerationOptions
@@ -158,7 +159,7 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
 
     if generation is not None:
         program, loaded = _load_generation(spec, dynamic, inputs, dtype, generation)
-        return _with_precision(program, loaded, precision, max_error)
+        return _with_precision(program, loaded, precision, max_error, measure_error)
     loaded = prepare(load_spec(spec), inputs=inputs, dtype=dtype, dynamic=dynamic)
     try:
         program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
@@ -170,16 +171,17 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
         raise
     program.notes = list(loaded.notes)
     check_supported(program)
-    return _with_precision(program, loaded, precision, max_error)
+    return _with_precision(program, loaded, precision, max_error, measure_error)
 
 
-def _with_precision(program, loaded, precision: str, max_error: float | None):
+def _with_precision(program, loaded, precision: str, max_error: float | None,
+                    measure_error: bool = True):
     """`program` quantized for `precision`, its error measured and checked (precision.py);
     the measurement goes to `program.precision` (the bundle's provenance)."""
     from aotpack import precision as prec
 
     report = prec.apply(program, precision)
-    if report is None:
+    if report is None or not measure_error:  # (tuning: the plan, not its accuracy)
         return program
     check_supported(program)
     log.info("measuring the %s plan against the float32 model (CPU)", precision)

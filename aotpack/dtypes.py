@@ -19,8 +19,9 @@ class DType(enum.Enum):
     I64 = "i64"
     U8 = "u8"
     BOOL = "bool"
-    # FP8 e4m3 (finite, max 448: torch.float8_e4m3fn): quantized GEMM weights only, always with
-    # an f32 scale beside them (GemmOp.b_scale); never an input, output or compute dtype
+    # FP8 e4m3 (finite, max 448: torch.float8_e4m3fn): quantized GEMM weights and (with
+    # --precision fp8) GEMM inputs an RMSNorm wrote, always with f32 scales beside them
+    # (GemmOp.b_scale / a_scale); never a bundle's input or output
     F8E4M3 = "f8e4m3"
 
     @property

@@ -64,7 +64,7 @@ def measure(program, loaded, seed: int = 0) -> dict[str, float]:
 
 def provenance(report, errors: dict[str, float], max_error: float | None) -> dict:
     """The manifest provenance's `precision` entry (covered by the manifest's digest)."""
-    acts = {"activations": "f8e4m3, a scale per row computed in the GEMM"} \
+    acts = {"activations": "f8e4m3, a scale per row (from the RMSNorm before, or the GEMM)"} \
         if report.mode == "fp8" else {}
     return {"mode": report.mode, "weights": "f8e4m3", "scale": "per output row (f32)", **acts,
             "quantized_gemms": report.quantized, "kept": dict(report.skipped),

@@ -139,12 +139,14 @@ CASES = {
     "fp8_swiglu": (_fp8(_swiglu_op(M, 48, 48, 16)), TINY.with_(BN=64)),
     "fp8_default_medium": (_fp8(_op(130, 96, 64, [_bias(96)])), None),
     # FP8 activations too (--precision fp8): row scales over all of K, the e4m3 wgmma
-    "w8a8_bias": (replace(_fp8(_op(M, N, 64, [_bias(N)])), quantize_a=True), TINY),
+    "w8a8_bias": (replace(_fp8(_op(M, N, 64, [_bias(N)])), quantize_a=True),
+                  TINY.with_(BK=32)),  # an e4m3 wgmma takes K = 32
     "w8a8_swiglu": (replace(_fp8(_swiglu_op(M, 48, 64, 16)), quantize_a=True),
-                    TINY.with_(BN=64)),
+                    TINY.with_(BN=64, BK=32)),
     # the input already in e4m3 with its scale per row (an RMSNorm wrote it so)
     "fp8_input": (replace(_fp8(_op(M, N, 64, [_bias(N)])), a=contiguous("a", DType.F8E4M3,
-                          (M, 64)), a_scale=contiguous("ascale", F32, (M,))), TINY),
+                          (M, 64)), a_scale=contiguous("ascale", F32, (M,))),
+                   TINY.with_(BK=32)),
 }
 
 

@@ -320,3 +320,27 @@ def test_fp8_norms_write_the_gemms_fp8_input():
     errors = measure(program, SimpleNamespace(model=model, inputs=inputs))
     assert 1e-3 < errors["out0"] < 0.1, errors
     assert run_reference(program, list(inputs))[0].isfinite().all()
+
+
+def test_rmsnorm_writes_e4m3_and_its_row_scales():
+    """The rmsnorm kernel's FP8 output (Triton's interpreter, storages in their own dtypes):
+    its scales are the reference's, its e4m3 values too (rows packed per program, a tail)."""
+    from aotpack.kernels.reference.rmsnorm import reference
+    from aotpack.kernels.spec import RMSNormOp, contiguous
+    from aotpack.kernels.triton._interpret import run_interpreted_batch
+
+    R, C = 37, 96
+    op = RMSNormOp(contiguous("x", DType.BF16, (R, C)), contiguous("w", DType.BF16, (C,)),
+                   contiguous("y", DType.F8E4M3, (R, C)), 1e-5,
+                   contiguous("ys", DType.F32, (R,)))
+    g = torch.Generator().manual_seed(0)
+    env = {"x": (torch.randn(R * C, generator=g) * 3).bfloat16(),
+           "w": (1 + torch.randn(C, generator=g) * 0.1).bfloat16(),
+           "y": torch.zeros(R * C, dtype=torch.float8_e4m3fn),
+           "ys": torch.full((R,), float("nan"))}
+    want = {k: v.clone() for k, v in env.items()}
+    reference(op, want)
+    run_interpreted_batch([(op, env, None)])
+    assert torch.allclose(env["ys"], want["ys"], rtol=1e-6)
+    same = env["y"].float() == want["y"].float()
+    assert same.float().mean() > 0.99, float(same.float().mean())  # f32 sum order: rare ties

@@ -287,7 +287,7 @@ def _registry() -> dict[type, Template]:
     from aotpack.kernels.gemm_template import GemmTemplate
 
     templates = [GemmTemplate(), AttentionTemplate(),
-                 RowwiseTemplate("rmsnorm", RMSNormOp, _ROWWISE),
+                 RowwiseTemplate("rmsnorm", RMSNormOp, _ROWWISE + ("triton/fp8.py",)),
                  RowwiseTemplate("layernorm", LayerNormOp, _ROWWISE),
                  RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),
                  RowwiseTemplate("reduce", ReduceOp, _ROWWISE),

@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass, field, replace
 
 from aotpack.dtypes import DType
+from aotpack.ir.sym import decided
 from aotpack.kernels.spec import GemmOp, TensorArg
 
 PRECISIONS = ("model", "fp8-weights", "fp8")  # --precision choices; "model" changes nothing
@@ -63,7 +64,7 @@ def quantize_weights(program, activations: bool = False) -> QuantizeReport:
     copies: dict[str, tuple[str, str]] = {}  # weight storage -> (fp8 name, scale name)
     new_ops = []
     for op in program.ops:
-        why = _why_not(program, op) if isinstance(op, GemmOp) else ""
+        why = _why_not(program, op, activations) if isinstance(op, GemmOp) else ""
         if why is None:
             names = copies.get(op.b.storage) or _add_copy(program, op.b.storage)
             copies[op.b.storage] = names
@@ -80,7 +81,7 @@ def quantize_weights(program, activations: bool = False) -> QuantizeReport:
     return report
 
 
-def _why_not(program, op: GemmOp) -> str | None:
+def _why_not(program, op: GemmOp, activations: bool) -> str | None:
     """None if `op`'s weight can be quantized, else why not (a short reason)."""
     b = op.b
     storage = program.storages[b.storage]
@@ -96,6 +97,8 @@ def _why_not(program, op: GemmOp) -> str | None:
 
     if tma_problem(replace(b, dtype=DType.F8E4M3)):  # the tile kernel loads it by TMA only
         return "its rows are not a multiple of 16 bytes in FP8 (K % 16 != 0)"
+    if activations and decided(lambda: b.shape[1] < 32, True):
+        return "K < 32 (an e4m3 wgmma multiplies 32 at a time)"
     if not bool(program.weights[b.storage].isfinite().all()):
         return "the weight holds inf or NaN"
     return None
@@ -133,15 +136,16 @@ def _norms_write_fp8(program) -> int:
     transformer's QKV, gate/up and LM head) writes it in e4m3 with its scale per row
     (RMSNormOp.out_scale, whole rows are in one program), and those GEMMs take it as it is
     (GemmOp.a_scale) instead of quantizing it themselves. Returns how many."""
-    from aotpack.ir.sym import decided
     from aotpack.kernels.spec import RMSNormOp
     from aotpack.kernels.triton.gemm import tma_problem
     from aotpack.program import Storage
 
     readers: dict[str, list[int]] = {}
+    writers: dict[str, int] = {}
     for i, op in enumerate(program.ops):
         named: set = set()
         _collect_storages(op, named)
+        writers[op.out.storage] = writers.get(op.out.storage, 0) + 1
         for name in named - {op.out.storage}:
             readers.setdefault(name, []).append(i)
     fused = 0
@@ -153,10 +157,10 @@ def _norms_write_fp8(program) -> int:
         users = [program.ops[j] for j in readers.get(out.storage, [])]
         whole = out.is_contiguous() and out.offset == 0 and \
             decided(lambda: out.numel == _numel(st.shape), False)  # the view is all of it
-        if st.kind != "intermediate" or not users or not whole or \
-                tma_problem(replace(out, dtype=DType.F8E4M3)) or \
+        if st.kind != "intermediate" or not users or not whole or writers[st.name] != 1 or \
+                op.x.storage == st.name or tma_problem(replace(out, dtype=DType.F8E4M3)) or \
                 not all(isinstance(u, GemmOp) and u.quantize_a and u.a == out and
-                        u.a not in _epilogue_args(u) for u in users):
+                        st.name not in {t.storage for t in _epilogue_args(u)} for u in users):
             continue
         scale = TensorArg(out.storage + SCALE_SUFFIX, DType.F32, (out.shape[0],), (1,))
         program.storages[out.storage] = replace(st, dtype=DType.F8E4M3)

@@ -261,7 +261,8 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
         raise BuildError(f"--gemm-backend {gemm_backend!r}: use {', '.join(GEMM_BACKENDS)}")
     progress = knobs.show_progress() if progress is None else progress
     if program is None:
-        program = load_program(spec, dynamic, inputs, dtype, precision=precision)
+        program = load_program(spec, dynamic, inputs, dtype, precision=precision,
+                               measure_error=False)
     _own_cute_dump_dir()  # listing CuTeDSL candidates would otherwise make a folder never removed
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)

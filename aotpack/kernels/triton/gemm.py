@@ -158,7 +158,8 @@ def quantized_problem(op: GemmOp) -> str | None:
     if a.dtype not in _INPUT_DTYPES + (DType.F8E4M3,) or \
             (a.dtype is DType.F8E4M3 and op.a_scale is None):
         return f"FP8 weights need bf16, f16 or scaled f8e4m3 activations, got {a.dtype.value}"
-    if scale.dtype is not DType.F32 or len(scale.shape) != 1 or scale.shape[0] != b.shape[0]:
+    if scale.dtype is not DType.F32 or len(scale.shape) != 1 or scale.shape[0] != b.shape[0] \
+            or tuple(scale.strides) != (1,):
         return (f"the weight's scale must be f32 [{b.shape[0]}] (one per row), got "
                 f"{scale.dtype.value} {list(scale.shape)}")
     return None
@@ -173,9 +174,9 @@ def dtype_problem(op: GemmOp) -> str | None:
         return "an FP8 input (a_scale) is not quantized again (quantize_a)"
     if (op.a_scale is not None) != (a.dtype is DType.F8E4M3):
         return "an f8e4m3 input and its a_scale come together"
-    if op.a_scale is not None and (op.a_scale.dtype is not DType.F32
-                                   or tuple(op.a_scale.shape) != (a.shape[0],)):
-        return f"the input's scale must be f32 [{a.shape[0]}] (one per row)"
+    if op.a_scale is not None and (op.a_scale.dtype is not DType.F32 or tuple(
+            op.a_scale.shape) != (a.shape[0],) or tuple(op.a_scale.strides) != (1,)):
+        return f"the input's scale must be a contiguous f32 [{a.shape[0]}] (one per row)"
     why = quantized_problem(op) if op.b_scale is not None else None
     if why is None and op.b_scale is None and (a.dtype not in _INPUT_DTYPES
                                                or b.dtype != a.dtype):
@@ -218,6 +219,9 @@ def uses_tma_store(op: GemmOp, cfg: GemmConfig) -> bool:
 
 
 def check_config(op: GemmOp, cfg: GemmConfig) -> None:
+    if (op.quantize_a or op.a_scale is not None) and cfg.BK < 32:
+        raise ValueError(f"gemm: FP8 activations need BK >= 32 (an e4m3 wgmma's K), got "
+                         f"BK={cfg.BK}")
     if cfg.BK * op.a.dtype.nbytes > _TMA_ROW_BYTES:
         raise ValueError(f"gemm: BK={cfg.BK} makes {cfg.BK * op.a.dtype.nbytes} B TMA rows; "
                          f"at most {_TMA_ROW_BYTES} B (BK=64 for bf16/f16)")

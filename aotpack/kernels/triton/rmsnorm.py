@@ -64,6 +64,9 @@ def plan(op: RMSNormOp, config: dict | None = None) -> KernelPlan:
     require_unit_inner_stride("rmsnorm out", op.out)
     if (op.out_scale is not None) != (op.out.dtype is DType.F8E4M3):
         raise ValueError("rmsnorm: an f8e4m3 output and its out_scale come together")
+    if op.out_scale is not None and (op.out_scale.dtype is not DType.F32 or tuple(
+            op.out_scale.shape) != (rows,) or tuple(op.out_scale.strides) != (1,)):
+        raise ValueError(f"rmsnorm: out_scale must be a contiguous f32 [{rows}]")
     if op.weight is not None:
         if op.weight.shape != (cols,) or op.weight.strides != (1,):
             raise ValueError(f"rmsnorm: weight must be a contiguous [{cols}] vector")

@@ -126,8 +126,8 @@ typedef enum aotpack_dtype {
   AOTPACK_DTYPE_I64 = 7,  /* i64 */
   AOTPACK_DTYPE_U8 = 8,   /* u8 */
   AOTPACK_DTYPE_BOOL = 9, /* bool */
-  /* f8e4m3 (safetensors F8_E4M3): FP8 weights of --precision fp8 bundles; never an input or
-   * output of a bundle today */
+  /* f8e4m3 (safetensors F8_E4M3): FP8 weights and intermediates of --precision fp8 bundles;
+   * never an input or output of a bundle today */
   AOTPACK_DTYPE_F8E4M3 = 10,
 } aotpack_dtype;
 
