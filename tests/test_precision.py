@@ -278,8 +278,10 @@ def test_row_ranges_of_one_weight_share_its_copy_with_their_own_scales():
     w = torch.randn(2 * N, K).bfloat16()
     w[N:] *= 100  # the second half's scales differ
     bf = DType.BF16
-    storages = {"x": Storage("x", "input", bf, (M, K)), "w": Storage("w", "weight", bf, (2 * N, K)),
-                "y0": Storage("y0", "output", bf, (M, N)), "y1": Storage("y1", "output", bf, (M, N))}
+    storages = {"x": Storage("x", "input", bf, (M, K)),
+                "w": Storage("w", "weight", bf, (2 * N, K)),
+                "y0": Storage("y0", "output", bf, (M, N)),
+                "y1": Storage("y1", "output", bf, (M, N))}
     ops = [GemmOp(contiguous("x", bf, (M, K)), TensorArg("w", bf, (N, K), (K, 1), half * N * K),
                   contiguous(f"y{half}", bf, (M, N))) for half in (0, 1)]
     program = Program(["x"], ["y0", "y1"], storages, ops, {"w": w})
@@ -344,3 +346,23 @@ def test_rmsnorm_writes_e4m3_and_its_row_scales():
     assert torch.allclose(env["ys"], want["ys"], rtol=1e-6)
     same = env["y"].float() == want["y"].float()
     assert same.float().mean() > 0.99, float(same.float().mean())  # f32 sum order: rare ties
+
+
+def test_tuning_an_fp8_norm_compares_its_scales():
+    """aotpack tune's one-op bundle of an RMSNorm writing FP8: its scales are an output (the
+    candidates' results are compared on them too), not an input it would write into."""
+    import llama_block
+
+    from aotpack.kernels.spec import SM90, RMSNormOp
+    from aotpack.precision import apply
+    from aotpack.tuning.job import find_problems
+
+    model, inputs = llama_block.make(d=256, heads=4, kv_heads=2, head_dim=64, ffn=512, seq=32)
+    program = _program(model, inputs)
+    apply(program, "fp8")
+    norm = next(p for p in find_problems(program, SM90, level="fast", gemm_backend="triton")
+                if isinstance(p.op, RMSNormOp))
+    kinds = {name: (st.kind, st.dtype) for name, st in norm.storages.items()}
+    assert sorted(kinds.values(), key=str) == sorted(
+        [("input", DType.BF16), ("input", DType.BF16), ("output", DType.F8E4M3),
+         ("output", DType.F32)], key=str), kinds

@@ -440,6 +440,13 @@ KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceO
                  HistcOp, InversePermOp, GroupedMmOp]
 
 
+def op_outputs(op: KernelOp) -> list[TensorArg]:
+    """Every tensor the op writes: its out, and an RMSNormOp's out_scale (--precision fp8)."""
+    if isinstance(op, RMSNormOp) and op.out_scale is not None:
+        return [op.out, op.out_scale]
+    return [op.out]
+
+
 def op_inputs(op: KernelOp) -> list[TensorArg]:
     """Every operand the op reads (for liveness)."""
     if isinstance(op, GemmOp):

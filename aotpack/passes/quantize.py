@@ -44,7 +44,8 @@ class QuantizeReport:
 
     def notes(self) -> list[str]:
         acts = " (activations in e4m3 too, a scale per row)" if self.mode == "fp8" else ""
-        out = [f"{self.mode}: {self.quantized} GEMM weights in FP8 e4m3 with a scale per row{acts}; "
+        out = [f"{self.mode}: {self.quantized} GEMM weights in FP8 e4m3 with a scale per row"
+               f"{acts}; "
                f"weights {self.weight_bytes_before / 2**20:.1f} MiB -> "
                f"{self.weight_bytes_after / 2**20:.1f} MiB"]
         if self.norms_fused:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aotpack import knobs
 from aotpack.ir.sym import subs, subs_tree
-from aotpack.kernels.spec import KernelOp, Target, op_inputs
+from aotpack.kernels.spec import KernelOp, Target, op_inputs, op_outputs
 from aotpack.kernels.templates import template_for
 from aotpack.kernels.variants import buckets
 from aotpack.program import Program, Storage
@@ -48,14 +48,15 @@ def _one_op_storages(program: Program, canon: KernelOp, back: dict[str, str], en
     """Storages of the one-op bundle at the dims `env`: every operand an input, the result the
     output; None when the op writes a storage it also reads (its result would depend on stale
     bytes)."""
-    ins = [a.storage for a in op_inputs(canon)]
-    out = canon.out.storage
-    if out in ins:
+    outs = [a.storage for a in op_outputs(canon)]
+    extra = outs[1:]  # written too (an RMSNorm's FP8 scales): outputs, compared as such
+    ins = [a.storage for a in op_inputs(canon) if a.storage not in extra]
+    if canon.out.storage in ins:
         return None
     st = {}
-    for name in [*ins, out]:
+    for name in [*ins, *outs]:
         real = program.storages[back[name]]
-        st[name] = Storage(name, "output" if name == out else "input", real.dtype,
+        st[name] = Storage(name, "output" if name in outs else "input", real.dtype,
                            tuple(subs(real.shape, env)))
     return st
 

@@ -11,6 +11,7 @@
 #include "error.hpp"
 #include "safetensors.hpp"
 #include "test_main.hpp"
+#include "host_tensor.hpp"
 #include "tune_job.hpp"
 
 using namespace aotpack_test;
@@ -142,4 +143,17 @@ TEST(tune_results_file) {
   EXPECT(d != nullptr);
   while (dirent* e = readdir(d)) EXPECT(!contains(e->d_name, ".tmp."));
   closedir(d);
+}
+
+// The tuner compares candidates' outputs through element(): FP8 outputs (an RMSNorm writing
+// its GEMMs' e4m3 input) must read as their values, not their bytes.
+TEST(tune_reads_e4m3_outputs_as_values) {
+  using aotpack_run::element;
+  const uint8_t bytes[] = {0x00, 0x80, 0x38, 0xB8, 0x7E, 0xFE, 0x01, 0x08, 0x7F, 0x3C};
+  const double want[] = {0.0, -0.0, 1.0, -1.0, 448.0, -448.0, 0.001953125, 0.015625, NAN, 1.5};
+  for (size_t i = 0; i < sizeof(bytes); ++i) {
+    double got = element(AOTPACK_DTYPE_F8E4M3, bytes, i);
+    if (std::isnan(want[i])) EXPECT(std::isnan(got));
+    else EXPECT(got == want[i]);
+  }
 }

@@ -106,6 +106,15 @@ inline void fill_random(aotpack_dtype dt, std::vector<uint8_t>& out, Rng& rng) {
   }
 }
 
+// An e4m3 byte (torch.float8_e4m3fn: bias 7, no infinities, 0x7F / 0xFF are NaN) as double.
+inline double from_e4m3(uint8_t b) {
+  const int exp = (b >> 3) & 0xF, man = b & 7;
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  if (exp == 0xF && man == 7) return std::nan("");
+  if (exp == 0) return sign * std::ldexp(man / 8.0, -6);  // subnormal
+  return sign * std::ldexp(1.0 + man / 8.0, exp - 7);
+}
+
 // Element i of a host buffer as double (for output summaries).
 inline double element(aotpack_dtype dt, const uint8_t* p, size_t i) {
   switch (dt) {
@@ -117,6 +126,7 @@ inline double element(aotpack_dtype dt, const uint8_t* p, size_t i) {
     case AOTPACK_DTYPE_I32: { int32_t v; std::memcpy(&v, p + 4 * i, 4); return v; }
     case AOTPACK_DTYPE_I64: { int64_t v; std::memcpy(&v, p + 8 * i, 8); return double(v); }
     case AOTPACK_DTYPE_I8: return double(int8_t(p[i]));
+    case AOTPACK_DTYPE_F8E4M3: return from_e4m3(p[i]);
     default: return p[i];
   }
 }
