@@ -184,11 +184,20 @@ def _with_precision(program, loaded, precision: str, max_error: float | None,
     if report is None or not measure_error:  # (tuning: the plan, not its accuracy)
         return program
     check_supported(program)
-    log.info("measuring the %s plan against the float32 model (CPU)", precision)
-    errors = prec.measure(program, loaded)
-    program.notes += report.notes() + [
-        f"{precision}: error against the float32 model (relative L2): " +
-        ", ".join(f"{k} {v:.3g}" for k, v in errors.items())]
+    program.notes += report.notes()
+    why = prec.unmeasurable(loaded)
+    if why and max_error is not None:
+        raise BuildError(f"--max-error cannot be checked: {why} (build on a larger host, or "
+                         f"without --max-error: the error is then not measured)")
+    if why:
+        errors = {}
+        program.notes.append(f"warning: {precision}: the error against the float32 model was "
+                             f"not measured: {why}; verify the bundle on a larger host")
+    else:
+        log.info("measuring the %s plan against the float32 model (CPU)", precision)
+        errors = prec.measure(program, loaded)
+        program.notes.append(f"{precision}: error against the float32 model (relative L2): " +
+                             ", ".join(f"{k} {v:.3g}" for k, v in errors.items()))
     program.notes += prec.check(errors, max_error)
     program.precision = prec.provenance(report, errors, max_error)
     return program

@@ -40,6 +40,35 @@ def apply(program, precision: str | None):
     return report
 
 
+def float32_copy_bytes(model) -> int:
+    """Host bytes the measurement's float32 copy of `model` takes (parameters and buffers)."""
+    module = model.module() if hasattr(model, "graph_signature") else model
+    tensors = list(module.parameters()) + list(module.buffers())
+    return sum(4 * t.numel() for t in tensors if t.is_floating_point())
+
+
+def available_bytes() -> int | None:
+    """MemAvailable of this host (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def unmeasurable(loaded) -> str | None:
+    """Why the error cannot be measured on this host (its float32 copy of the model would not
+    fit in the memory available, with a margin for the activations), or None."""
+    need, have = float32_copy_bytes(loaded.model), available_bytes()
+    if have is not None and need > 0.7 * have:
+        return (f"measuring needs a float32 copy of the model ({need / 2**30:.1f} GiB) and this "
+                f"host has {have / 2**30:.1f} GiB available")
+    return None
+
+
 def measure(program, loaded, seed: int = 0) -> dict[str, float]:
     """Relative L2 error of each floating output of `program` (run by the CPU reference)
     against `loaded.model` in float32, on inputs drawn like verify's at the example shapes
@@ -105,5 +134,7 @@ def verify_tolerance(manifest: dict) -> float | None:
 
     if mode(manifest) == "model":
         return None
-    errors = manifest["provenance"]["precision"].get("rel_error") or {}
+    errors = manifest["provenance"]["precision"].get("rel_error")
+    if not errors:  # the build could not measure it: the bound it warns above
+        return WARN_ERROR
     return max(DEFAULT_TOLERANCE, 1.5 * max(errors.values(), default=0.0))

@@ -366,3 +366,24 @@ def test_tuning_an_fp8_norm_compares_its_scales():
     assert sorted(kinds.values(), key=str) == sorted(
         [("input", DType.BF16), ("input", DType.BF16), ("output", DType.F8E4M3),
          ("output", DType.F32)], key=str), kinds
+
+
+def test_a_model_too_large_to_measure_builds_unmeasured(tmp_path, monkeypatch):
+    """The float32 copy the measurement needs would not fit: the build says so and records no
+    error (verify then holds the bundle to 0.1); with --max-error it refuses instead."""
+    import aotpack
+    from aotpack import precision
+    from aotpack.builder import BuildError
+    from aotpack.bundle import read_bundle
+
+    monkeypatch.setattr(precision, "available_bytes", lambda: 1000)
+    spec = _small_mlp(tmp_path)
+    result = aotpack.build(spec, tmp_path / "m", precision="fp8-weights", progress=False)
+    assert any("was not measured: measuring needs a float32 copy of the model" in n
+               for n in result.notes)
+    manifest = read_bundle(tmp_path / "m" / "model.aotpack").manifest
+    assert manifest["provenance"]["precision"]["rel_error"] == {}
+    assert precision.verify_tolerance(manifest) == precision.WARN_ERROR
+    with pytest.raises(BuildError, match="--max-error cannot be checked: measuring needs"):
+        aotpack.build(spec, tmp_path / "m2", precision="fp8-weights", max_error=0.1,
+                      progress=False)

@@ -140,7 +140,8 @@ def print_inspect(out: Console, d: dict) -> None:
                   f"--prompt-ids ...")
     prec = d["provenance"].get("precision")
     if isinstance(prec, dict):  # --precision fp8-weights/fp8: what was quantized, the error it cost
-        errors = ", ".join(f"{k} {v:.3g}" for k, v in (prec.get("rel_error") or {}).items())
+        errors = ", ".join(f"{k} {v:.3g}" for k, v in (prec.get("rel_error") or {}).items()) \
+            or "not measured (the build host could not hold a float32 copy)"
         kept = sum((prec.get("kept") or {}).values())
         acts = f"; activations {prec['activations']}" if prec.get("activations") else ""
         out.print(f"precision: {escape(str(prec.get('mode')))} — {prec.get('quantized_gemms')} "
