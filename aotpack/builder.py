@@ -150,16 +150,16 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
     `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py); `inputs`, `dtype`: `--input`
     and `--dtype` options (aotpack/frontend/inputs.py); `generation`: GenerationOptions
     (`--task text-generation`: the model's generation step, aotpack/generation/);
-    `precision`, `max_error`: `--precision fp8-weights` / `fp8` quantizes the GEMM weights (and
-    activations), measures
-    the error against the float32 model and refuses it above `max_error` (precision.py)."""
+    `precision`, `max_error`, `measure_error`: `--precision fp8-weights` / `fp8`, the error
+    bound and whether to measure the error (precision.quantize)."""
     from aotpack.frontend import load_spec, to_graph
+    from aotpack.precision import quantize
     from aotpack.frontend.prepare import prepare
     from aotpack.passes import compile_graph
 
     if generation is not None:
         program, loaded = _load_generation(spec, dynamic, inputs, dtype, generation)
-        return _with_precision(program, loaded, precision, max_error, measure_error)
+        return quantize(program, loaded, precision, max_error, measure_error)
     loaded = prepare(load_spec(spec), inputs=inputs, dtype=dtype, dynamic=dynamic)
     try:
         program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
@@ -171,36 +171,7 @@ def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
         raise
     program.notes = list(loaded.notes)
     check_supported(program)
-    return _with_precision(program, loaded, precision, max_error, measure_error)
-
-
-def _with_precision(program, loaded, precision: str, max_error: float | None,
-                    measure_error: bool = True):
-    """`program` quantized for `precision`, its error measured and checked (precision.py);
-    the measurement goes to `program.precision` (the bundle's provenance)."""
-    from aotpack import precision as prec
-
-    report = prec.apply(program, precision)
-    if report is None or not measure_error:  # (tuning: the plan, not its accuracy)
-        return program
-    check_supported(program)
-    program.notes += report.notes()
-    why = prec.unmeasurable(loaded)
-    if why and max_error is not None:
-        raise BuildError(f"--max-error cannot be checked: {why} (build on a larger host, or "
-                         f"without --max-error: the error is then not measured)")
-    if why:
-        errors = {}
-        program.notes.append(f"warning: {precision}: the error against the float32 model was "
-                             f"not measured: {why}; verify the bundle on a larger host")
-    else:
-        log.info("measuring the %s plan against the float32 model (CPU)", precision)
-        errors = prec.measure(program, loaded)
-        program.notes.append(f"{precision}: error against the float32 model (relative L2): " +
-                             ", ".join(f"{k} {v:.3g}" for k, v in errors.items()))
-    program.notes += prec.check(errors, max_error)
-    program.precision = prec.provenance(report, errors, max_error)
-    return program
+    return quantize(program, loaded, precision, max_error, measure_error)
 
 
 def _load_generation(spec: str, dynamic, inputs, dtype, generation):

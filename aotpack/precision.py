@@ -22,6 +22,40 @@ class PrecisionError(UserError):
     """The quantized plan is further from the float32 model than --max-error allows."""
 
 
+def quantize(program, loaded, precision: str, max_error: float | None = None,
+             measure_error: bool = True):
+    """`program` (of the model `loaded`) quantized for `precision`, then, unless
+    `measure_error` is off (tuning: the plan, not its accuracy), its error measured against
+    the float32 model, bounded by `max_error` and recorded in `program.precision` (the
+    bundle's provenance), with notes for the build."""
+    import logging
+
+    from aotpack.builder import BuildError, check_supported
+
+    report = apply(program, precision)
+    if report is None or not measure_error:
+        return program
+    check_supported(program)
+    program.notes += report.notes()
+    why = unmeasurable(loaded)
+    if why and max_error is not None:
+        raise BuildError(f"--max-error cannot be checked: {why} (build on a larger host, or "
+                         f"without --max-error: the error is then not measured)")
+    if why:
+        errors = {}
+        program.notes.append(f"warning: {precision}: the error against the float32 model was "
+                             f"not measured: {why}; verify the bundle on a larger host")
+    else:
+        logging.getLogger(__name__).info("measuring the %s plan against the float32 model "
+                                         "(CPU)", precision)
+        errors = measure(program, loaded)
+        program.notes.append(f"{precision}: error against the float32 model (relative L2): " +
+                             ", ".join(f"{k} {v:.3g}" for k, v in errors.items()))
+    program.notes += check(errors, max_error)
+    program.precision = provenance(report, errors, max_error)
+    return program
+
+
 def apply(program, precision: str | None):
     """Quantize `program` for `precision` (in place); the QuantizeReport, or None for the
     model's own precision."""

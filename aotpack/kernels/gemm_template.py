@@ -106,7 +106,7 @@ class GemmTemplate(Template):
         epi = ",".join(type(s).__name__[2:].lower() +
                        (f":{s.act.value}" if hasattr(s, "act") else "") for s in op.epilogue)
         quant = f" weights={op.b.dtype.value}" if op.b_scale is not None else ""
-        quant += " acts=e4m3" if op.quantize_a or op.a_scale is not None else ""
+        quant += " acts=e4m3" if op.fp8_activations else ""
         return (f"gemm M={m} N={n} K={k} {op.a.dtype.value}->{op.out.dtype.value}{quant}"
                 f" epilogue=[{epi}]")
 

@@ -158,6 +158,11 @@ class GemmOp:
     quantize_a: bool = False
     a_scale: TensorArg | None = None
 
+    @property
+    def fp8_activations(self) -> bool:
+        """The product is taken on e4m3 activations (quantized here, or arriving so)."""
+        return self.quantize_a or self.a_scale is not None
+
 
 @dataclass(frozen=True)
 class AttentionOp:

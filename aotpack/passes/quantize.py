@@ -15,12 +15,11 @@ What is not quantized, and why, is counted for the build's notes.
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field, replace
 
 from aotpack.dtypes import DType
-from aotpack.ir.sym import decided
-from aotpack.kernels.spec import GemmOp, TensorArg
+from aotpack.ir.sym import decided, prod
+from aotpack.kernels.spec import GemmOp, TensorArg, epilogue_operands, op_inputs, op_outputs
 
 PRECISIONS = ("model", "fp8-weights", "fp8")  # --precision choices; "model" changes nothing
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -144,10 +143,10 @@ def _norms_write_fp8(program) -> int:
     readers: dict[str, list[int]] = {}
     writers: dict[str, int] = {}
     for i, op in enumerate(program.ops):
-        named: set = set()
-        _collect_storages(op, named)
-        writers[op.out.storage] = writers.get(op.out.storage, 0) + 1
-        for name in named - {op.out.storage}:
+        written = {t.storage for t in op_outputs(op)}
+        for name in written:
+            writers[name] = writers.get(name, 0) + 1
+        for name in {t.storage for t in op_inputs(op)} - written:
             readers.setdefault(name, []).append(i)
     fused = 0
     for i, op in enumerate(program.ops):
@@ -157,11 +156,10 @@ def _norms_write_fp8(program) -> int:
         st = program.storages[out.storage]
         users = [program.ops[j] for j in readers.get(out.storage, [])]
         whole = out.is_contiguous() and out.offset == 0 and \
-            decided(lambda: out.numel == _numel(st.shape), False)  # the view is all of it
+            decided(lambda: out.numel == prod(st.shape), False)  # the view is all of it
         if st.kind != "intermediate" or not users or not whole or writers[st.name] != 1 or \
                 op.x.storage == st.name or tma_problem(replace(out, dtype=DType.F8E4M3)) or \
-                not all(isinstance(u, GemmOp) and u.quantize_a and u.a == out and
-                        st.name not in {t.storage for t in _epilogue_args(u)} for u in users):
+                not all(_quantizes_whole_input(u, out) for u in users):
             continue
         scale = TensorArg(out.storage + SCALE_SUFFIX, DType.F32, (out.shape[0],), (1,))
         program.storages[out.storage] = replace(st, dtype=DType.F8E4M3)
@@ -175,40 +173,19 @@ def _norms_write_fp8(program) -> int:
     return fused
 
 
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n = n * d
-    return n
-
-
-def _epilogue_args(op: GemmOp) -> list:
-    from aotpack.kernels.spec import epilogue_operands
-
-    return epilogue_operands(op.epilogue)
+def _quantizes_whole_input(op, arg: TensorArg) -> bool:
+    """`op` is a GEMM quantizing `arg` as its input, and reads its storage nowhere else."""
+    return isinstance(op, GemmOp) and op.quantize_a and op.a == arg and \
+        arg.storage not in {t.storage for t in epilogue_operands(op.epilogue)}
 
 
 def _drop_unread(program, copies: dict) -> None:
     """Originals that nothing reads any more leave the program (and the bundle)."""
-    read = set()
-    for op in program.ops:
-        _collect_storages(op, read)
+    read = {t.storage for op in program.ops for t in op_inputs(op)}
     for name in copies:
         if name not in read:
             del program.storages[name]
             del program.weights[name]
-
-
-def _collect_storages(obj, into: set) -> None:
-    """Every storage a kernel op (or any part of it) names."""
-    if isinstance(obj, TensorArg):
-        into.add(obj.storage)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            _collect_storages(getattr(obj, f.name), into)
-    elif isinstance(obj, (tuple, list)):
-        for x in obj:
-            _collect_storages(x, into)
 
 
 def _weight_bytes(program) -> int:

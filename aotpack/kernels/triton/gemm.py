@@ -168,7 +168,7 @@ def quantized_problem(op: GemmOp) -> str | None:
 def dtype_problem(op: GemmOp) -> str | None:
     """Why the Triton GEMMs (tile and split-K) cannot take `op`'s dtypes, or None."""
     a, b, out = op.a, op.b, op.out
-    if (op.quantize_a or op.a_scale is not None) and op.b_scale is None:
+    if op.fp8_activations and op.b_scale is None:
         return "FP8 activations need an FP8 weight with its scale"
     if op.quantize_a and op.a_scale is not None:
         return "an FP8 input (a_scale) is not quantized again (quantize_a)"
@@ -177,13 +177,22 @@ def dtype_problem(op: GemmOp) -> str | None:
     if op.a_scale is not None and (op.a_scale.dtype is not DType.F32 or tuple(
             op.a_scale.shape) != (a.shape[0],) or tuple(op.a_scale.strides) != (1,)):
         return f"the input's scale must be a contiguous f32 [{a.shape[0]}] (one per row)"
-    why = quantized_problem(op) if op.b_scale is not None else None
-    if why is None and op.b_scale is None and (a.dtype not in _INPUT_DTYPES
-                                               or b.dtype != a.dtype):
-        why = f"a and b must both be bf16 or f16, got {a.dtype.value}, {b.dtype.value}"
-    if why is None and out.dtype not in _OUTPUT_DTYPES:
-        why = f"output dtype {out.dtype.value} not supported (bf16, f16, f32)"
-    return why
+    if op.b_scale is not None:
+        why = quantized_problem(op)
+        if why:
+            return why
+    elif a.dtype not in _INPUT_DTYPES or b.dtype != a.dtype:
+        return f"a and b must both be bf16 or f16, got {a.dtype.value}, {b.dtype.value}"
+    if out.dtype not in _OUTPUT_DTYPES:
+        return f"output dtype {out.dtype.value} not supported (bf16, f16, f32)"
+    return None
+
+
+def fp8_bk_problem(op: GemmOp, bk: int) -> str | None:
+    """Why K tiles of `bk` cannot serve `op` (FP8 activations: an e4m3 wgmma's K is 32)."""
+    if op.fp8_activations and bk < 32:
+        return f"FP8 activations need BK >= 32 (an e4m3 wgmma's K), got BK={bk}"
+    return None
 
 
 def tma_problem(arg: TensorArg) -> str | None:
@@ -219,9 +228,9 @@ def uses_tma_store(op: GemmOp, cfg: GemmConfig) -> bool:
 
 
 def check_config(op: GemmOp, cfg: GemmConfig) -> None:
-    if (op.quantize_a or op.a_scale is not None) and cfg.BK < 32:
-        raise ValueError(f"gemm: FP8 activations need BK >= 32 (an e4m3 wgmma's K), got "
-                         f"BK={cfg.BK}")
+    why = fp8_bk_problem(op, cfg.BK)
+    if why:
+        raise ValueError(f"gemm: {why}")
     if cfg.BK * op.a.dtype.nbytes > _TMA_ROW_BYTES:
         raise ValueError(f"gemm: BK={cfg.BK} makes {cfg.BK * op.a.dtype.nbytes} B TMA rows; "
                          f"at most {_TMA_ROW_BYTES} B (BK=64 for bf16/f16)")

@@ -42,7 +42,7 @@ def config_for(op: GemmOp, target: Target = SM90) -> AnyGemmConfig:
             cfg = cfg.with_(BK=128, num_stages=min(cfg.num_stages, 4))
         return gemm_splitk.adapt_config(op, cfg)
     cfg = unflatten_for_erf(op, cfg)
-    if (op.quantize_a or op.a_scale is not None) and cfg.BK < 32:  # an e4m3 wgmma's K
+    if op.fp8_activations and cfg.BK < 32:  # an e4m3 wgmma's K
         cfg = cfg.with_(BK=32)
     g = swiglu_group(op)
     return cfg if g is None else swiglu_config(cfg, g, op, target)

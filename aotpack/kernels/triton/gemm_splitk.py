@@ -226,9 +226,11 @@ def _check_tiles(op: GemmOp, cfg: SplitKConfig, M: int, n_acc: int, K: int) -> N
     if not 1 <= cfg.SPLIT_K <= cdiv(K, cfg.BK):
         raise ValueError(f"gemm split-K: SPLIT_K={cfg.SPLIT_K} must be 1..{cdiv(K, cfg.BK)} "
                          f"(the number of K tiles of {cfg.BK})")
-    if (op.quantize_a or op.a_scale is not None) and cfg.BK < 32:
-        raise ValueError(f"gemm split-K: FP8 activations need BK >= 32 (an e4m3 wgmma's K), "
-                         f"got BK={cfg.BK}")
+    from aotpack.kernels.triton.gemm import fp8_bk_problem
+
+    why = fp8_bk_problem(op, cfg.BK)
+    if why:
+        raise ValueError(f"gemm split-K: {why}")
     group = swiglu_group(op)
     if group and max(cfg.BN, 2 * group) % min(cfg.BN, 2 * group):
         raise ValueError(f"gemm split-K: tile BN={cfg.BN} and SwiGLU blocks of {2 * group} rows "
