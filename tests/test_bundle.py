@@ -332,3 +332,57 @@ def test_the_cpp_runtime_accepts_a_fastdivmod_slot(tmp_path):
     read_bundle(path)  # the Python checker accepts it too
     ok = subprocess.run([str(launcher), str(path), "--check"], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
+def test_checksum64_matches_the_runtime_definition():
+    """The values runtime_cpp's ctest checksum64_vectors_and_pieces asserts, so the writer and
+    the C runtime compute one checksum; ragged lengths and chunk borders included."""
+    from aotpack.bundle.checksum import checksum64
+
+    assert checksum64(b"") == "0000000000000000"
+    assert checksum64(b"abc") == "a4e1ccf9ffc61570"
+    assert checksum64(bytes(range(256)) * 100) == "d1d6ad5ecb67b064"
+    import aotpack.bundle.checksum as cs
+
+    data = bytes((i * 7919) & 0xFF for i in range(8 * 1000 + 5))
+    want = checksum64(data)
+    small = cs._CHUNK_WORDS
+    try:
+        cs._CHUNK_WORDS = 64  # many numpy passes: the split must not matter
+        assert checksum64(data) == want
+    finally:
+        cs._CHUNK_WORDS = small
+    flipped = bytearray(data)
+    flipped[4001] ^= 0x10
+    assert checksum64(bytes(flipped)) != want
+
+
+def test_every_weight_records_its_checksum(tmp_path):
+    from aotpack.bundle.checksum import checksum64
+
+    path = write_handmade(tmp_path / "model.aotpack", external_weights="weights.safetensors")
+    b = read_bundle(path, checksums=True)
+    for w in b.manifest["weights"]:
+        assert w["checksum"] == checksum64(b.weight(w["name"]))
+
+
+@pytest.mark.parametrize("verify, needle", [("fast", "checksum"), ("full", "sha256"),
+                                            ("none", None)])
+def test_the_cpp_runtime_verify_modes(tmp_path, verify, needle):
+    """`aotpack-run --check --verify MODE` on a bundle whose weights file has one changed byte:
+    fast refuses it by the writer's checksum, full by sha256, none lets it through."""
+    import subprocess
+
+    launcher = _launcher()
+    path = write_handmade(tmp_path / "model.aotpack", external_weights="weights.safetensors")
+    wpath = tmp_path / "weights.safetensors"
+    header, n, raw = _header(wpath)
+    name = next(k for k in header if k != "__metadata__")
+    at = 8 + n + header[name]["data_offsets"][0] + 3
+    wpath.write_bytes(raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:])
+    r = subprocess.run([str(launcher), str(path), "--check", "--verify", verify],
+                       capture_output=True, text=True)
+    if needle is None:
+        assert r.returncode == 0, r.stdout + r.stderr
+    else:
+        assert r.returncode == 1 and needle in r.stdout + r.stderr, r.stdout + r.stderr

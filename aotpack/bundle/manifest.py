@@ -44,10 +44,11 @@ class WeightRecord:
     shape: tuple[int, ...]
     nbytes: int
     sha256: str
+    checksum: str  # the fast 64-bit checksum (aotpack/bundle/checksum.py)
 
     def to_json(self) -> dict:
         return {"name": self.name, "dtype": self.dtype.value, "shape": list(self.shape),
-                "nbytes": self.nbytes, "sha256": self.sha256}
+                "nbytes": self.nbytes, "sha256": self.sha256, "checksum": self.checksum}
 
 
 # ----------------------------------------------------------------------------- building

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from aotpack.bundle import manifest as mf
 from aotpack.bundle import schema
+from aotpack.bundle.checksum import checksum64
 from aotpack.bundle.cubin_params import check_params, param_sizes
 from aotpack.bundle.stfile import BundleError, TensorInfo, loads_strict, read_bytes, read_header
 from aotpack.dtypes import DType
@@ -49,10 +50,13 @@ class Bundle:
                 raise BundleError(f"{self.path}: cubin of kernel {k['name']} does not match its "
                                   f"sha256: the bundle is corrupt, rebuild it")
         for w in self.manifest["weights"]:
-            if hashlib.sha256(self.weight(w["name"])).hexdigest() != w["sha256"]:
-                where = self.weights_path or self.path
-                raise BundleError(f"{where}: weight {w['name']!r} does not match its sha256: "
-                                  f"the file is corrupt or from another build")
+            data = self.weight(w["name"])
+            for key, digest in (("sha256", lambda b: hashlib.sha256(b).hexdigest()),
+                                ("checksum", checksum64)):
+                if key in w and digest(data) != w[key]:
+                    where = self.weights_path or self.path
+                    raise BundleError(f"{where}: weight {w['name']!r} does not match its "
+                                      f"{key}: the file is corrupt or from another build")
 
 
 BUNDLE_NAME = "model.aotpack"  # the bundle's name in the folder `aotpack build` writes

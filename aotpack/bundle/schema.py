@@ -22,7 +22,7 @@ TOP_V2 = TOP_V1[:3] + ("symbols",) + TOP_V1[3:]
 TARGET = ("arch", "cc", "min_driver", "sm_count")
 SYMBOL = ("name", "min", "max", "example")
 TENSOR = ("name", "dtype", "shape")
-WEIGHT = ("name", "dtype", "shape", "nbytes", "sha256")
+WEIGHT = ("name", "dtype", "shape", "nbytes", "sha256", "checksum")  # checksum: optional
 BUFFER = {"arena": ("kind", "offset", "nbytes"), "counters": ("kind", "offset", "nbytes")}
 BUFFER_INDEXED = ("kind", "index")
 KERNEL = ("name", "entry", "cubin", "cubin_sha256", "block", "cluster", "smem", "backend",
@@ -41,6 +41,21 @@ GENERATION = ("max_batch", "max_seq_len", "vocab_size", "input_ids", "positions"
 
 def bad(where: str, msg: str) -> BundleError:
     return BundleError(f"manifest: {where}: {msg}")
+
+
+def _check_digests(weight, where: str) -> None:
+    """A weight's sha256 (64) and optional checksum (16): lower-case hex, as the runtime
+    requires (runtime_cpp/src/manifest.cpp)."""
+    if not isinstance(weight, dict):
+        return
+    for key, digits in (("sha256", 64), ("checksum", 16)):
+        value = weight.get(key)
+        if value is None:
+            continue
+        if not (isinstance(value, str) and len(value) == digits
+                and all(c in "0123456789abcdef" for c in value)):
+            name = weight.get("name")
+            raise bad(f"{where}.{key}", f"weight '{name}': not {digits} lower-case hex digits")
 
 
 def check_digest(metadata: dict, manifest_text: str, path) -> None:
@@ -87,7 +102,15 @@ def check_keys(obj, where: str, allowed) -> None:
             if d < best:
                 best, close = d, a
         hint = f"did you mean '{close}'? " if close else ""
-        raise bad(where, f"unknown field '{key}' ({hint}allowed: {' '.join(allowed)})")
+        newer = "" if close else (f"; if a newer aotpack wrote the bundle, read it with that "
+                                  f"aotpack (this one is {_version()})")
+        raise bad(where, f"unknown field '{key}' ({hint}allowed: {' '.join(allowed)}){newer}")
+
+
+def _version() -> str:
+    from aotpack import __version__
+
+    return __version__
 
 
 def check_all_keys(m: dict) -> None:
@@ -103,6 +126,8 @@ def check_all_keys(m: dict) -> None:
                          ("weights", WEIGHT)):
         for i, e in enumerate(_list(m, key)):
             check_keys(e, f"{key}[{i}]", allowed)
+    for i, w in enumerate(_list(m, "weights")):
+        _check_digests(w, f"weights[{i}]")
     if isinstance(m.get("external_weights"), dict):
         check_keys(m["external_weights"], "external_weights", ("file",))
     for i, e in enumerate(_list(m, "state")):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from aotpack.bundle import manifest as mf
 from aotpack.bundle import schema
+from aotpack.bundle.checksum import checksum64
 from aotpack.bundle.cubin_params import check_params, param_sizes
 from aotpack.bundle.stfile import BundleError, Entry, atomic_output, write_safetensors
 from aotpack.ir.sym import upper_bound
@@ -99,7 +100,7 @@ def _weights(program) -> tuple[list[mf.WeightRecord], list[memoryview]]:
             raise BundleError(f"weight {s.name!r}: tensor has {raw.nbytes} bytes, storage "
                               f"{s.dtype.value}{list(s.shape)} needs {s.nbytes}")
         records.append(mf.WeightRecord(s.name, s.dtype, tuple(s.shape), s.nbytes,
-                                       hashlib.sha256(raw).hexdigest()))
+                                       hashlib.sha256(raw).hexdigest(), checksum64(raw)))
         data.append(raw)
     return records, data
 

@@ -59,6 +59,7 @@ class ModelOptionsC(ctypes.Structure):
         ("struct_size", ctypes.c_size_t),
         ("weights_path", ctypes.c_char_p),
         ("device_ordinal", ctypes.c_int),
+        ("verify", ctypes.c_int),
     ]
 
 

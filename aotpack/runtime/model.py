@@ -58,11 +58,18 @@ class Symbol:
     example: int
 
 
-def _model_options(weights_path, device: int) -> ModelOptionsC:
+# aotpack_verify (aotpack.h): how a load checks the weights' bytes
+VERIFY_MODES = {None: 0, "full": 1, "fast": 2, "none": 3}
+
+
+def _model_options(weights_path, device: int, verify=None) -> ModelOptionsC:
+    if verify not in VERIFY_MODES:
+        raise ValueError(f"verify must be 'full', 'fast', 'none' or None, not {verify!r}")
     o = ModelOptionsC()
     o.struct_size = ctypes.sizeof(ModelOptionsC)
     o.weights_path = os.fsencode(weights_path) if weights_path is not None else None
     o.device_ordinal = int(device)
+    o.verify = VERIFY_MODES[verify]
     return o
 
 
@@ -83,13 +90,18 @@ def _c_shapes(shapes: Sequence[Sequence[int]], what: str):
 class Model:
     """A bundle loaded onto one GPU (verified, cubins loaded, weights uploaded).
 
-    Immutable; one Model may serve many Sessions on many threads."""
+    Immutable; one Model may serve many Sessions on many threads.
 
-    def __init__(self, path, weights_path=None, device: int = 0):
+    verify: how the weights' bytes are checked while loading — "fast" (the default: a 64-bit
+    checksum of every byte), "full" (sha256 of every byte: also refuses a weights file forged
+    to pass "fast") or "none" (names, dtypes and shapes only); the manifest and the cubins are
+    always checked by sha256 (docs/manifest.md "Verification")."""
+
+    def __init__(self, path, weights_path=None, device: int = 0, verify=None):
         self._lib = load_library()
         self._handle = ctypes.c_void_p()
         self.path = os.fspath(path)
-        opts = _model_options(weights_path, device)
+        opts = _model_options(weights_path, device, verify)
         raise_if_error(self._lib, self._lib.aotpack_model_load(
             os.fsencode(self.path), ctypes.byref(opts), ctypes.byref(self._handle)))
         self.device = int(self._lib.aotpack_model_device(self._handle))
@@ -102,11 +114,12 @@ class Model:
         self.num_steps = int(self._lib.aotpack_model_num_steps(self._handle))
 
     @staticmethod
-    def check_file(path, weights_path=None) -> None:
+    def check_file(path, weights_path=None, verify=None) -> None:
         """Verifies a bundle (checksums, weights, bounds, tensor-map rules) without a GPU or
-        driver. Raises AotpackError when the bundle is invalid."""
+        driver; `verify` as for Model (default here: "full"). Raises AotpackError when the
+        bundle is invalid."""
         lib = load_library()
-        opts = _model_options(weights_path, 0)
+        opts = _model_options(weights_path, 0, verify)
         raise_if_error(lib, lib.aotpack_model_check_file(os.fsencode(os.fspath(path)),
                                                           ctypes.byref(opts)))
 

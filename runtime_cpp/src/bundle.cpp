@@ -1,6 +1,7 @@
 // bundle.cpp — open + verify a bundle on the host (docs/manifest.md, "Load-time validation").
 #include "bundle.hpp"
 
+#include "checksum.hpp"
 #include "cubin_params.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
@@ -103,7 +104,26 @@ void load_cubins(Bundle& b) {
   }
 }
 
-void load_weights(Bundle& b, const std::string& weights_path) {
+// The weights' bytes against the manifest's digests: sha256 (Full), the 64-bit checksum (Fast;
+// sha256 for a bundle that records no checksums), or not at all (None).
+void check_weight_bytes(const Manifest& m,
+                        const std::vector<std::pair<const void*, size_t>>& ranges,
+                        const std::string& what, Verify verify) {
+  if (verify == Verify::None || m.weights.empty()) return;
+  bool fast = verify == Verify::Fast;
+  for (const TensorSpec& w : m.weights) fast = fast && !w.checksum.empty();
+  std::vector<std::string> got = fast ? checksum64_hex_parallel(ranges)
+                                      : sha256_hex_parallel(ranges);
+  for (size_t i = 0; i < m.weights.size(); ++i) {
+    const std::string& want = fast ? m.weights[i].checksum : m.weights[i].sha256;
+    if (got[i] != want)
+      fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", m.weights[i].name, "' in ", what, " has ",
+           fast ? "checksum " : "sha256 ", got[i], " but the bundle expects ", want,
+           ": the weights differ from those the bundle was built with");
+  }
+}
+
+void load_weights(Bundle& b, const std::string& weights_path, Verify verify) {
   const Manifest& m = b.manifest;
   const SafetensorsFile* src = b.file.get();
   std::string what = "the bundle";
@@ -141,19 +161,26 @@ void load_weights(Bundle& b, const std::string& weights_path) {
     b.weights.push_back(ByteRange{src->tensor_data(*t), t->nbytes});
     ranges.emplace_back(b.weights.back().data, size_t(t->nbytes));
   }
-  std::vector<std::string> digests = sha256_hex_parallel(ranges);
-  for (size_t i = 0; i < m.weights.size(); ++i)
-    if (digests[i] != m.weights[i].sha256)
-      fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", m.weights[i].name, "' in ", what,
-           " has sha256 ", digests[i], " but the bundle expects ", m.weights[i].sha256,
-           ": the weights differ from those the bundle was built with");
+  check_weight_bytes(m, ranges, what, verify);
 }
 
 }  // namespace
 
 std::string cubin_tensor_name(uint32_t i) { return cat("__aotpack__.cubin.", i); }
 
-std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& weights_path) {
+Verify verify_mode(int value, Verify fallback) {
+  switch (value) {
+    case AOTPACK_VERIFY_DEFAULT: return fallback;
+    case AOTPACK_VERIFY_FULL: return Verify::Full;
+    case AOTPACK_VERIFY_FAST: return Verify::Fast;
+    case AOTPACK_VERIFY_NONE: return Verify::None;
+  }
+  fail(AOTPACK_INVALID_ARGUMENT, "aotpack_model_options.verify is ", value, ": use an "
+       "aotpack_verify value (0 default, 1 full, 2 fast, 3 none)");
+}
+
+std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& weights_path,
+                                    Verify verify) {
   std::unique_ptr<Bundle> b(new Bundle);
   b->path = path;
   b->file.reset(new SafetensorsFile(path, "bundle"));
@@ -161,7 +188,7 @@ std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& 
   b->manifest = parse_manifest(manifest_text(*b->file));
   validate_manifest(b->manifest);
   load_cubins(*b);
-  load_weights(*b, weights_path);
+  load_weights(*b, weights_path, verify);
   return b;
 }
 

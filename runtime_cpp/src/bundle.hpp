@@ -28,10 +28,18 @@ struct Bundle {
   std::vector<ByteRange> weights;             // by weight index (manifest order)
 };
 
-// Opens `path` and verifies everything docs/manifest.md lists except the device checks.
-// `weights_path` overrides manifest external_weights.file (may be empty).
-// Throws Error with the matching aotpack_code.
-std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& weights_path);
+// How the weights' bytes are checked (aotpack_verify; the manifest and cubins always by sha256).
+enum class Verify { Full, Fast, None };
+
+// Verify from an aotpack_model_options.verify value; `fallback` for AOTPACK_VERIFY_DEFAULT.
+// INVALID_ARGUMENT for a value outside the enum.
+Verify verify_mode(int value, Verify fallback);
+
+// Opens `path` and verifies everything docs/manifest.md lists except the device checks, the
+// weights as `verify` says. `weights_path` overrides manifest external_weights.file (may be
+// empty). Throws Error with the matching aotpack_code.
+std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& weights_path,
+                                    Verify verify);
 
 // __metadata__ key of the manifest's sha256 (lower-case hex of the manifest string's bytes).
 constexpr const char* kManifestDigestKey = "aotpack.manifest_sha256";

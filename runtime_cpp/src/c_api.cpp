@@ -208,7 +208,8 @@ aotpack_status* aotpack_model_load(const char* path, const aotpack_model_options
     if (!path || !out) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "path and out must not be NULL");
     aotpack_model_options o = model_options(options);
     std::unique_ptr<aotpack_model> h(new aotpack_model);
-    h->impl = aotpack::Model::load(path, o.weights_path ? o.weights_path : "", o.device_ordinal);
+    h->impl = aotpack::Model::load(path, o.weights_path ? o.weights_path : "", o.device_ordinal,
+                                   aotpack::verify_mode(o.verify, aotpack::Verify::Fast));
     *out = h.release();
   });
 }
@@ -217,7 +218,8 @@ aotpack_status* aotpack_model_check_file(const char* path, const aotpack_model_o
   return guard([&] {
     if (!path) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "path must not be NULL");
     aotpack_model_options o = model_options(options);
-    aotpack::open_bundle(path, o.weights_path ? o.weights_path : "");
+    aotpack::open_bundle(path, o.weights_path ? o.weights_path : "",
+                         aotpack::verify_mode(o.verify, aotpack::Verify::Full));
   });
 }
 

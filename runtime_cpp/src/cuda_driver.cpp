@@ -80,6 +80,10 @@ Driver load() {
   resolve(d, d.cuEventSynchronize, "cuEventSynchronize");
   // cuEventElapsedTime_v2 appeared in CUDA 12.8; older drivers only have the original.
   resolve(d, d.cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+  d.cuMemHostRegister = reinterpret_cast<decltype(d.cuMemHostRegister)>(
+      dlsym(d.handle, "cuMemHostRegister_v2"));
+  d.cuMemHostUnregister = reinterpret_cast<decltype(d.cuMemHostUnregister)>(
+      dlsym(d.handle, "cuMemHostUnregister"));
   CUresult r = d.cuInit(0);
   if (r != CUDA_SUCCESS) {
     const char* name = nullptr;

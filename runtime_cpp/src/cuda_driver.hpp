@@ -193,6 +193,9 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);         // _v2 when available
+  // Optional (nullptr when the library lacks them): the weights upload pins its host pages.
+  CUresult (*cuMemHostRegister)(void*, size_t, unsigned int) = nullptr;  // _v2
+  CUresult (*cuMemHostUnregister)(void*) = nullptr;
 };
 
 // Loads the driver once per process (thread-safe) and calls cuInit(0). The path is

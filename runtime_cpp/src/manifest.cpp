@@ -52,10 +52,14 @@ void check_keys(const Value& obj, const std::string& where,
       if (d < best) best = d, close = a;
       list += cat(list.empty() ? "" : " ", a);
     }
+    // a key no allowed one resembles may be a newer aotpack's: say which runtime this is
     if (!known)
       bad(where, cat("unknown field '", kv.first, "' (", close ? cat("did you mean '", close, "'? ")
                                                               : std::string(),
-                     "allowed: ", list, ")"));
+                     "allowed: ", list, ")",
+                     close ? "" : "; if a newer aotpack wrote the bundle, run it with the "
+                                  "runtime in the bundle's folder (this one is "
+                                  AOTPACK_VERSION_STRING ")"));
   }
 }
 
@@ -149,15 +153,16 @@ void get_dim3(const Ctx& c, const Value& obj, const char* key, const std::string
     out[k] = uint32_t(as_int(c, a.items[k], cat(w, "[", k, "]"), 1, hi));
 }
 
-void check_sha(const std::string& hex, const std::string& where, const std::string& what) {
-  bool ok = hex.size() == 64;
+void check_hex(const std::string& hex, size_t digits, const std::string& where,
+               const std::string& what) {
+  bool ok = hex.size() == digits;
   for (char ch : hex) ok = ok && ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'));
-  if (!ok) bad(where, cat(what, ": not 64 lower-case hex digits"));
+  if (!ok) bad(where, cat(what, ": not ", digits, " lower-case hex digits"));
 }
 
 TensorSpec parse_tensor(Ctx& c, const Value& v, const std::string& where, bool is_weight) {
   TensorSpec t;
-  if (is_weight) check_keys(v, where, {"name", "dtype", "shape", "nbytes", "sha256"});
+  if (is_weight) check_keys(v, where, {"name", "dtype", "shape", "nbytes", "sha256", "checksum"});
   else check_keys(v, where, {"name", "dtype", "shape"});
   t.name = get_str(v, "name", where);
   t.dtype = get_dtype(v, where);
@@ -181,7 +186,11 @@ TensorSpec parse_tensor(Ctx& c, const Value& v, const std::string& where, bool i
       bad(where, cat("weight '", t.name, "': nbytes ", nb, " but dtype and shape give ",
                      t.nbytes));
     t.sha256 = get_str(v, "sha256", where);
-    check_sha(t.sha256, where + ".sha256", cat("weight '", t.name, "'"));
+    check_hex(t.sha256, 64, where + ".sha256", cat("weight '", t.name, "'"));
+    if (v.find("checksum")) {  // optional: bundles of aotpack 0.2.0 and before have none
+      t.checksum = get_str(v, "checksum", where);
+      check_hex(t.checksum, 16, where + ".checksum", cat("weight '", t.name, "'"));
+    }
   }
   return t;
 }

@@ -34,7 +34,8 @@ struct TensorSpec {
   // prod(shape) × dtype size (checked against "nbytes" for weights); for a tensor with
   // expressions, its size with every symbol at its max (filled by validate_manifest).
   uint64_t nbytes = 0;
-  std::string sha256;  // weights only: lower-case hex
+  std::string sha256;    // weights only: lower-case hex
+  std::string checksum;  // weights only, optional: 16 lower-case hex digits (checksum.hpp)
   bool is_static() const {
     for (const IntExpr& d : dims)
       if (!d.is_const()) return false;

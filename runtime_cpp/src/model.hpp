@@ -14,9 +14,11 @@ namespace aotpack {
 
 class Model {
  public:
-  // Opens and verifies the bundle, checks the device, loads cubins, uploads weights.
+  // Opens and verifies the bundle (the weights as `verify` says) while the driver starts on
+  // another thread, checks the device, loads cubins, uploads weights.
   static std::shared_ptr<const Model> load(const std::string& path,
-                                           const std::string& weights_path, int device);
+                                           const std::string& weights_path, int device,
+                                           Verify verify);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -32,7 +34,8 @@ class Model {
 
  private:
   Model() = default;
-  void check_device();
+  void open_device();   // the driver, the device and its primary context (no bundle needed)
+  void check_device();  // the device against the manifest's needs
   void load_modules(const std::vector<ByteRange>& kernel_cubins);
   void upload_weights(const std::vector<ByteRange>& weights);
 

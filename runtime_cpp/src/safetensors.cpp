@@ -2,10 +2,12 @@
 #include "safetensors.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +15,7 @@
 
 #include "dtype.hpp"
 #include "error.hpp"
+#include "parallel.hpp"
 
 namespace aotpack {
 
@@ -28,6 +31,40 @@ uint64_t read_le64(const uint8_t* p) {
 }
 }  // namespace
 
+namespace {
+// Reads [0, size) of `fd` into `dst`: pieces of 64 MiB on up to 8 threads (reading from the
+// page cache is a memory copy, ~5 GB/s per core; the first touch of fresh pages costs as much
+// again). Returns 0, or the errno of a failed read, or -1 when the file ended early.
+int read_all(int fd, uint8_t* dst, uint64_t size) {
+  constexpr uint64_t kPiece = 64ull << 20;
+  std::atomic<int> status{0};
+  parallel_for(size_t((size + kPiece - 1) / kPiece), size < 2 * kPiece ? 1 : 8, [&](size_t i) {
+    uint64_t done = i * kPiece, end = std::min(size, done + kPiece);
+    while (done < end && status == 0) {
+      ssize_t n = ::pread(fd, dst + done, size_t(end - done), off_t(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) status = n == 0 ? -1 : errno;
+      else done += uint64_t(n);
+    }
+  });
+  return status;
+}
+
+uint8_t* map_anonymous(uint64_t size) {
+  void* p = ::mmap(nullptr, size_t(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+  // 2 MiB pages: a 2.5 GB read faults 1,200 times instead of 600,000, and pinning it for the
+  // upload (cuMemHostRegister) walks far fewer pages. Advice only: ignored where unsupported.
+  if (size >= (64ull << 20)) ::madvise(p, size_t(size), MADV_HUGEPAGE);
+#endif
+  return static_cast<uint8_t*>(p);
+}
+}  // namespace
+
+void FileBytes::Unmap::operator()(uint8_t* p) const { ::munmap(p, size_t(size)); }
+
 FileBytes::FileBytes(const std::string& path, const std::string& what) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -39,26 +76,22 @@ FileBytes::FileBytes(const std::string& path, const std::string& what) {
          "FIFO or device): pass the file itself");
   }
   size_ = uint64_t(st.st_size);
-  data_.reset(static_cast<uint8_t*>(std::malloc(size_ ? size_t(size_) : 1)));
+  // Anonymous pages rather than malloc: page-aligned (the upload pins them in place) and
+  // never zero-filled twice.
+  const uint64_t mapped = size_ ? size_ : 1;
+  data_ = std::unique_ptr<uint8_t, Unmap>(map_anonymous(mapped), Unmap{mapped});
   if (!data_) {
     ::close(fd);
     fail(AOTPACK_OUT_OF_MEMORY, "cannot allocate ", size_, " bytes of host memory to read ",
          what, " '", path, "'");
   }
-  uint64_t done = 0;
-  while (done < size_) {
-    ssize_t n = ::pread(fd, data_.get() + done, size_t(std::min<uint64_t>(size_ - done, 1 << 30)),
-                        off_t(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      ::close(fd);
-      if (n == 0)
-        fail(AOTPACK_IO, what, " '", path, "' shrank from ", size_, " to ", done,
-             " bytes while it was read (is it being rewritten?): try again once it is complete");
-      fail(AOTPACK_IO, "cannot read ", what, " '", path, "': ", std::strerror(e));
-    }
-    done += uint64_t(n);
+  int status = read_all(fd, data_.get(), size_);
+  if (status != 0) {
+    ::close(fd);
+    if (status == -1)
+      fail(AOTPACK_IO, what, " '", path, "' shrank from ", size_, " bytes while it was read ",
+           "(is it being rewritten?): try again once it is complete");
+    fail(AOTPACK_IO, "cannot read ", what, " '", path, "': ", std::strerror(status));
   }
   bool changed = ::fstat(fd, &st) != 0 || uint64_t(st.st_size) != size_;
   ::close(fd);

@@ -38,10 +38,11 @@ class FileBytes {
   uint64_t size() const { return size_; }
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+  struct Unmap {
+    uint64_t size;  // no initializer: it would make Unmap unusable inside FileBytes
+    void operator()(uint8_t* p) const;
   };
-  std::unique_ptr<uint8_t, Free> data_;  // malloc'd: no zero fill of a file about to be read
+  std::unique_ptr<uint8_t, Unmap> data_;  // anonymous pages, page-aligned
   uint64_t size_ = 0;
 };
 

@@ -3,10 +3,10 @@
 #include "sha256.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <numeric>
-#include <thread>
+
+#include "parallel.hpp"
 
 namespace aotpack {
 
@@ -97,29 +97,16 @@ std::string sha256_hex(const void* data, size_t size) {
 std::vector<std::string> sha256_hex_parallel(
     const std::vector<std::pair<const void*, size_t>>& ranges, unsigned max_threads) {
   std::vector<std::string> out(ranges.size());
-  std::vector<size_t> order(ranges.size());
+  std::vector<size_t> order(ranges.size());  // largest first: the longest task starts first
   std::iota(order.begin(), order.end(), size_t(0));
   std::sort(order.begin(), order.end(),
             [&](size_t a, size_t b) { return ranges[a].second > ranges[b].second; });
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t k = next++; k < order.size(); k = next++)
-      out[order[k]] = sha256_hex(ranges[order[k]].first, ranges[order[k]].second);
-  };
   uint64_t total = 0;
   for (const auto& r : ranges) total += r.second;
-  unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  unsigned n = std::min<unsigned>({hw, max_threads, unsigned(ranges.size())});
-  if (total < (64u << 20)) n = 1;  // small models: threads cost more than they save
-  std::vector<std::thread> threads;
-  try {
-    for (unsigned i = 1; i < n; ++i) threads.emplace_back(worker);
-  } catch (...) {
-    // Could not start a thread (resource limits): the threads started so far and this one
-    // still finish every range.
-  }
-  worker();
-  for (auto& t : threads) t.join();
+  // small models: starting threads costs more than it saves
+  parallel_for(order.size(), total < (64u << 20) ? 1 : max_threads, [&](size_t k) {
+    out[order[k]] = sha256_hex(ranges[order[k]].first, ranges[order[k]].second);
+  });
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "aotpack/aotpack.h"
 #include "safetensors.hpp"
 #include "test_main.hpp"
+#include "checksum.hpp"
 #include "sha256.hpp"
 
 namespace aotpack_test {
@@ -166,6 +167,13 @@ const char* kGenerationTemplate = R"JSON({
 
 std::string sha_of(const void* p, size_t n) { return aotpack::sha256_hex(p, n); }
 
+// The weight's digests as the writer records them (sha256 and the fast checksum).
+void set_weight_digests(Value& manifest, const std::vector<float>& weight) {
+  Value& w = at(at(manifest, "weights"), 0);
+  at(w, "sha256") = jstr(sha_of(weight.data(), weight.size() * 4));
+  at(w, "checksum") = jstr(aotpack::checksum64_hex(weight.data(), weight.size() * 4));
+}
+
 void put(std::vector<uint8_t>& b, size_t at, uint64_t v, int n) {
   if (b.size() < at + size_t(n)) b.resize(at + size_t(n));
   for (int i = 0; i < n; ++i) b[at + size_t(i)] = uint8_t(v >> (8 * i));
@@ -219,7 +227,7 @@ TestBundle::TestBundle(bool external_weights) : external(external_weights) {
   cubin.assign(text, text + std::strlen(text));
   for (int i = 0; i < 64; ++i) weight.push_back(0.25f * float(i) - 3.0f);
   file_weight = weight;
-  at(at(at(manifest, "weights"), 0), "sha256") = jstr(sha_of(weight.data(), weight.size() * 4));
+  set_weight_digests(manifest, weight);
   at(at(at(manifest, "kernels"), 0), "cubin_sha256") = jstr(sha_of(cubin.data(), cubin.size()));
   if (external) {
     Value ext;
@@ -231,8 +239,7 @@ TestBundle::TestBundle(bool external_weights) : external(external_weights) {
 TestBundle TestBundle::dynamic() {
   TestBundle b;
   b.manifest = aotpack::json::parse(kDynamicTemplate, std::strlen(kDynamicTemplate), "template");
-  at(at(at(b.manifest, "weights"), 0), "sha256") =
-      jstr(sha_of(b.weight.data(), b.weight.size() * 4));
+  set_weight_digests(b.manifest, b.weight);
   for (size_t k = 0; k < 2; ++k)
     at(at(at(b.manifest, "kernels"), k), "cubin_sha256") =
         jstr(sha_of(b.cubin.data(), b.cubin.size()));
@@ -243,8 +250,7 @@ TestBundle TestBundle::generation() {
   TestBundle b;
   b.manifest =
       aotpack::json::parse(kGenerationTemplate, std::strlen(kGenerationTemplate), "template");
-  at(at(at(b.manifest, "weights"), 0), "sha256") =
-      jstr(sha_of(b.weight.data(), b.weight.size() * 4));
+  set_weight_digests(b.manifest, b.weight);
   at(at(at(b.manifest, "kernels"), 0), "cubin_sha256") =
       jstr(sha_of(b.cubin.data(), b.cubin.size()));
   return b;
@@ -281,11 +287,13 @@ std::string TestBundle::write(const std::string& dir, const std::string& file) c
 }
 
 void expect_check_file(const std::string& path, int code,
-                       std::initializer_list<std::string> needles, const char* weights_path) {
+                       std::initializer_list<std::string> needles, const char* weights_path,
+                       int verify) {
   aotpack_model_options o;
   std::memset(&o, 0, sizeof(o));
   o.struct_size = sizeof(o);
   o.weights_path = weights_path;
+  o.verify = verify;
   aotpack_status* s = aotpack_model_check_file(path.c_str(), &o);
   std::string msg = aotpack_status_message(s);
   aotpack_code got = aotpack_status_code(s);

@@ -76,6 +76,6 @@ std::vector<uint8_t> cubin_with_params(const std::string& entry,
 // given) and fails the test unless the status is `code` and its message contains every needle.
 void expect_check_file(const std::string& path, int code,
                        std::initializer_list<std::string> needles,
-                       const char* weights_path = nullptr);
+                       const char* weights_path = nullptr, int verify = 0);
 
 }  // namespace aotpack_test

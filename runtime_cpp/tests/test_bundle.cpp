@@ -2,6 +2,7 @@
 // (aotpack_model_check_file), no GPU and no libcuda needed. Each case builds its own bundle.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -134,6 +135,43 @@ TEST(weight_sha_mismatch) {
   TestBundle b;
   b.file_weight[3] += 1.0f;
   expect_status(write(b, "wsha"), AOTPACK_WEIGHTS_MISMATCH, "weight 'w'");
+}
+
+// A changed weight byte: FAST (the load's default) names the checksum, FULL (check_file's
+// default) the sha256, NONE lets it through (names, dtypes and shapes still checked).
+TEST(weight_verify_modes) {
+  TestBundle b;
+  b.file_weight[7] = -b.file_weight[7];
+  std::string p = write(b, "wverify");
+  expect_check_file(p, AOTPACK_WEIGHTS_MISMATCH, {"weight 'w'", "checksum"}, nullptr,
+                    AOTPACK_VERIFY_FAST);
+  expect_check_file(p, AOTPACK_WEIGHTS_MISMATCH, {"weight 'w'", "sha256"}, nullptr,
+                    AOTPACK_VERIFY_FULL);
+  expect_check_file(p, AOTPACK_WEIGHTS_MISMATCH, {"sha256"});
+  expect_check_file(p, AOTPACK_OK, {"OK"}, nullptr, AOTPACK_VERIFY_NONE);
+  expect_check_file(write(TestBundle(), "wverifyok"), AOTPACK_OK, {"OK"}, nullptr,
+                    AOTPACK_VERIFY_FAST);
+  expect_check_file(p, AOTPACK_INVALID_ARGUMENT, {"verify is 7"}, nullptr, 7);
+}
+
+// A bundle written before checksums existed: FAST falls back to sha256, never to nothing.
+TEST(weight_fast_without_checksum_uses_sha256) {
+  TestBundle b;
+  at(at(b.manifest, "weights"), 0).fields.erase(
+      std::remove_if(at(at(b.manifest, "weights"), 0).fields.begin(),
+                     at(at(b.manifest, "weights"), 0).fields.end(),
+                     [](const auto& kv) { return kv.first == "checksum"; }),
+      at(at(b.manifest, "weights"), 0).fields.end());
+  expect_check_file(write(b, "wnocs"), AOTPACK_OK, {"OK"}, nullptr, AOTPACK_VERIFY_FAST);
+  b.file_weight[0] += 1.0f;
+  expect_check_file(write(b, "wnocsbad"), AOTPACK_WEIGHTS_MISMATCH, {"sha256"}, nullptr,
+                    AOTPACK_VERIFY_FAST);
+}
+
+TEST(weight_checksum_malformed) {
+  TestBundle b;
+  at(at(at(b.manifest, "weights"), 0), "checksum") = jstr("0123456789ABCDEF");
+  expect_status(write(b, "wcsbad"), AOTPACK_CORRUPT_BUNDLE, "16 lower-case hex digits");
 }
 
 TEST(weight_nbytes_mismatch) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bundle_builder.hpp"
+#include "checksum.hpp"
 #include "error.hpp"
 #include "json.hpp"
 #include "manifest.hpp"
@@ -106,6 +107,27 @@ TEST(sha256_parallel) {
   EXPECT(got.size() == blobs.size());
   for (size_t i = 0; i < blobs.size(); ++i)
     EXPECT(got[i] == aotpack::sha256_hex(blobs[i].data(), blobs[i].size()));
+}
+
+// The fast checksum: the same values as aotpack/bundle/checksum.py (tests/test_checksum.py
+// asserts these too), and a split over threads and pieces that changes nothing.
+TEST(checksum64_vectors_and_pieces) {
+  using aotpack::checksum64_hex;
+  EXPECT(checksum64_hex("", 0) == "0000000000000000");
+  EXPECT(checksum64_hex("abc", 3) == "a4e1ccf9ffc61570");
+  std::string pattern;
+  for (int k = 0; k < 100; ++k)
+    for (int i = 0; i < 256; ++i) pattern.push_back(char(i));
+  EXPECT(checksum64_hex(pattern.data(), pattern.size()) == "d1d6ad5ecb67b064");
+  // 80 MiB + 5 bytes: several 16 MiB pieces on several threads, a ragged last word
+  std::vector<uint8_t> big((80u << 20) + 5);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = uint8_t(i * 2654435761u >> 13);
+  std::vector<std::string> got =
+      aotpack::checksum64_hex_parallel({{big.data(), big.size()}, {pattern.data(), 3}});
+  EXPECT(got[0] == checksum64_hex(big.data(), big.size()));
+  EXPECT(got[1] == checksum64_hex(pattern.data(), 3));
+  big[(40u << 20) + 3] ^= 1;  // one flipped bit anywhere changes it
+  EXPECT(aotpack::checksum64_hex_parallel({{big.data(), big.size()}})[0] != got[0]);
 }
 
 TEST(safetensors_roundtrip) {

@@ -3,6 +3,7 @@
 //   aotpack-run BUNDLE [--weights FILE] [--device N] [--inputs in.safetensors]
 //               [--outputs out.safetensors] [--shape NAME=AxB[,...]]... [--bench N]
 //               [--warmup N] [--no-graph] [--no-pdl] [--info] [--check]
+//               [--verify full|fast|none]
 //   aotpack-run BUNDLE --generate N (--prompt-ids 1,2,3 ... | --prompt-len L) [--batch K]
 //               [--temperature T] [--top-k K] [--top-p P] [--seed N] [--stop-id ID]...
 //               [--ignore-eos]                     (text generation: tools/run_generate.cpp)
@@ -69,6 +70,10 @@ const char* kUsage =
     "  --info             print signature (with symbols and their ranges), kernels, arena and\n"
     "                     state sizes, the generation section (no GPU needed), then exit\n"
     "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
+    "  --verify MODE      how the weights are checked when loading: fast (default: a 64-bit\n"
+    "                     checksum of every byte), full (sha256 of every byte: also refuses a\n"
+    "                     weights file forged to pass fast; the default of --check), none\n"
+    "                     (names, dtypes, shapes only). The manifest and cubins: always sha256\n"
     "  -h, --help         this text\n"
     "  --version          the runtime version (aotpack_version()), then exit\n"
     "text generation (docs/generation.md; a bundle built with --task text-generation):\n"
@@ -107,6 +112,7 @@ const char* kUsage =
 struct Args {
   std::string bundle, weights, inputs, outputs;
   int device = 0, bench = 0, warmup = 10;
+  int verify = AOTPACK_VERIFY_DEFAULT;  // --verify
   uint64_t seed = 0;
   bool graph = true, pdl = true, info = false, check = false;
   // --tune
@@ -125,6 +131,13 @@ constexpr long kMaxReps = 100000;
 struct UsageError {
   std::string message;
 };
+
+int parse_verify(const std::string& v) {
+  if (v == "full") return AOTPACK_VERIFY_FULL;
+  if (v == "fast") return AOTPACK_VERIFY_FAST;
+  if (v == "none") return AOTPACK_VERIFY_NONE;
+  throw UsageError{"--verify takes full, fast or none, got '" + v + "'"};
+}
 
 long parse_count(const char* flag, const char* v, long min, long max = 100000000) {
   char* end = nullptr;
@@ -177,7 +190,7 @@ Args parse_args(int argc, char** argv) {
     };
     static const char* const kRunOnly[] = {"--weights", "--inputs", "--outputs", "--bench",
                                            "--seed", "--no-graph", "--no-pdl", "--info",
-                                           "--check", "--shape"};
+                                           "--check", "--shape", "--verify"};
     for (const char* f : kRunOnly)
       if (s == f) a.run_only.push_back(s);
     if (s == "--weights") a.weights = value();
@@ -189,6 +202,7 @@ Args parse_args(int argc, char** argv) {
       if (!err.empty()) throw UsageError{err};
       a.shapes.push_back(arg);
     }
+    else if (s == "--verify") a.verify = parse_verify(value());
     else if (s == "--device") a.device = int(parse_count("--device", value(), 0));
     else if (s == "--bench") a.bench = int(parse_count("--bench", value(), 1));
     else if (s == "--warmup") a.warmup = int(parse_count("--warmup", value(), 0)), a.warmup_set = true;
@@ -357,6 +371,7 @@ void Runner::open() {
   mo.struct_size = sizeof(mo);
   mo.weights_path = a.weights.empty() ? nullptr : a.weights.c_str();
   mo.device_ordinal = a.device;
+  mo.verify = a.verify;
   check_status(aotpack_model_load(a.bundle.c_str(), &mo, &h.m));
   aotpack_session_options so{};
   so.struct_size = sizeof(so);
@@ -489,16 +504,17 @@ int main(int argc, char** argv) {
       aotpack_model_options mo{};
       mo.struct_size = sizeof(mo);
       mo.weights_path = a.weights.empty() ? nullptr : a.weights.c_str();
+      mo.verify = a.verify;
       check_status(aotpack_model_check_file(a.bundle.c_str(), &mo));
       std::printf("aotpack-run: bundle is valid: %s\n", a.bundle.c_str());
       return 0;
     }
     if (a.info) {
-      aotpack_run::print_info(a.bundle, a.weights);
+      aotpack_run::print_info(a.bundle, a.weights, a.verify);
       return 0;
     }
     if (a.gen.new_tokens) {
-      aotpack_run::run_generate(a.bundle, a.weights, a.device, a.graph, a.seed, a.gen);
+      aotpack_run::run_generate(a.bundle, a.weights, a.device, a.verify, a.graph, a.seed, a.gen);
       return 0;
     }
     run(a);

@@ -132,13 +132,14 @@ std::string check_generate_args(const GenerateArgs& g) {
   return "";
 }
 
-void run_generate(const std::string& bundle, const std::string& weights, int device, bool graph,
-                  uint64_t seed, const GenerateArgs& g) {
+void run_generate(const std::string& bundle, const std::string& weights, int device, int verify,
+                  bool graph, uint64_t seed, const GenerateArgs& g) {
   ModelHandle h;
   aotpack_model_options mo{};
   mo.struct_size = sizeof(mo);
   mo.weights_path = weights.empty() ? nullptr : weights.c_str();
   mo.device_ordinal = device;
+  mo.verify = verify;
   check_status(aotpack_model_load(bundle.c_str(), &mo, &h.m));
   aotpack_generation_info info;
   check_status(aotpack_model_generation_info(h.m, &info));

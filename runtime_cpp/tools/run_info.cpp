@@ -69,8 +69,9 @@ void print_generation(const aotpack::Manifest& m) {
 
 }  // namespace
 
-void print_info(const std::string& bundle, const std::string& weights) {
-  auto b = aotpack::open_bundle(bundle, weights);
+void print_info(const std::string& bundle, const std::string& weights, int verify) {
+  auto b = aotpack::open_bundle(bundle, weights,
+                                aotpack::verify_mode(verify, aotpack::Verify::Fast));
   const aotpack::Manifest& m = b->manifest;
   std::printf("bundle: %s (format v%lld, target %s cc %d.%d, min driver %lld)\n",
               bundle.c_str(), (long long)m.version, m.arch.c_str(), m.cc_major, m.cc_minor,

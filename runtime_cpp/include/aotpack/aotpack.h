@@ -112,7 +112,28 @@ typedef struct aotpack_model_options {
   const char* weights_path;
   /* CUDA device ordinal (default 0). */
   int device_ordinal;
+  /* How the weights are checked against the bundle (an aotpack_verify value; 0: FAST). The
+   * manifest and every cubin are always checked against their sha256: they are what is
+   * launched. */
+  int verify;
 } aotpack_model_options;
+
+/* aotpack_model_options.verify: what a load costs against what it catches (docs/manifest.md
+ * "Verification"). Every mode checks each weight's name, dtype, shape and size first. */
+typedef enum aotpack_verify {
+  /* The default: FAST for aotpack_model_load, FULL for aotpack_model_check_file. */
+  AOTPACK_VERIFY_DEFAULT = 0,
+  /* sha256 of every weight byte (~1-2 GB/s per core, spread over the host's cores; the
+   * largest weight bounds it): also refuses a weights file crafted to pass FAST. */
+  AOTPACK_VERIFY_FULL = 1,
+  /* A 64-bit checksum of every weight byte (several GB/s per core): refuses any single
+   * changed word, a truncated, stale or swapped weights file, bit rot; not a deliberate
+   * forgery. A bundle that records no checksums (built by an earlier aotpack) gets FULL. */
+  AOTPACK_VERIFY_FAST = 2,
+  /* Names, dtypes, shapes and sizes only: wrong numbers in a weight go unnoticed (never an
+   * out-of-bounds access: every pointer is checked against the manifest either way). */
+  AOTPACK_VERIFY_NONE = 3,
+} aotpack_verify;
 
 /* Element types of inputs/outputs/weights (manifest spelling in comments). */
 typedef enum aotpack_dtype {
