@@ -1,18 +1,18 @@
 /*
  * embed.c — run an aotpack bundle from a plain C program through the C API.
  *
- * The application owns the GPU memory (inputs, outputs) and the stream; aotpack owns only the
- * weights and, unless we pass one, the workspace. We use the CUDA driver API for our own
- * allocations, as an application that already uses CUDA would.
+ * Only aotpack.h and libaotpack: no CUDA toolkit, no cuda.h, no -lcuda. The program owns its
+ * GPU memory (inputs, outputs) and the stream, made with aotpack_device_* / aotpack_stream_*;
+ * aotpack owns the weights and, unless we pass one, the workspace. (A program that already uses
+ * CUDA passes its own cuMemAlloc'd pointers and streams instead.)
  *
- * Build (from the repo root, after `cmake -S . -B build && cmake --build build`):
- *   cc -O2 examples/embed.c -I runtime_cpp/include -I /usr/local/cuda/include \
- *      -L build -laotpack -lcuda -Wl,-rpath,$PWD/build -o build/embed
+ * Build (from a bundle's output folder, which holds include/ and lib/):
+ *   cc -O2 embed.c -I include -L lib -laotpack -Wl,-rpath,$PWD/lib -o embed
+ * or from the repo root after `cmake -S . -B build && cmake --build build`: build/examples/embed
  * Run:
- *   build/embed out/mlp/model.aotpack [weights.safetensors]
+ *   embed out/mlp/model.aotpack [weights.safetensors]
  */
 #include <aotpack/aotpack.h>
-#include <cuda.h>
 
 #include <stdint.h>
 #include <stdio.h>
@@ -25,14 +25,6 @@ static void check(aotpack_status* st, const char* what) {
   fprintf(stderr, "%s failed [%s]: %s\n", what,
           aotpack_status_code_name(aotpack_status_code(st)), aotpack_status_message(st));
   aotpack_status_free(st);
-  exit(1);
-}
-
-static void check_cu(CUresult r, const char* what) {
-  if (r == CUDA_SUCCESS) return;
-  const char* msg = NULL;
-  cuGetErrorString(r, &msg);
-  fprintf(stderr, "%s failed: %s\n", what, msg ? msg : "unknown CUDA error");
   exit(1);
 }
 
@@ -50,26 +42,42 @@ static float bf16_to_f32(uint16_t h) {
   return f;
 }
 
-/* Fills a bf16 input with a deterministic, non-zero pattern in [-1, 1). */
-static void fill_input(uint16_t* host, size_t n) {
+/* A deterministic, non-zero pattern in [-1, 1). */
+static float pattern(uint32_t* s) {
+  *s = *s * 1664525u + 1013904223u;
+  return (float)(*s >> 8) / (float)(1u << 23) - 1.0f;
+}
+
+/* Fills input `info` in host memory: floats with the pattern, integers (token ids) with values
+ * in [0, 1000), valid ids of any vocabulary of 1000 tokens or more. 0 for a dtype it cannot. */
+static int fill_input(void* host, const aotpack_tensor_info* info) {
   uint32_t s = 12345u;
-  for (size_t i = 0; i < n; ++i) {
-    s = s * 1664525u + 1013904223u;
-    host[i] = f32_to_bf16((float)(s >> 8) / (float)(1u << 23) - 1.0f);
+  size_t n;
+  switch (info->dtype) {
+    case AOTPACK_DTYPE_BF16:
+      for (n = 0; n < info->nbytes / 2; ++n) ((uint16_t*)host)[n] = f32_to_bf16(pattern(&s));
+      return 1;
+    case AOTPACK_DTYPE_F32:
+      for (n = 0; n < info->nbytes / 4; ++n) ((float*)host)[n] = pattern(&s);
+      return 1;
+    case AOTPACK_DTYPE_I64:
+      for (n = 0; n < info->nbytes / 8; ++n)
+        ((int64_t*)host)[n] = (int64_t)((pattern(&s) + 1.0f) * 499.9f);
+      return 1;
+    case AOTPACK_DTYPE_I32:
+      for (n = 0; n < info->nbytes / 4; ++n)
+        ((int32_t*)host)[n] = (int32_t)((pattern(&s) + 1.0f) * 499.9f);
+      return 1;
+    default:
+      return 0;
   }
 }
 
-/* Fills an integer input (token ids) with a deterministic pattern in [0, 1000): valid ids of
-   any vocabulary of 1000 tokens or more. */
-static void fill_ids(void* host, size_t n, int is_i64) {
-  uint32_t s = 12345u;
-  for (size_t i = 0; i < n; ++i) {
-    s = s * 1664525u + 1013904223u;
-    if (is_i64)
-      ((int64_t*)host)[i] = (int64_t)((s >> 8) % 1000u);
-    else
-      ((int32_t*)host)[i] = (int32_t)((s >> 8) % 1000u);
-  }
+/* Element `j` of an output as a float (bf16 and f32 outputs; NaN for other dtypes). */
+static float output_value(const void* host, aotpack_dtype dtype, size_t j) {
+  if (dtype == AOTPACK_DTYPE_BF16) return bf16_to_f32(((const uint16_t*)host)[j]);
+  if (dtype == AOTPACK_DTYPE_F32) return ((const float*)host)[j];
+  return 0.0f / 0.0f;
 }
 
 int main(int argc, char** argv) {
@@ -84,7 +92,6 @@ int main(int argc, char** argv) {
 
   aotpack_model* model = NULL;
   check(aotpack_model_load(argv[1], &mopt, &model), "aotpack_model_load");
-  /* aotpack made the device's primary context current on this thread; we allocate in it. */
 
   size_t nin = aotpack_model_num_inputs(model), nout = aotpack_model_num_outputs(model);
   uint64_t* in_ptrs = calloc(nin, sizeof *in_ptrs);
@@ -93,63 +100,57 @@ int main(int argc, char** argv) {
     aotpack_tensor_info info;
     check(aotpack_model_input_info(model, i, &info), "input_info");
     void* host = malloc(info.nbytes);
-    if (info.dtype == AOTPACK_DTYPE_BF16) {
-      fill_input(host, info.nbytes / 2);
-    } else if (info.dtype == AOTPACK_DTYPE_I64 || info.dtype == AOTPACK_DTYPE_I32) {
-      int is_i64 = info.dtype == AOTPACK_DTYPE_I64;
-      fill_ids(host, info.nbytes / (is_i64 ? 8 : 4), is_i64);
-    } else {
-      fprintf(stderr, "this example feeds bf16 and integer (token id) inputs only; %s is %s\n",
+    if (!fill_input(host, &info)) {
+      fprintf(stderr, "this example feeds float and integer (token id) inputs only; %s is %s\n",
               info.name, info.dtype_name);
       free(host);
       return 1;
     }
-    CUdeviceptr d;
-    check_cu(cuMemAlloc(&d, info.nbytes), "cuMemAlloc");
-    check_cu(cuMemcpyHtoD(d, host, info.nbytes), "cuMemcpyHtoD");
-    in_ptrs[i] = (uint64_t)d;
+    check(aotpack_device_alloc(model, info.nbytes, &in_ptrs[i]), "aotpack_device_alloc");
+    check(aotpack_device_upload(model, in_ptrs[i], host, info.nbytes, NULL),
+          "aotpack_device_upload");
     free(host);
   }
   for (size_t i = 0; i < nout; ++i) {
     aotpack_tensor_info info;
     check(aotpack_model_output_info(model, i, &info), "output_info");
-    CUdeviceptr d;
-    check_cu(cuMemAlloc(&d, info.nbytes), "cuMemAlloc");
-    out_ptrs[i] = (uint64_t)d;
+    check(aotpack_device_alloc(model, info.nbytes, &out_ptrs[i]), "aotpack_device_alloc");
   }
 
   aotpack_session* session = NULL;
   check(aotpack_session_create(model, NULL, &session), "aotpack_session_create");
-  CUstream stream;
-  check_cu(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  void* stream = NULL;
+  check(aotpack_stream_create(model, &stream), "aotpack_stream_create");
   check(aotpack_session_execute(session, in_ptrs, nin, NULL, out_ptrs, nout, NULL, stream),
         "aotpack_session_execute");
-  check_cu(cuStreamSynchronize(stream), "cuStreamSynchronize");
+  check(aotpack_stream_synchronize(model, stream), "aotpack_stream_synchronize");
 
+  int failed = 0;
   for (size_t i = 0; i < nout; ++i) {
     aotpack_tensor_info info;
     check(aotpack_model_output_info(model, i, &info), "output_info");
-    uint16_t* host = malloc(info.nbytes);
-    check_cu(cuMemcpyDtoH(host, out_ptrs[i], info.nbytes), "cuMemcpyDtoH");
+    void* host = malloc(info.nbytes);
+    check(aotpack_device_download(model, host, out_ptrs[i], info.nbytes, NULL),
+          "aotpack_device_download");
+    size_t elem = info.dtype == AOTPACK_DTYPE_BF16 ? 2 : 4, n = info.nbytes / elem, bad = 0;
     double sum = 0.0;
-    size_t bad = 0, n = info.nbytes / 2;
     for (size_t j = 0; j < n; ++j) {
-      float v = bf16_to_f32(host[j]);
+      float v = output_value(host, info.dtype, j);
       if (v != v) ++bad; /* NaN: an element nothing wrote, or a broken kernel */
       sum += v < 0 ? -v : v;
     }
     printf("output %s: %zu elements, mean |y| = %.6f, first = %.6f, NaN = %zu\n", info.name, n,
-           sum / (double)n, bf16_to_f32(host[0]), bad);
+           sum / (double)n, output_value(host, info.dtype, 0), bad);
     free(host);
-    if (bad) return 1;
+    failed |= bad != 0;
   }
 
   aotpack_session_free(session);
-  for (size_t i = 0; i < nin; ++i) cuMemFree(in_ptrs[i]);
-  for (size_t i = 0; i < nout; ++i) cuMemFree(out_ptrs[i]);
-  cuStreamDestroy(stream);
+  for (size_t i = 0; i < nin; ++i) check(aotpack_device_free(model, in_ptrs[i]), "free");
+  for (size_t i = 0; i < nout; ++i) check(aotpack_device_free(model, out_ptrs[i]), "free");
+  check(aotpack_stream_destroy(model, stream), "aotpack_stream_destroy");
   aotpack_model_free(model);
   free(in_ptrs);
   free(out_ptrs);
-  return 0;
+  return failed;
 }

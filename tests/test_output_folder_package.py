@@ -67,3 +67,12 @@ def test_find_package_and_pkg_config_from_an_output_folder(output_folder, tmp_pa
     _run("cc", "-std=c99", CONSUMER / "consumer.c", *flags,
          f"-Wl,-rpath,{output_folder}/lib", "-o", exe)
     assert f"consumer-c: aotpack {aotpack.__version__} (header" in _run(exe)
+
+
+def test_embed_c_builds_from_an_output_folder_alone(output_folder, tmp_path):
+    """examples/embed.c needs only the folder's include/ and lib/ (its device memory and
+    stream come from the C API): no CUDA toolkit. ctest examples.embed runs it."""
+    _run("cc", "-std=c99", "-O2", ROOT / "examples" / "embed.c",
+         f"-I{output_folder}/include", f"-L{output_folder}/lib", "-laotpack",
+         f"-Wl,-rpath,{output_folder}/lib", "-o", tmp_path / "embed")
+    assert (tmp_path / "embed").is_file()

@@ -9,6 +9,7 @@
 
 #include "aotpack/aotpack.h"
 #include "bundle.hpp"
+#include "c_api_handles.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
 #include "generate.hpp"
@@ -16,49 +17,11 @@
 #include "session.hpp"
 #include "shape_plan.hpp"
 
-struct aotpack_status {
-  aotpack_code code;
-  std::string message;
-};
-
-// Handles hold a shared reference so sessions can outlive the caller's model handle.
-struct aotpack_model {
-  std::shared_ptr<const aotpack::Model> impl;
-};
-
-struct aotpack_session {
-  std::unique_ptr<aotpack::Session> impl;
-};
-
 namespace {
 
-// Returned when allocating a status itself fails; never freed.
-aotpack_status g_oom_status{AOTPACK_OUT_OF_MEMORY, "out of host memory"};
-
-aotpack_status* make_status(aotpack_code code, const char* message) {
-  try {
-    return new aotpack_status{code, message};
-  } catch (...) {
-    return &g_oom_status;
-  }
-}
-
-// Runs `fn`, mapping every exception to a status (NULL on success).
-template <typename Fn>
-aotpack_status* guard(Fn&& fn) {
-  try {
-    fn();
-    return nullptr;
-  } catch (const aotpack::Error& e) {
-    return make_status(e.code(), e.what());
-  } catch (const std::bad_alloc&) {
-    return make_status(AOTPACK_OUT_OF_MEMORY, "out of host memory");
-  } catch (const std::exception& e) {
-    return make_status(AOTPACK_INTERNAL, (std::string("internal error: ") + e.what()).c_str());
-  } catch (...) {
-    return make_status(AOTPACK_INTERNAL, "internal error: unknown exception");
-  }
-}
+using aotpack::capi::g_oom_status;
+using aotpack::capi::guard;
+using aotpack::capi::make_status;
 
 // Reads a versioned options struct: fields beyond the caller's struct_size keep defaults.
 aotpack_model_options model_options(const aotpack_model_options* in) {

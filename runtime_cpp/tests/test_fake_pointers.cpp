@@ -172,3 +172,69 @@ TEST(fake_pointer_workspace_checked) {
   set_pointer(ws, 0, 0);
   std::free(ws);
 }
+
+namespace {
+
+aotpack_code code_of(aotpack_status* s, const char* needle) {
+  aotpack_code c = aotpack_status_code(s);
+  std::string msg = aotpack_status_message(s);
+  std::printf("  -> %s: %s\n", aotpack_status_code_name(c), msg.c_str());
+  aotpack_status_free(s);
+  if (needle && !has(msg, needle)) return AOTPACK_INTERNAL;  // the test then fails
+  return c;
+}
+
+}  // namespace
+
+// A run with nothing but the C API: memory, copies and the stream from aotpack_device_* /
+// aotpack_stream_* (examples/embed.c), then what they refuse.
+TEST(fake_device_helpers_run_a_model) {
+  TestBundle b;
+  std::string p = b.write(make_temp_dir("devhelp"));
+  aotpack_model* m = nullptr;
+  EXPECT(aotpack_model_load(p.c_str(), nullptr, &m) == nullptr);
+  aotpack_session* s = nullptr;
+  EXPECT(aotpack_session_create(m, nullptr, &s) == nullptr);
+  uint64_t x = 0, y = 0;
+  EXPECT(aotpack_device_alloc(m, 1024, &x) == nullptr && x != 0 && x % 256 == 0);
+  EXPECT(aotpack_device_alloc(m, 1024, &y) == nullptr && y != 0);
+  void* stream = nullptr;
+  EXPECT(aotpack_stream_create(m, &stream) == nullptr && stream != nullptr);
+  float host_x[256], host_y[256];
+  for (int i = 0; i < 256; ++i) host_x[i] = 0.5f * float(i % 13) - 2.0f;
+  EXPECT(aotpack_device_upload(m, x, host_x, sizeof host_x, nullptr) == nullptr);
+  EXPECT(aotpack_session_execute(s, &x, 1, nullptr, &y, 1, nullptr, stream) == nullptr);
+  EXPECT(aotpack_device_download(m, host_y, y, sizeof host_y, stream) == nullptr);
+  EXPECT(aotpack_stream_synchronize(m, stream) == nullptr);
+  for (int i = 0; i < 256; ++i) EXPECT(host_y[i] == host_x[i] + 1.5f * b.weight[size_t(i % 64)]);
+
+  // refused: a copy past the allocation's end, host memory as the device side, NULL host
+  // pointers, a NULL model, an empty allocation; each leaves everything usable
+  set_pointer(reinterpret_cast<void*>(x + 1024), 1, kUnknown);  // (the fake: device otherwise)
+  EXPECT(code_of(aotpack_device_upload(m, x + 512, host_x, 1024, nullptr), "upload") ==
+         AOTPACK_INVALID_ARGUMENT);
+  set_pointer(reinterpret_cast<void*>(x + 1024), 0, 0);
+  set_pointer(host_y, sizeof host_y, kPinnedHost);
+  EXPECT(code_of(aotpack_device_download(m, host_x, reinterpret_cast<uint64_t>(host_y), 16,
+                                         nullptr), "host") == AOTPACK_INVALID_ARGUMENT);
+  set_pointer(host_y, 0, 0);
+  EXPECT(code_of(aotpack_device_upload(m, x, nullptr, 16, nullptr), "NULL") ==
+         AOTPACK_INVALID_ARGUMENT);
+  EXPECT(code_of(aotpack_device_alloc(nullptr, 16, &x), "model must not be NULL") ==
+         AOTPACK_INVALID_ARGUMENT);
+  uint64_t none = 7;
+  EXPECT(code_of(aotpack_device_alloc(m, 0, &none), "nbytes is 0") == AOTPACK_INVALID_ARGUMENT);
+  EXPECT(none == 0);
+  EXPECT(code_of(aotpack_device_alloc(m, uint64_t(1) << 40, &none), "not") ==
+         AOTPACK_OUT_OF_MEMORY);
+  EXPECT(aotpack_device_upload(m, x, host_x, 0, nullptr) == nullptr);  // nothing to copy
+  EXPECT(aotpack_device_download(m, host_y, y, sizeof host_y, nullptr) == nullptr);
+  EXPECT(host_y[5] == host_x[5] + 1.5f * b.weight[5]);
+
+  EXPECT(aotpack_stream_destroy(m, stream) == nullptr);
+  EXPECT(aotpack_stream_destroy(m, nullptr) == nullptr);
+  EXPECT(aotpack_device_free(m, x) == nullptr && aotpack_device_free(m, y) == nullptr);
+  EXPECT(aotpack_device_free(m, 0) == nullptr);
+  aotpack_session_free(s);
+  aotpack_model_free(m);
+}

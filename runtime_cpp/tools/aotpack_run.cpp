@@ -12,6 +12,7 @@
 //
 // Exit codes: 0 success, 1 runtime error (status printed), 2 bad usage.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include "host_tensor.hpp"
 #include "run_generate.hpp"
 #include "run_info.hpp"
+#include "run_report.hpp"
 #include "run_shapes.hpp"
 #include "safetensors.hpp"
 #include "tune.hpp"
@@ -70,6 +72,8 @@ const char* kUsage =
     "  --info             print signature (with symbols and their ranges), kernels, arena and\n"
     "                     state sizes, the generation section (no GPU needed), then exit\n"
     "  --check            verify the bundle (checksums, weights, bounds; no GPU needed)\n"
+    "  --json             print one JSON document instead of the text lines: load_ms, and per\n"
+    "                     shape the outputs' summaries and the --bench timing\n"
     "  --verify MODE      how the weights are checked when loading: fast (default: a 64-bit\n"
     "                     checksum of every byte), full (sha256 of every byte: also refuses a\n"
     "                     weights file forged to pass fast; the default of --check), none\n"
@@ -114,7 +118,7 @@ struct Args {
   int device = 0, bench = 0, warmup = 10;
   int verify = AOTPACK_VERIFY_DEFAULT;  // --verify
   uint64_t seed = 0;
-  bool graph = true, pdl = true, info = false, check = false;
+  bool graph = true, pdl = true, info = false, check = false, json = false;
   // --tune
   std::string tune, results;
   double budget = -1, candidate_timeout = -1;
@@ -154,8 +158,14 @@ void check_generate_mode(const Args& a) {
   if (!err.empty()) throw UsageError{err};
   if (!a.gen.new_tokens) return;
   for (const std::string& f : a.run_only)
-    if (f == "--inputs" || f == "--outputs" || f == "--bench" || f == "--shape")
+    if (f == "--inputs" || f == "--outputs" || f == "--bench" || f == "--shape" || f == "--json")
       throw UsageError{f + " cannot be used with --generate"};
+}
+
+// --json reports runs: --info and --check print their own text.
+void check_json_mode(const Args& a) {
+  if (a.json && (a.info || a.check))
+    throw UsageError{std::string("--json cannot be used with ") + (a.info ? "--info" : "--check")};
 }
 
 double parse_seconds(const char* flag, const char* v, bool allow_zero) {
@@ -190,7 +200,7 @@ Args parse_args(int argc, char** argv) {
     };
     static const char* const kRunOnly[] = {"--weights", "--inputs", "--outputs", "--bench",
                                            "--seed", "--no-graph", "--no-pdl", "--info",
-                                           "--check", "--shape", "--verify"};
+                                           "--check", "--shape", "--verify", "--json"};
     for (const char* f : kRunOnly)
       if (s == f) a.run_only.push_back(s);
     if (s == "--weights") a.weights = value();
@@ -216,6 +226,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--no-pdl") a.pdl = false;
     else if (s == "--info") a.info = true;
     else if (s == "--check") a.check = true;
+    else if (s == "--json") a.json = true;
     else if (s == "--tune") a.tune = value();
     else if (s == "-o" || s == "--results") a.results = value();
     else if (s == "--budget") a.budget = parse_seconds("--budget", value(), true);
@@ -228,6 +239,7 @@ Args parse_args(int argc, char** argv) {
   }
   check_tune_args(a);
   check_generate_mode(a);
+  check_json_mode(a);
   if (a.bundle.empty() && a.tune.empty()) throw UsageError{"missing BUNDLE"};
   if (!a.inputs.empty() && !a.shapes.empty())
     throw UsageError{"--shape cannot be used with --inputs (the file's tensors give the shapes)"};
@@ -320,33 +332,15 @@ std::vector<float> time_runs(int runs, cu::CUstream stream, F run_once) {
   return ms;
 }
 
-void summarize_outputs(const std::vector<aotpack_tensor_info>& outs,
-                       const std::vector<std::vector<uint8_t>>& host) {
-  for (size_t i = 0; i < outs.size(); ++i) {
-    const auto& t = outs[i];
-    size_t n = size_t(t.nbytes / aotpack::dtype_size(t.dtype));
-    double sum_abs = 0;
-    size_t nonfinite = 0;
-    for (size_t k = 0; k < n; ++k) {
-      double v = aotpack_run::element(t.dtype, host[i].data(), k);
-      if (!std::isfinite(v)) ++nonfinite;
-      else sum_abs += std::fabs(v);
-    }
-    std::printf("output %-24s %-5s %s mean_abs=%.6g nonfinite=%zu\n", t.name, t.dtype_name,
-                shape_str(std::vector<int64_t>(t.dims, t.dims + t.rank)).c_str(),
-                n ? sum_abs / double(n) : 0.0, nonfinite);
-  }
-}
-
 void write_outputs(const std::string& path, const std::vector<aotpack_tensor_info>& outs,
-                   const std::vector<std::vector<uint8_t>>& host) {
+                   const std::vector<std::vector<uint8_t>>& host, bool quiet) {
   std::vector<aotpack::TensorToWrite> ts;
   for (size_t i = 0; i < outs.size(); ++i)
     ts.push_back({outs[i].name, aotpack::dtype_safetensors_name(outs[i].dtype),
                   std::vector<int64_t>(outs[i].dims, outs[i].dims + outs[i].rank),
                   host[i].data(), outs[i].nbytes});
   aotpack::write_safetensors(path, ts, {{"producer", "aotpack-run"}}, 64);
-  std::printf("wrote %s\n", path.c_str());
+  if (!quiet) std::printf("wrote %s\n", path.c_str());
 }
 
 // Everything a run needs that does not depend on the shape.
@@ -357,6 +351,7 @@ struct Runner {
   std::vector<aotpack_tensor_info> ins, outs;  // dims -1 where they vary
   bool dynamic = false;                         // the model has symbols
   std::unique_ptr<aotpack::SafetensorsFile> file;  // --inputs
+  aotpack_run::RunReport report;                   // --json
 
   explicit Runner(const Args& args) : a(args) {}
   ~Runner() {
@@ -372,12 +367,20 @@ void Runner::open() {
   mo.weights_path = a.weights.empty() ? nullptr : a.weights.c_str();
   mo.device_ordinal = a.device;
   mo.verify = a.verify;
+  const auto t0 = std::chrono::steady_clock::now();
   check_status(aotpack_model_load(a.bundle.c_str(), &mo, &h.m));
   aotpack_session_options so{};
   so.struct_size = sizeof(so);
   so.cuda_graphs = a.graph ? AOTPACK_CUDA_GRAPHS_ON : AOTPACK_CUDA_GRAPHS_OFF;
   so.disable_programmatic_launch = a.pdl ? 0 : 1;
   check_status(aotpack_session_create(h.m, &so, &h.s));
+  report.load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  static const char* const kVerify[] = {"fast", "full", "fast", "none"};
+  report.bundle = a.bundle;
+  report.runtime_version = aotpack_version();
+  report.device = a.device;
+  report.verify = kVerify[a.verify];
   // The driver is already loaded by the model; the model's context is current.
   cu::check(cu::driver().cuStreamCreate(&stream, cu::CU_STREAM_NON_BLOCKING), "cuStreamCreate",
             "");
@@ -422,7 +425,9 @@ void Runner::run_shape(const std::vector<Dims>& in_shapes, bool announce) {
   auto in_t = aotpack_run::with_shapes(ins, in_shapes);
   auto out_t = aotpack_run::with_shapes(outs, out_shapes);
   const std::string label = aotpack_run::shape_label(ins, in_shapes);
-  if (announce) std::printf("shape %s\n", label.c_str());
+  if (announce && !a.json) std::printf("shape %s\n", label.c_str());
+  report.shapes.push_back({label, {}, false, {}});
+  aotpack_run::ShapeReport& rep = report.shapes.back();
 
   auto host_in = host_inputs(a, file.get(), in_t);
   if (!file) step_inputs(h.m, in_shapes, host_in);
@@ -445,17 +450,22 @@ void Runner::run_shape(const std::vector<Dims>& in_shapes, bool announce) {
   run_once();
   cu::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "first run");
   std::vector<std::vector<uint8_t>> host_out = outputs_to_host(out_t, out_ptrs.data());
-  summarize_outputs(out_t, host_out);
-  if (!a.outputs.empty()) write_outputs(a.outputs, out_t, host_out);
+  rep.outputs = aotpack_run::summarize_outputs(out_t, host_out);
+  if (!a.json) aotpack_run::print_outputs(rep.outputs);
+  if (!a.outputs.empty()) write_outputs(a.outputs, out_t, host_out, a.json);
   if (a.bench <= 0) return;
 
   for (int i = 0; i < a.warmup; ++i) run_once();
   cu::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize", "warm-up");
   std::vector<float> ms = time_runs(a.bench, stream, run_once);
   std::sort(ms.begin(), ms.end());
+  rep.benched = true;
+  rep.bench = {percentile(ms, 0.5), percentile(ms, 0.1), percentile(ms, 0.9), ms.front(),
+               a.bench, a.warmup, a.graph, a.pdl};
+  if (a.json) return;
   std::printf("aotpack-run: median_ms=%.4f p10_ms=%.4f p90_ms=%.4f min_ms=%.4f runs=%d "
               "warmup=%d graph=%d pdl=%d%s\n",
-              percentile(ms, 0.5), percentile(ms, 0.1), percentile(ms, 0.9), ms.front(),
+              rep.bench.median_ms, rep.bench.p10_ms, rep.bench.p90_ms, rep.bench.min_ms,
               a.bench, a.warmup, a.graph ? 1 : 0, a.pdl ? 1 : 0,
               label.empty() ? "" : cat(" shape=", label).c_str());
 }
@@ -463,11 +473,14 @@ void Runner::run_shape(const std::vector<Dims>& in_shapes, bool announce) {
 void run(const Args& a) {
   Runner r(a);
   r.open();
-  if (r.file) return r.run_shape(file_shapes(a, *r.file, r.ins), false);
-  if (a.shapes.empty())  // static shapes, or the example shape
-    return r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, {}), false);
-  for (const ShapeArg& arg : a.shapes)
-    r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, arg), a.shapes.size() > 1);
+  if (r.file)
+    r.run_shape(file_shapes(a, *r.file, r.ins), false);
+  else if (a.shapes.empty())  // static shapes, or the example shape
+    r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, {}), false);
+  else
+    for (const ShapeArg& arg : a.shapes)
+      r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, arg), a.shapes.size() > 1);
+  if (a.json) std::fputs(aotpack_run::to_json(r.report).c_str(), stdout);
 }
 
 }  // namespace

@@ -491,6 +491,49 @@ AOTPACK_API aotpack_status* aotpack_session_generate(aotpack_session* session,
                                                      aotpack_generate_stats* stats,
                                                      void* stream);
 
+/* ------------------------------------------------------------------------------------------
+ * Device memory and streams without the CUDA toolkit: with these, this header and libaotpack
+ * are all a C program needs to run a bundle (examples/embed.c). Every call makes the model's
+ * context current on the calling thread and works on the model's device. A program that already
+ * uses CUDA may pass its own allocations and streams instead; the two mix freely.
+ * ---------------------------------------------------------------------------------------- */
+
+/* Allocates `nbytes` (> 0) of device memory (256-byte aligned) on the model's device:
+ * *out_ptr is its device address, for aotpack_session_execute and the copies below.
+ * OUT_OF_MEMORY when the device has not that much left. Free with aotpack_device_free. */
+AOTPACK_API aotpack_status* aotpack_device_alloc(const aotpack_model* model, uint64_t nbytes,
+                                                 uint64_t* out_ptr);
+
+/* Frees memory from aotpack_device_alloc (0: nothing to do). Work using it must be done. */
+AOTPACK_API aotpack_status* aotpack_device_free(const aotpack_model* model, uint64_t ptr);
+
+/* Copies `nbytes` from host memory `src` to the device address `dst`. stream NULL: returns
+ * when the copy is done; otherwise enqueued on `stream` (a CUstream, e.g. from
+ * aotpack_stream_create), and `src` must stay valid until it completes. INVALID_ARGUMENT when
+ * [dst, dst + nbytes) is not inside one device allocation of the model's device (or managed
+ * memory), or src is NULL; nbytes 0 does nothing. */
+AOTPACK_API aotpack_status* aotpack_device_upload(const aotpack_model* model, uint64_t dst,
+                                                  const void* src, uint64_t nbytes,
+                                                  void* stream);
+
+/* Copies `nbytes` from the device address `src` to host memory `dst`; as upload otherwise
+ * (with a stream, read `dst` only after aotpack_stream_synchronize). */
+AOTPACK_API aotpack_status* aotpack_device_download(const aotpack_model* model, void* dst,
+                                                    uint64_t src, uint64_t nbytes,
+                                                    void* stream);
+
+/* A new stream on the model's device that does not synchronize with the legacy default stream
+ * (a CUstream; pass it to aotpack_session_execute). Destroy with aotpack_stream_destroy. */
+AOTPACK_API aotpack_status* aotpack_stream_create(const aotpack_model* model, void** out_stream);
+
+/* Waits until everything enqueued on `stream` (NULL: the legacy default stream) has finished;
+ * a failure of that work (a kernel fault) is returned as CUDA_ERROR. */
+AOTPACK_API aotpack_status* aotpack_stream_synchronize(const aotpack_model* model, void* stream);
+
+/* Destroys a stream from aotpack_stream_create (NULL: nothing to do); work already enqueued
+ * still completes. */
+AOTPACK_API aotpack_status* aotpack_stream_destroy(const aotpack_model* model, void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
