@@ -268,11 +268,12 @@ Inspect it: `aotpack inspect model.aotpack`. Built with: `{command}`
 """
 
 
-def copy_launcher(out: Path) -> list[str]:
+def copy_launcher(out: Path, root: Path | None = None) -> list[str]:
     """Copy aotpack-run, libaotpack.{so,a}, the headers, the CMake package and aotpack.pc into
-    `out` (runtime_files.output_folder_files); returns warnings for
-    pieces that are not installed (the bundle is still usable with a runtime built elsewhere)."""
-    root = runtime_files.runtime_dir()
+    `out` (runtime_files.output_folder_files) from the runtime prefix `root` (default: the
+    installed one); returns warnings for pieces that are not installed (the bundle is still
+    usable with a runtime built elsewhere)."""
+    root = root or runtime_files.runtime_dir()
     if root is None:
         return ["the C++ runtime is not installed (pip install . builds it; or set "
                 "AOTPACK_RUNTIME_DIR): the output folder holds the bundle only"]
@@ -291,6 +292,18 @@ def copy_launcher(out: Path) -> list[str]:
     if missing:
         return [f"not found in {root}: {', '.join(missing)} (not copied)"]
     return []
+
+
+def _portable_runtime(host_platform: str | None) -> Path | None:
+    """The runtime prefix built for `host_platform` (None: the installed runtime)."""
+    if host_platform is None:
+        return None
+    from aotpack import portable
+
+    try:
+        return portable.runtime_for(host_platform)
+    except portable.PortableRuntimeError as e:
+        raise BuildError(f"--host-platform {host_platform}: {e}") from None
 
 
 def _replace_dir(tmp: Path, out: Path) -> None:
@@ -327,7 +340,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
           tuning_db=None, tune: str = "none", tune_budget_s: float | None = None,
           dynamic=(), inputs=(), dtype: str | None = None,
           generation=None, precision: str = "model",
-          max_error: float | None = None) -> BuildResult:
+          max_error: float | None = None, host_platform: str | None = None) -> BuildResult:
     """`tuning_db`: compile measured winners from this database (docs/tuning.md).
     `dynamic`: `--dynamic NAME.DIM=[LABEL:]LO..HI` options (dims that vary at run time).
     `inputs`: `--input NAME=SHAPE[:DTYPE]` options (example inputs; a model.pt needs them).
@@ -337,8 +350,12 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     (or to `<out>.tuning.json` beside the output folder when none is given).
     `generation`: GenerationOptions (`--task text-generation`, docs/generation.md).
     `precision`, `max_error`: `--precision fp8-weights` / `fp8` and its error bound
-    (precision.py)."""
+    (precision.py).
+    `host_platform`: linux-x86_64 | linux-aarch64: the output folder's launcher and library
+    are built for that platform against glibc 2.28 (portable.py) instead of copied from the
+    runtime installed here."""
     target = parse_arch(arch)
+    runtime_root = _portable_runtime(host_platform)  # first: a missing zig fails in seconds
     if max_error is not None and precision == "model":
         raise BuildError("--max-error bounds the error of a quantized build: give it with "
                          "--precision fp8-weights or fp8")
@@ -387,7 +404,8 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
                            summary=extra, options={"dtype": dtype, "inputs": list(inputs),
                                                     "generation": generation and
                                                     generation.to_json(),
-                                                    "precision": program.precision})
+                                                    "precision": program.precision},
+                           runtime_root=runtime_root)
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
@@ -469,9 +487,11 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
 
 def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,
                   external_weights: bool, distinct: int, tuning: dict | None = None,
-                  summary: dict | None = None, options: dict | None = None) -> BuildResult:
+                  summary: dict | None = None, options: dict | None = None,
+                  runtime_root: Path | None = None) -> BuildResult:
     """`options`: the build options verify needs to load the model as the build did
-    (`--dtype`, `--input`): recorded in the provenance where given."""
+    (`--dtype`, `--input`): recorded in the provenance where given. `runtime_root`: the
+    runtime prefix copied into the folder (None: the installed one)."""
     from aotpack.bundle import read_bundle, write_bundle
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -487,7 +507,7 @@ def _write_folder(out: Path, program, plan, target: Target, spec: str, command_l
         # read back what the runtime will parse (structure and manifest; the sha256s were taken
         # from the very bytes written, re-hashing gigabytes would only double the time)
         manifest = read_bundle(bundle).manifest
-        warnings = copy_launcher(tmp)
+        warnings = copy_launcher(tmp, runtime_root)
         weights_note = (f"\nWeights are in `{WEIGHTS_NAME}`; keep it next to model.aotpack.\n"
                         if external_weights else "")
         (tmp / "README.md").write_text(README.format(name=out.name, arch=target.arch,

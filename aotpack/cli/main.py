@@ -50,6 +50,18 @@ class CastDType(str, enum.Enum):
     f16 = "f16"
 
 
+class HostPlatform(str, enum.Enum):
+    linux_x86_64 = "linux-x86_64"
+    linux_aarch64 = "linux-aarch64"
+
+
+HOST_PLATFORM_HELP = ("build the output folder's aotpack-run and libaotpack for this platform "
+                      "against glibc 2.28, with no libstdc++ needed: they run on Ubuntu 20.04, "
+                      "RHEL 8 and newer (linux-aarch64: Grace Hopper nodes). Built once with zig "
+                      "(pip install 'aotpack[portable]') and cached. Default: the runtime "
+                      "installed with aotpack, built for this machine's libraries")
+
+
 class Precision(str, enum.Enum):
     model = "model"
     fp8_weights = "fp8-weights"
@@ -196,6 +208,8 @@ def build(
                                             "most (default 1)"),
     precision: Precision = typer.Option("model", "--precision", help=PRECISION_HELP),
     max_error: Optional[float] = typer.Option(None, "--max-error", min=0.0, help=MAX_ERROR_HELP),
+    host_platform: Optional[HostPlatform] = typer.Option(None, "--host-platform",
+                                                         help=HOST_PLATFORM_HELP),
 ):
     """Compile a model into an output folder: model.aotpack (+ weights.safetensors), the
     aotpack-run launcher, libaotpack, headers and a README. Needs no GPU (except --tune).
@@ -227,7 +241,8 @@ def build(
                        gemm_backend=gemm_backend.value, tuning_db=tuning_db, tune=tune.value,
                        tune_budget_s=tune_budget, dynamic=dynamic or (), inputs=input_ or (),
                        dtype=dtype and dtype.value, generation=generation,
-                       precision=precision.value, max_error=max_error)
+                       precision=precision.value, max_error=max_error,
+                       host_platform=host_platform and host_platform.value)
     for n in result.notes:
         if n.startswith("warning: "):
             n = n[len("warning: "):]
