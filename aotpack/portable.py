@@ -115,8 +115,9 @@ def build(name: str, prefix: Path, *, jobs: int | None = None, log=None) -> Path
             if log is not None:
                 log.write(r.stdout + r.stderr)
             if r.returncode != 0:
+                tail = (r.stdout + r.stderr)[-3000:]
                 raise PortableRuntimeError(f"building the {name} runtime failed at "
-                                           f"`{' '.join(cmd[:3])}`:\n{(r.stdout + r.stderr)[-3000:]}")
+                                           f"`{' '.join(cmd[:3])}`:\n{tail}")
     return prefix
 
 
