@@ -442,3 +442,24 @@ def test_folding_keeps_broadcasts_as_views_and_skips_export_checks():
     g = _Translator(ep).run()
     assert max(c.tensor.numel() for c in g.constants.values()) <= 64 * 64
     assert rel_err(run_graph(g, [scores])[0], Biased()(scores)) < 1e-5
+
+
+def test_causal_lm_with_use_cache_builds_without_its_cache():
+    """transformers causal LMs return their KV cache by default (config.use_cache), which
+    torch.export cannot return: the static build leaves it out, says so, and keeps the logits."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from aotpack.frontend import to_graph
+    from aotpack.frontend.load import LoadedModel
+    from aotpack.frontend.prepare import prepare
+
+    cfg = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg).eval()
+    assert model.config.use_cache
+    loaded = prepare(LoadedModel(model, (torch.randint(0, 128, (2, 8)),)))
+    assert model.config.use_cache is False
+    assert any("KV cache output is left out" in n for n in loaded.notes)
+    graph = to_graph(loaded.model, loaded.inputs)
+    assert [tuple(o.value.shape) for o in graph.outputs] == [(2, 8, 128)]

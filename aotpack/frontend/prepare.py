@@ -31,6 +31,7 @@ def prepare(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
         module._forward_pre_hooks.clear()
         loaded = replace(loaded, model=module)
     loaded = apply_dtype(loaded, dtype)
+    loaded = drop_cache_output(loaded)
     loaded, ranges = apply_inputs(loaded, list(inputs))
     if is_script(loaded.model):
         from aotpack.frontend.saved import exportable
@@ -40,6 +41,21 @@ def prepare(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
     overridden = {parse_input(o).name for o in inputs}
     named = {(n, d) for n, d, *_ in parse_dynamic(list(dynamic) + ranges)}
     return apply_dynamic(loaded, _own_options(own, overridden, named) + ranges + list(dynamic))
+
+
+def drop_cache_output(loaded: LoadedModel) -> LoadedModel:
+    """A transformers model configured to return its KV cache (`config.use_cache`, on by
+    default for causal LMs) is built without it: a static bundle keeps no state between runs,
+    so the cache object (which torch.export cannot even return) would be dead output. Said in
+    a note; `--task text-generation` is the build that keeps a cache."""
+    config = getattr(loaded.model, "config", None)
+    if not getattr(config, "use_cache", False) or not hasattr(loaded.model, "generation_config"):
+        return loaded
+    config.use_cache = False
+    note = ("the model's KV cache output is left out (config.use_cache = False): this bundle "
+            "computes the logits of whole sequences; --task text-generation builds prefill and "
+            "decode steps over a cache kept in the session")
+    return replace(loaded, notes=[*loaded.notes, note])
 
 
 def apply_dtype(loaded: LoadedModel, dtype: str | None) -> LoadedModel:
