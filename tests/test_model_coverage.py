@@ -378,6 +378,25 @@ def test_roll_and_index_select_are_slices():
     assert torch.equal(run_reference(program, [x])[0], Shift()(x))
 
 
+def test_full_like_of_run_time_tensors_and_triangles():
+    """zeros_like / ones_like / full_like of inputs (only their shapes are read: a broadcast
+    constant, symbolic dims too) and tril / triu of run-time data, against eager."""
+    class Likes(torch.nn.Module):
+        def forward(self, x, ids):
+            z = torch.zeros_like(x) + torch.ones_like(x) * 2.0
+            keep = torch.ones_like(ids, dtype=torch.bool)
+            return torch.triu(x, 1) + z + torch.tril(x, -1), (torch.full_like(ids, 7) + ids) * keep
+
+    x, ids = torch.randn(3, 8, 8), torch.randint(0, 9, (3, 8))
+    b = torch.export.Dim("B", min=1, max=16)
+    for dims in (None, ({0: b}, {0: b})):
+        program = compile_graph(to_graph(Likes(), (x, ids), dims))
+        for n in ((3, 1, 5) if dims else (3,)):
+            xs, idn = torch.randn(n, 8, 8), torch.randint(0, 9, (n, 8))
+            got, want = run_reference(program, [xs, idn]), Likes()(xs, idn)
+            assert torch.equal(got[1], want[1]) and rel_err(got[0], want[0]) < 1e-6
+
+
 # --------------------------------------------------------------------------- refusals
 class _Fn(torch.nn.Module):
     def __init__(self, fn):

@@ -348,6 +348,19 @@ def _expand(cx, x, sizes, implicit=False):
     return cx.emit(Op.EXPAND, [x], O.ExpandAttrs(cx.out_shape()), final=True)
 
 
+def _full_like(cx, x, fill_value, dtype=None, **_layout):
+    """zeros_like / ones_like / full_like of a run-time tensor: only its shape is read (a
+    constant fold would need its data): one value broadcast to that shape, symbolic dims
+    included."""
+    import torch
+
+    if not isinstance(x, Value):
+        raise Unsupported("full_like of a Python value")
+    td = dtype if dtype is not None else x.dtype.to_torch()
+    fill = cx.add_constant("fill", torch.full((1,) * len(x.shape), fill_value, dtype=td))
+    return cx.emit(Op.EXPAND, [fill], O.ExpandAttrs(cx.out_shape()), final=True)
+
+
 def _unsqueeze(cx, x, dim):
     return cx.emit(Op.UNSQUEEZE, [x], O.DimAttrs((_dim(dim, len(x.shape) + 1),)), final=True)
 
@@ -427,6 +440,7 @@ RULES = {
     "aten.flatten.using_ints": _view,  # convolutions: aten_conv.py
     "aten.transpose.int": _transpose, "aten.t.default": _t, "aten.slice.Tensor": _slice,
     "aten.select.int": _select, "aten.expand.default": _expand,
+    "aten.full_like.default": _full_like,
     "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze,
     "aten.squeeze.dims": _squeeze, "aten.squeeze.default": _squeeze, "aten.cat.default": _cat,
     "aten.split.Tensor": _split, "aten.split_with_sizes.default": _split,
