@@ -6,15 +6,17 @@ still run. `aotpack build --host-platform linux-x86_64 | linux-aarch64` instead 
 built by zig's clang against glibc 2.28 with its C++ library linked in (nothing newer than
 GLIBC_2.28 is needed, no libstdc++ at all), for x86_64 or for aarch64 (Grace Hopper),
 cross-compiled from any host. It is built once per platform and source version into the cache
-(`AOTPACK_CACHE_DIR`/runtime/), from the runtime's sources (a checkout or an sdist), with the
-`ziglang` package (`pip install 'aotpack[portable]'`). `scripts/build-portable-runtime` does the
-same by hand. No torch import.
+(`AOTPACK_CACHE_DIR`/runtime/), from the runtime's sources (a checkout of aotpack installed with
+`pip install -e`: a wheel carries the built runtime, not its sources), with the `ziglang`
+package (`pip install -e '.[portable]'`). `scripts/build-portable-runtime` does the same by
+hand. No torch import.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import platform as _platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -49,6 +51,15 @@ def _check_platform(name: str) -> None:
                                    f"{', '.join(PLATFORMS)}")
 
 
+def _check_sources() -> None:
+    if not (SOURCE_ROOT / "CMakeLists.txt").is_file() or not (SOURCE_ROOT / "runtime_cpp").is_dir():
+        raise PortableRuntimeError(
+            f"the runtime's sources are not beside this aotpack ({SOURCE_ROOT}): a wheel carries "
+            f"the runtime built for its own host only. Build from a checkout (git clone, then "
+            f"pip install -e '.[portable]'), or run scripts/build-portable-runtime there and "
+            f"pass the prefix as AOTPACK_RUNTIME_DIR")
+
+
 def _source_files(root: Path) -> list[Path]:
     files = []
     for rel in _SOURCES:
@@ -77,7 +88,7 @@ def _zig() -> list[str]:
 
 def _wrappers(folder: Path, target: str) -> tuple[Path, Path]:
     """`cc` and `c++` scripts running zig's clang for `target` (CMake takes one path each)."""
-    zig = " ".join(f"'{part}'" for part in _zig())
+    zig = " ".join(shlex.quote(part) for part in _zig())
     out = []
     for name, tool in (("zcc", "cc"), ("zcxx", "c++")):
         p = folder / name
@@ -91,9 +102,7 @@ def build(name: str, prefix: Path, *, jobs: int | None = None, log=None) -> Path
     """Configure, build and install the runtime for platform `name` into `prefix` (bin/, lib/,
     include/ as `cmake --install` lays them out; stripped)."""
     _check_platform(name)
-    if not (SOURCE_ROOT / "CMakeLists.txt").is_file() or not (SOURCE_ROOT / "runtime_cpp").is_dir():
-        raise PortableRuntimeError(f"the runtime's sources are not at {SOURCE_ROOT}: build from "
-                                   f"a checkout or an sdist of aotpack")
+    _check_sources()
     if shutil.which("cmake") is None:
         raise PortableRuntimeError("cmake is needed to build the runtime (pip install cmake)")
     target, processor, _ = PLATFORMS[name]
@@ -124,9 +133,11 @@ def build(name: str, prefix: Path, *, jobs: int | None = None, log=None) -> Path
 def runtime_for(name: str) -> Path:
     """The cached runtime prefix for platform `name`, built first if missing."""
     _check_platform(name)
+    _check_sources()
     cache = knobs.cache_dir() / "runtime" / f"{__version__}-{name}-{sources_digest()}"
     if (cache / "bin" / "aotpack-run").is_file():
         return cache
+    shutil.rmtree(cache, ignore_errors=True)  # a folder left incomplete by hand or by a crash
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
     try:

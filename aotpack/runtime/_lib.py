@@ -60,6 +60,7 @@ class ModelOptionsC(ctypes.Structure):
         ("weights_path", ctypes.c_char_p),
         ("device_ordinal", ctypes.c_int),
         ("verify", ctypes.c_int),
+        ("reserved", ctypes.c_int * 3),
     ]
 
 

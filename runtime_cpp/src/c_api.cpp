@@ -32,9 +32,15 @@ aotpack_model_options model_options(const aotpack_model_options* in) {
     if (in->struct_size < sizeof(size_t))
       aotpack::fail(AOTPACK_INVALID_ARGUMENT, "aotpack_model_options.struct_size is not set");
     std::memcpy(&o, in, in->struct_size < sizeof(o) ? in->struct_size : sizeof(o));
+    // a structure from before `verify` may hold anything in the padding where it now lies
+    if (in->struct_size < AOTPACK_MODEL_OPTIONS_V2_SIZE) o.verify = AOTPACK_VERIFY_DEFAULT;
   }
   return o;
 }
+
+static_assert(sizeof(void*) != 8 ||
+                  sizeof(aotpack_model_options) == AOTPACK_MODEL_OPTIONS_V2_SIZE,
+              "AOTPACK_MODEL_OPTIONS_V2_SIZE is sizeof(aotpack_model_options) on 64-bit hosts");
 
 void fill_info(const aotpack::TensorSpec& t, aotpack_tensor_info* info) {
   std::memset(info, 0, sizeof(*info));

@@ -206,11 +206,19 @@ void Model::upload_weights(const std::vector<ByteRange>& weights) {
 Model::~Model() {
   if (!ctx_) return;  // never got a context: nothing on the device
   const cu::Driver& d = cu::driver();
-  // Destructors cannot report errors; teardown failures are ignored on purpose.
-  d.cuCtxSetCurrent(ctx_);
-  for (cu::CUmodule mod : modules_)
-    if (mod) d.cuModuleUnload(mod);
-  if (weights_base_) d.cuMemFree(weights_base_);
+  // Destructors cannot report errors; teardown failures are ignored on purpose. The caller's
+  // current context is put back: a load that failed (the context is retained before the
+  // bundle is checked) or a model freed on a thread working on another device leaves the
+  // thread as it found it.
+  cu::CUcontext previous = nullptr;
+  d.cuCtxGetCurrent(&previous);
+  if (!modules_.empty() || weights_base_) {
+    d.cuCtxSetCurrent(ctx_);
+    for (cu::CUmodule mod : modules_)
+      if (mod) d.cuModuleUnload(mod);
+    if (weights_base_) d.cuMemFree(weights_base_);
+    d.cuCtxSetCurrent(previous);
+  }
   d.cuDevicePrimaryCtxRelease(dev_);
 }
 

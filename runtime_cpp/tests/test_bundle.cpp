@@ -152,6 +152,17 @@ TEST(weight_verify_modes) {
   expect_check_file(write(TestBundle(), "wverifyok"), AOTPACK_OK, {"OK"}, nullptr,
                     AOTPACK_VERIFY_FAST);
   expect_check_file(p, AOTPACK_INVALID_ARGUMENT, {"verify is 7"}, nullptr, 7);
+  // a caller built before `verify` existed (struct_size 24): whatever lies in the padding
+  // where `verify` is now is not read, so the default (FULL for check_file) applies
+  aotpack_model_options old;
+  std::memset(&old, 0xAB, sizeof(old));
+  old.struct_size = 24;
+  old.weights_path = nullptr;
+  old.device_ordinal = 0;
+  aotpack_status* s = aotpack_model_check_file(p.c_str(), &old);
+  EXPECT(aotpack_status_code(s) == AOTPACK_WEIGHTS_MISMATCH);
+  EXPECT(std::string(aotpack_status_message(s)).find("sha256") != std::string::npos);
+  aotpack_status_free(s);
 }
 
 // A bundle written before checksums existed: FAST falls back to sha256, never to nothing.

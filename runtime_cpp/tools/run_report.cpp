@@ -11,9 +11,28 @@ namespace aotpack_run {
 
 namespace {
 
+// Length of the well-formed UTF-8 sequence starting at s[i] (1 for ASCII), or 0.
+size_t utf8_length(const std::string& s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return 0;
+  return n;
+}
+
+// A JSON string: quotes, backslashes and control characters escaped; bytes that are not
+// UTF-8 (a path in another encoding) become U+FFFD, so strict parsers accept the document.
 std::string quote(const std::string& s) {
   std::string out = "\"";
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_length(s, i);
+    if (n == 0) {
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
     if (c == '"' || c == '\\') {
       out += '\\';
       out += char(c);
@@ -22,8 +41,9 @@ std::string quote(const std::string& s) {
       std::snprintf(buf, sizeof(buf), "\\u%04x", c);
       out += buf;
     } else {
-      out += char(c);
+      out.append(s, i, n);
     }
+    i += n;
   }
   return out + "\"";
 }

@@ -114,9 +114,13 @@ typedef struct aotpack_model_options {
   int device_ordinal;
   /* How the weights are checked against the bundle (an aotpack_verify value; 0: FAST). The
    * manifest and every cubin are always checked against their sha256: they are what is
-   * launched. */
+   * launched. Read only when struct_size >= AOTPACK_MODEL_OPTIONS_V2_SIZE (it lies where
+   * earlier structures had padding). */
   int verify;
+  int reserved[3]; /* zero */
 } aotpack_model_options;
+/* sizeof(aotpack_model_options) since `verify` was added (after 0.2.0); 24 before. */
+#define AOTPACK_MODEL_OPTIONS_V2_SIZE 40
 
 /* aotpack_model_options.verify: what a load costs against what it catches (docs/manifest.md
  * "Verification"). Every mode checks each weight's name, dtype, shape and size first. */
