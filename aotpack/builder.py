@@ -249,7 +249,7 @@ def compile_ops(program, target: Target, *, choose=None, progress: bool = True,
 # ----------------------------------------------------------------------------- the folder
 README = """# {name} — built by aotpack
 
-Run it (needs only the NVIDIA driver; {arch} GPU):
+Run it (needs only the NVIDIA driver; {arch} GPU{platform}):
 
     ./aotpack-run model.aotpack --bench 100
 
@@ -258,14 +258,22 @@ Embed it in a C/C++ program: include `include/aotpack/aotpack.h` (C API) or `aot
 time; nothing else is needed):
 
     cc app.c -Iinclude -Llib -laotpack -Wl,-rpath,'$ORIGIN/lib' -o app
-    cc app.c -Iinclude lib/libaotpack.a -lstdc++ -ldl -o app
-
+{static_line}
 This folder is also an install prefix: CMake `find_package(aotpack CONFIG REQUIRED)` with
 `-DCMAKE_PREFIX_PATH=<this folder>` gives `aotpack::aotpack` (`aotpack::aotpack_static`), and
 `PKG_CONFIG_PATH=<this folder>/lib/pkgconfig pkg-config --cflags --libs aotpack` the flags.
 {weights}
 Inspect it: `aotpack inspect model.aotpack`. Built with: `{command}`
 """
+
+
+# The static library's link line: the installed runtime's needs the host's libstdc++; one built
+# for a --host-platform carries zig's libc++ inside, which other toolchains cannot link.
+STATIC_LINK_LINE = {
+    False: "    cc app.c -Iinclude lib/libaotpack.a -lstdc++ -lm -ldl -pthread -o app\n",
+    True: "(lib/libaotpack.a was built by zig against its own libc++: link it with `zig cc` only;\n"
+          "with any other compiler, link lib/libaotpack.so as above.)\n",
+}
 
 
 def copy_launcher(out: Path, root: Path | None = None) -> list[str]:
@@ -300,8 +308,12 @@ def _portable_runtime(host_platform: str | None) -> Path | None:
         return None
     from aotpack import portable
 
+    def announce(cache: Path) -> None:
+        print(f"building the {host_platform} runtime with zig (once, ~90 s on 2 cores; cached "
+              f"in {cache.parent})", file=sys.stderr, flush=True)
+
     try:
-        return portable.runtime_for(host_platform)
+        return portable.runtime_for(host_platform, announce=announce)
     except portable.PortableRuntimeError as e:
         raise BuildError(f"--host-platform {host_platform}: {e}") from None
 
@@ -355,7 +367,6 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     are built for that platform against glibc 2.28 (portable.py) instead of copied from the
     runtime installed here."""
     target = parse_arch(arch)
-    runtime_root = _portable_runtime(host_platform)  # first: a missing zig fails in seconds
     if max_error is not None and precision == "model":
         raise BuildError("--max-error bounds the error of a quantized build: give it with "
                          "--precision fp8-weights or fp8")
@@ -368,6 +379,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
                          f"(expected file.py:factory, a .pt2 file, a model.pt or a model.onnx)")
     _check_destination(out, force)
+    runtime_root = _portable_runtime(host_platform)  # before the model: a missing zig is fast
     progress = knobs.show_progress() if progress is None else progress
     command_line = portable_command(command_line or shlex.join(
         ["aotpack", "build", spec, "--arch", arch, "-o", str(out)]))
@@ -405,7 +417,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
                                                     "generation": generation and
                                                     generation.to_json(),
                                                     "precision": program.precision},
-                           runtime_root=runtime_root)
+                           runtime_root=runtime_root, host_platform=host_platform)
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
@@ -488,10 +500,12 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
 def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,
                   external_weights: bool, distinct: int, tuning: dict | None = None,
                   summary: dict | None = None, options: dict | None = None,
-                  runtime_root: Path | None = None) -> BuildResult:
+                  runtime_root: Path | None = None,
+                  host_platform: str | None = None) -> BuildResult:
     """`options`: the build options verify needs to load the model as the build did
     (`--dtype`, `--input`): recorded in the provenance where given. `runtime_root`: the
-    runtime prefix copied into the folder (None: the installed one)."""
+    runtime prefix copied into the folder (None: the installed one), built for
+    `host_platform` (None: this host)."""
     from aotpack.bundle import read_bundle, write_bundle
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -510,8 +524,10 @@ def _write_folder(out: Path, program, plan, target: Target, spec: str, command_l
         warnings = copy_launcher(tmp, runtime_root)
         weights_note = (f"\nWeights are in `{WEIGHTS_NAME}`; keep it next to model.aotpack.\n"
                         if external_weights else "")
-        (tmp / "README.md").write_text(README.format(name=out.name, arch=target.arch,
-                                                     weights=weights_note, command=command_line))
+        (tmp / "README.md").write_text(README.format(
+            name=out.name, arch=target.arch, weights=weights_note, command=command_line,
+            platform=f"; {host_platform} host" if host_platform else "",
+            static_line=STATIC_LINK_LINE[host_platform is not None]))
         os.chmod(tmp, 0o755)
         _replace_dir(tmp, out)
     except BaseException:

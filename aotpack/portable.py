@@ -130,8 +130,9 @@ def build(name: str, prefix: Path, *, jobs: int | None = None, log=None) -> Path
     return prefix
 
 
-def runtime_for(name: str) -> Path:
-    """The cached runtime prefix for platform `name`, built first if missing."""
+def runtime_for(name: str, announce=None) -> Path:
+    """The cached runtime prefix for platform `name`, built first if missing (`announce`,
+    if given, is called with the cache folder before a build starts)."""
     _check_platform(name)
     _check_sources()
     cache = knobs.cache_dir() / "runtime" / f"{__version__}-{name}-{sources_digest()}"
@@ -139,6 +140,8 @@ def runtime_for(name: str) -> Path:
         return cache
     shutil.rmtree(cache, ignore_errors=True)  # a folder left incomplete by hand or by a crash
     cache.parent.mkdir(parents=True, exist_ok=True)
+    if announce is not None:
+        announce(cache)
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
     try:
         build(name, tmp / "prefix")

@@ -519,7 +519,9 @@ int main(int argc, char** argv) {
       mo.weights_path = a.weights.empty() ? nullptr : a.weights.c_str();
       mo.verify = a.verify;
       check_status(aotpack_model_check_file(a.bundle.c_str(), &mo));
-      std::printf("aotpack-run: bundle is valid: %s\n", a.bundle.c_str());
+      std::printf("aotpack-run: bundle is valid: %s%s\n", a.bundle.c_str(),
+                  a.verify == AOTPACK_VERIFY_NONE ? " (the weights' bytes were not checked: "
+                                                    "--verify none)" : "");
       return 0;
     }
     if (a.info) {
@@ -530,7 +532,17 @@ int main(int argc, char** argv) {
       aotpack_run::run_generate(a.bundle, a.weights, a.device, a.verify, a.graph, a.seed, a.gen);
       return 0;
     }
-    run(a);
+    if (!a.json) {
+      run(a);
+      return 0;
+    }
+    try {  // --json: a failure is a JSON document too (and the usual line on stderr)
+      run(a);
+    } catch (const aotpack::Error& e) {
+      std::fputs(aotpack_run::error_json(aotpack_status_code_name(e.code()), e.what()).c_str(),
+                 stdout);
+      throw;
+    }
     return 0;
   });
 }

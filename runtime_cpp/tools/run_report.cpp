@@ -103,6 +103,10 @@ void print_outputs(const std::vector<OutputSummary>& summary) {
                 o.dtype.c_str(), dims_text(o.shape).c_str(), o.mean_abs, o.nonfinite);
 }
 
+std::string error_json(const std::string& code, const std::string& message) {
+  return "{\"error\": {\"code\": " + quote(code) + ", \"message\": " + quote(message) + "}}\n";
+}
+
 std::string to_json(const RunReport& r) {
   std::string shapes;
   for (size_t i = 0; i < r.shapes.size(); ++i) {

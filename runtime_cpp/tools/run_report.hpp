@@ -47,4 +47,7 @@ void print_outputs(const std::vector<OutputSummary>& summary);
 // The report as a JSON object (names escaped; non-finite numbers as null).
 std::string to_json(const RunReport& r);
 
+// {"error": {"code": "...", "message": "..."}}: what --json prints when the run fails.
+std::string error_json(const std::string& code, const std::string& message);
+
 }  // namespace aotpack_run
