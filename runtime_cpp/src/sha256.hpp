@@ -24,6 +24,9 @@ class Sha256 {
   uint64_t total_ = 0;
 };
 
+// Whether this CPU's SHA instructions (x86-64 SHA-NI) do the hashing (else portable C++).
+bool sha256_uses_cpu_instructions();
+
 // One-shot helper: hex SHA-256 of `size` bytes at `data`.
 std::string sha256_hex(const void* data, size_t size);
 

@@ -95,6 +95,11 @@ TEST(sha256_vectors) {
   for (size_t i = 0; i < million.size(); i += 997)
     h.update(million.data() + i, std::min<size_t>(997, million.size() - i));
   EXPECT(h.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // in one call: many blocks at once (the SHA-NI path where the CPU has it)
+  EXPECT(sha256_hex(million.data(), million.size()) ==
+         "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  std::printf("  sha256 on %s\n", aotpack::sha256_uses_cpu_instructions() ? "SHA-NI"
+                                                                            : "portable C++");
 }
 
 TEST(sha256_parallel) {
