@@ -75,6 +75,18 @@ def test_inspect_tables(tmp_path):
         assert expected in text, expected
 
 
+@pytest.mark.parametrize("columns, tables", [(80, 2), (160, 1)])
+def test_inspect_kernel_table_fits_the_terminal(tmp_path, monkeypatch, columns, tables):
+    """On a narrow terminal the fused ops and configs get a table of their own (rich would
+    squeeze those columns to nothing beside the names and numbers)."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = _run("inspect", write_handmade(tmp_path / "model.aotpack"))
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert ("kernels: fused ops and config" in text) == (tables == 2)
+    assert "linear, bias" in text and "BM=64" in text
+
+
 def test_inspect_without_the_external_weights_file(tmp_path):
     """A bundle whose weights live elsewhere (e.g. copied alone to another machine) can still be
     inspected; --check needs the weights and says where it looked."""

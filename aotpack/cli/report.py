@@ -116,7 +116,8 @@ def print_inspect(out: Console, d: dict) -> None:
              if w["external"] else "embedded")
     out.print(f"weights: {w['count']} tensors, {human_bytes(w['bytes'])} ({escape(where)}); "
               f"cubins: {d['cubins']['count']}, {human_bytes(d['cubins']['bytes'])}")
-    out.print(_kernel_table(d["kernels"]))
+    for table in _kernel_tables(d["kernels"], out.width):
+        out.print(table)
     mem = d["memory"]
     naive = mem["naive_bytes"]
     saving = f" (no reuse would need {human_bytes(naive)})" if naive else ""
@@ -194,17 +195,33 @@ def _dims(d: list[int]) -> str:
     return str(d[0]) if d[1:] == [1, 1] else "×".join(map(str, d))
 
 
-def _kernel_table(kernels: list[dict]) -> Table:
+# Below this terminal width the kernels table would squeeze its free-text columns to nothing
+# (names and numbers are never split): they get a table of their own instead.
+_WIDE_TERMINAL = 120
+
+
+def _kernel_tables(kernels: list[dict], width: int) -> list[Table]:
+    wide = width >= _WIDE_TERMINAL
+    cols = ("name", "backend", *(("fused ops", "config") if wide else ()), "block", "smem",
+            "cluster", "steps")
     table = Table(title="kernels", show_lines=False)
-    # names and numbers are never split; the free-text columns fold
-    for col in ("name", "backend", "fused ops", "config", "block", "smem", "cluster", "steps"):
+    for col in cols:  # names and numbers are never split; the free-text columns fold
         free = col in ("fused ops", "config")
         table.add_column(col, overflow="fold", no_wrap=not free, min_width=12 if free else None)
     for k in kernels:
-        table.add_row(escape(k["name"]), escape(str(k["backend"])), escape(", ".join(k["fused_ops"])),
-                      escape(_config(k["config"])), _dims(k["block"]),
-                      human_bytes(k["smem"]), _dims(k["cluster"]), str(k["steps"]))
-    return table
+        text = (escape(", ".join(k["fused_ops"])), escape(_config(k["config"])))
+        table.add_row(escape(k["name"]), escape(str(k["backend"])), *(text if wide else ()),
+                      _dims(k["block"]), human_bytes(k["smem"]), _dims(k["cluster"]),
+                      str(k["steps"]))
+    if wide:
+        return [table]
+    detail = Table(title="kernels: fused ops and config", show_lines=False)
+    for col in ("name", "fused ops", "config"):
+        detail.add_column(col, overflow="fold", no_wrap=col == "name")
+    for k in kernels:
+        detail.add_row(escape(k["name"]), escape(", ".join(k["fused_ops"])),
+                       escape(_config(k["config"])))
+    return [table, detail]
 
 
 def print_verify(out: Console, rep) -> None:

@@ -73,9 +73,9 @@ void print_info(const std::string& bundle, const std::string& weights, int verif
   auto b = aotpack::open_bundle(bundle, weights,
                                 aotpack::verify_mode(verify, aotpack::Verify::Fast));
   const aotpack::Manifest& m = b->manifest;
-  std::printf("bundle: %s (format v%lld, target %s cc %d.%d, min driver %lld)\n",
-              bundle.c_str(), (long long)m.version, m.arch.c_str(), m.cc_major, m.cc_minor,
-              (long long)m.min_driver);
+  std::printf("bundle: %s (format v%lld, target %s cc %d.%d, driver for CUDA %lld.%lld or "
+              "newer)\n", bundle.c_str(), (long long)m.version, m.arch.c_str(), m.cc_major,
+              m.cc_minor, (long long)m.min_driver / 1000, (long long)m.min_driver % 1000 / 10);
   for (const auto& s : m.symbols)
     std::printf("symbol %-24s %lld..%lld%s\n", s.name.c_str(), (long long)s.min,
                 (long long)s.max,
