@@ -397,6 +397,25 @@ def test_full_like_of_run_time_tensors_and_triangles():
             assert torch.equal(got[1], want[1]) and rel_err(got[0], want[0]) < 1e-6
 
 
+def test_repeat_and_clamp_with_tensor_bounds():
+    """x.repeat (more counts than dims too) is one copy kernel; clamp with tensor bounds
+    (broadcast, min only, both) is max/min; static and with a batch dim that varies."""
+    class RepeatClamp(torch.nn.Module):
+        def forward(self, x, lo, hi):
+            tiled = x.repeat(1, 2, 3) + x.repeat(2, 1, 1, 1).sum(0).repeat(1, 2, 3)
+            return tiled.clamp(min=lo), x.clamp(lo[:, :4, :1], hi)
+
+    x, lo, hi = torch.randn(3, 4, 5), torch.randn(1, 8, 15) * 0.1, torch.rand(3, 4, 5)
+    b = torch.export.Dim("B", min=1, max=8)
+    for dims in (None, ({0: b}, None, {0: b})):
+        program = compile_graph(to_graph(RepeatClamp(), (x, lo, hi), dims))
+        assert {type(op).__name__ for op in program.ops} <= {"PointwiseOp", "ReduceOp"}
+        for n in ((3, 1, 6) if dims else (3,)):
+            args = (torch.randn(n, 4, 5), lo, torch.rand(n, 4, 5))
+            for got, want in zip(run_reference(program, list(args)), RepeatClamp()(*args)):
+                assert rel_err(got, want) < 1e-6
+
+
 # --------------------------------------------------------------------------- refusals
 class _Fn(torch.nn.Module):
     def __init__(self, fn):

@@ -317,6 +317,19 @@ def _clamp(cx, x, lo=None, hi=None):
     return cx.emit(op, [x], O.BinaryAttrs(float(v)), final=True)
 
 
+def _clamp_tensor(cx, x, lo=None, hi=None):
+    """clamp with tensor bounds (broadcast like any binary op): max(x, lo), then min(., hi)."""
+    bounds = [(op, v) for op, v in ((Op.MAX, lo), (Op.MIN, hi)) if v is not None]
+    if not bounds:
+        return x
+    out = x
+    for k, (op, v) in enumerate(bounds):
+        final = k == len(bounds) - 1
+        out = (cx.emit(op, [out, v], O.BinaryAttrs(), final=final) if isinstance(v, Value) else
+               cx.emit(op, [out], O.BinaryAttrs(float(v)), final=final))
+    return out
+
+
 def _unary(op: Op):
     return lambda cx, x: cx.emit(op, [x], O.NoAttrs(), final=True)
 
@@ -339,6 +352,7 @@ RULES = {
     "aten.adaptive_avg_pool2d.default": _adaptive_avg_pool,
     "aten.as_strided.default": _as_strided,
     "aten.hardtanh.default": _hardtanh, "aten.clamp.default": _clamp,
+    "aten.clamp.Tensor": _clamp_tensor,
     "aten.relu6.default": _unary(Op.RELU6),
     "aten.hardswish.default": _unary(Op.HARDSWISH),
     "aten.hardsigmoid.default": _unary(Op.HARDSIGMOID),

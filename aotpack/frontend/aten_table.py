@@ -7,6 +7,7 @@ supported"; the context turns it into an UnsupportedOpError with the node and so
 """
 from __future__ import annotations
 
+import math
 
 from aotpack.dtypes import DType
 from aotpack.ir import ops as O
@@ -348,6 +349,27 @@ def _expand(cx, x, sizes, implicit=False):
     return cx.emit(Op.EXPAND, [x], O.ExpandAttrs(cx.out_shape()), final=True)
 
 
+_REPEAT_FOLD_BYTES = 1 << 26  # as translate._FOLD_LIMIT: constants stored in the bundle
+
+
+def _repeat(cx, x, repeats):
+    """x.repeat(r0, r1, ...): x viewed as (1, s0, 1, s1, ...), expanded to (r0, s0, r1, s1,
+    ...), copied and viewed as (r0·s0, r1·s1, ...): the tiling is one copy kernel."""
+    reps, rank = tuple(repeats), len(x.shape)
+    if len(reps) < rank:
+        raise Unsupported(f"repeat with {len(reps)} counts for a {rank}-D tensor")
+    t = cx.constant_value(x)
+    if t is not None and all(isinstance(r, int) for r in reps) and \
+            t.numel() * t.element_size() * math.prod(reps) <= _REPEAT_FOLD_BYTES:
+        return cx.add_constant("repeat", t.repeat(*reps))  # a table (GPT-J's sin/cos): fold
+    shape = (1,) * (len(reps) - rank) + tuple(x.shape)
+    v = cx.emit(Op.VIEW, [x], O.ViewAttrs(tuple(d for s in shape for d in (1, s))))
+    e = cx.emit(Op.EXPAND, [v], O.ExpandAttrs(tuple(d for r, s in zip(reps, shape)
+                                                    for d in (r, s))))
+    return cx.emit(Op.VIEW, [cx.emit(Op.COPY, [e], O.NoAttrs())], O.ViewAttrs(cx.out_shape()),
+                   final=True)
+
+
 def _full_like(cx, x, fill_value, dtype=None, **_layout):
     """zeros_like / ones_like / full_like of a run-time tensor: only its shape is read (a
     constant fold would need its data): one value broadcast to that shape, symbolic dims
@@ -440,7 +462,7 @@ RULES = {
     "aten.flatten.using_ints": _view,  # convolutions: aten_conv.py
     "aten.transpose.int": _transpose, "aten.t.default": _t, "aten.slice.Tensor": _slice,
     "aten.select.int": _select, "aten.expand.default": _expand,
-    "aten.full_like.default": _full_like,
+    "aten.full_like.default": _full_like, "aten.repeat.default": _repeat,
     "aten.unsqueeze.default": _unsqueeze, "aten.squeeze.dim": _squeeze,
     "aten.squeeze.dims": _squeeze, "aten.squeeze.default": _squeeze, "aten.cat.default": _cat,
     "aten.split.Tensor": _split, "aten.split_with_sizes.default": _split,
