@@ -1,5 +1,6 @@
-"""Helpers of tests/test_conv.py: run a program op by op with the torch references and check
-its convolution and pooling kernels in Triton's interpreter against them."""
+"""Helpers of tests/test_conv.py (and of other kernels' tests): run a program op by op with the
+torch references and check some of its kernels (convolution and pooling by default) in
+Triton's interpreter against them."""
 from __future__ import annotations
 
 import torch
@@ -10,8 +11,8 @@ from aotpack.kernels.reference import view
 from aotpack.kernels.spec import ConvOp, PoolOp
 
 
-def reference_envs(program, inputs):
-    """[(op, env before op)] for every ConvOp/PoolOp, and the env after the whole program."""
+def reference_envs(program, inputs, kinds=(ConvOp, PoolOp)):
+    """[(op, env before op)] for every op of `kinds`, and the env after the whole program."""
     env = {}
     for name, t in zip(program.inputs, inputs):
         env[name] = t.contiguous().reshape(-1)
@@ -22,23 +23,27 @@ def reference_envs(program, inputs):
             env[st.name] = _empty(st, True)
     jobs = []
     for op in program.ops:
-        if isinstance(op, (ConvOp, PoolOp)):
+        if isinstance(op, kinds):
             before = {k: v.clone() for k, v in env.items()}
             jobs.append((op, before))
         run_reference(op, env)
     return jobs, env
 
 
-def check_kernels_interpreted(program, inputs, tol=2e-2, configs=None):
-    """Every ConvOp/PoolOp of `program` run by its Triton kernel in the interpreter (inputs as
-    the references computed them, the output poisoned) matches its reference output.
+def check_kernels_interpreted(program, inputs, tol=2e-2, configs=None,
+                              kinds=(ConvOp, PoolOp), poison=True):
+    """Every op of `kinds` in `program` run by its Triton kernel in the interpreter (inputs as
+    the references computed them, the output poisoned unless `poison` is False: an op that
+    writes part of its output in place) matches its reference output.
     Returns the number of ops checked."""
     from aotpack.kernels.triton._interpret import run_interpreted_batch
 
-    jobs, ref_env = reference_envs(program, inputs)
+    jobs, ref_env = reference_envs(program, inputs, kinds)
     batch = []
     for op, env in jobs:
-        view(env, op.out).fill_(float("nan"))
+        if poison:  # NaN, or for integers a value no kernel here computes
+            out = view(env, op.out)
+            out.fill_(float("nan") if out.is_floating_point() else -123456789)
         batch.append((op, env, (configs or {}).get(type(op).__name__)))
     run_interpreted_batch(batch)
     for op, env in jobs:

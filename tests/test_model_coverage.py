@@ -397,6 +397,50 @@ def test_full_like_of_run_time_tensors_and_triangles():
             assert torch.equal(got[1], want[1]) and rel_err(got[0], want[0]) < 1e-6
 
 
+def test_gather_and_scatter_along_any_dim_with_run_time_indices():
+    """torch.gather / scatter (src and value forms) with indices computed at run time, along
+    inner and outer dims: element-wise row gathers and scatters (the embedding and
+    scatter-rows kernels with rows of one element), against eager and, kernel by kernel, in
+    Triton's interpreter."""
+    from conv_checks import check_kernels_interpreted
+    from aotpack.kernels.spec import EmbeddingOp, ScatterRowsOp
+
+    class GatherScatter(torch.nn.Module):
+        def forward(self, x, idx, src, idx0):
+            picked = x.gather(2, idx) + x.gather(0, idx0)[:, :, :3]
+            written = x.scatter(2, idx, src).scatter(1, idx[:, :4, :] % 6, 0.5)
+            return picked, written
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 6, 8, generator=g)
+    idx = torch.stack([torch.randperm(8, generator=g)[:3] for _ in range(12)]).reshape(2, 6, 3)
+    idx0 = torch.randint(0, 2, (2, 6, 8), generator=g)
+    src = torch.randn(2, 6, 3, generator=g)
+    args = (x, idx, src, idx0)
+    program = compile_graph(to_graph(GatherScatter(), args))
+    for got, want in zip(run_reference(program, list(args)), GatherScatter()(*args)):
+        assert torch.equal(got, want)
+    assert check_kernels_interpreted(program, list(args), tol=0, kinds=(EmbeddingOp,)) == 2
+    assert check_kernels_interpreted(program, list(args), tol=0, kinds=(ScatterRowsOp,),
+                                     poison=False) == 2
+
+
+def test_remainder_of_run_time_tensors():
+    """remainder (the divisor's sign, as torch) of integers and floats, by a number and by a
+    tensor, negative values included."""
+    class Rem(torch.nn.Module):
+        def forward(self, ids, x, d):
+            return ids % 5, torch.remainder(ids, -3), x % 1.5, torch.remainder(x, d)
+
+    args = (torch.arange(-7, 9).reshape(2, 8), torch.randn(2, 8) * 4, torch.rand(2, 8) + 0.5)
+    program = compile_graph(to_graph(Rem(), args))
+    for got, want in zip(run_reference(program, list(args)), Rem()(*args)):
+        assert got.dtype == want.dtype and torch.allclose(got, want, atol=1e-5)
+    from conv_checks import check_kernels_interpreted
+
+    assert check_kernels_interpreted(program, list(args), tol=1e-6, kinds=(PointwiseOp,)) >= 1
+
+
 def test_repeat_and_clamp_with_tensor_bounds():
     """x.repeat (more counts than dims too) is one copy kernel; clamp with tensor bounds
     (broadcast, min only, both) is max/min; static and with a batch dim that varies."""

@@ -105,16 +105,59 @@ def _cumsum(cx, x, dim, dtype=None):
 
 # ----------------------------------------------------------------------------- indexing
 def _gather(cx, x, dim, index, sparse_grad=False):
-    """gather from a constant by run-time indices: when every entry of the constant is the
-    same value (RoBERTa's all-zero token-type buffer, gathered at the positions it computes
-    from the ids) the result is that value everywhere; any other gather is refused."""
+    """gather(x, dim, index): out[..., j, ...] = x[..., index[..., j, ...], ...]. From a
+    constant whose entries are all equal (RoBERTa's all-zero token-type buffer) it is that
+    value; otherwise x is indexed at every element, index along `dim` and the element's own
+    coordinates elsewhere (an element-wise row gather)."""
     samples = cx.constant_samples(x) if isinstance(x, Value) else None
     if samples:
         first = samples[0][1].reshape(-1)[:1]
         if first.numel() and all(bool((t == first).all()) for _, t in samples):
             return _broadcast(cx, cx.add_constant("value", first.reshape(())))
-    raise Unsupported("a gather by indices computed at run time (only from a constant whose "
-                      "entries are all equal)")
+    return _gather_rows(cx, x, _coordinates(cx, x, dim, index, "gather"),
+                        list(range(len(x.shape))))
+
+
+def _coordinates(cx, x: Value, dim: int, index: Value, what: str) -> list[Value]:
+    """The index tensors that make x[c0, .., index, .., c_r-1] the gather (or scatter) along
+    `dim`: `index` at dim, an arange over each other dim of index's shape (constants, so
+    index's shape must be static)."""
+    import torch
+
+    rank = len(x.shape)
+    dim = dim + rank if dim < 0 else dim
+    if not isinstance(index, Value) or len(index.shape) != rank:
+        raise Unsupported(f"{what} with an index of another rank than the tensor")
+    if not all(isinstance(n, int) for n in index.shape):
+        raise Unsupported(f"{what} with an index whose shape varies at run time")
+    coords = []
+    for k, n in enumerate(index.shape):
+        if k == dim:
+            coords.append(index)
+            continue
+        shape = [1] * rank
+        shape[k] = n
+        coords.append(cx.add_constant(f"coord{k}", torch.arange(n).reshape(shape)))
+    return coords
+
+
+def _scatter(cx, x, dim, index, src=None, value=None, reduce=None):
+    """scatter(x, dim, index, src | value) (not in place): x copied, then src's elements
+    written at x[c0, .., index, .., c_r-1] (an element-wise row scatter). Duplicate indices
+    leave one of the written values, as torch leaves it undefined; a reduction is refused."""
+    import torch
+
+    if reduce is not None:
+        raise Unsupported(f"scatter with reduce={reduce!r} (the writes do not accumulate)")
+    coords = _coordinates(cx, x, dim, index, "scatter")
+    if not isinstance(src, Value):
+        fill = src if value is None else value
+        src = cx.add_constant("src", torch.full(tuple(index.shape), fill,
+                                                dtype=x.dtype.to_torch()))
+    elif tuple(src.shape) != tuple(index.shape):
+        raise Unsupported(f"scatter with src {list(src.shape)} larger than its index "
+                          f"{list(index.shape)}: pass src[:, ...] cut to the index's shape")
+    return scatter_rows(cx, x, coords, src)
 
 
 def _index(cx, x, indices):
@@ -350,5 +393,6 @@ RULES = {
     "aten.masked_fill.Scalar": _masked_fill, "aten.masked_fill.Tensor": _masked_fill,
     "aten.index.Tensor": _index, "aten.cumsum.default": _cumsum,
     "aten.gather.default": _gather, "aten.argmax.default": _argmax,
+    "aten.scatter.src": _scatter, "aten.scatter.value": _scatter,
     "aten.index_select.default": _index_select, "aten.roll.default": _roll,
 }

@@ -49,6 +49,18 @@ def _number(v):
     return int(v) if isinstance(v, (bool, int)) else float(v)
 
 
+def _remainder(cx, x, y):
+    """remainder(x, y) = x - floor(x / y) * y (the sign of the divisor, as torch and Python):
+    position and bucket arithmetic on ids."""
+    if not isinstance(x, Value):
+        raise Unsupported("remainder of a Python number by a tensor")
+    q = (cx.emit(Op.FLOORDIV, [x, y], O.BinaryAttrs()) if isinstance(y, Value)
+         else cx.emit(Op.FLOORDIV, [x], O.BinaryAttrs(_number(y))))
+    qy = (cx.emit(Op.MUL, [q, y], O.BinaryAttrs()) if isinstance(y, Value)
+          else cx.emit(Op.MUL, [q], O.BinaryAttrs(_number(y))))
+    return cx.emit(Op.SUB, [x, qy], O.BinaryAttrs(), final=True)
+
+
 def _rsub(cx, x, y, alpha=1):
     """rsub(x, y) = y - alpha * x."""
     if alpha != 1:
@@ -434,6 +446,7 @@ RULES = {
     "aten.mul.Tensor": _binary(Op.MUL), "aten.mul.Scalar": _binary(Op.MUL),
     "aten.div.Tensor": _binary(Op.DIV), "aten.div.Scalar": _binary(Op.DIV),
     "aten.div.Tensor_mode": _binary(Op.DIV),
+    "aten.remainder.Scalar": _remainder, "aten.remainder.Tensor": _remainder,
     "aten.maximum.default": _binary(Op.MAX), "aten.minimum.default": _binary(Op.MIN),
     "aten.pow.Tensor_Scalar": _binary(Op.POW), "aten.pow.Tensor_Tensor": _binary(Op.POW),
     "aten.pow.Scalar": _binary(Op.POW),
