@@ -41,9 +41,12 @@ def check_kernels_interpreted(program, inputs, tol=2e-2, configs=None,
     jobs, ref_env = reference_envs(program, inputs, kinds)
     batch = []
     for op, env in jobs:
-        if poison:  # NaN, or for integers a value no kernel here computes
+        if poison:  # NaN, or for integers the most negative value (bools: not poisoned)
             out = view(env, op.out)
-            out.fill_(float("nan") if out.is_floating_point() else -123456789)
+            if out.is_floating_point():
+                out.fill_(float("nan"))
+            elif out.dtype != torch.bool:
+                out.fill_(torch.iinfo(out.dtype).min)
         batch.append((op, env, (configs or {}).get(type(op).__name__)))
     run_interpreted_batch(batch)
     for op, env in jobs:

@@ -463,3 +463,11 @@ def test_causal_lm_with_use_cache_builds_without_its_cache():
     assert any("KV cache output is left out" in n for n in loaded.notes)
     graph = to_graph(loaded.model, loaded.inputs)
     assert [tuple(o.value.shape) for o in graph.outputs] == [(2, 8, 128)]
+    from transformers import LlamaModel  # a headless decoder (embeddings) too
+
+    base = LlamaModel(cfg).eval()
+    base.config.use_cache = True
+    loaded = prepare(LoadedModel(base, (torch.randint(0, 128, (2, 8)),)))
+    assert base.config.use_cache is False
+    assert [tuple(o.value.shape) for o in to_graph(loaded.model, loaded.inputs).outputs] == \
+        [(2, 8, 32)]

@@ -420,25 +420,33 @@ def test_gather_and_scatter_along_any_dim_with_run_time_indices():
     program = compile_graph(to_graph(GatherScatter(), args))
     for got, want in zip(run_reference(program, list(args)), GatherScatter()(*args)):
         assert torch.equal(got, want)
+    bad = idx.clone()
+    bad[0, 0, 0] = 9  # outside dim 2 (torch raises): read within the row, not the next one
+    single = compile_graph(to_graph(_Fn(lambda x, i: x.gather(2, i)), (x, idx)))
+    assert run_reference(single, [x, bad])[0][0, 0, 0] == x[0, 0, 7]
+    with pytest.raises(Exception, match="gather of a 0-d tensor"):
+        to_graph(_Fn(lambda x, i: x.sum().gather(0, i)), (x, torch.tensor(0)))
     assert check_kernels_interpreted(program, list(args), tol=0, kinds=(EmbeddingOp,)) == 2
     assert check_kernels_interpreted(program, list(args), tol=0, kinds=(ScatterRowsOp,),
                                      poison=False) == 2
 
 
 def test_remainder_of_run_time_tensors():
-    """remainder (the divisor's sign, as torch) of integers and floats, by a number and by a
-    tensor, negative values included."""
+    """remainder (the divisor's sign, as torch) of integers (int64, int32), by a number and by
+    a tensor, negative values included; of floats refused."""
     class Rem(torch.nn.Module):
-        def forward(self, ids, x, d):
-            return ids % 5, torch.remainder(ids, -3), x % 1.5, torch.remainder(x, d)
+        def forward(self, ids, d):
+            return ids % 5, torch.remainder(ids, -3), torch.remainder(ids, d), ids.int() % 7
 
-    args = (torch.arange(-7, 9).reshape(2, 8), torch.randn(2, 8) * 4, torch.rand(2, 8) + 0.5)
+    args = (torch.arange(-7, 9).reshape(2, 8), torch.tensor([[3], [-4]]))
     program = compile_graph(to_graph(Rem(), args))
     for got, want in zip(run_reference(program, list(args)), Rem()(*args)):
         assert got.dtype == want.dtype and torch.allclose(got, want, atol=1e-5)
     from conv_checks import check_kernels_interpreted
 
     assert check_kernels_interpreted(program, list(args), tol=1e-6, kinds=(PointwiseOp,)) >= 1
+    with pytest.raises(Exception, match="remainder of floating-point values"):
+        to_graph(_Fn(lambda x: x % 1.5), (torch.randn(4),))
 
 
 def test_repeat_and_clamp_with_tensor_bounds():

@@ -114,8 +114,13 @@ def _gather(cx, x, dim, index, sparse_grad=False):
         first = samples[0][1].reshape(-1)[:1]
         if first.numel() and all(bool((t == first).all()) for _, t in samples):
             return _broadcast(cx, cx.add_constant("value", first.reshape(())))
-    return _gather_rows(cx, x, _coordinates(cx, x, dim, index, "gather"),
-                        list(range(len(x.shape))))
+    coords = _coordinates(cx, x, dim, index, "gather")
+    d = coords.index(index) if isinstance(index, Value) else 0
+    size = x.shape[d]
+    if isinstance(size, int):  # torch raises on an index outside the dim; read within its row
+        clamped = cx.emit(Op.MAX, [index], O.BinaryAttrs(0))
+        coords[d] = cx.emit(Op.MIN, [clamped], O.BinaryAttrs(size - 1))
+    return _gather_rows(cx, x, coords, list(range(len(x.shape))))
 
 
 def _coordinates(cx, x: Value, dim: int, index: Value, what: str) -> list[Value]:
@@ -126,6 +131,8 @@ def _coordinates(cx, x: Value, dim: int, index: Value, what: str) -> list[Value]
 
     rank = len(x.shape)
     dim = dim + rank if dim < 0 else dim
+    if rank == 0:
+        raise Unsupported(f"{what} of a 0-d tensor (x.reshape(1) first)")
     if not isinstance(index, Value) or len(index.shape) != rank:
         raise Unsupported(f"{what} with an index of another rank than the tensor")
     if not all(isinstance(n, int) for n in index.shape):

@@ -50,10 +50,13 @@ def _number(v):
 
 
 def _remainder(cx, x, y):
-    """remainder(x, y) = x - floor(x / y) * y (the sign of the divisor, as torch and Python):
-    position and bucket arithmetic on ids."""
+    """remainder(x, y) = x - floor(x / y) * y (the sign of the divisor, as torch and Python)
+    for integers: position and bucket arithmetic on ids. Floats are refused: computed this
+    way the result can round to y itself, which torch's fmod-based remainder never gives."""
     if not isinstance(x, Value):
         raise Unsupported("remainder of a Python number by a tensor")
+    if x.dtype.is_float or isinstance(y, float) or (isinstance(y, Value) and y.dtype.is_float):
+        raise Unsupported("remainder of floating-point values (only integers: ids, positions)")
     q = (cx.emit(Op.FLOORDIV, [x, y], O.BinaryAttrs()) if isinstance(y, Value)
          else cx.emit(Op.FLOORDIV, [x], O.BinaryAttrs(_number(y))))
     qy = (cx.emit(Op.MUL, [q, y], O.BinaryAttrs()) if isinstance(y, Value)

@@ -9,6 +9,8 @@ option's to declare).
 """
 from __future__ import annotations
 
+import sys
+
 from dataclasses import dataclass, replace
 
 from aotpack.frontend.dynamic import apply_dynamic, parse_dynamic
@@ -48,8 +50,11 @@ def drop_cache_output(loaded: LoadedModel) -> LoadedModel:
     default for causal LMs) is built without it: a static bundle keeps no state between runs,
     so the cache object (which torch.export cannot even return) would be dead output. Said in
     a note; `--task text-generation` is the build that keeps a cache."""
-    config = getattr(loaded.model, "config", None)
-    if not getattr(config, "use_cache", False) or not hasattr(loaded.model, "generation_config"):
+    transformers = sys.modules.get("transformers")  # loaded by the factory if it made one
+    if transformers is None or not isinstance(loaded.model, transformers.PreTrainedModel):
+        return loaded
+    config = loaded.model.config
+    if not getattr(config, "use_cache", False):
         return loaded
     config.use_cache = False
     note = ("the model's KV cache output is left out (config.use_cache = False): this bundle "
