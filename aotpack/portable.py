@@ -25,10 +25,10 @@ from pathlib import Path
 
 from aotpack import __version__, knobs
 
-# platform -> (zig target, CMAKE_SYSTEM_PROCESSOR, ELF e_machine)
+# platform -> (zig target, CMAKE_SYSTEM_PROCESSOR)
 PLATFORMS = {
-    "linux-x86_64": ("x86_64-linux-gnu.2.28", "x86_64", 62),
-    "linux-aarch64": ("aarch64-linux-gnu.2.28", "aarch64", 183),
+    "linux-x86_64": ("x86_64-linux-gnu.2.28", "x86_64"),
+    "linux-aarch64": ("aarch64-linux-gnu.2.28", "aarch64"),
 }
 GLIBC_BASELINE = (2, 28)
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def build(name: str, prefix: Path, *, jobs: int | None = None, log=None) -> Path
     _check_sources()
     if shutil.which("cmake") is None:
         raise PortableRuntimeError("cmake is needed to build the runtime (pip install cmake)")
-    target, processor, _ = PLATFORMS[name]
+    target, processor = PLATFORMS[name]
     with tempfile.TemporaryDirectory(prefix="aotpack-portable-") as tmp:
         cc, cxx = _wrappers(Path(tmp), target)
         build_dir = Path(tmp) / "build"

@@ -8,7 +8,7 @@ copy in between. A 1-D convolution is a 2-D one over an image of height 1.
 """
 from __future__ import annotations
 
-from aotpack.frontend.aten_table import Unsupported, _conv2d, _pair
+from aotpack.frontend.aten_table import Unsupported, _conv2d, _pair, binary
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
@@ -320,13 +320,9 @@ def _clamp(cx, x, lo=None, hi=None):
 def _clamp_tensor(cx, x, lo=None, hi=None):
     """clamp with tensor bounds (broadcast like any binary op): max(x, lo), then min(., hi)."""
     bounds = [(op, v) for op, v in ((Op.MAX, lo), (Op.MIN, hi)) if v is not None]
-    if not bounds:
-        return x
     out = x
     for k, (op, v) in enumerate(bounds):
-        final = k == len(bounds) - 1
-        out = (cx.emit(op, [out, v], O.BinaryAttrs(), final=final) if isinstance(v, Value) else
-               cx.emit(op, [out], O.BinaryAttrs(float(v)), final=final))
+        out = binary(cx, op, out, v, final=k == len(bounds) - 1)
     return out
 
 

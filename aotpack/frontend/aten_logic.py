@@ -114,8 +114,8 @@ def _gather(cx, x, dim, index, sparse_grad=False):
         first = samples[0][1].reshape(-1)[:1]
         if first.numel() and all(bool((t == first).all()) for _, t in samples):
             return _broadcast(cx, cx.add_constant("value", first.reshape(())))
-    coords = _coordinates(cx, x, dim, index, "gather")
-    d = coords.index(index) if isinstance(index, Value) else 0
+    coords = _coordinates(cx, x, dim, index, "gather")  # (x is not 0-d past this)
+    d = dim % len(x.shape)
     size = x.shape[d]
     if isinstance(size, int):  # torch raises on an index outside the dim; read within its row
         clamped = cx.emit(Op.MAX, [index], O.BinaryAttrs(0))

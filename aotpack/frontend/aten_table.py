@@ -33,14 +33,19 @@ def _binary(op: Op):
         if alpha != 1:
             y = cx.emit(Op.MUL, [y], O.BinaryAttrs(float(alpha))) if isinstance(y, Value) \
                 else y * alpha
-        if isinstance(x, Value) and isinstance(y, Value):
-            return cx.emit(op, [x, y], O.BinaryAttrs(), final=True)
-        if isinstance(x, Value):
-            return cx.emit(op, [x], O.BinaryAttrs(_number(y)), final=True)
-        if isinstance(y, Value):
-            return cx.emit(op, [y], O.BinaryAttrs(_number(x), scalar_first=True), final=True)
-        raise Unsupported("both operands are Python numbers")
+        return binary(cx, op, x, y, final=True)
     return rule
+
+
+def binary(cx, op: Op, x, y, final: bool = False) -> Value:
+    """`op` of two operands, each a Value or a Python number (kept in the attrs)."""
+    if isinstance(x, Value) and isinstance(y, Value):
+        return cx.emit(op, [x, y], O.BinaryAttrs(), final=final)
+    if isinstance(x, Value):
+        return cx.emit(op, [x], O.BinaryAttrs(_number(y)), final=final)
+    if isinstance(y, Value):
+        return cx.emit(op, [y], O.BinaryAttrs(_number(x), scalar_first=True), final=final)
+    raise Unsupported("both operands are Python numbers")
 
 
 def _number(v):
@@ -57,11 +62,8 @@ def _remainder(cx, x, y):
         raise Unsupported("remainder of a Python number by a tensor")
     if x.dtype.is_float or isinstance(y, float) or (isinstance(y, Value) and y.dtype.is_float):
         raise Unsupported("remainder of floating-point values (only integers: ids, positions)")
-    q = (cx.emit(Op.FLOORDIV, [x, y], O.BinaryAttrs()) if isinstance(y, Value)
-         else cx.emit(Op.FLOORDIV, [x], O.BinaryAttrs(_number(y))))
-    qy = (cx.emit(Op.MUL, [q, y], O.BinaryAttrs()) if isinstance(y, Value)
-          else cx.emit(Op.MUL, [q], O.BinaryAttrs(_number(y))))
-    return cx.emit(Op.SUB, [x, qy], O.BinaryAttrs(), final=True)
+    qy = binary(cx, Op.MUL, binary(cx, Op.FLOORDIV, x, y), y)
+    return binary(cx, Op.SUB, x, qy, final=True)
 
 
 def _rsub(cx, x, y, alpha=1):

@@ -29,9 +29,7 @@ uint64_t read_le64(const uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-}  // namespace
 
-namespace {
 // Reads [0, size) of `fd` into `dst`: pieces of 64 MiB on up to 8 threads (reading from the
 // page cache is a memory copy, ~5 GB/s per core; the first touch of fresh pages costs as much
 // again). Returns 0, or the errno of a failed read, or -1 when the file ended early.
