@@ -268,10 +268,13 @@ def test_kernels_of_a_step_in_the_interpreter():
     torch.testing.assert_close(envs[2]["xr"].float(), refs[2].float(), rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("splits,window,seq,fixup", [(1, 0, 1, True), (4, 0, 1, True),
-                                                     (4, 0, 1, False), (1, 5, 3, True),
-                                                     (3, 0, 20, True), (3, 0, 20, False)])
-def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fixup):
+@pytest.mark.parametrize("splits,window,seq,fixup,t", [
+    (1, 0, 1, True, 40), (4, 0, 1, True, 40), (4, 0, 1, False, 40), (1, 5, 3, True, 40),
+    (3, 0, 20, True, 40), (3, 0, 20, False, 40),
+    # long enough that the fix-up uses several parts for one sequence (its last query sees
+    # all 600 keys: 10 tiles in 3 parts of >= MIN_PART) and one for the other (direct)
+    (4, 0, 1, True, 600), (4, 0, 1, False, 600), (3, 0, 20, True, 600)])
+def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fixup, t):
     """Attention over a KV cache read up to each query's position (GQA: 4 query heads per kv
     head; split key ranges merged by the last program of each block, or by the combine
     kernel) against the torch reference."""
@@ -280,7 +283,7 @@ def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fix
     from aotpack.kernels.spec import AttentionOp, TensorArg, contiguous
     from aotpack.kernels.triton import attention
 
-    b, hq, hkv, t, d = 2, 8, 2, 40, 16
+    b, hq, hkv, d = 2, 8, 2, 16
     g = torch.Generator().manual_seed(splits + window)
     # the cache laid out [B, T, Hkv, D] and read as [B, Hkv, T, D]
     k = TensorArg("k", DType.BF16, (b, hkv, t, d), (t * hkv * d, d, hkv * d, 1))
@@ -288,7 +291,7 @@ def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fix
     op = AttentionOp(contiguous("q", DType.BF16, (b, hq, seq, d)), k, v,
                      contiguous("o", DType.BF16, (b, hq, seq, d)), False, 0.25, None,
                      contiguous("pos", DType.I64, (b, seq)), window)
-    positions = torch.stack([torch.arange(seq) + 3, torch.arange(seq) + 19])
+    positions = torch.stack([torch.arange(seq) + 3, torch.arange(seq) + max(19, t - seq)])
     env = {"q": torch.randn(b * hq * seq * d, generator=g).to(torch.bfloat16),
            "k": torch.randn(b * t * hkv * d, generator=g).to(torch.bfloat16),
            "v": torch.randn(b * t * hkv * d, generator=g).to(torch.bfloat16),
@@ -300,6 +303,10 @@ def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fix
     assert len(plans) == (2 if splits > 1 and not fixup else 1)
     attention.run_interpreted(op, env, config)
     torch.testing.assert_close(env["o"].float(), ref["o"].float(), rtol=2e-2, atol=2e-2)
+    if t > 40:  # the compiler refuses code the interpreter runs (globals, mixed-type ifs)
+        from aotpack.kernels.spec import SM90
+
+        assert all(launch.kernel.cubin for launch in attention.compile(op, SM90, config))
 
 
 TINY_SRC = """

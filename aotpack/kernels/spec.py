@@ -429,6 +429,28 @@ class ScatterRowsOp:
 
 
 @dataclass(frozen=True)
+class KvWriteOp:
+    """A decoder layer's write of its new keys and values, in one kernel (what RopeOp(q),
+    RopeOp(k), ScatterRowsOp(k) and ScatterRowsOp(v) do one after the other;
+    passes/fuse_kv_write.py forms it):
+      out = rope(q)                                  q, out: [B, Hq, S, D] strided views
+      k_cache[rows[b*S + s], h*D + d] = rope(k)[b, h, s, d]       k: [B, Hkv, S, D]
+      v_cache[rows[r], c] = v[r, c]                  v: [B*S, C]
+    rope as RopeOp (cos/sin [S, D] or [B, S, D]); rows outside [0, N) are skipped, as
+    ScatterRowsOp. The caches ([N, Hkv*D] and [N, C]) are written in place (session state)."""
+
+    q: TensorArg
+    k: TensorArg
+    v: TensorArg
+    cos: TensorArg
+    sin: TensorArg
+    rows: TensorArg
+    out: TensorArg
+    k_cache: TensorArg
+    v_cache: TensorArg
+
+
+@dataclass(frozen=True)
 class GroupedMmOp:
     """out[T, N] = a[T, K] @ b[g] for the rows of group g, offs[g-1] <= row < offs[g]
     (offs[-1] = 0; offs int32/int64 cumulative ends, E of them); rows past offs[E-1] are 0.
@@ -442,13 +464,16 @@ class GroupedMmOp:
 
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
                  EmbeddingOp, PointwiseOp, ConvOp, PoolOp, ScanOp, BmmOp, TopkOp, SortOp,
-                 HistcOp, InversePermOp, GroupedMmOp]
+                 HistcOp, InversePermOp, GroupedMmOp, KvWriteOp]
 
 
 def op_outputs(op: KernelOp) -> list[TensorArg]:
-    """Every tensor the op writes: its out, and an RMSNormOp's out_scale (--precision fp8)."""
+    """Every tensor the op writes: its out, an RMSNormOp's out_scale (--precision fp8), a
+    KvWriteOp's caches."""
     if isinstance(op, RMSNormOp) and op.out_scale is not None:
         return [op.out, op.out_scale]
+    if isinstance(op, KvWriteOp):
+        return [op.out, op.k_cache, op.v_cache]
     return [op.out]
 
 
@@ -475,6 +500,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
         return [op.a, op.b]
     if isinstance(op, RopeOp):
         return [op.x, op.cos, op.sin]
+    if isinstance(op, KvWriteOp):
+        return [op.q, op.k, op.v, op.cos, op.sin, op.rows]
     if isinstance(op, EmbeddingOp):
         return [op.table, op.ids]
     if isinstance(op, PointwiseOp):

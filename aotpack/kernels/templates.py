@@ -26,7 +26,7 @@ import importlib
 from aotpack.kernels.spec import (
     AttentionOp, ConvOp, EmbeddingOp, KernelOp, PoolOp, LayerNormOp, PointwiseOp, ReduceOp,
     RMSNormOp, RopeOp, ScanOp, BmmOp, TopkOp, SortOp, HistcOp, InversePermOp, GroupedMmOp,
-    ScatterRowsOp,
+    KvWriteOp, ScatterRowsOp,
     SoftmaxOp, Target,
 )
 
@@ -162,6 +162,35 @@ class RopeTemplate(Template):
                                      {"BLOCK_S": base["BLOCK_S"] * 2, "num_warps": 8}])
 
 
+class KvWriteTemplate(Template):
+    """A decoder layer's query rope + key/value cache write (triton/kv_write.py). Bucketed by
+    the step's tokens: one per program at decode, blocks of rows for a prefill."""
+
+    name, op_type, module, tunable, fast = "kv_write", KvWriteOp, "kv_write", True, 3
+    sources = TRITON_COMMON + ("triton/kv_write.py",)
+
+    def bucket_size(self, op):
+        return op.rows.shape[0]
+
+    def default_config(self, op, target, backend="triton"):
+        rows = op.rows.shape[0]
+        cfg = self.triton().default_config(op)
+        if isinstance(rows, int) and rows <= 16:  # decode: more programs beat fuller ones
+            cfg["ROWS"] = 1
+        return {"template": "kv_write.triton", **cfg}
+
+    def candidates(self, op, target, backend="auto"):
+        base = self.default_config(op, target)
+        return _with_variants(base, [{"num_warps": 1}, {"num_warps": 2},
+                                     {"ROWS": max(1, base["ROWS"] * 2)},
+                                     {"ROWS": max(1, base["ROWS"] // 2)}])
+
+    def describe(self, op):
+        b, hq, s, d = op.q.shape
+        return (f"kv_write B={b} S={s} Hq={hq} Hkv={op.k.shape[1]} D={d} "
+                f"{op.k_cache.dtype.value}")
+
+
 class EmbeddingTemplate(Template):
     name, op_type, module = "embedding", EmbeddingOp, "embedding"
     sources = TRITON_COMMON + ("triton/embedding.py",)
@@ -291,7 +320,8 @@ def _registry() -> dict[type, Template]:
                  RowwiseTemplate("layernorm", LayerNormOp, _ROWWISE),
                  RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),
                  RowwiseTemplate("reduce", ReduceOp, _ROWWISE),
-                 RopeTemplate(), EmbeddingTemplate(), PointwiseTemplate(), ConvTemplate(),
+                 RopeTemplate(), KvWriteTemplate(), EmbeddingTemplate(), PointwiseTemplate(),
+                 ConvTemplate(),
                  PoolTemplate(), ScanTemplate(), BmmTemplate(),
                  RoutingTemplate("topk", TopkOp), RoutingTemplate("sort", SortOp),
                  RoutingTemplate("histc", HistcOp),

@@ -23,6 +23,7 @@ from aotpack.kernels.spec import (
     AttentionOp, BmmOp, EmbeddingOp, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp,
     PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous, op_inputs,
 )
+from aotpack.passes.fuse_kv_write import fuse_kv_write
 from aotpack.passes import lower_conv, lower_moe, lower_reductions, lower_state, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
 from aotpack.passes.lower_args import (  # noqa: F401  (broadcast_to: lower_conv, tests)
@@ -209,6 +210,7 @@ class _Lowering:
         # an op that writes nothing (a cat's empty part: Phi-3's rotary pass-through at a
         # rotary factor of 1) would still be a launch
         self.ops = [op for op in self.ops if math.prod(op.out.shape) != 0]
+        self.ops = fuse_kv_write(self.ops, self.storages)
         self._drop_unread_weights()
         return Program([v.name for v in self.g.inputs if v.name not in states],
                        [o.name for o in self.g.outputs

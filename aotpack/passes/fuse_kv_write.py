@@ -1,0 +1,120 @@
+"""A decoder layer's KV write as one kernel op (KvWriteOp): the query's RopeOp, the key's
+RopeOp, and the two ScatterRowsOps that store the rotated keys and the values into the KV
+cache become one launch.
+
+Found from the attention that reads them, so each layer's four ops pair up even though every
+layer shares the same cos/sin and cache rows:
+  AttentionOp(q = RopeOp_q.out, k = view of cache_k, v = view of cache_v), where
+  cache_k's last writer before it is ScatterRowsOp(rows, RopeOp_k.out as token rows),
+  cache_v's is ScatterRowsOp(rows, v), and both ropes use the same cos/sin.
+The rotated queries and keys must be read by nothing else (the keys only through the
+scatter's token-row view of them), and each of the four must be free to move to where the
+last of them ran (the fused op runs there): nothing in between may write what it reads, or
+read or write what it writes.
+"""
+from __future__ import annotations
+
+import logging
+
+from aotpack.kernels.spec import (
+    AttentionOp, KvWriteOp, RopeOp, ScatterRowsOp, op_inputs, op_outputs,
+)
+
+log = logging.getLogger(__name__)
+
+
+def fuse_kv_write(ops: list, storages: dict) -> list:
+    """`ops` with every matching layer's four ops replaced by one KvWriteOp; the rotated keys'
+    storages, now unused, are removed from `storages`."""
+    fused, i = 0, 0
+    while i < len(ops):
+        match = _match(ops, i, storages) if isinstance(ops[i], AttentionOp) else None
+        if match is not None:
+            (iq, rq), (ik, rk), (isk, sk), (isv, sv) = match
+            op = KvWriteOp(q=rq.x, k=rk.x, v=sv.values, cos=rq.cos, sin=rq.sin, rows=sk.rows,
+                           out=rq.out, k_cache=sk.out, v_cache=sv.out)
+            last = max(iq, ik, isk, isv)
+            ops = [op if j == last else o for j, o in enumerate(ops)
+                   if j == last or j not in (iq, ik, isk, isv)]
+            del storages[rk.out.storage]
+            fused += 1
+            i -= 3  # the attention moved up by the three ops removed before it
+        i += 1
+    if fused:
+        log.debug("fuse_kv_write: %d layers' rope + cache writes fused", fused)
+    return ops
+
+
+def _writer_before(ops: list, index: int, storage: str):
+    """(i, op) of the last op before `index` writing `storage`, or None."""
+    for i in range(index - 1, -1, -1):
+        if storage in {t.storage for t in op_outputs(ops[i])}:
+            return i, ops[i]
+    return None
+
+
+def _match(ops: list, att_index: int, storages: dict):
+    att = ops[att_index]
+    found = [_writer_before(ops, att_index, t.storage) for t in (att.q, att.k, att.v)]
+    if None in found:
+        return None
+    (iq, rq), (isk, sk), (isv, sv) = found
+    if not (isinstance(rq, RopeOp) and isinstance(sk, ScatterRowsOp)
+            and isinstance(sv, ScatterRowsOp) and isk != isv and sk.rows == sv.rows):
+        return None
+    wk = _writer_before(ops, isk, sk.values.storage)
+    if wk is None or not isinstance(wk[1], RopeOp):
+        return None
+    ik, rk = wk
+    if (rq.cos, rq.sin) != (rk.cos, rk.sin) or not _token_rows(rk.out, sk.values):
+        return None
+    if rk.out.dtype != sk.out.dtype or storages[rk.out.storage].kind != "intermediate":
+        return None
+    group = (iq, ik, isk, isv)
+    if len(set(group)) != 4 or not _only_reader(ops, rk.out.storage, isk) or \
+            not _only_reader(ops, rq.out.storage, att_index):
+        return None
+    if not _nothing_between(ops, group):
+        return None
+    from aotpack.kernels.triton import kv_write
+
+    try:  # shapes/strides the kernel takes (anything else keeps its four ops)
+        kv_write.check(KvWriteOp(q=rq.x, k=rk.x, v=sv.values, cos=rq.cos, sin=rq.sin,
+                                 rows=sk.rows, out=rq.out, k_cache=sk.out, v_cache=sv.out))
+    except ValueError:
+        return None
+    return (iq, rq), (ik, rk), (isk, sk), (isv, sv)
+
+
+def _token_rows(rot, values) -> bool:
+    """The scatter's values [B*S, Hkv*D] are the rotated keys [B, Hkv, S, D] by token:
+    element (b, h, s, d) sits at row b*S + s, column h*D + d."""
+    b, h, s, d = rot.shape
+    if tuple(values.shape) != (b * s, h * d) or rot.storage != values.storage:
+        return False
+    row, col = values.strides
+    return (rot.offset == values.offset and
+            tuple(rot.strides) == (s * row, d * col, row, col))
+
+
+def _only_reader(ops: list, storage: str, reader: int) -> bool:
+    """Nothing but ops[reader] reads `storage`."""
+    return all(i == reader or storage not in {t.storage for t in op_inputs(op)}
+               for i, op in enumerate(ops))
+
+
+def _nothing_between(ops: list, group: tuple) -> bool:
+    """Each op of the group can move to the group's last index: no op between its place and
+    there (the group's own aside) writes what it reads, or reads or writes what it writes."""
+    last = max(group)
+    for i in group:
+        reads = {t.storage for t in op_inputs(ops[i])}
+        writes = {t.storage for t in op_outputs(ops[i])}
+        for j in range(i + 1, last):
+            if j in group:
+                continue
+            ins = {t.storage for t in op_inputs(ops[j])}
+            outs = {t.storage for t in op_outputs(ops[j])}
+            if outs & (reads | writes) or ins & writes:
+                return False
+    return True
