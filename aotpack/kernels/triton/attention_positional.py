@@ -28,10 +28,6 @@ from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Counters, Ptr, cdiv
 
 WORKSPACE = "__attention.partials"
-# Key tiles a split part takes at least (with the last-program merge): a decode at position 130
-# reads 3 tiles, and 16 parts of them cost more in the merge (a wave of programs, a serial
-# merge of 16 partials) than one program reading all 3. Long contexts still use every part.
-MIN_PART = tl.constexpr(4)
 
 
 @triton.jit
@@ -70,13 +66,12 @@ def attention_fwd_positional_kernel(
     if WINDOW:
         lo = tl.maximum(tl.min(tl.where(row_ok, pos, seq_kv)) - window + 1, 0)
         lo = (lo // BLOCK_N) * BLOCK_N
-    used = SPLITS  # parts with keys (FIXUP: a short context uses fewer, see below)
+    used = SPLITS  # parts that hold keys (FIXUP: a short context has fewer, see below)
     if SPLITS > 1:  # this program's part of [lo, hi), in whole key tiles
         tiles = tl.cdiv(hi - lo, BLOCK_N)
         per = tl.cdiv(tiles, SPLITS)
-        if FIXUP:  # a merge costs more than a few tiles: parts of MIN_PART tiles at least
-            per = tl.maximum(per, MIN_PART)
-            used = tl.cdiv(tiles, per)
+        if FIXUP:  # a decode at position 130 has 3 tiles: 3 parts write and merge, not 16
+            used = tl.cdiv(tiles, tl.maximum(per, 1))
         lo = lo + split * per * BLOCK_N
         hi = tl.minimum(hi, lo + per * BLOCK_N)
 
