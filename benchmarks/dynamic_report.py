@@ -1,19 +1,18 @@
-"""The README's dynamic-shapes table and the latency-vs-shape chart, from a results JSON written
-from benchmarks/dynamic_bench.py runs (benchmarks/results/*-dynamic-shapes.json).
+"""docs/performance.md's dynamic-shapes table and the latency-vs-shape chart, from a results JSON
+written from benchmarks/dynamic_bench.py runs (benchmarks/results/*-dynamic-shapes.json).
 
     python benchmarks/dynamic_report.py benchmarks/results/2026-12-01-h200-dynamic-shapes.json
+        [--doc docs/performance.md] [--no-chart]
 
-Writes <json stem>.png beside the JSON and replaces the README's block between
-`<!-- dynamic-table -->` and `<!-- /dynamic-table -->`.
+Writes <json stem>.png beside the JSON (needs matplotlib) and points the doc's `dynamic` block
+(benchmarks/doc_tables.py) at this results file and rewrites it.
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-BEGIN, END = "<!-- dynamic-table -->", "<!-- /dynamic-table -->"
 ORDER = ("llama_prefill", "llama_decode", "gpt2", "bert_base", "vit_b16")
 
 
@@ -35,7 +34,8 @@ def _compiled(doc: dict, name: str, shape: str):
     return found[0] if found else (None, None, None)
 
 
-def table(doc: dict, json_name: str) -> str:
+def table(doc: dict, link: str) -> str:
+    """The table; `link`: the results JSON relative to the doc that shows it."""
     lines = ["| model (dims) | shape | dynamic ms | static ms | dynamic ÷ static "
              "(aotpack-run) | eager ms | torch.compile(dynamic=True) ms | rel. error |",
              "|---|---|---|---|---|---|---|---|"]
@@ -67,7 +67,7 @@ def table(doc: dict, json_name: str) -> str:
     lines.append("")
     lines.append(f"{doc['gpu']}, driver {doc['driver']}, torch {doc['torch']}, "
                  f"{doc['date']}, bundles of commit {doc['final']['commit']} "
-                 f"([{json_name}](benchmarks/results/{json_name}), chart beside it). Latencies "
+                 f"([{Path(link).name}]({link}), chart beside it). Latencies "
                  "through the Python binding (CUDA events, inputs and outputs as torch tensors); "
                  "in brackets the same two bundles through `aotpack-run`. torch.compile: its "
                  "mode, and the commit of the run that measured it when not this one (same "
@@ -105,19 +105,18 @@ def chart(doc: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> int:
-    path = Path(sys.argv[1])
-    doc = json.loads(path.read_text())
-    chart(doc, path.with_suffix(".png"))
-    readme = ROOT / "README.md"
-    text = readme.read_text()
-    block = f"{BEGIN}\n{table(doc, path.name)}\n{END}"
-    if BEGIN in text:
-        text = text[:text.index(BEGIN)] + block + text[text.index(END) + len(END):]
-    else:
-        raise SystemExit(f"README.md has no {BEGIN} block")
-    readme.write_text(text)
-    print(f"wrote {path.with_suffix('.png')} and README.md's dynamic-shapes table")
+def main(argv=None) -> int:
+    import doc_tables
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--doc", type=Path, default=doc_tables.PERFORMANCE)
+    ap.add_argument("--no-chart", action="store_true")
+    args = ap.parse_args(argv)
+    if not args.no_chart:
+        chart(json.loads(args.results.read_text()), args.results.with_suffix(".png"))
+        print(f"wrote {args.results.with_suffix('.png')}")
+    doc_tables.update(args.doc, "dynamic", [args.results])
     return 0
 
 

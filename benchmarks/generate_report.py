@@ -1,13 +1,15 @@
-"""The README's text-generation table, from a bench_generate.py result JSON.
+"""docs/performance.md's text-generation table, from a bench_generate.py result JSON.
 
     python benchmarks/generate_report.py benchmarks/results/2026-12-02-h200-generate.json
-        [--readme README.md]   (rewrites the part between <!-- generate-table --> markers)
+        [--doc docs/performance.md]
+
+--doc points the doc's `generate` block (benchmarks/doc_tables.py) at this result and
+rewrites it; for docs/performance.md, README.md's short table follows. Without it: printed.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 CONTENDERS = ("aotpack", "aotpack-run", "gptfast", "eager")
@@ -42,23 +44,18 @@ def _n(d: dict, key: str, digits: int = 0) -> str:
     return "—" if v is None else f"{v:.{digits}f}"
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import doc_tables
+
     ap = argparse.ArgumentParser()
     ap.add_argument("result")
-    ap.add_argument("--readme")
-    args = ap.parse_args()
-    doc = json.loads(Path(args.result).read_text())
-    text = table(doc, args.result)
-    if args.readme:
-        readme = Path(args.readme)
-        body = readme.read_text()
-        new, n = re.subn(r"<!-- generate-table -->.*?<!-- /generate-table -->",
-                         f"<!-- generate-table -->\n{text}\n<!-- /generate-table -->", body,
-                         flags=re.S)
-        if n != 1:
-            raise SystemExit(f"{readme}: no <!-- generate-table --> markers")
-        readme.write_text(new)
-    print(text)
+    ap.add_argument("--doc", "--readme", dest="doc",
+                    help="markdown file with a generate block to rewrite (docs/performance.md)")
+    args = ap.parse_args(argv)
+    if args.doc:
+        doc_tables.update(Path(args.doc), "generate", [args.result])
+    else:
+        print(table(json.loads(Path(args.result).read_text()), args.result))
     return 0
 
 

@@ -3,7 +3,8 @@
     python benchmarks/record.py DEVICE_OUT_DIR [DEVICE_OUT_DIR ...] -o benchmarks/results/X.json
 
 Keeps the numbers (latency, error, TFLOP/s), the GPU and driver, the date and the commit they
-were measured at, so the README and later sessions can cite them.
+were measured at, so docs/performance.md and later sessions can cite them (a generated table
+of it needs a renderer in benchmarks/doc_tables.py).
 """
 from __future__ import annotations
 

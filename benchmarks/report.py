@@ -1,10 +1,13 @@
-"""Turns a benchmark-suite results file into the README's performance section and a chart.
+"""Turns a benchmark-suite results file into docs/performance.md's suite section and a chart.
 Needs no GPU (and no torch); the chart needs matplotlib.
 
     python benchmarks/report.py benchmarks/results/DATE-COMMIT.json \
-        [--readme README.md] [--png benchmarks/results/DATE-COMMIT.png] [--print]
+        [--doc docs/performance.md] [--png benchmarks/results/DATE-COMMIT.png] [--print]
 
---readme replaces what lies between `<!-- bench:begin -->` and `<!-- bench:end -->`.
+--doc points the doc's `bench` block (between `<!-- bench:begin SOURCE -->` and
+`<!-- bench:end -->`, benchmarks/doc_tables.py) at this results file and rewrites it; for
+docs/performance.md, README.md's short table follows. The section links the chart when it
+lies beside the JSON (DATE-COMMIT.png): write it there with --png.
 The chart shows, per model, each variant's median latency relative to the best peer (the
 fastest of eager, torch.compile, max-autotune and AOTInductor that ran): below 1 is faster.
 """
@@ -20,7 +23,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite_models import AOTPACK_VARIANTS, PEERS  # noqa: E402
 from suite_results import load  # noqa: E402
 
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 COLUMNS = (*PEERS, *AOTPACK_VARIANTS)
 TITLES = {"eager": "eager", "compile": "torch.compile", "compile-max-autotune": "max-autotune",
           "aoti": "AOTInductor", "aotpack-run": "aotpack-run", "aotpack-py": "aotpack (Python)"}
@@ -211,15 +213,6 @@ def render_markdown(doc: dict, json_link: str | None = None, png_link: str | Non
     return "\n".join(parts)
 
 
-def update_readme(readme: Path, section: str) -> None:
-    text = readme.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{readme}: markers {BEGIN} / {END} not found")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    readme.write_text(f"{head}{BEGIN}\n{section}\n{END}{tail}")
-
-
 # --------------------------------------------------------------------------------- chart
 
 def chart_data(doc: dict) -> tuple[list[str], dict[str, list[float | None]]]:
@@ -269,22 +262,24 @@ def plot(doc: dict, png: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="benchmark-suite results → README section + chart")
+    import doc_tables
+
+    ap = argparse.ArgumentParser(description="benchmark-suite results → docs section + chart")
     ap.add_argument("results", type=Path)
-    ap.add_argument("--readme", type=Path, default=None)
+    ap.add_argument("--doc", "--readme", dest="doc", type=Path, default=None,
+                    help="markdown file with a bench block to rewrite (docs/performance.md)")
     ap.add_argument("--png", type=Path, default=None)
     ap.add_argument("--print", action="store_true", help="print the markdown section")
     args = ap.parse_args(argv)
     doc = load(args.results)
-    base = args.readme.parent if args.readme else Path.cwd()
-    rel = lambda p: os.path.relpath(p.resolve(), base.resolve())  # noqa: E731
     if args.png:
         plot(doc, args.png)
-    section = render_markdown(doc, rel(args.results), rel(args.png) if args.png else None)
-    if args.readme:
-        update_readme(args.readme, section)
-    if args.print or not args.readme:
-        print(section)
+    if args.doc:
+        doc_tables.update(args.doc, "bench", [args.results])
+    if args.print or not args.doc:
+        png = args.results.with_suffix(".png")
+        rel = lambda p: os.path.relpath(p.resolve(), Path.cwd())  # noqa: E731
+        print(render_markdown(doc, rel(args.results), rel(png) if png.is_file() else None))
     return 0
 
 

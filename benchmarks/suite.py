@@ -9,8 +9,8 @@ Per model and variant: median latency, TFLOP/s or GB/s against ceilings measured
 run, build time, artifact size, GPU memory, kernel launches per forward, cold start (process
 start → first output on the host, in a fresh process) and the error against eager. What fails
 is a row with its error; what does not fit the budget is a row that says so. The JSON
-(suite_results.py) is rewritten after every measurement; benchmarks/report.py turns it into the
-README table and a chart.
+(suite_results.py) is rewritten after every measurement; benchmarks/report.py turns it into
+docs/performance.md's table and a chart.
 
 The run's plan (phases, estimates, priorities) is in suite_schedule.py: AOTInductor compiles
 and other CPU work start in the background at t = 0; GPU-bound timings (ceilings, aotpack's

@@ -320,19 +320,24 @@ def test_every_failure_is_listed_with_its_error():
     assert "mlp-prefill / eager" not in text
 
 
-def test_readme_section_is_replaced_between_the_markers_only(tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text(f"# title\nbefore\n{report.BEGIN}\nold table\n{report.END}\nafter\n")
-    section = report.render_markdown(sample_doc(), "benchmarks/results/x.json", "x.png")
-    report.update_readme(readme, section)
-    text = readme.read_text()
-    assert text.startswith("# title\nbefore\n") and text.endswith(f"{report.END}\nafter\n")
+def test_doc_section_is_replaced_between_the_markers_only(tmp_path):
+    import doc_tables
+
+    results = tmp_path / "x.json"
+    results.write_text(json.dumps(sample_doc()))
+    doc = tmp_path / "perf.md"
+    doc.write_text("# title\nbefore\n<!-- bench:begin -->\nold table\n<!-- bench:end -->\nafter\n")
+    doc_tables.update(doc, "bench", [results])
+    text = doc.read_text()
+    assert text.startswith(f"# title\nbefore\n<!-- bench:begin {results} -->\n")
+    assert text.endswith("<!-- bench:end -->\nafter\n")
     assert "old table" not in text and "NVIDIA H200" in text and "790.0 TFLOP/s" in text
-    assert "Working recipe: exclude-libs." in text and "![latency" in text
+    assert "Working recipe: exclude-libs." in text and "](x.json)" in text
+    assert "![latency" not in text  # no chart beside the JSON
     plain = tmp_path / "plain.md"
     plain.write_text("no markers\n")
-    with pytest.raises(SystemExit, match="markers"):
-        report.update_readme(plain, section)
+    with pytest.raises(SystemExit, match="bench:begin"):
+        doc_tables.update(plain, "bench", [results])
 
 
 def test_chart_data_is_relative_to_the_best_peer_and_marks_missing_numbers():
@@ -343,16 +348,16 @@ def test_chart_data_is_relative_to_the_best_peer_and_marks_missing_numbers():
     assert series["aoti"][0] is None and series["aotpack-run"][1] is None
 
 
-def test_report_cli_writes_png_and_readme(tmp_path):
+def test_report_cli_writes_png_and_doc(tmp_path):
     pytest.importorskip("matplotlib")
     results = tmp_path / "r.json"
     results.write_text(json.dumps(sample_doc()))
-    readme = tmp_path / "README.md"
-    readme.write_text(f"x\n{report.BEGIN}\n{report.END}\n")
-    png = tmp_path / "chart.png"
-    assert report.main([str(results), "--readme", str(readme), "--png", str(png)]) == 0
+    doc = tmp_path / "performance.md"
+    doc.write_text("x\n<!-- bench:begin -->\n<!-- bench:end -->\n")
+    png = tmp_path / "r.png"
+    assert report.main([str(results), "--doc", str(doc), "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "](r.json)" in readme.read_text() and "](chart.png)" in readme.read_text()
+    assert "](r.json)" in doc.read_text() and "](r.png)" in doc.read_text()
 
 
 def test_smoke_run_end_to_end(tmp_path):
