@@ -3,7 +3,7 @@
     import aotpack
     aotpack.build("model.pt", "out/m", inputs=["x=1..64x1024"], dtype="bf16")  # no GPU needed
     with aotpack.load("out/m") as model, model.session() as session:           # on the GPU
-        y, = session.run([x])                                                   # torch tensors
+        y, = session.run([x])          # torch, DLPack or __cuda_array_interface__ inputs
 
 `build` takes what `aotpack build` takes (the model: file.py:factory, .pt2 or model.pt;
 keyword options as the CLI's: arch, inputs, dynamic, dtype, external_weights, force,
@@ -26,13 +26,17 @@ def build(model: str, out, **options):
     return build_folder(model, out, **options)
 
 
-def load(bundle, weights_path=None, device: int = 0):
+def load(bundle, weights_path=None, device: int = 0, verify=None):
     """The bundle (a model.aotpack file, or the folder `build` wrote) verified and loaded
-    onto GPU `device`: an aotpack.runtime.Model (`.session()` runs it)."""
+    onto GPU `device`: an aotpack.runtime.Model; `verify` "fast" (default), "full" or "none"
+    checks the weights' bytes as Model says. `model.session()` gives a Session, whose
+    `run(inputs, outputs=None, stream=None)` takes torch tensors, DLPack objects or
+    __cuda_array_interface__ objects and returns torch tensors (DLPack objects themselves).
+    Both are context managers that free their handle on exit."""
     from aotpack.bundle.reader import bundle_file
     from aotpack.runtime import Model
 
-    return Model(bundle_file(bundle), weights_path=weights_path, device=device)
+    return Model(bundle_file(bundle), weights_path=weights_path, device=device, verify=verify)
 
 
 __all__ = ["UserError", "__version__", "build", "load"]

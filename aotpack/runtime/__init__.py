@@ -4,8 +4,10 @@
     model = Model("out/model.aotpack")          # verify + load on cuda:0
     outs = Session(model).run([x.cuda()])       # list of torch CUDA tensors
 
-`Model.check_file(path)` verifies a bundle without a GPU. Errors raise AotpackError(code,
-message). Importing this package imports neither torch nor triton.
+`Session.run` also takes DLPack and __cuda_array_interface__ objects (CuPy, Numba, JAX), and
+skips the checks of tensors it has seen (same pointer, shape, dtype, device) — see its
+docstring. `Model.check_file(path)` verifies a bundle without a GPU. Errors raise
+AotpackError(code, message). Importing this package imports neither torch nor triton.
 
 A bundle whose dims vary at run time (format v2) lists its `model.symbols`; inputs of any
 shape in their ranges run as they are (`Session.run` reads the shapes from the tensors), and
@@ -17,7 +19,8 @@ A text-generation bundle (docs/generation.md) runs its whole token loop in the r
 from aotpack.runtime._lib import library_path, load_library
 from aotpack.runtime.errors import AotpackError, StatusCode
 from aotpack.runtime.generation import GenerateResult, Generator
-from aotpack.runtime.model import DimInfo, Model, Session, Symbol, TensorInfo
+from aotpack.runtime.model import DimInfo, Model, Symbol, TensorInfo
+from aotpack.runtime.session import Session
 
 
 def version() -> str:

@@ -17,7 +17,8 @@ from typing import Callable, Sequence
 from aotpack.runtime._lib import (TOKEN_CALLBACK, GenerateOptionsC, GenerateStatsC,
                                   GenerationInfoC, has_generation)
 from aotpack.runtime.errors import AotpackError, StatusCode, raise_if_error
-from aotpack.runtime.model import Model, Session
+from aotpack.runtime.model import Model
+from aotpack.runtime.session import Session
 
 
 @dataclass(frozen=True)
