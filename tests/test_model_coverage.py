@@ -479,8 +479,8 @@ class _Fn(torch.nn.Module):
 
 
 REFUSALS = {  # what a model does -> (example inputs, words the one-line error must contain)
-    "gather_other_dim": (lambda x, i: x[:, i], (torch.randn(3, 5, 4), torch.tensor([2, 0])),
-                         "other than the leading dims"),
+    "gather_apart": (lambda x, i: x[i, :, i], (torch.randn(3, 5, 4), torch.tensor([2, 0])),
+                     "not side by side"),
     "uneven_constant_index": (lambda x: x[torch.tensor([0, 2, 3])] * 2, (torch.randn(5, 4),),
                               "do not step evenly"),
     "bitwise_on_integers": (lambda i: (i & 3) + 1, (torch.tensor([5, 6, 7]),),

@@ -78,15 +78,16 @@ def _empty(cx, size, *args, **kwargs):
 
 def _index_put(cx, x, indices, values, accumulate=False):
     """index_put(empty, [order], arange(N)) with `order` a sort's permutation: the inverse
-    permutation; into a tensor at run-time indices over its leading dims: a row scatter
-    (aten_logic.scatter_rows: a KV cache's write). Other scatters are refused."""
-    if accumulate:
-        raise Unsupported("index_put(accumulate=True) (a scatter-add)")
-    if isinstance(x, Value) and not (len(indices) == 1 and isinstance(indices[0], Value)
-                                     and _is_sort_order(cx, indices[0])):
-        from aotpack.frontend.aten_logic import scatter_rows
+    permutation; into a tensor at run-time indices: a row scatter (aten_scatter.index_put:
+    a KV cache's write, index_add, x[mask] = 0). Other writes into torch.empty are refused."""
+    by_order = len(indices) == 1 and isinstance(indices[0], Value) \
+        and _is_sort_order(cx, indices[0])
+    if isinstance(x, Value) and (accumulate or not by_order):
+        from aotpack.frontend.aten_scatter import index_put
 
-        return scatter_rows(cx, x, list(indices), values)
+        return index_put(cx, x, list(indices), values, bool(accumulate))
+    if accumulate:
+        raise Unsupported("index_put(accumulate=True) into uninitialised memory (torch.empty)")
     if len(indices) != 1 or not isinstance(indices[0], Value):
         raise Unsupported("index_put with other than one index tensor")
     order = indices[0]

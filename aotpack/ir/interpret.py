@@ -112,10 +112,20 @@ def _sort(a, x):
 
 
 def _scatter_rows(a, table, rows, values):
-    out = table.clone()
+    return scatter_rows_reference(table.clone(), rows, values, a.reduce)
+
+
+def scatter_rows_reference(out, rows, values, reduce: str):
+    """out[rows[r]] = values[r] (reduce "none"), or combined by sum / amax / amin, in place;
+    rows outside out's rows are skipped (as the kernel skips them)."""
     rows = rows.long()
-    inside = (rows >= 0) & (rows < table.shape[0])  # the kernel skips rows outside the table
-    out[rows[inside]] = values[inside]
+    inside = (rows >= 0) & (rows < out.shape[0])
+    rows, values = rows[inside], values[inside].to(out.dtype)
+    if reduce == "none":
+        out[rows] = values
+    else:  # (every value counts: duplicate rows accumulate)
+        where = rows[:, None].expand(-1, out.shape[1])
+        out.scatter_reduce_(0, where, values, reduce)
     return out
 
 

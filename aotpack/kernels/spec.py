@@ -421,11 +421,14 @@ class InversePermOp:
 class ScatterRowsOp:
     """out[rows[r], :] = values[r, :] for r < R; rows outside [0, N) are skipped (a bad index
     never writes outside the table). out [N, C] is written in place: the rows not named keep
-    what they held (a KV cache: session state)."""
+    what they held (a KV cache: session state). With `reduce` "sum", "amax" or "amin" each
+    value is combined with what out holds by an atomic (f32 / int32 / int64 out), so rows
+    named twice accumulate; a float sum's order of additions varies from run to run."""
 
     rows: TensorArg
     values: TensorArg
     out: TensorArg
+    reduce: str = "none"
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,9 @@ def reference(op, env) -> None:
         out[order] = torch.arange(order.numel())
         write(env, op.out, out)
     elif isinstance(op, ScatterRowsOp):
-        rows, out = view(env, op.rows).long(), view(env, op.out)
-        inside = (rows >= 0) & (rows < out.shape[0])
-        out[rows[inside]] = view(env, op.values)[inside].to(out.dtype)
+        from aotpack.ir.interpret import scatter_rows_reference
+
+        scatter_rows_reference(view(env, op.out), view(env, op.rows), view(env, op.values),
+                               op.reduce)
     else:
         raise TypeError(f"not a routing op: {type(op).__name__}")

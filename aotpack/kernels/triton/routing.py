@@ -10,8 +10,9 @@ the other (T*k ids, a run-time size), so:
    of one GPU batch (2 x 4096 ids), the grid growing with N;
  - histc: each program counts a block of bins over all of x;
  - inverse permutation: out[order[i]] = i, one scatter.
-And the row scatter (a KV cache's write, out[rows[r], :] = values[r, :]): a program per
-(block of rows, block of columns), rows outside the table skipped.
+And the row scatter (a KV cache's write, out[rows[r], :] = values[r, :], or += / max= / min=
+with atomics: scatter_add, index_put(accumulate=True)): a program per (block of rows, block
+of columns), rows outside the table skipped.
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def inverse_perm_kernel(order_ptr, out_ptr, n, order_stride, out_stride, BLOCK: 
 @triton.jit
 def scatter_rows_kernel(rows_ptr, values_ptr, out_ptr, n_rows, n_table, n_cols, rows_stride,
                         values_stride_r, values_stride_c, out_stride_r, out_stride_c,
-                        ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
+                        REDUCE: tl.constexpr, ROWS: tl.constexpr, BLOCK_C: tl.constexpr):
     r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     r_ok = r < n_rows
@@ -107,8 +108,20 @@ def scatter_rows_kernel(rows_ptr, values_ptr, out_ptr, n_rows, n_table, n_cols, 
     ok = (r_ok & (at >= 0) & (at < n_table))[:, None] & (c[None, :] < n_cols)
     x = tl.load(values_ptr + r[:, None].to(tl.int64) * values_stride_r
                 + c[None, :] * values_stride_c, mask=ok)
-    tl.store(out_ptr + at[:, None] * out_stride_r + c[None, :] * out_stride_c,
-             x.to(out_ptr.dtype.element_ty), mask=ok)
+    dst = out_ptr + at[:, None] * out_stride_r + c[None, :] * out_stride_c
+    x = x.to(out_ptr.dtype.element_ty)
+    # relaxed atomics: nothing in this launch reads out, only the combined values matter
+    if REDUCE == "sum":
+        tl.atomic_add(dst, x, mask=ok, sem="relaxed")
+    elif REDUCE == "amax":
+        tl.atomic_max(dst, x, mask=ok, sem="relaxed")
+    elif REDUCE == "amin":
+        tl.atomic_min(dst, x, mask=ok, sem="relaxed")
+    else:
+        tl.store(dst, x, mask=ok)
+
+
+_ATOMIC_DTYPES = ("f32", "i32", "i64")
 
 
 def _plan_scatter_rows(op: ScatterRowsOp, config: dict) -> KernelPlan:
@@ -117,8 +130,12 @@ def _plan_scatter_rows(op: ScatterRowsOp, config: dict) -> KernelPlan:
     if len(op.rows.shape) != 1 or tuple(op.values.shape) != (n_rows, cols):
         raise ValueError(f"scatter_rows: rows {op.rows.shape}, values {op.values.shape}, "
                          f"out {op.out.shape} are not [R], [R, C], [N, C]")
+    if op.reduce != "none" and op.out.dtype.value not in _ATOMIC_DTYPES:
+        raise ValueError(f"scatter_rows: reduce={op.reduce!r} into {op.out.dtype.value} "
+                         f"(atomics of {', '.join(_ATOMIC_DTYPES)} only)")
     block_c = min(rw.next_pow2(upper_bound(cols)), 1024)
-    rows_per = max(1, min(16, 4096 // block_c))
+    # narrow rows (an element-wise scatter has rows of one element): ~1024 elements a program
+    rows_per = max(1, min(16, 4096 // block_c)) if block_c >= 16 else 1024 // block_c
     args = {"rows_ptr": Ptr(op.rows), "values_ptr": Ptr(op.values), "out_ptr": Ptr(op.out),
             "n_rows": int_arg(n_rows), "n_table": int_arg(n_table), "n_cols": int_arg(cols),
             "rows_stride": int_arg(op.rows.strides[0]),
@@ -126,10 +143,10 @@ def _plan_scatter_rows(op: ScatterRowsOp, config: dict) -> KernelPlan:
             "values_stride_c": int_arg(op.values.strides[1]),
             "out_stride_r": int_arg(op.out.strides[0]),
             "out_stride_c": int_arg(op.out.strides[1]),
-            "ROWS": Const(rows_per), "BLOCK_C": Const(block_c)}
+            "REDUCE": Const(op.reduce), "ROWS": Const(rows_per), "BLOCK_C": Const(block_c)}
+    name = "scatter_rows" if op.reduce == "none" else f"scatter_rows_{op.reduce}"
     return KernelPlan(scatter_rows_kernel, args,
-                      (cdiv(n_rows, rows_per), cdiv(cols, block_c), 1), 4, 1,
-                      ("scatter_rows",), {})
+                      (cdiv(n_rows, rows_per), cdiv(cols, block_c), 1), 4, 1, (name,), {})
 
 
 def _plan_topk(op: TopkOp, config: dict) -> KernelPlan:

@@ -1,0 +1,188 @@
+"""Writes at run-time indices (issue 15): scatter_add / scatter_reduce / scatter(reduce="add")
+along any dim, index_add, index_put with accumulate=True, broadcast values, whole dims before
+the index and bool masks. Each compiled program (kernel references) against eager, with
+indices that are run-time inputs (a second set, not the example's, runs through the same
+program), static and with a batch dim that varies; the row-scatter kernel's atomics in
+Triton's interpreter and cross-compiled for sm_90a.
+"""
+import pytest
+import torch
+
+from aotpack.executor import run_reference
+from aotpack.frontend import UnsupportedOpError, to_graph
+from aotpack.kernels.spec import PointwiseOp, ScatterRowsOp
+from aotpack.passes import compile_graph
+from conv_checks import check_kernels_interpreted
+from program_checks import rel_err
+
+
+class Accumulate(torch.nn.Module):
+    """Every accumulating form, along an inner, a middle and the leading dim."""
+
+    def __init__(self, means=True):
+        super().__init__()
+        self.means = means
+
+    def forward(self, x, idx, src, rows):
+        added = x.scatter_add(2, idx, src) + torch.scatter(x, 1, idx % 6, src, reduce="add")
+        sums = x[0].scatter_reduce(0, idx[0] % 6, src[0], "sum", include_self=False)
+        peaks = x.scatter_reduce(2, idx, src, "amax") - x.scatter_reduce(
+            1, idx % 6, src, "amin", include_self=False)
+        indexed = x.index_add(1, rows, src[:, :3, :], alpha=2)
+        if not self.means:
+            return added, sums, peaks, indexed
+        means = x.scatter_reduce(2, idx, src, "mean") + x.scatter_reduce(
+            1, idx % 6, src, "mean", include_self=False)
+        return added, sums, peaks, indexed, means
+
+
+def _inputs(batch, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(batch, 6, 8, generator=g) * 4).to(dtype)
+    idx = torch.randint(0, 8, (batch, 5, 3), generator=g)  # duplicates within rows
+    src = (torch.randn(batch, 6, 8, generator=g) * 4).to(dtype)  # larger than idx: cut
+    rows = torch.tensor([5, 0, 5]) if seed else torch.tensor([1, 2, 1])
+    return x, idx, src, rows
+
+
+def _check(program, model, args, tol):
+    want = model(*args)
+    got = run_reference(program, list(args))
+    for n, (g, w) in enumerate(zip(got, want)):
+        assert g.dtype == w.dtype and g.shape == w.shape, n
+        if w.is_floating_point():
+            assert rel_err(g, w) <= tol, (n, rel_err(g, w))
+        else:
+            assert torch.equal(g, w), n
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.bfloat16, 1e-2),
+                                       (torch.int64, 0)])
+def test_accumulating_scatters_match_eager(dtype, tol):
+    """Static, then the batch dim dynamic (1, 3 and 7 rows) with other indices than the
+    example's; bf16 accumulates in f32 (closer to exact than eager's bf16 adds)."""
+    model = Accumulate(means=dtype.is_floating_point)  # (integer means: refused)
+    b = torch.export.Dim("B", min=1, max=8)
+    for dims in (None, ({0: b}, {0: b}, {0: b}, None)):
+        program = compile_graph(to_graph(model, _inputs(2, 0, dtype), dims))
+        assert sum(isinstance(op, ScatterRowsOp) for op in program.ops) >= 5
+        for batch in ((1, 3, 7) if dims else (2,)):
+            _check(program, model, _inputs(batch, 1 + batch, dtype), tol)
+
+
+def test_float_sums_without_eager_rounding():
+    """bf16 scatter_add rounds once, after an f32 sum: many small adds to one element do not
+    stall as bf16 adds do (eager on the GPU rounds after each atomic add)."""
+    x, idx = torch.zeros(1, 1, dtype=torch.bfloat16), torch.zeros(1, 4096, dtype=torch.long)
+    src = torch.full((1, 4096), 1.0, dtype=torch.bfloat16)
+    program = compile_graph(to_graph(_Fn(lambda x, i, s: x.scatter_add(1, i, s)),
+                                     (x, idx, src)))
+    assert run_reference(program, [x, idx, src])[0].item() == 4096.0
+
+
+def test_index_put_forms_match_eager():
+    """x[i] = number, x[:, i] = a broadcast row, x[:, i] += v (index, add, index_put), a bool
+    mask with a number, index_put_(accumulate=True) with duplicate rows; batch dynamic."""
+    class Puts(torch.nn.Module):
+        def forward(self, x, i, row, mask):
+            a = x.clone()
+            a[:, i] = row  # [8] broadcast over [B, 3, 8]
+            a[:, i] += 1.0
+            b = x.clone()
+            b[mask] = -2.5
+            c = x.clone()
+            c.index_put_((mask,), torch.tensor(0.25), accumulate=True)
+            d = x.permute(1, 0, 2).clone()
+            d[i] = 0.5
+            d.index_put_((i,), torch.ones(3, 1, 8), accumulate=True)
+            return a, b, c, d
+
+    def inputs(batch, seed):
+        g = torch.Generator().manual_seed(seed)
+        i = torch.tensor([4, -1, 4]) if seed else torch.tensor([0, 2, 3])
+        return (torch.randn(batch, 6, 8, generator=g), i, torch.randn(8, generator=g),
+                torch.rand(batch, 6, 8, generator=g) > 0.5)
+
+    b = torch.export.Dim("B", min=1, max=8)
+    for dims in (None, ({0: b}, None, None, {0: b})):
+        program = compile_graph(to_graph(Puts(), inputs(2, 0), dims))
+        for batch in ((1, 5) if dims else (2,)):
+            _check(program, Puts(), inputs(batch, batch), 1e-6)
+
+
+def test_row_scatter_atomics_in_the_interpreter():
+    """The scatter kernels (overwrite, sum, amax, amin) and the fused row-id kernels run in
+    Triton's interpreter against their references: f32 and int64 tables, rows of one element
+    and whole rows, duplicates everywhere."""
+    class Rows(torch.nn.Module):
+        def forward(self, x, idx, src, rows, ids):
+            elems = x.scatter_add(2, idx, src).scatter_reduce(1, idx % 6, src, "amax")
+            whole = x.index_add(1, rows, src[:, :3, :]).scatter_reduce(
+                1, idx % 6, src, "amin", include_self=False)
+            return elems, whole, ids.scatter_add(0, rows, rows * 7)
+
+    x, idx, src, rows = _inputs(3, 5)
+    args = (x, idx, src, rows, torch.arange(6))
+    program = compile_graph(to_graph(Rows(), args))
+    reduces = sorted(op.reduce for op in program.ops if isinstance(op, ScatterRowsOp))
+    assert reduces == ["amax", "amin", "none", "sum", "sum", "sum"]
+    assert check_kernels_interpreted(program, list(args), tol=1e-6, kinds=(ScatterRowsOp,),
+                                     poison=False) == 6
+    assert check_kernels_interpreted(program, list(args), tol=0, kinds=(PointwiseOp,)) >= 3
+
+
+def test_accumulating_scatter_compiles_to_atomics():
+    """Cross-compiled for sm_90a, the sum / amax kernels issue atomic reductions (RED or
+    ATOM), the overwrite none."""
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import contiguous
+    from aotpack.kernels.triton import routing
+    from program_checks import sass_or_skip
+
+    def listing(reduce, dtype):
+        op = ScatterRowsOp(contiguous("rows", DType.I64, (40,)),
+                           contiguous("vals", dtype, (40, 1)),
+                           contiguous("out", dtype, (30, 1)), reduce)
+        return sass_or_skip(routing.compile(op)[0].kernel.cubin)
+
+    for reduce, dtype in (("sum", DType.F32), ("amax", DType.F32), ("sum", DType.I64)):
+        assert "RED" in listing(reduce, dtype) or "ATOM" in listing(reduce, dtype)
+    assert "RED" not in listing("none", DType.BF16) and "ATOM" not in listing("none", DType.BF16)
+    with pytest.raises(ValueError, match="atomics of"):
+        routing.plan(ScatterRowsOp(contiguous("r", DType.I64, (4,)),
+                                   contiguous("v", DType.BF16, (4, 2)),
+                                   contiguous("o", DType.BF16, (8, 2)), "sum"))
+
+
+# --------------------------------------------------------------------------- refusals
+class _Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+
+_X, _I = torch.randn(3, 4), torch.tensor([[0, 1], [2, 2], [1, 0]])
+REFUSALS = {  # what a model does -> (inputs, words the one-line error must contain)
+    "prod": (lambda x, i: x.scatter_reduce(1, i, x, "prod"), (_X, _I), "no atomic multiply"),
+    "multiply": (lambda x, i: torch.scatter(x, 1, i, x, reduce="multiply"), (_X, _I),
+                 "only 'add'"),
+    "integer_mean": (lambda x, i: x.scatter_reduce(1, i, x, "mean"), (_X.long(), _I),
+                     "of integers"),
+    "bool_sum": (lambda x, i: x.index_put((i[:, 0],), x, accumulate=True),
+                 (_X > 0, _I), "no atomics"),
+    "not_side_by_side": (lambda x, i: x[i[:, 0], :, i[:, 1]], (torch.randn(3, 4, 5), _I),
+                         "not side by side"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refusals_name_the_op_and_the_line(case):
+    fn, inputs, words = REFUSALS[case]
+    with pytest.raises(UnsupportedOpError) as e:
+        to_graph(_Fn(fn), inputs)
+    message = str(e.value)
+    assert words in message and "aten." in message and "test_scatter_ops.py" in message, \
+        message
