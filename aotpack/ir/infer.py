@@ -88,8 +88,8 @@ def _topk(ins, a: O.TopkAttrs):
 
 def _sort(ins, a: O.SortAttrs):
     _arity(ins, 1)
-    if len(ins[0].shape) != 1:
-        raise TypeError(f"sort: a {len(ins[0].shape)}-D tensor (1-D only)")
+    if not ins[0].shape:
+        raise TypeError("sort: a 0-d tensor (along its last dim: 1-D at least)")
     return TensorType(DType.I64 if a.indices else ins[0].dtype, ins[0].shape)
 
 

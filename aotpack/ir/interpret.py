@@ -102,12 +102,12 @@ def _pool(a, x):
 
 def _topk(a, x):
     # the kernel's rule for equal values: the first index (torch.topk leaves it open)
-    values, indices = x.sort(dim=-1, descending=True, stable=True)
+    values, indices = x.sort(dim=-1, descending=a.largest, stable=True)
     return (indices if a.indices else values)[..., :a.k]
 
 
 def _sort(a, x):
-    values, order = x.sort(stable=True)
+    values, order = x.sort(dim=-1, descending=a.descending, stable=True)
     return order if a.indices else values
 
 

@@ -72,8 +72,8 @@ class Op(enum.Enum):
     CUMSUM = "cumsum"  # prefix sums along `dim` (ScanAttrs), in the result dtype
     # mixture-of-experts routing (frontend/aten_moe.py): one output each, so topk and sort
     # are two nodes (values, indices) over the same input
-    TOPK = "topk"  # (x[..., C]) -> [..., k]: the k largest of the last dim (TopkAttrs)
-    SORT = "sort"  # (x[N] integer) -> [N]: ascending, stable (SortAttrs: values or order)
+    TOPK = "topk"  # (x[..., C]) -> [..., k]: the k largest (or smallest) of the last dim
+    SORT = "sort"  # (x[..., C]) -> [..., C]: the last dim sorted, stable (SortAttrs)
     HISTC = "histc"  # (x[N]) -> [bins] f32: counts per equal-width bin of [lo, hi] (HistcAttrs)
     INVERSE_PERM = "inverse_perm"  # (order[N] a permutation) -> out[order[i]] = i, int64
     # (table[N, C], rows[R] int, values[R, C]) -> table with row rows[r] set to values[r], or
@@ -166,11 +166,13 @@ class ScanAttrs:
 class TopkAttrs:
     k: int
     indices: bool  # the node's output: the int64 indices, else the values
+    largest: bool = True  # else the k smallest, ascending
 
 
 @dataclass(frozen=True)
 class SortAttrs:
     indices: bool  # the node's output: the permutation (int64), else the sorted values
+    descending: bool = False
 
 
 SCATTER_REDUCES = ("none", "sum", "amax", "amin")
