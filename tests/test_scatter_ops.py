@@ -80,6 +80,32 @@ def test_float_sums_without_eager_rounding():
     assert run_reference(program, [x, idx, src])[0].item() == 4096.0
 
 
+def test_index_by_uneven_constant_indices_is_a_row_gather():
+    """x[[0, 2, 3]] and x[:, [1, 1, 0]] (no even steps: no strided view) read rows through
+    the embedding kernel, as run-time indices do; with a dynamic batch too."""
+    fn = _Fn(lambda x: (x[torch.tensor([0, 2, 3])] * 2, x[:, [1, 1, 0]]))
+    b = torch.export.Dim("B", min=4, max=16)
+    for dims in (None, (({0: b},),)):
+        program = compile_graph(to_graph(fn, (torch.randn(5, 4, 3),), dims))
+        assert any(type(op).__name__ == "EmbeddingOp" for op in program.ops)
+        for batch in ((4, 9) if dims else (5,)):
+            x = torch.randn(batch, 4, 3)
+            for got, want in zip(run_reference(program, [x]), fn(x)):
+                assert torch.equal(got, want)
+
+
+def test_narrow_integers_accumulate_in_int32_and_wrap():
+    """uint8 / int16 sums run in int32 and are cast back, wrapping as eager's adds do."""
+    x = torch.tensor([[250, 3, 7]], dtype=torch.uint8)
+    idx = torch.tensor([[0, 0, 2, 0]])
+    fn = _Fn(lambda x, i, y: (x.scatter_add(1, i, x[:, [0, 0, 1, 2]]),
+                              y.scatter_add(1, i, y[:, [0, 0, 1, 2]])))
+    args = (x, idx, torch.tensor([[32000, -5, 9]], dtype=torch.int16))
+    program = compile_graph(to_graph(fn, args))
+    for got, want in zip(run_reference(program, list(args)), fn(*args)):
+        assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+
+
 def test_index_put_forms_match_eager():
     """x[i] = number, x[:, i] = a broadcast row, x[:, i] += v (index, add, index_put), a bool
     mask with a number, index_put_(accumulate=True) with duplicate rows; batch dynamic."""
@@ -175,14 +201,19 @@ REFUSALS = {  # what a model does -> (inputs, words the one-line error must cont
                  (_X > 0, _I), "no atomics"),
     "not_side_by_side": (lambda x, i: x[i[:, 0], :, i[:, 1]], (torch.randn(3, 4, 5), _I),
                          "not side by side"),
+    # the flat ids multiply by the sizes after the first indexed dim: those must be static
+    "dynamic_inner_dim": (lambda x, i: x.scatter_add(1, i, x), (_X, _I.repeat(1, 2)),
+                          "dynamic dim after the first indexed one",
+                          (({1: torch.export.Dim("S", min=2, max=64)},
+                            {1: torch.export.Dim("S", min=2, max=64)}),)),
 }
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_refusals_name_the_op_and_the_line(case):
-    fn, inputs, words = REFUSALS[case]
+    fn, inputs, words, *dims = REFUSALS[case]
     with pytest.raises(UnsupportedOpError) as e:
-        to_graph(_Fn(fn), inputs)
+        to_graph(_Fn(fn), inputs, *dims)
     message = str(e.value)
     assert words in message and "aten." in message and "test_scatter_ops.py" in message, \
         message

@@ -166,8 +166,8 @@ def leading_grid(cx, x: Value, first: int, idx: list) -> list[Value]:
 
 def _index(cx, x, indices):
     """x[i0, i1, ...] (None: the whole dim): a constant x with constant indices folds;
-    constant indices that step evenly through x's dims are a strided view of x; indices
-    computed at run time over the leading dims are a row gather (_gather_rows)."""
+    constant indices that step evenly through x's dims are a strided view of x; other
+    indices, side by side, are a row gather (_gather_rows)."""
     import torch
 
     if not isinstance(x, Value):
@@ -184,6 +184,11 @@ def _index(cx, x, indices):
         if got is None:  # an index computed at run time: a row gather
             return _gather_rows(cx, x, [indices[k] for k in picked], picked)
         samples.append(got)
+    if len(samples[0]) == 1 and any(not isinstance(x.shape[k], int) for k in picked):
+        # static constants along a dynamic dim: no size to check the steps against
+        if any(bool((s[0][1] < 0).any()) for s in samples):
+            raise Unsupported("negative constant indices along a dynamic dim")
+        return _gather_rows(cx, x, [indices[k] for k in picked], picked)
     out_shape = cx.out_shape()
     first, n_idx = picked[0], len(picked)
     rank_b = len(out_shape) - (len(x.shape) - n_idx)  # the broadcast index dims
@@ -194,8 +199,11 @@ def _index(cx, x, indices):
         sizes = [_at(x.shape[k], point) for k in picked]
         fit = [_affine(t.long(), size) for t, size in zip(tensors, sizes)]
         if any(f is None for f in fit):
-            raise Unsupported("index tensors that do not step evenly through the dims "
-                              "(a general gather)")
+            if len(samples[0]) > 1:
+                raise Unsupported("index tensors that follow the dims' sizes and do not step "
+                                  "evenly through them")
+            # static constants in no even steps (x[:, [0, 0, 2]]): a row gather as well
+            return _gather_rows(cx, x, [indices[k] for k in picked], picked)
         coeffs = fit if coeffs is None else _agree(coeffs, fit)
     strides = contiguous_strides(tuple(x.shape))
     x_strides = [strides[k] for k in picked]
