@@ -80,6 +80,27 @@ def test_float_sums_without_eager_rounding():
     assert run_reference(program, [x, idx, src])[0].item() == 4096.0
 
 
+def test_gather_and_scatter_over_a_static_inner_dim_of_dynamic_dims():
+    """logits.gather(-1, ids) (the log-probability of chosen tokens) and scatter_add over a
+    static vocabulary with batch and sequence dynamic: the ids multiply by static sizes."""
+    fn = _Fn(lambda logits, ids, w: (logits.log_softmax(-1).gather(-1, ids),
+                                     logits.scatter_add(2, ids, w)))
+    b, s = torch.export.Dim("B", min=1, max=8), torch.export.Dim("S", min=1, max=64)
+
+    def inputs(batch, seq, seed):
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(batch, seq, 50, generator=g),
+                torch.randint(0, 50, (batch, seq, 3), generator=g),
+                torch.randn(batch, seq, 3, generator=g))
+
+    dims = (({0: b, 1: s}, {0: b, 1: s}, {0: b, 1: s}),)
+    program = compile_graph(to_graph(fn, inputs(2, 5, 0), dims))
+    for batch, seq in ((1, 1), (3, 17), (8, 64)):
+        args = inputs(batch, seq, batch * seq)
+        for got, want in zip(run_reference(program, list(args)), fn(*args)):
+            assert rel_err(got, want) < 1e-6
+
+
 def test_index_by_uneven_constant_indices_is_a_row_gather():
     """x[[0, 2, 3]] and x[:, [1, 1, 0]] (no even steps: no strided view) read rows through
     the embedding kernel, as run-time indices do; with a dynamic batch too."""

@@ -114,26 +114,35 @@ def _gather(cx, x, dim, index, sparse_grad=False):
         first = samples[0][1].reshape(-1)[:1]
         if first.numel() and all(bool((t == first).all()) for _, t in samples):
             return _broadcast(cx, cx.add_constant("value", first.reshape(())))
-    coords = coordinates(cx, x, dim, index, "gather")  # (x is not 0-d past this)
-    d = dim % len(x.shape)
-    size = x.shape[d]
+    if not isinstance(index, Value) or len(index.shape) != len(x.shape) or not x.shape:
+        coordinates(cx, x, dim, index, "gather")  # (refuses with the reason)
+    size = x.shape[dim % len(x.shape)]
     if isinstance(size, int):  # torch raises on an index outside the dim; read within its row
-        clamped = cx.emit(Op.MAX, [index], O.BinaryAttrs(0))
-        coords[d] = cx.emit(Op.MIN, [clamped], O.BinaryAttrs(size - 1))
-    return _gather_rows(cx, x, coords, list(range(len(x.shape))))
+        index = cx.emit(Op.MIN, [cx.emit(Op.MAX, [index], O.BinaryAttrs(0))],
+                        O.BinaryAttrs(size - 1))
+    table, coords = coordinates(cx, x, dim, index, "gather")
+    return _gather_rows(cx, table, coords, list(range(len(table.shape))))
 
 
-def coordinates(cx, x: Value, dim: int, index: Value, what: str) -> list[Value]:
-    """The index tensors that make x[c0, .., index, .., c_r-1] the gather (or scatter) along
-    `dim`: `index` at dim, an arange over each other dim of index's shape."""
+def coordinates(cx, x: Value, dim: int, index: Value, what: str) -> tuple[Value, list]:
+    """(x seen as t, the index tensors that make t[c0, .., index, .., c_r-1] the gather (or
+    scatter) along `dim`): `index` at dim, an arange over each other dim of index's shape.
+    When index spans x on every other dim, t is x as [dims before, dim, dims after] (three
+    coordinates; the row ids then multiply by static sizes only, unless dims after `dim`
+    are dynamic: a gather over the vocabulary of a [B, S, V] with B and S dynamic works)."""
     rank = len(x.shape)
     dim = dim + rank if dim < 0 else dim
     if rank == 0:
         raise Unsupported(f"{what} of a 0-d tensor (x.reshape(1) first)")
     if not isinstance(index, Value) or len(index.shape) != rank:
         raise Unsupported(f"{what} with an index of another rank than the tensor")
-    return [index if k == dim else arange_along(cx, n, k, rank)
-            for k, n in enumerate(index.shape)]
+    if all(index.shape[k] == x.shape[k] for k in range(rank) if k != dim):
+        before, after = math.prod(x.shape[:dim]), math.prod(x.shape[dim + 1:])
+        x = cx.emit(Op.VIEW, [x], O.ViewAttrs((before, x.shape[dim], after)))
+        index = cx.emit(Op.VIEW, [index], O.ViewAttrs((before, index.shape[dim], after)))
+        return x, [arange_along(cx, before, 0, 3), index, arange_along(cx, after, 2, 3)]
+    return x, [index if k == dim else arange_along(cx, n, k, rank)
+               for k, n in enumerate(index.shape)]
 
 
 _MAX_ARANGE = 1 << 24

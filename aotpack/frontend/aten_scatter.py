@@ -186,12 +186,17 @@ def _scatter_mean(cx, x, dim, index, src, include_self):
 def _scatter_elements(cx, x, dim, index, src, reduce: str, final: bool = True) -> Value:
     """src's elements written at (or combined into) x[c0, .., index, .., c_r-1]: a row
     scatter with rows of one element. Only index's shape of src is read (as torch)."""
-    coords = coordinates(cx, x, dim, index, "scatter")
-    if isinstance(src, Value):
-        src = _cut_to(cx, src, tuple(index.shape))
-    else:
+    table, coords = coordinates(cx, x, dim, index, "scatter")
+    if not isinstance(src, Value):
         src = _number(cx, x, src, "src")
-    return write_rows(cx, x, coords, src, reduce, final)
+    elif src.shape:  # (a 0-d src: one number, broadcast by write_rows)
+        src = _cut_to(cx, src, tuple(index.shape))
+        if table is not x:  # (x seen as [before, dim, after]: src too)
+            src = cx.emit(Op.VIEW, [src], O.ViewAttrs(tuple(coords[1].shape)))
+    if table is x:
+        return write_rows(cx, x, coords, src, reduce, final)
+    out = write_rows(cx, table, coords, src, reduce, final=False)
+    return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(x.shape)), final=final)
 
 
 def _cut_to(cx, src: Value, shape: tuple) -> Value:
