@@ -479,10 +479,8 @@ class _Fn(torch.nn.Module):
 
 
 REFUSALS = {  # what a model does -> (example inputs, words the one-line error must contain)
-    "gather_other_dim": (lambda x, i: x[:, i], (torch.randn(3, 5, 4), torch.tensor([2, 0])),
-                         "other than the leading dims"),
-    "uneven_constant_index": (lambda x: x[torch.tensor([0, 2, 3])] * 2, (torch.randn(5, 4),),
-                              "do not step evenly"),
+    "gather_apart": (lambda x, i: x[i, :, i], (torch.randn(3, 5, 4), torch.tensor([2, 0])),
+                     "not side by side"),
     "bitwise_on_integers": (lambda i: (i & 3) + 1, (torch.tensor([5, 6, 7]),),
                             "bit operations on integers"),
     "argmax_of_everything": (lambda x: torch.argmax(x), (torch.randn(3, 4),),

@@ -95,25 +95,16 @@ class _Routing(torch.nn.Module):
 
     def forward(self, x):
         probs = self.gate(x).softmax(-1)
-        if self.form == "topk_dim0":
-            return probs.topk(2, dim=0).values
-        if self.form == "topk_smallest":
-            return probs.topk(2, largest=False).values
+        if self.form == "topk_f64":
+            return probs.double().topk(2).values
         ids = probs.topk(2).indices.view(-1)
-        if self.form == "sort_descending":
-            return ids.sort(descending=True).values
         if self.form == "histc_auto_range":
             return torch.histc(ids.float(), bins=8)
-        if self.form == "index_put_accumulate":  # a scatter-add (a histogram by hand)
-            out = torch.zeros(10, dtype=torch.long)
-            return out.index_put((ids,), ids * 0 + 1, accumulate=True)
         raise ValueError(self.form)
 
 
 @pytest.mark.parametrize("form, words", [
-    ("topk_dim0", "only the last dim"), ("topk_smallest", "largest=False"),
-    ("sort_descending", "only ascending"), ("histc_auto_range", "min == max"),
-    ("index_put_accumulate", "scatter-add"),
+    ("topk_f64", "topk of f64"), ("histc_auto_range", "min == max"),
 ])
 def test_routing_refusals_name_the_op(form, words):
     with pytest.raises(UserError) as e:

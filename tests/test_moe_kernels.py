@@ -46,8 +46,9 @@ def test_routing_kernels_in_the_interpreter():
                          {"p": probs.reshape(-1).clone(),
                           "o": torch.zeros(37 * k, dtype=out.dtype.to_torch())}))
     v = contiguous("ids", DType.I64, (n,))
-    for indices in (False, True):
-        jobs.append((SortOp(v, contiguous("s", DType.I64, (n,)), indices),
+    for indices in (False, True):  # (one row of n: the routing's sort)
+        jobs.append((SortOp(contiguous("ids", DType.I64, (1, n)),
+                            contiguous("s", DType.I64, (1, n)), indices),
                      {"ids": ids.clone(), "s": torch.full((n,), -1, dtype=torch.int64)}))
     jobs.append((HistcOp(contiguous("f", DType.F32, (n,)), contiguous("h", DType.F32, (8,)),
                          0.0, 7.0), {"f": ids.float(), "h": torch.full((8,), -1.0)}))
@@ -109,8 +110,8 @@ def test_moe_kernels_compile_for_sm90a():
     e, k, d, f = 8, 2, 256, 512
     ops = [TopkOp(contiguous("p", DType.F32, (t, e)), contiguous("o", DType.I64, (t, k)), k,
                   True),
-           SortOp(contiguous("ids", DType.I64, (t * k,)), contiguous("s", DType.I64, (t * k,)),
-                  True),
+           SortOp(contiguous("ids", DType.I64, (1, t * k)),
+                  contiguous("s", DType.I64, (1, t * k)), True),
            HistcOp(contiguous("f", DType.F32, (t * k,)), contiguous("h", DType.F32, (e,)),
                    0.0, float(e - 1)),
            InversePermOp(contiguous("s", DType.I64, (t * k,)),

@@ -114,63 +114,69 @@ def _gather(cx, x, dim, index, sparse_grad=False):
         first = samples[0][1].reshape(-1)[:1]
         if first.numel() and all(bool((t == first).all()) for _, t in samples):
             return _broadcast(cx, cx.add_constant("value", first.reshape(())))
-    coords = _coordinates(cx, x, dim, index, "gather")  # (x is not 0-d past this)
-    d = dim % len(x.shape)
-    size = x.shape[d]
+    if not isinstance(index, Value) or len(index.shape) != len(x.shape) or not x.shape:
+        coordinates(cx, x, dim, index, "gather")  # (refuses with the reason)
+    size = x.shape[dim % len(x.shape)]
     if isinstance(size, int):  # torch raises on an index outside the dim; read within its row
-        clamped = cx.emit(Op.MAX, [index], O.BinaryAttrs(0))
-        coords[d] = cx.emit(Op.MIN, [clamped], O.BinaryAttrs(size - 1))
-    return _gather_rows(cx, x, coords, list(range(len(x.shape))))
+        index = cx.emit(Op.MIN, [cx.emit(Op.MAX, [index], O.BinaryAttrs(0))],
+                        O.BinaryAttrs(size - 1))
+    table, coords = coordinates(cx, x, dim, index, "gather")
+    return _gather_rows(cx, table, coords, list(range(len(table.shape))))
 
 
-def _coordinates(cx, x: Value, dim: int, index: Value, what: str) -> list[Value]:
-    """The index tensors that make x[c0, .., index, .., c_r-1] the gather (or scatter) along
-    `dim`: `index` at dim, an arange over each other dim of index's shape (constants, so
-    index's shape must be static)."""
-    import torch
-
+def coordinates(cx, x: Value, dim: int, index: Value, what: str) -> tuple[Value, list]:
+    """(x seen as t, the index tensors that make t[c0, .., index, .., c_r-1] the gather (or
+    scatter) along `dim`): `index` at dim, an arange over each other dim of index's shape.
+    When index spans x on every other dim, t is x as [dims before, dim, dims after] (three
+    coordinates; the row ids then multiply by static sizes only, unless dims after `dim`
+    are dynamic: a gather over the vocabulary of a [B, S, V] with B and S dynamic works)."""
     rank = len(x.shape)
     dim = dim + rank if dim < 0 else dim
     if rank == 0:
         raise Unsupported(f"{what} of a 0-d tensor (x.reshape(1) first)")
     if not isinstance(index, Value) or len(index.shape) != rank:
         raise Unsupported(f"{what} with an index of another rank than the tensor")
-    if not all(isinstance(n, int) for n in index.shape):
-        raise Unsupported(f"{what} with an index whose shape varies at run time")
-    coords = []
-    for k, n in enumerate(index.shape):
-        if k == dim:
-            coords.append(index)
-            continue
-        shape = [1] * rank
-        shape[k] = n
-        coords.append(cx.add_constant(f"coord{k}", torch.arange(n).reshape(shape)))
-    return coords
+    if all(index.shape[k] == x.shape[k] for k in range(rank) if k != dim):
+        before, after = math.prod(x.shape[:dim]), math.prod(x.shape[dim + 1:])
+        x = cx.emit(Op.VIEW, [x], O.ViewAttrs((before, x.shape[dim], after)))
+        index = cx.emit(Op.VIEW, [index], O.ViewAttrs((before, index.shape[dim], after)))
+        return x, [arange_along(cx, before, 0, 3), index, arange_along(cx, after, 2, 3)]
+    return x, [index if k == dim else arange_along(cx, n, k, rank)
+               for k, n in enumerate(index.shape)]
 
 
-def _scatter(cx, x, dim, index, src=None, value=None, reduce=None):
-    """scatter(x, dim, index, src | value) (not in place): x copied, then src's elements
-    written at x[c0, .., index, .., c_r-1] (an element-wise row scatter). Duplicate indices
-    leave one of the written values, as torch leaves it undefined; a reduction is refused."""
+_MAX_ARANGE = 1 << 24
+
+
+def arange_along(cx, n, k: int, rank: int) -> Value:
+    """arange(n) laid along dim k of `rank` dims (size 1 elsewhere), a constant: stored at
+    the dim's maximum and sliced to n when n is a symbolic size."""
     import torch
 
-    if reduce is not None:
-        raise Unsupported(f"scatter with reduce={reduce!r} (the writes do not accumulate)")
-    coords = _coordinates(cx, x, dim, index, "scatter")
-    if not isinstance(src, Value):
-        fill = src if value is None else value
-        src = cx.add_constant("src", torch.full(tuple(index.shape), fill,
-                                                dtype=x.dtype.to_torch()))
-    elif tuple(src.shape) != tuple(index.shape):
-        raise Unsupported(f"scatter with src {list(src.shape)} larger than its index "
-                          f"{list(index.shape)}: pass src[:, ...] cut to the index's shape")
-    return scatter_rows(cx, x, coords, src)
+    from aotpack.ir.sym import upper_bound
+
+    most = n if isinstance(n, int) else upper_bound(n)
+    if most > _MAX_ARANGE:
+        raise Unsupported(f"indices over a dim of up to {most} (at most {_MAX_ARANGE}: narrow "
+                          f"the dim's range)")
+    shape = [1] * rank
+    shape[k] = most
+    v = cx.add_constant(f"coord{k}", torch.arange(most).reshape(shape))
+    return v if isinstance(n, int) else cx.emit(Op.SLICE, [v], O.SliceAttrs(k, 0, n))
+
+
+def leading_grid(cx, x: Value, first: int, idx: list) -> list[Value]:
+    """Index tensors over x's dims 0..: an arange for each whole dim before `first` (x[:, i]:
+    torch's result keeps those dims in front of the index tensors' broadcast shape), then
+    the index tensors themselves."""
+    rank = first + max(len(v.shape) for v in idx)
+    return [arange_along(cx, x.shape[k], k, rank) for k in range(first)] + list(idx)
 
 
 def _index(cx, x, indices):
     """x[i0, i1, ...] (None: the whole dim): a constant x with constant indices folds;
-    constant indices that step evenly through x's dims are a strided view of x; indices
-    computed at run time over the leading dims are a row gather (_gather_rows)."""
+    constant indices that step evenly through x's dims are a strided view of x; other
+    indices, side by side, are a row gather (_gather_rows)."""
     import torch
 
     if not isinstance(x, Value):
@@ -187,6 +193,11 @@ def _index(cx, x, indices):
         if got is None:  # an index computed at run time: a row gather
             return _gather_rows(cx, x, [indices[k] for k in picked], picked)
         samples.append(got)
+    if len(samples[0]) == 1 and any(not isinstance(x.shape[k], int) for k in picked):
+        # static constants along a dynamic dim: no size to check the steps against
+        if any(bool((s[0][1] < 0).any()) for s in samples):
+            raise Unsupported("negative constant indices along a dynamic dim")
+        return _gather_rows(cx, x, [indices[k] for k in picked], picked)
     out_shape = cx.out_shape()
     first, n_idx = picked[0], len(picked)
     rank_b = len(out_shape) - (len(x.shape) - n_idx)  # the broadcast index dims
@@ -197,8 +208,11 @@ def _index(cx, x, indices):
         sizes = [_at(x.shape[k], point) for k in picked]
         fit = [_affine(t.long(), size) for t, size in zip(tensors, sizes)]
         if any(f is None for f in fit):
-            raise Unsupported("index tensors that do not step evenly through the dims "
-                              "(a general gather)")
+            if len(samples[0]) > 1:
+                raise Unsupported("index tensors that follow the dims' sizes and do not step "
+                                  "evenly through them")
+            # static constants in no even steps (x[:, [0, 0, 2]]): a row gather as well
+            return _gather_rows(cx, x, [indices[k] for k in picked], picked)
         coeffs = fit if coeffs is None else _agree(coeffs, fit)
     strides = contiguous_strides(tuple(x.shape))
     x_strides = [strides[k] for k in picked]
@@ -275,50 +289,24 @@ def _index_constants(cx, x: Value, indices) -> Value | None:
 
 
 def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:
-    """x[i0, i1, ...] over x's leading dims with index tensors of which some are computed at
-    run time (CLIP's pooling: hidden[arange(B), ids.argmax(-1)]): x seen as a table of rows
-    [prod(indexed dims), prod(the rest)], read by the embedding kernel at flat row ids
-    i0 * n1 + i1 (a pointwise int64 expression; negative indices count from the end)."""
-    if picked[0] != 0:
-        raise Unsupported("indices computed at run time on other than the leading dims")
-    table, flat = _rows_table(cx, x, idx)
+    """x[i0, i1, ...] with index tensors side by side of which some are computed at run time
+    (CLIP's pooling: hidden[arange(B), ids.argmax(-1)]; x[:, i] with aranges over the whole
+    dims before): x seen as a table of rows [prod(indexed dims), prod(the rest)], read by the
+    embedding kernel at flat row ids i0 * n1 + i1 (a pointwise int64 expression; negative
+    indices count from the end)."""
+    table, flat = rows_table(cx, x, leading_grid(cx, x, picked[0], idx))
     out = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
     return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(cx.out_shape())), final=True)
 
 
-def scatter_rows(cx, x: Value, indices: list, values: Value) -> Value:
-    """index_put(x, [i0, i1, ...], values) with run-time index tensors over x's leading dims
-    (a KV cache written at (row, position)): x as a table of rows, values as [R, C] rows
-    written at the flat row ids (as _gather_rows reads them)."""
-    if not all(isinstance(v, Value) for v in indices) or not indices:
-        raise Unsupported("index_put with other than index tensors on the leading dims")
-    if not isinstance(values, Value) or values.dtype != x.dtype:
-        raise Unsupported("index_put of values of another dtype than the tensor, or of a "
-                          "Python number")
-    table, flat = _rows_table(cx, x, indices, skip_outside=True)
-    rest = tuple(x.shape[len(indices):])
-    index_rank = max(len(v.shape) for v in indices)
-    lead, tail = tuple(values.shape[:index_rank]), tuple(values.shape[index_rank:])
-    if (len(values.shape) != index_rank + len(rest) or tail != rest
-            or any(isinstance(a, int) and isinstance(b, int) and a != b
-                   for a, b in zip(lead, flat.shape))):
-        # (symbolic sizes torch.export already checked equal may carry two names)
-        raise Unsupported(f"index_put values {list(values.shape)} that are not the indexed "
-                          f"rows' shape {list(flat.shape) + list(rest)} (broadcast values "
-                          f"are unsupported)")
-    rows = math.prod(flat.shape)
-    flat_rows = cx.emit(Op.VIEW, [flat], O.ViewAttrs((rows,)))
-    width = table.shape[1]
-    value_rows = cx.emit(Op.VIEW, [values], O.ViewAttrs((rows, width)))
-    out = cx.emit(Op.SCATTER_ROWS, [table, flat_rows, value_rows], O.NoAttrs())
-    return cx.emit(Op.VIEW, [out], O.ViewAttrs(tuple(x.shape)), final=True)
-
-
-def _rows_table(cx, x: Value, idx: list, skip_outside: bool = False) -> tuple[Value, Value]:
+def rows_table(cx, x: Value, idx: list, skip_outside: bool = False) -> tuple[Value, Value]:
     """x viewed as [prod(the indexed leading dims), prod(the rest)] and the flat int64 row
     ids of the index tensors (broadcast together; negative indices count from the end).
     `skip_outside`: a row with an index outside its dim gets id -1 (a write skips it, where
-    torch would raise; a position past a KV cache's end must not land in the next row)."""
+    torch would raise; a position past a KV cache's end must not land in the next row).
+    Every intermediate has one reader, so the ids are one pointwise kernel."""
+    import torch
+
     sizes = [x.shape[k] for k in range(len(idx))]
     flat = outside = None
     for k, (v, size) in enumerate(zip(idx, sizes)):
@@ -328,23 +316,44 @@ def _rows_table(cx, x: Value, idx: list, skip_outside: bool = False) -> tuple[Va
                               "first indexed one")
         if v.dtype not in (DType.I64, DType.I32):
             raise Unsupported(f"indices of {v.dtype.value}")
-        negative = cx.emit(Op.LT, [v], O.BinaryAttrs(0))
-        wrapped = (cx.emit(Op.WHERE, [negative, cx.emit(Op.ADD, [v], O.BinaryAttrs(size)), v],
-                           O.NoAttrs()) if isinstance(size, int) else v)
-        term = cx.emit(Op.MUL, [wrapped], O.BinaryAttrs(later)) if later != 1 else wrapped
+        inside = _known_inside(cx, v, size)  # (an arange over a whole dim: nothing to check)
+        term = v if inside or not isinstance(size, int) else _wrapped(cx, v, size)
+        term = cx.emit(Op.MUL, [term], O.BinaryAttrs(later)) if later != 1 else term
         flat = term if flat is None else cx.emit(Op.ADD, [flat, term], O.BinaryAttrs())
-        if skip_outside and isinstance(size, int):
-            bad = cx.emit(Op.OR, [cx.emit(Op.LT, [wrapped], O.BinaryAttrs(0)),
-                                  cx.emit(Op.GE, [wrapped], O.BinaryAttrs(size))],
-                          O.BinaryAttrs())
+        if skip_outside and isinstance(size, int) and not inside:
+            # outside [-size, size): checked on v itself (the wrapped v has one reader)
+            bad = cx.emit(Op.OR, [cx.emit(Op.LT, [v], O.BinaryAttrs(-size)),
+                                  cx.emit(Op.GE, [v], O.BinaryAttrs(size))], O.BinaryAttrs())
             outside = bad if outside is None else cx.emit(Op.OR, [outside, bad],
                                                           O.BinaryAttrs())
-    if outside is not None:  # -1 there (0 * flat - 1: an int64 tensor of flat's shape)
-        minus_one = cx.emit(Op.SUB, [cx.emit(Op.MUL, [flat], O.BinaryAttrs(0))],
-                            O.BinaryAttrs(1))
+    if outside is not None:
+        minus_one = cx.add_constant("skip", torch.tensor(-1, dtype=flat.dtype.to_torch()))
         flat = cx.emit(Op.WHERE, [outside, minus_one, flat], O.NoAttrs())
     rows, width = math.prod(sizes), math.prod(x.shape[len(idx):])
     return cx.emit(Op.VIEW, [x], O.ViewAttrs((rows, width))), flat
+
+
+def _wrapped(cx, v: Value, size: int) -> Value:
+    """v + size where v is negative (an index from the end)."""
+    negative = cx.emit(Op.LT, [v], O.BinaryAttrs(0))
+    return cx.emit(Op.WHERE, [negative, cx.emit(Op.ADD, [v], O.BinaryAttrs(size)), v],
+                   O.NoAttrs())
+
+
+def _known_inside(cx, v: Value, size) -> bool:
+    """v's entries lie in [0, size): a constant that does, or arange(n) sliced from a longer
+    arange (arange_along's form for a symbolic n)."""
+    import torch
+
+    node = cx.producer(v)
+    if node is not None and node.op == Op.SLICE and node.attrs.start == 0 \
+            and node.attrs.end == size:
+        t = cx.constant_value(node.inputs[0])
+        return (t is not None and t.shape[node.attrs.dim] == t.numel()
+                and torch.equal(t.reshape(-1), torch.arange(t.numel())))
+    t = cx.constant_value(v)
+    return (t is not None and isinstance(size, int) and t.numel() > 0
+            and bool(((t >= 0) & (t < size)).all()))
 
 
 def _agree(known, fit):
@@ -400,6 +409,5 @@ RULES = {
     "aten.masked_fill.Scalar": _masked_fill, "aten.masked_fill.Tensor": _masked_fill,
     "aten.index.Tensor": _index, "aten.cumsum.default": _cumsum,
     "aten.gather.default": _gather, "aten.argmax.default": _argmax,
-    "aten.scatter.src": _scatter, "aten.scatter.value": _scatter,
     "aten.index_select.default": _index_select, "aten.roll.default": _roll,
 }

@@ -7,14 +7,14 @@ it (Mixtral, Qwen2-MoE, OLMoE):
     _grouped_mm(x[order // k], W[E, K, N], offsets)           the experts' GEMMs
     index_put(empty, [order], arange) -> index(out, [.])      back to token order
 
-topk and sort have two results: each becomes two IR nodes (values, indices) over the same
-input (k and E are small: recomputing is cheaper than a second kind of node). The scatter
+topk and sort (frontend/aten_sort.py) have two results: each becomes two IR nodes (values,
+indices) over the same input (k and E are small: recomputing is cheaper than a second kind
+of node). The scatter
 `index_put(empty, [order], arange)` writes every slot of the buffer exactly when `order` is a
 permutation, which a sort's order is: it is the inverse permutation of `order`, one op.
 """
 from __future__ import annotations
 
-from aotpack.dtypes import DType
 from aotpack.frontend.aten_table import Unsupported
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
@@ -27,40 +27,6 @@ class Uninitialized:
 
     def __init__(self, shape):
         self.shape_ = tuple(shape)
-
-
-def _topk(cx, x, k, dim=-1, largest=True, sorted=True):
-    if not isinstance(x, Value):
-        raise Unsupported("topk of a Python value")
-    rank = len(x.shape)
-    if (dim + rank if dim < 0 else dim) != rank - 1:
-        raise Unsupported(f"topk over dim {dim} of a {rank}-D tensor (only the last dim; "
-                          f"x.movedim({dim}, -1).topk(k))")
-    if not largest:
-        raise Unsupported("topk(largest=False) (only the largest; topk of -x)")
-    if not isinstance(x.shape[-1], int):
-        raise Unsupported(f"topk over the dynamic dim {x.shape[-1]} (the experts dim must "
-                          f"be static)")
-    if not isinstance(k, int):
-        raise Unsupported(f"topk with k={k} computed at run time")
-    return [cx.emit(Op.TOPK, [x], O.TopkAttrs(k, indices), final=False)
-            for indices in (False, True)]
-
-
-def _sort(cx, x, dim=-1, descending=False, stable=None):
-    if not isinstance(x, Value):
-        raise Unsupported("sort of a Python value")
-    if len(x.shape) != 1:
-        raise Unsupported(f"sort of a {len(x.shape)}-D tensor (only 1-D: x.view(-1))")
-    if descending:
-        raise Unsupported("sort(descending=True) (only ascending)")
-    if x.dtype not in (DType.I64, DType.I32, DType.I16, DType.U8, DType.I8):
-        raise Unsupported(f"sort of {x.dtype.value} (only integers: expert ids)")
-    return [cx.emit(Op.SORT, [x], O.SortAttrs(indices)) for indices in (False, True)]
-
-
-def _sort_stable(cx, x, *, stable=None, dim=-1, descending=False):
-    return _sort(cx, x, dim, descending)
 
 
 def _histc(cx, x, bins=100, min=0, max=0):
@@ -78,15 +44,16 @@ def _empty(cx, size, *args, **kwargs):
 
 def _index_put(cx, x, indices, values, accumulate=False):
     """index_put(empty, [order], arange(N)) with `order` a sort's permutation: the inverse
-    permutation; into a tensor at run-time indices over its leading dims: a row scatter
-    (aten_logic.scatter_rows: a KV cache's write). Other scatters are refused."""
-    if accumulate:
-        raise Unsupported("index_put(accumulate=True) (a scatter-add)")
-    if isinstance(x, Value) and not (len(indices) == 1 and isinstance(indices[0], Value)
-                                     and _is_sort_order(cx, indices[0])):
-        from aotpack.frontend.aten_logic import scatter_rows
+    permutation; into a tensor at run-time indices: a row scatter (aten_scatter.index_put:
+    a KV cache's write, index_add, x[mask] = 0). Other writes into torch.empty are refused."""
+    by_order = len(indices) == 1 and isinstance(indices[0], Value) \
+        and _is_sort_order(cx, indices[0])
+    if isinstance(x, Value) and (accumulate or not by_order):
+        from aotpack.frontend.aten_scatter import index_put
 
-        return scatter_rows(cx, x, list(indices), values)
+        return index_put(cx, x, list(indices), values, bool(accumulate))
+    if accumulate:
+        raise Unsupported("index_put(accumulate=True) into uninitialised memory (torch.empty)")
     if len(indices) != 1 or not isinstance(indices[0], Value):
         raise Unsupported("index_put with other than one index tensor")
     order = indices[0]
@@ -142,7 +109,6 @@ def _max_dim(cx, x, dim, keepdim=False):
 
 RULES = {
     "aten.max.dim": _max_dim,
-    "aten.topk.default": _topk, "aten.sort.default": _sort, "aten.sort.stable": _sort_stable,
     "aten.histc.default": _histc, "aten.index_put.default": _index_put,
     "aten.empty_permuted.default": _empty, "aten.empty.memory_format": _empty,
     "aten._grouped_mm.default": _grouped_mm,

@@ -88,8 +88,8 @@ def _topk(ins, a: O.TopkAttrs):
 
 def _sort(ins, a: O.SortAttrs):
     _arity(ins, 1)
-    if len(ins[0].shape) != 1:
-        raise TypeError(f"sort: a {len(ins[0].shape)}-D tensor (1-D only)")
+    if not ins[0].shape:
+        raise TypeError("sort: a 0-d tensor (along its last dim: 1-D at least)")
     return TensorType(DType.I64 if a.indices else ins[0].dtype, ins[0].shape)
 
 
@@ -117,6 +117,11 @@ def _scatter_rows(ins, a):
         raise TypeError(f"scatter_rows: rows are {rows.dtype.value}, not integers")
     if values.dtype != table.dtype:
         raise TypeError(f"scatter_rows: values {values.dtype.value} into {table.dtype.value}")
+    if a.reduce not in O.SCATTER_REDUCES:
+        raise TypeError(f"scatter_rows: reduce={a.reduce!r}")
+    if a.reduce != "none" and table.dtype not in (DType.F32, DType.I32, DType.I64):
+        raise TypeError(f"scatter_rows: reduce={a.reduce!r} of {table.dtype.value} (the "
+                        f"atomics take f32, int32 and int64)")
     return TensorType(table.dtype, table.shape)
 
 

@@ -102,20 +102,30 @@ def _pool(a, x):
 
 def _topk(a, x):
     # the kernel's rule for equal values: the first index (torch.topk leaves it open)
-    values, indices = x.sort(dim=-1, descending=True, stable=True)
+    values, indices = x.sort(dim=-1, descending=a.largest, stable=True)
     return (indices if a.indices else values)[..., :a.k]
 
 
 def _sort(a, x):
-    values, order = x.sort(stable=True)
+    values, order = x.sort(dim=-1, descending=a.descending, stable=True)
     return order if a.indices else values
 
 
 def _scatter_rows(a, table, rows, values):
-    out = table.clone()
+    return scatter_rows_reference(table.clone(), rows, values, a.reduce)
+
+
+def scatter_rows_reference(out, rows, values, reduce: str):
+    """out[rows[r]] = values[r] (reduce "none"), or combined by sum / amax / amin, in place;
+    rows outside out's rows are skipped (as the kernel skips them)."""
     rows = rows.long()
-    inside = (rows >= 0) & (rows < table.shape[0])  # the kernel skips rows outside the table
-    out[rows[inside]] = values[inside]
+    inside = (rows >= 0) & (rows < out.shape[0])
+    rows, values = rows[inside], values[inside].to(out.dtype)
+    if reduce == "none":
+        out[rows] = values
+    else:  # (every value counts: duplicate rows accumulate)
+        where = rows[:, None].expand(-1, out.shape[1])
+        out.scatter_reduce_(0, where, values, reduce)
     return out
 
 

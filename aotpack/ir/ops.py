@@ -72,13 +72,14 @@ class Op(enum.Enum):
     CUMSUM = "cumsum"  # prefix sums along `dim` (ScanAttrs), in the result dtype
     # mixture-of-experts routing (frontend/aten_moe.py): one output each, so topk and sort
     # are two nodes (values, indices) over the same input
-    TOPK = "topk"  # (x[..., C]) -> [..., k]: the k largest of the last dim (TopkAttrs)
-    SORT = "sort"  # (x[N] integer) -> [N]: ascending, stable (SortAttrs: values or order)
+    TOPK = "topk"  # (x[..., C]) -> [..., k]: the k largest (or smallest) of the last dim
+    SORT = "sort"  # (x[..., C]) -> [..., C]: the last dim sorted, stable (SortAttrs)
     HISTC = "histc"  # (x[N]) -> [bins] f32: counts per equal-width bin of [lo, hi] (HistcAttrs)
     INVERSE_PERM = "inverse_perm"  # (order[N] a permutation) -> out[order[i]] = i, int64
-    # (table[N, C], rows[R] int, values[R, C]) -> table with row rows[r] set to values[r]
-    # (index_put over leading dims; rows outside [0, N) are skipped). When the table is
-    # session state read by nothing else (a KV cache), the kernel writes it in place.
+    # (table[N, C], rows[R] int, values[R, C]) -> table with row rows[r] set to values[r], or
+    # combined with it (ScatterAttrs.reduce: index_put(accumulate=True), scatter_add); rows
+    # outside [0, N) are skipped. When the table is session state read by nothing else (a KV
+    # cache), the kernel writes it in place.
     SCATTER_ROWS = "scatter_rows"
     # (a[T, K], b[E, K, N], offs[E] int32 cumulative row ends) -> [T, N]: rows
     # offs[g-1]..offs[g] of a times b[g] (torch._grouped_mm); rows past offs[E-1] are 0
@@ -165,11 +166,25 @@ class ScanAttrs:
 class TopkAttrs:
     k: int
     indices: bool  # the node's output: the int64 indices, else the values
+    largest: bool = True  # else the k smallest, ascending
 
 
 @dataclass(frozen=True)
 class SortAttrs:
     indices: bool  # the node's output: the permutation (int64), else the sorted values
+    descending: bool = False
+
+
+SCATTER_REDUCES = ("none", "sum", "amax", "amin")
+
+
+@dataclass(frozen=True)
+class ScatterAttrs:
+    """How a row scatter combines a value with what the table holds: "none" overwrites (of
+    duplicate rows, one write wins), "sum" / "amax" / "amin" accumulate every value (atomics:
+    f32, int32 and int64 tables only)."""
+
+    reduce: str = "none"
 
 
 @dataclass(frozen=True)
@@ -284,7 +299,8 @@ class StridedAttrs:
 Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, ScanAttrs,
               NormAttrs,
               SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
-              StridedAttrs, SwiGLUAttrs, ConvAttrs, PoolAttrs, TopkAttrs, SortAttrs, HistcAttrs]
+              StridedAttrs, SwiGLUAttrs, ConvAttrs, PoolAttrs, TopkAttrs, SortAttrs, HistcAttrs,
+              ScatterAttrs]
 
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY + COMPARE + LOGIC}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
@@ -296,7 +312,7 @@ ATTRS_TYPE: dict[Op, type] = {
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,
     Op.AS_STRIDED: StridedAttrs, Op.SWIGLU: SwiGLUAttrs,
     Op.CONV: ConvAttrs, Op.POOL: PoolAttrs,
-    Op.TOPK: TopkAttrs, Op.SORT: SortAttrs, Op.HISTC: HistcAttrs,
+    Op.TOPK: TopkAttrs, Op.SORT: SortAttrs, Op.HISTC: HistcAttrs, Op.SCATTER_ROWS: ScatterAttrs,
 }
 
 

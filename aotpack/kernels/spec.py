@@ -376,26 +376,34 @@ class ScanOp:
     out: TensorArg
 
 
+MAX_TOPK_COLS = 4096  # a TopkOp's whole row lives in registers
+
+
 @dataclass(frozen=True)
 class TopkOp:
-    """out[R, k] = the k largest of each row of x[R, C] (descending; equal values in index
-    order, as a stable descending sort; torch.topk leaves that order open): their values (cast to out.dtype) or, with `indices`, their int64
-    column indices."""
+    """out[R, k] = the k largest (`largest`, descending) or smallest (ascending) of each row
+    of x[R, C] (equal values in index order, as a stable sort; torch.topk leaves that order
+    open): their values (cast to out.dtype) or, with `indices`, their int64 column indices.
+    Compared in f32: for float x."""
 
     x: TensorArg
     out: TensorArg
     k: int
     indices: bool
+    largest: bool = True
 
 
 @dataclass(frozen=True)
 class SortOp:
-    """x[N] integers sorted ascending, stable: out the sorted values or, with `indices`, the
-    int64 permutation (out[r] = the index of the r-th smallest)."""
+    """Each row of x[R, C] (integers, bool or floats up to 32 bits) sorted ascending or
+    `descending`, stable, NaN after every number (first when descending), as torch: out
+    [R, C] the sorted values or, with `indices`, the int64 permutation (out[r, i] = the
+    column of the row's i-th element)."""
 
     x: TensorArg
     out: TensorArg
     indices: bool
+    descending: bool = False
 
 
 @dataclass(frozen=True)
@@ -421,11 +429,14 @@ class InversePermOp:
 class ScatterRowsOp:
     """out[rows[r], :] = values[r, :] for r < R; rows outside [0, N) are skipped (a bad index
     never writes outside the table). out [N, C] is written in place: the rows not named keep
-    what they held (a KV cache: session state)."""
+    what they held (a KV cache: session state). With `reduce` "sum", "amax" or "amin" each
+    value is combined with what out holds by an atomic (f32 / int32 / int64 out), so rows
+    named twice accumulate; a float sum's order of additions varies from run to run."""
 
     rows: TensorArg
     values: TensorArg
     out: TensorArg
+    reduce: str = "none"
 
 
 @dataclass(frozen=True)

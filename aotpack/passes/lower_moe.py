@@ -16,11 +16,12 @@ from aotpack.passes.lower_reductions import _out, _rows, _vector
 
 def lower_topk(lw, n: Node) -> None:
     x = _rows(lw, n.inputs[0], 1)
-    lw.ops.append(TopkOp(x, _out(lw, n, 1), n.attrs.k, n.attrs.indices))
+    lw.ops.append(TopkOp(x, _out(lw, n, 1), n.attrs.k, n.attrs.indices, n.attrs.largest))
 
 
 def lower_sort(lw, n: Node) -> None:
-    lw.ops.append(SortOp(_vector(lw, n.inputs[0]), _out(lw, n, None), n.attrs.indices))
+    lw.ops.append(SortOp(_rows(lw, n.inputs[0], 1), _out(lw, n, 1), n.attrs.indices,
+                         n.attrs.descending))
 
 
 def lower_histc(lw, n: Node) -> None:

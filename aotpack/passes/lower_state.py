@@ -4,9 +4,10 @@ named `state:<name>`.
 
 A state is a storage of kind "state": the runtime allocates it per session and keeps it across
 runs. The row scatter that writes it (SCATTER_ROWS) writes the state's storage itself when
-nothing else reads the state's old value; otherwise (or for a scatter into a computed tensor)
-it copies the table first. A state output whose value is not already the state's storage
-(a model that replaces a buffer with a computed tensor) is copied into it after the last op.
+nothing else reads the state's old value (so does a scatter into a computed tensor that
+nothing else reads); otherwise it copies the table first. A state output whose value is not
+already the state's storage (a model that replaces a buffer with a computed tensor) is copied
+into it after the last op.
 """
 from __future__ import annotations
 
@@ -33,15 +34,18 @@ def lower_scatter_rows(lw, n: Node) -> None:
         dest = lw._new_storage(n.output)
         lw._copy(lw.args[table.name], dest)
     lw.args[n.output.name] = dest
-    lw.ops.append(ScatterRowsOp(_vector(lw, rows), _rows(lw, values, 1), dest))
+    lw.ops.append(ScatterRowsOp(_vector(lw, rows), _rows(lw, values, 1), dest,
+                                n.attrs.reduce))
 
 
 def _writes_in_place(lw, table: Value) -> bool:
-    """The table is a view of a state that nothing but this write reads: the views from the
-    state input down to the table, each with no other reader."""
+    """The table is a view of a state, or of a kernel's result, that nothing but this write
+    reads: the views from the state input (or the kernel's output) down to the table, each
+    with no other reader. A computed table is then not copied first (scatter_add's f32 copy
+    of a bf16 tensor, the second of two scatters in a row)."""
     arg = lw.args[table.name]
     storage = lw.storages.get(arg.storage)
-    if storage is None or storage.kind != "state":
+    if storage is None or storage.kind not in ("state", "intermediate"):
         return False
     v = table
     while True:
@@ -49,9 +53,9 @@ def _writes_in_place(lw, table: Value) -> bool:
         if len(lw.users.get(v.name, [])) != 1 or v.name in lw.g.output_names():
             return False
         if node is None:
-            return v.name == arg.storage  # reached the state input itself
+            return storage.kind == "state" and v.name == arg.storage  # the state input
         if node.op != Op.AS_STRIDED:
-            return False
+            return storage.kind == "intermediate"  # the kernel writing the table
         v = node.inputs[0]
 
 

@@ -486,6 +486,45 @@ def make_pointwise():
     return Pointwise().eval(), inputs, ({0: r}, None, {0: r})
 
 
+# ------------------------------------------------------------------ scatters, sort and topk
+class Scatters(nn.Module):
+    """Accumulating writes at run-time indices (duplicates everywhere): scatter_add (bf16
+    summed in f32), amax over what lands only, index_add along a static dim."""
+
+    def forward(self, x, idx, src, cols):
+        return (x.scatter_add(1, idx, src),
+                x.scatter_reduce(1, idx, src, "amax", include_self=False),
+                x.index_add(1, cols, src, alpha=0.5))
+
+
+def make_scatter_add():
+    torch.manual_seed(0)
+    r = _rows()
+    idx = torch.randint(0, 64, (5, 16))
+    idx[0, 0], idx[0, 1] = 0, 63  # the indices tests draw span the whole dim
+    cols = torch.randint(0, 64, (16,))
+    cols[0], cols[1] = 0, 63
+    inputs = (torch.randn(5, 64, dtype=BF16), idx, torch.randn(5, 16, dtype=BF16), cols)
+    return Scatters().eval(), inputs, ({0: r}, {0: r}, {0: r}, None)
+
+
+class Orders(nn.Module):
+    """sort (descending values) and topk of the smallest along a middle dim, of bf16 rows; a
+    stable argsort of integers with many ties (exact on both sides)."""
+
+    def forward(self, x, ids):
+        return (torch.sort(x, dim=-1, descending=True).values,
+                torch.topk(x, 3, dim=1, largest=False).values,
+                torch.argsort(ids, dim=-1, stable=True))
+
+
+def make_sort_topk():
+    torch.manual_seed(0)
+    r = _rows()
+    ids = torch.randint(0, 10, (5, 50))
+    return Orders().eval(), (torch.randn(5, 4, 100, dtype=BF16), ids), ({0: r}, {0: r})
+
+
 # ------------------------------------------------------------------------------- the table
 _GEMM = ("gemm",)
 _ATTN = ("attention",)
@@ -536,6 +575,8 @@ CASES = [
     Case("embedding", ("embedding",), {"S": SEQ_SIZES}),
     Case("embedding_i32_ragged", ("embedding",), {"S": SEQ_SIZES}),
     Case("pointwise", ("pointwise",)),
+    Case("scatter_add", ("scatter_rows_sum", "scatter_rows_amax")),
+    Case("sort_topk", ("sort", "topk"), {"R": (1, 7, 77, 1000, MAX_ROWS)}),
     Case("fp8_gemm_bias", _GEMM + ("fp8_weight", "bias"), options=_FP8),
     Case("fp8_swiglu", _GEMM + ("fp8_weight", "swiglu"), options=_FP8),
     Case("fp8_gemm_f16", _GEMM + ("fp8_weight", "gelu_tanh"), options=_FP8),

@@ -11,12 +11,13 @@ def reference(op, env) -> None:
 
     if isinstance(op, TopkOp):
         # torch.topk leaves the order of equal values open (the CPU's k=1 picks the last);
-        # the kernel takes the first, as a stable descending sort does
-        values, indices = view(env, op.x).float().sort(dim=-1, descending=True, stable=True)
+        # the kernel takes the first, as a stable sort does
+        values, indices = view(env, op.x).float().sort(dim=-1, descending=op.largest,
+                                                       stable=True)
         keep = indices if op.indices else values
         write(env, op.out, keep[..., :op.k])
     elif isinstance(op, SortOp):
-        values, order = view(env, op.x).long().sort(stable=True)
+        values, order = view(env, op.x).sort(dim=-1, descending=op.descending, stable=True)
         write(env, op.out, order if op.indices else values)
     elif isinstance(op, HistcOp):
         bins = op.out.shape[0]
@@ -27,8 +28,9 @@ def reference(op, env) -> None:
         out[order] = torch.arange(order.numel())
         write(env, op.out, out)
     elif isinstance(op, ScatterRowsOp):
-        rows, out = view(env, op.rows).long(), view(env, op.out)
-        inside = (rows >= 0) & (rows < out.shape[0])
-        out[rows[inside]] = view(env, op.values)[inside].to(out.dtype)
+        from aotpack.ir.interpret import scatter_rows_reference
+
+        scatter_rows_reference(view(env, op.out), view(env, op.rows), view(env, op.values),
+                               op.reduce)
     else:
         raise TypeError(f"not a routing op: {type(op).__name__}")
