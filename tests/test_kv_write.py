@@ -98,6 +98,13 @@ def test_pass_keeps_the_ops_when_rotated_keys_are_read_elsewhere():
     assert not any(isinstance(o, KvWriteOp) for o in kept)
 
 
+def test_pass_keeps_accumulating_scatters():
+    ops, storages = _layer(1, 1, 4, 2, 16, 8)
+    ops[3] = dataclasses.replace(ops[3], reduce="sum")
+    kept = fuse_kv_write(list(ops), dict(storages))
+    assert not any(isinstance(o, KvWriteOp) for o in kept)
+
+
 def test_pass_keeps_the_ops_when_something_between_writes_their_input():
     ops, storages = _layer(1, 1, 4, 2, 16, 8)
     overwrite = ScatterRowsOp(ops[2].rows, TensorArg("qkv", BF16, (1, 16), (16, 1)),

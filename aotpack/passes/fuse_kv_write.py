@@ -62,6 +62,8 @@ def _match(ops: list, att_index: int, storages: dict):
     if not (isinstance(rq, RopeOp) and isinstance(sk, ScatterRowsOp)
             and isinstance(sv, ScatterRowsOp) and isk != isv and sk.rows == sv.rows):
         return None
+    if (sk.reduce, sv.reduce) != ("none", "none"):  # accumulating writes: not a cache store
+        return None
     wk = _writer_before(ops, isk, sk.values.storage)
     if wk is None or not isinstance(wk[1], RopeOp):
         return None
