@@ -217,27 +217,12 @@ void write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
   }
 }
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-}  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::vector<std::pair<std::string, std::string>>& metadata,
-                       uint64_t alignment, bool pad_tensors) {
-  if (alignment == 0) alignment = 8;
-  if (pad_tensors) {  // the same file, with every gap a named zero tensor
-    std::vector<TensorToWrite> padded;
-    static const std::vector<uint8_t> zeros(4096, 0);
-    uint64_t pos = 0;
-    for (const TensorToWrite& t : tensors) {
-      uint64_t gap = round_up(pos, alignment) - pos;
-      if (gap > zeros.size()) fail(AOTPACK_INTERNAL, "alignment too large for pad tensors");
-      if (gap)
-        padded.push_back({cat("__aotpack__.pad.", padded.size()), "U8", {int64_t(gap)},
-                          zeros.data(), gap});
-      padded.push_back(t);
-      pos += gap + t.nbytes;
-    }
-    return write_safetensors(path, padded, metadata, alignment, false);  // now without gaps
-  }
+// The file with the data section starting `alignment`-aligned and each tensor too, or, when
+// `packed`, each tensor right after the previous one (their gaps are tensors already).
+void write_file(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                const std::vector<std::pair<std::string, std::string>>& metadata,
+                uint64_t alignment, bool packed) {
   // Lay out the data section first: header length depends on the offsets' digits, so
   // offsets are relative to the data start and the header is padded afterwards.
   std::vector<uint64_t> begins;
@@ -253,7 +238,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     first = false;
   }
   for (const auto& t : tensors) {
-    cursor = round_up(cursor, alignment);
+    if (!packed) cursor = round_up(cursor, alignment);
     begins.push_back(cursor);
     std::string shape;
     for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
@@ -287,6 +272,27 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     pos += tensors[i].nbytes;
   }
   if (std::fclose(f) != 0) fail(AOTPACK_IO, "cannot write '", path, "': ", std::strerror(errno));
+}
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::vector<std::pair<std::string, std::string>>& metadata,
+                       uint64_t alignment, bool pad_tensors) {
+  if (alignment == 0) alignment = 8;
+  if (!pad_tensors) return write_file(path, tensors, metadata, alignment, false);
+  std::vector<TensorToWrite> padded;  // the same file, with every gap a named zero tensor
+  static const std::vector<uint8_t> zeros(4096, 0);
+  uint64_t pos = 0;
+  for (const TensorToWrite& t : tensors) {
+    uint64_t gap = round_up(pos, alignment) - pos;
+    if (gap > zeros.size()) fail(AOTPACK_INTERNAL, "alignment too large for pad tensors");
+    if (gap)
+      padded.push_back({cat("__aotpack__.pad.", padded.size()), "U8", {int64_t(gap)},
+                        zeros.data(), gap});
+    padded.push_back(t);
+    pos += gap + t.nbytes;
+  }
+  write_file(path, padded, metadata, alignment, true);
 }
 
 }  // namespace aotpack
