@@ -1,4 +1,4 @@
-// safetensors.cpp — safetensors reader (read, not mapped) with full bounds checks + a small writer.
+// safetensors.cpp — reader (read, not mapped) with full bounds checks + a small writer.
 #include "safetensors.hpp"
 
 #include <fcntl.h>
@@ -64,7 +64,8 @@ void OpenFile::read(uint64_t offset, uint64_t n, uint8_t* dst) const {
   if (status == -1)
     fail(AOTPACK_IO, what_, " '", path_, "' shrank from ", size_, " bytes while it was read ",
          "(is it being rewritten?): try again once it is complete");
-  if (status != 0) fail(AOTPACK_IO, "cannot read ", what_, " '", path_, "': ", std::strerror(status));
+  if (status != 0)
+    fail(AOTPACK_IO, "cannot read ", what_, " '", path_, "': ", std::strerror(status));
 }
 
 void OpenFile::check_unchanged() const {
