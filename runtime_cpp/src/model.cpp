@@ -107,7 +107,8 @@ void Model::load_bundle(const std::string& path, const std::string& weights_path
   trace.note(cat(plan.sizes.size(), " weights in ", plan.chunks.size(), " chunks, ",
                  plan.workers, " threads x ", StreamPlan::kSlots, " slots of ",
                  plan.slot_bytes >> 10, " KiB, ", upload.pinned_slots(), " slots pinned, ",
-                 upload.unpinned_slots(), " not"));
+                 upload.unpinned_slots(), " not, ", stream.early_chunks(),
+                 " chunks read ahead"));
 }  // the bundle's host memory (cubins, the ring) is released here
 
 void Model::start_device(const Bundle& b, DeviceUpload& upload, LoadTrace& trace) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "checksum.hpp"
@@ -38,8 +39,11 @@ int64_t now_ns() {
 std::vector<Chunk> plan_chunks(const WeightSource& src, uint64_t chunk_bytes) {
   std::vector<uint32_t> order(src.offset.size());
   std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return src.offset[a] < src.offset[b]; });
+  // (not stable_sort: its temporary buffer trips ASan's alloc-dealloc check across the
+  // library's boundary; the index breaks ties the same way)
+  std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return src.offset[a] != src.offset[b] ? src.offset[a] < src.offset[b] : a < b;
+  });
   std::vector<Chunk> chunks;
   Chunk cur;
   bool open = false;
@@ -80,6 +84,9 @@ StreamOptions StreamOptions::from_env() {
   StreamOptions o;
   o.threads = unsigned(env_in("AOTPACK_LOAD_THREADS", 1, 64, o.threads));
   o.chunk_bytes = env_in("AOTPACK_LOAD_CHUNK_KIB", 4, 1u << 20, o.chunk_bytes >> 10) << 10;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) o.early_bytes = std::min(o.early_bytes, uint64_t(pages) * page / 8);
+  o.early_bytes = env_in("AOTPACK_LOAD_EARLY_MIB", 0, 1u << 20, o.early_bytes >> 20) << 20;
   return o;
 }
 
@@ -94,6 +101,9 @@ StreamPlan plan_stream(const WeightSource& src, const StreamOptions& options) {
   p.slot_bytes = (largest + page - 1) / page * page;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   p.workers = unsigned(std::min<size_t>({options.threads, hw, p.chunks.size()}));
+  if (p.slot_bytes)
+    p.early_bytes = std::min<uint64_t>(options.early_bytes / p.slot_bytes, p.chunks.size()) *
+                    p.slot_bytes;
   return p;
 }
 
@@ -102,6 +112,7 @@ WeightStream::WeightStream(const StreamPlan& plan, bool checksum, ChunkSink* sin
       checksum_(checksum),
       sink_(sink),
       ring_(uint64_t(plan.workers) * StreamPlan::kSlots * plan.slot_bytes),
+      early_(sink && plan.early_bytes ? HostPages(plan.early_bytes) : HostPages()),
       sums_(new std::atomic<uint64_t>[plan.sizes.size() + 1]()) {
   if (!ring_.data())
     fail(AOTPACK_OUT_OF_MEMORY, "cannot allocate ", ring_.size(), " bytes of host memory to "
@@ -145,15 +156,22 @@ void WeightStream::run_workers() {
 }
 
 void WeightStream::work(unsigned w) {
+  std::vector<Early> early;  // read ahead while the sink was not ready, in file order
   try {
-    unsigned n = 0;  // chunks this worker has read
-    for (size_t i = next_++; i < plan_.chunks.size() && !stop_; i = next_++, ++n) {
-      const unsigned s = n % StreamPlan::kSlots;
-      uint8_t* slot = ring_.data() + (uint64_t(w) * StreamPlan::kSlots + s) * plan_.slot_bytes;
-      if (sink_ && n >= StreamPlan::kSlots) sink_->reuse(w, s);
-      read_chunk(plan_.chunks[i], slot);
-      if (sink_) sink_->upload(w, s, slot, plan_.chunks[i]);
+    unsigned n = 0;  // chunks this worker has put into its slots
+    for (size_t i = next_++; i < plan_.chunks.size() && !stop_; i = next_++) {
+      const Chunk& c = plan_.chunks[i];
+      if (sink_ && n >= StreamPlan::kSlots && !sink_->ready())
+        if (uint8_t* e = take_early()) {
+          read_chunk(c, e);
+          early.push_back(Early{&c, e});
+          continue;
+        }
+      for (const Early& e : early) put(w, n, *e.chunk, e.data);  // they go first
+      early.clear();
+      put(w, n, c, nullptr);
     }
+    for (const Early& e : early) put(w, n, *e.chunk, e.data);
   } catch (...) {
     stop_ = true;
     if (sink_) sink_->abandon(w);
@@ -164,8 +182,33 @@ void WeightStream::work(unsigned w) {
   else sink_->finish(w);
 }
 
-void WeightStream::read_chunk(const Chunk& c, uint8_t* slot) {
-  plan_.file->read(c.offset, c.size, slot);
+uint8_t* WeightStream::slot(unsigned w, unsigned n) const {
+  return ring_.data() + (uint64_t(w) * StreamPlan::kSlots + n % StreamPlan::kSlots) *
+                            plan_.slot_bytes;
+}
+
+uint8_t* WeightStream::take_early() {
+  if (!early_.data() || early_used_ >= early_.size()) return nullptr;
+  uint64_t at = early_used_.fetch_add(plan_.slot_bytes);
+  if (at + plan_.slot_bytes > early_.size()) return nullptr;
+  ++early_chunks_;
+  return early_.data() + at;
+}
+
+// Chunk c into worker w's next slot (read from the file, or copied from where it was read
+// ahead), then to the sink.
+void WeightStream::put(unsigned w, unsigned& n, const Chunk& c, const uint8_t* early) {
+  const unsigned s = n % StreamPlan::kSlots;
+  uint8_t* dst = slot(w, n);
+  if (sink_ && n >= StreamPlan::kSlots) sink_->reuse(w, s);
+  if (early) std::memcpy(dst, early, size_t(c.size));
+  else read_chunk(c, dst);
+  ++n;
+  if (sink_) sink_->upload(w, s, dst, c);
+}
+
+void WeightStream::read_chunk(const Chunk& c, uint8_t* dst) {
+  plan_.file->read(c.offset, c.size, dst);
   int64_t t = now_ns(), seen = last_read_ns_.load();
   while (t > seen && !last_read_ns_.compare_exchange_weak(seen, t)) {
   }
@@ -173,7 +216,7 @@ void WeightStream::read_chunk(const Chunk& c, uint8_t* slot) {
   if (checksum_)
     for (const Fragment& f : c.fragments)
       sums_[f.weight].fetch_add(
-          checksum64_partial(slot + f.in_chunk, size_t(f.size), f.in_weight / 8),
+          checksum64_partial(dst + f.in_chunk, size_t(f.size), f.in_weight / 8),
           std::memory_order_relaxed);
 }
 

@@ -45,6 +45,7 @@ class DeviceUpload final : public ChunkSink {
   unsigned pinned_slots() const { return pinned_; }
   unsigned unpinned_slots() const { return unpinned_; }
 
+  bool ready() override { return gate() != Gate::Closed; }
   void reuse(unsigned w, unsigned s) override;
   void upload(unsigned w, unsigned s, const uint8_t* data, const Chunk& c) override;
   void finish(unsigned w) override;

@@ -30,7 +30,8 @@
 //
 // Pinned host memory and asynchronous copies from it: fake_host_copies.cpp.
 //
-// Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000).
+// Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000),
+// FAKE_CUDA_INIT_MS (cuInit takes that long, as a real driver's ~0.2 s).
 // fake_cuda_stats() reports counters to tests; fake_cuda_launch_log() the executed launches.
 #include <signal.h>
 #include <sys/resource.h>
@@ -278,7 +279,10 @@ __attribute__((visibility("default"))) int fake_cuda_pointer_queries() {
 
 #define API extern "C" __attribute__((visibility("default"))) CUresult
 
-API cuInit(unsigned) { return 0; }
+API cuInit(unsigned) {
+  usleep(useconds_t(env_int("FAKE_CUDA_INIT_MS", 0)) * 1000);  // a driver slow to start
+  return 0;
+}
 API cuDriverGetVersion(int* v) { *v = env_int("FAKE_CUDA_DRIVER_VERSION", 13000); return 0; }
 API cuGetErrorString(CUresult r, const char** s) { *s = r ? g_error : "no error"; return 0; }
 API cuGetErrorName(CUresult r, const char** s) {
@@ -565,7 +569,7 @@ API cuGraphLaunch(CUgraphExec e, CUstream) {
 API cuGraphExecDestroy(CUgraphExec e) { delete reinterpret_cast<FakeGraph*>(e); return 0; }
 API cuGraphDestroy(CUgraph g) { delete reinterpret_cast<FakeGraph*>(g); return 0; }
 
-static int g_event_clock = 0;
+static std::atomic<int> g_event_clock{0};  // events are recorded from many threads
 API cuEventCreate(CUevent* e, unsigned) {
   *e = reinterpret_cast<CUevent>(new int(0));
   return 0;

@@ -203,6 +203,25 @@ TEST(fake_upload_bundle_error_wins_over_device_error) {
   unsetenv("FAKE_CUDA_CC");
 }
 
+// A driver slow to start: the weights are read ahead meanwhile and pass through the slots
+// once it is up (this process's first load: cuInit runs once).
+TEST(fake_upload_reads_ahead_while_the_driver_starts) {
+  StreamEnv env;
+  setenv("FAKE_CUDA_INIT_MS", "200", 1);
+  TestBundle b = chunky(true);
+  aotpack_model* m = nullptr;
+  EXPECT(load(b.write(make_temp_dir("upearly")), AOTPACK_VERIFY_FAST, &m) == AOTPACK_OK);
+  expect_device_weights(b);
+  EXPECT(runs_correctly(m, b));
+  HostStats h = host_stats();
+  EXPECT(h.registered_now == 0 && h.misuse == 0);
+  aotpack_model_free(m);
+  b.extra_weights[0].second[5] ^= 1;  // in a chunk read ahead
+  EXPECT(load(b.write(make_temp_dir("upearlybad")), AOTPACK_VERIFY_FAST, &m) ==
+         AOTPACK_WEIGHTS_MISMATCH);
+  unsetenv("FAKE_CUDA_INIT_MS");
+}
+
 // Loads on several threads at once: each its own ring, streams and pinned slots.
 TEST(fake_upload_concurrent_loads) {
   StreamEnv env;

@@ -5,6 +5,7 @@
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -135,6 +136,7 @@ class LateCopySink : public aotpack::ChunkSink {
   LateCopySink(const StreamPlan& p, const WeightSource& src) : src_(src), slots_(p.workers) {
     for (uint64_t size : src.size) device.emplace_back(size, 0);
   }
+  bool ready() override { return true; }
   void reuse(unsigned w, unsigned s) override { copy(w, s); }
   void upload(unsigned w, unsigned s, const uint8_t* data, const Chunk& c) override {
     Slot& slot = slots_[w][s];
@@ -185,6 +187,67 @@ TEST(weight_stream_hands_every_chunk_to_the_sink) {
   EXPECT(sink.finished == int(p.workers) && sink.abandoned == 0);
 }
 
+namespace {
+// A late-copying sink whose "device" is ready only once the test opens it (a driver starting).
+class GatedSink : public LateCopySink {
+ public:
+  using LateCopySink::LateCopySink;
+  bool ready() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return open_;
+  }
+  void reuse(unsigned w, unsigned s) override {
+    wait();
+    LateCopySink::reuse(w, s);
+  }
+  void finish(unsigned w) override {
+    wait();
+    LateCopySink::finish(w);
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return open_; });
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
+}  // namespace
+
+// While the device is not ready, workers read ahead into memory of their own (all of it, or as
+// much as early_bytes allows) and copy it through their slots once it is.
+TEST(weight_stream_reads_ahead_while_the_device_starts) {
+  WeightsFile f = write_weights("wearly", kSizes);
+  aotpack::SafetensorsFile file(f.path, "weights", aotpack::SafetensorsFile::HeaderOnly);
+  WeightSource src = source_of(file, f);
+  for (uint64_t early_chunks : {1000u, 5u, 0u}) {
+    StreamPlan p = plan(src, 3, 4096);
+    p.early_bytes = std::min<uint64_t>(early_chunks, p.chunks.size()) * p.slot_bytes;
+    GatedSink sink(p, src);
+    WeightStream stream(p, true, &sink);
+    stream.start();
+    usleep(50000);  // the driver starting
+    sink.open();
+    stream.finish();
+    EXPECT(sink.device == f.data);
+    for (size_t i = 0; i < f.data.size(); ++i)
+      EXPECT(stream.checksum(i) == aotpack::checksum64_hex(f.data[i].data(), f.data[i].size()));
+    std::printf("  early budget %llu chunks: %zu read ahead of %zu\n",
+                (unsigned long long)early_chunks, stream.early_chunks(), p.chunks.size());
+    // all but the slots' chunks of the workers that started (a late one may find none)
+    size_t lo = std::min<size_t>(early_chunks, p.chunks.size() - p.workers * 2);
+    size_t hi = std::min<size_t>(early_chunks, p.chunks.size() - 2);
+    EXPECT(stream.early_chunks() >= lo && stream.early_chunks() <= hi);
+  }
+}
+
 TEST(weight_stream_sink_error_stops_it) {
   WeightsFile f = write_weights("wsinkerr", kSizes);
   aotpack::SafetensorsFile file(f.path, "weights", aotpack::SafetensorsFile::HeaderOnly);
@@ -225,6 +288,7 @@ namespace {
 // A sink whose uploads wait for a device that never comes, until cancelled.
 class NeverReadySink : public aotpack::ChunkSink {
  public:
+  bool ready() override { return false; }
   void reuse(unsigned, unsigned) override { wait(); }
   void upload(unsigned, unsigned, const uint8_t*, const Chunk&) override { wait(); }
   void finish(unsigned) override { wait(); }
