@@ -83,6 +83,7 @@ class SafetensorsFile {
   const uint8_t* tensor_data(const TensorEntry& t) const;
   // Reads the whole file into memory (a HeaderOnly file; nothing when it is there already).
   void load_contents();
+  bool in_memory() const { return bytes_ != nullptr; }
   // Copies [offset, offset + n) of the file into dst: from memory when the contents are
   // there, else from the file (Error(IO) when it shrank). Thread-safe.
   void read(uint64_t offset, uint64_t n, uint8_t* dst) const;

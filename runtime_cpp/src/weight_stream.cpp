@@ -101,7 +101,8 @@ StreamPlan plan_stream(const WeightSource& src, const StreamOptions& options) {
   p.slot_bytes = (largest + page - 1) / page * page;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   p.workers = unsigned(std::min<size_t>({options.threads, hw, p.chunks.size()}));
-  if (p.slot_bytes)
+  // reading ahead copies the file's bytes once more: only worth it from the file itself
+  if (p.slot_bytes && !src.file->in_memory())
     p.early_bytes = std::min<uint64_t>(options.early_bytes / p.slot_bytes, p.chunks.size()) *
                     p.slot_bytes;
   return p;
@@ -153,6 +154,9 @@ void WeightStream::finish() {
 
 void WeightStream::run_workers() {
   parallel_for(plan_.workers, plan_.workers, [this](size_t w) { work(unsigned(w)); });
+  // Every chunk read ahead is in its slot by now: unmapped here, on the stream's thread, while
+  // the load may still be loading cubins (up to 2 GiB: not free).
+  early_ = HostPages();
 }
 
 void WeightStream::work(unsigned w) {

@@ -119,6 +119,7 @@ TEST(weight_stream_checksums_any_split) {
       for (uint64_t chunk : {4096u, 8192u, 65536u, 4u << 20}) {
         StreamPlan p = plan(src, threads, chunk);
         expect_plan_covers(src, p.chunks, chunk);
+        EXPECT((p.early_bytes == 0) == in_memory);  // no reading ahead of bytes in memory
         WeightStream stream(p, true, nullptr);
         stream.start();
         stream.finish();
