@@ -14,8 +14,9 @@
 //   memory pinned with cuMemHostRegister instead;
 // - a copy from pinned memory is a DMA at ~55 GB/s that runs while the worker reads on; from
 //   pageable memory it goes through the driver's own staging at ~7 GB/s;
-// - host memory is the ring, not the weights' size, and there is nothing big to unpin or unmap
-//   after the upload (a 2.4 GB host copy took tens of ms to unpin and unmap).
+// - host memory is the ring (and what is read ahead while the driver starts, weight_stream.hpp),
+//   not the weights' size, and nothing big is unpinned after the upload (the whole 2.4 GB host
+//   copy used to be unpinned and unmapped inside the load).
 // Where pinning is refused (or the driver lacks cuMemHostRegister), a slot's chunks are copied
 // synchronously from pageable memory: slower, same result.
 #pragma once
