@@ -1,7 +1,8 @@
 // bundle.cpp — open + verify a bundle on the host (docs/manifest.md, "Load-time validation").
 #include "bundle.hpp"
 
-#include "checksum.hpp"
+#include <map>
+
 #include "cubin_params.hpp"
 #include "dtype.hpp"
 #include "error.hpp"
@@ -79,54 +80,72 @@ void check_params(const Manifest& m, uint32_t k, const std::vector<uint32_t>& si
   }
 }
 
+// The cubin tensor of kernel `k`, checked for dtype and shape.
+const TensorEntry& cubin_entry(const Bundle& b, const KernelSpec& k) {
+  std::string name = cubin_tensor_name(k.cubin);
+  const TensorEntry* t = b.file->find(name);
+  if (!t)
+    fail(AOTPACK_CORRUPT_BUNDLE, "kernel '", k.name, "': cubin ", k.cubin, " (tensor '", name,
+         "') is missing from the bundle");
+  if (t->dtype != "U8" || t->shape.size() != 1)
+    fail(AOTPACK_CORRUPT_BUNDLE, "kernel '", k.name, "': tensor '", name,
+         "' must be U8 with shape [nbytes]");
+  return *t;
+}
+
 void load_cubins(Bundle& b) {
   const Manifest& m = b.manifest;
+  std::map<uint32_t, std::pair<size_t, std::string>> read;  // cubin -> (b.cubins index, sha256)
   for (uint32_t ki = 0; ki < m.kernels.size(); ++ki) {
     const KernelSpec& k = m.kernels[ki];
-    std::string name = cubin_tensor_name(k.cubin);
-    const TensorEntry* t = b.file->find(name);
-    if (!t)
-      fail(AOTPACK_CORRUPT_BUNDLE, "kernel '", k.name, "': cubin ", k.cubin, " (tensor '", name,
-           "') is missing from the bundle");
-
-    if (t->dtype != "U8" || t->shape.size() != 1)
-      fail(AOTPACK_CORRUPT_BUNDLE, "kernel '", k.name, "': tensor '", name,
-           "' must be U8 with shape [nbytes]");
-    ByteRange r{b.file->tensor_data(*t), t->nbytes};
-    std::string got = sha256_hex(r.data, size_t(r.size));
+    const TensorEntry& t = cubin_entry(b, k);
+    auto it = read.find(k.cubin);
+    if (it == read.end()) {  // read and hashed once however many kernels share it
+      b.cubins.push_back(b.file->read_tensor(t));
+      const std::vector<uint8_t>& bytes = b.cubins.back();
+      it = read.emplace(k.cubin, std::make_pair(b.cubins.size() - 1,
+                                                sha256_hex(bytes.data(), bytes.size()))).first;
+    }
+    const std::string& got = it->second.second;
     if (got != k.cubin_sha256)
       fail(AOTPACK_CHECKSUM_MISMATCH, "kernel '", k.name, "': cubin ", k.cubin,
            " sha256 is ", got, " but the manifest says ", k.cubin_sha256,
            ": the bundle is corrupt or was modified; rebuild or re-copy it");
+    const std::vector<uint8_t>& bytes = b.cubins[it->second.first];
+    ByteRange r{bytes.data(), bytes.size()};
     b.kernel_cubins.push_back(r);
     std::vector<uint32_t> sizes;
     if (cubin_param_sizes(r.data, r.size, k.entry, &sizes)) check_params(m, ki, sizes);
   }
 }
 
-// The weights' bytes against the manifest's digests: sha256 (Full), the 64-bit checksum (Fast;
-// sha256 for a bundle that records no checksums), or not at all (None).
-void check_weight_bytes(const Manifest& m,
-                        const std::vector<std::pair<const void*, size_t>>& ranges,
-                        const std::string& what, Verify verify) {
-  if (verify == Verify::None || m.weights.empty()) return;
-  bool fast = verify == Verify::Fast;
-  for (const TensorSpec& w : m.weights) fast = fast && !w.checksum.empty();
-  std::vector<std::string> got = fast ? checksum64_hex_parallel(ranges)
-                                      : sha256_hex_parallel(ranges);
-  for (size_t i = 0; i < m.weights.size(); ++i) {
-    const std::string& want = fast ? m.weights[i].checksum : m.weights[i].sha256;
-    if (got[i] != want)
-      fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", m.weights[i].name, "' in ", what, " has ",
-           fast ? "checksum " : "sha256 ", got[i], " but the bundle expects ", want,
-           ": the weights differ from those the bundle was built with");
+void weight_mismatch(const Bundle& b, size_t i, bool fast, const std::string& got) {
+  const TensorSpec& w = b.manifest.weights[i];
+  const std::string& want = fast ? w.checksum : w.sha256;
+  fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", w.name, "' in ", b.weights_what, " has ",
+       fast ? "checksum " : "sha256 ", got, " but the bundle expects ", want,
+       ": the weights differ from those the bundle was built with");
+}
+
+// The weights' bytes by sha256 (Full, or Fast for a bundle that records no checksums): they
+// cannot be hashed in pieces, so the whole file is read into memory first and hashed in
+// parallel, one thread per weight; the load then streams them from memory.
+void check_weight_sha256(Bundle& b, SafetensorsFile& src) {
+  src.load_contents();
+  std::vector<std::pair<const void*, size_t>> ranges;
+  for (size_t i = 0; i < b.weights.offset.size(); ++i) {
+    const TensorEntry& t = *src.find(b.manifest.weights[i].name);
+    ranges.emplace_back(src.tensor_data(t), size_t(t.nbytes));
   }
+  std::vector<std::string> got = sha256_hex_parallel(ranges);
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != b.manifest.weights[i].sha256) weight_mismatch(b, i, false, got[i]);
 }
 
 void load_weights(Bundle& b, const std::string& weights_path, Verify verify) {
   const Manifest& m = b.manifest;
-  const SafetensorsFile* src = b.file.get();
-  std::string what = "the bundle";
+  SafetensorsFile* src = b.file.get();
+  b.weights_what = "the bundle";
   if (m.external_weights) {
     std::string p = weights_path;
     if (p.empty()) {
@@ -134,7 +153,8 @@ void load_weights(Bundle& b, const std::string& weights_path, Verify verify) {
       if (p.empty() || p[0] != '/') p = dir_of(b.path) + "/" + p;
     }
     try {
-      b.external.reset(new SafetensorsFile(p, "external weights file"));
+      b.external.reset(
+          new SafetensorsFile(p, "external weights file", SafetensorsFile::HeaderOnly));
     } catch (const Error& e) {
       if (e.code() != AOTPACK_IO) throw;
       fail(AOTPACK_IO, e.what(), " (the bundle was built with external weights; "
@@ -142,26 +162,31 @@ void load_weights(Bundle& b, const std::string& weights_path, Verify verify) {
     }
     b.external->check_contiguous("external weights file");
     src = b.external.get();
-    what = cat("external weights file '", p, "'");
+    b.weights_what = cat("external weights file '", p, "'");
   }
-  // Check names, dtypes and shapes first (cheap), then hash all weights in parallel.
-  std::vector<std::pair<const void*, size_t>> ranges;
+  // Names, dtypes and shapes first (cheap); the bytes are read later, by the stream.
+  b.weights.file = src;
   for (const TensorSpec& w : m.weights) {
     const TensorEntry* t = src->find(w.name);
-    if (!t) fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", w.name, "' is missing from ", what);
+    if (!t)
+      fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", w.name, "' is missing from ", b.weights_what);
     if (t->dtype != dtype_safetensors_name(w.dtype) || t->shape != w.shape) {
       std::string shape;
       for (size_t i = 0; i < t->shape.size(); ++i) shape += cat(i ? ", " : "", t->shape[i]);
       std::string want;
       for (size_t i = 0; i < w.shape.size(); ++i) want += cat(i ? ", " : "", w.shape[i]);
-      fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", w.name, "' in ", what, " is ", t->dtype, " [",
-           shape, "] but the bundle expects ", dtype_safetensors_name(w.dtype), " [", want,
-           "]: these weights belong to another model or build");
+      fail(AOTPACK_WEIGHTS_MISMATCH, "weight '", w.name, "' in ", b.weights_what, " is ",
+           t->dtype, " [", shape, "] but the bundle expects ", dtype_safetensors_name(w.dtype),
+           " [", want, "]: these weights belong to another model or build");
     }
-    b.weights.push_back(ByteRange{src->tensor_data(*t), t->nbytes});
-    ranges.emplace_back(b.weights.back().data, size_t(t->nbytes));
+    b.weights.offset.push_back(t->offset);
+    b.weights.size.push_back(t->nbytes);
   }
-  check_weight_bytes(m, ranges, what, verify);
+  if (verify == Verify::None || m.weights.empty()) return;
+  bool fast = verify == Verify::Fast;
+  for (const TensorSpec& w : m.weights) fast = fast && !w.checksum.empty();
+  if (fast) b.stream_checksums = true;
+  else check_weight_sha256(b, *src);
 }
 
 }  // namespace
@@ -183,12 +208,31 @@ std::unique_ptr<Bundle> open_bundle(const std::string& path, const std::string& 
                                     Verify verify) {
   std::unique_ptr<Bundle> b(new Bundle);
   b->path = path;
-  b->file.reset(new SafetensorsFile(path, "bundle"));
+  b->file.reset(new SafetensorsFile(path, "bundle", SafetensorsFile::HeaderOnly));
   b->file->check_contiguous("bundle");
   b->manifest = parse_manifest(manifest_text(*b->file));
   validate_manifest(b->manifest);
   load_cubins(*b);
   load_weights(*b, weights_path, verify);
+  return b;
+}
+
+void check_streamed_weights(const Bundle& b, const WeightStream& stream) {
+  if (!b.stream_checksums) return;
+  for (size_t i = 0; i < b.manifest.weights.size(); ++i) {
+    std::string got = stream.checksum(i);
+    if (got != b.manifest.weights[i].checksum) weight_mismatch(b, i, true, got);
+  }
+}
+
+std::unique_ptr<Bundle> check_bundle(const std::string& path, const std::string& weights_path,
+                                     Verify verify) {
+  std::unique_ptr<Bundle> b = open_bundle(path, weights_path, verify);
+  if (!b->stream_checksums) return b;
+  StreamPlan plan = plan_stream(b->weights, StreamOptions::from_env());
+  WeightStream stream(plan, true, nullptr);
+  stream.finish();
+  check_streamed_weights(*b, stream);
   return b;
 }
 

@@ -187,8 +187,8 @@ aotpack_status* aotpack_model_check_file(const char* path, const aotpack_model_o
   return guard([&] {
     if (!path) aotpack::fail(AOTPACK_INVALID_ARGUMENT, "path must not be NULL");
     aotpack_model_options o = model_options(options);
-    aotpack::open_bundle(path, o.weights_path ? o.weights_path : "",
-                         aotpack::verify_mode(o.verify, aotpack::Verify::Full));
+    aotpack::check_bundle(path, o.weights_path ? o.weights_path : "",
+                          aotpack::verify_mode(o.verify, aotpack::Verify::Full));
   });
 }
 

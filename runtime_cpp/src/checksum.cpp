@@ -56,6 +56,12 @@ std::string hex(uint64_t sum, uint64_t size) {
 }
 }  // namespace
 
+uint64_t checksum64_partial(const void* data, size_t size, uint64_t first_word) {
+  return partial_sum(static_cast<const uint8_t*>(data), size, first_word);
+}
+
+std::string checksum64_finish_hex(uint64_t sum, uint64_t size) { return hex(sum, size); }
+
 std::string checksum64_hex(const void* data, size_t size) {
   return hex(partial_sum(static_cast<const uint8_t*>(data), size, 0), size);
 }

@@ -27,4 +27,11 @@ std::vector<std::string> checksum64_hex_parallel(
 // Hex checksum of one range (single-threaded).
 std::string checksum64_hex(const void* data, size_t size);
 
+// The sum's share of the words first_word, first_word + 1, ... held by `size` bytes at `data`
+// (the last word zero-padded when size % 8 != 0, which only a range's last piece may be):
+// a load adds the shares of every piece of a weight as it reads them (mod 2^64, any order),
+// then checksum64_finish_hex(total, weight size) is its checksum.
+uint64_t checksum64_partial(const void* data, size_t size, uint64_t first_word);
+std::string checksum64_finish_hex(uint64_t sum, uint64_t size);
+
 }  // namespace aotpack

@@ -106,6 +106,7 @@ enum CUmemorytype {
 constexpr CUresult CUDA_ERROR_INVALID_VALUE = 1;
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_EVENT_DEFAULT = 0x0;
+constexpr unsigned CU_EVENT_DISABLE_TIMING = 0x2;
 
 // ---- structs ------------------------------------------------------------------------------
 // Opaque 128-byte tensor map. cuda.h 12.x aligns it to 64, 13.x to 128: we use 128, which

@@ -1,8 +1,6 @@
 // model.cpp — load a verified bundle onto a device (docs/manifest.md, device checks + load).
 #include "model.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <exception>
@@ -11,6 +9,9 @@
 
 #include "bundle.hpp"
 #include "error.hpp"
+#include "load_trace.hpp"
+#include "weight_stream.hpp"
+#include "weight_upload.hpp"
 
 namespace aotpack {
 
@@ -33,79 +34,91 @@ std::string cc_rule(const Manifest& m) {
   return cat("a GPU of compute capability ", m.cc_major, ".", m.cc_minor,
              exact_arch(m) ? " exactly" : cat(" to ", m.cc_major, ".9"), " (", m.arch, ")");
 }
-// Pins the host pages holding the weights for the upload (cuMemHostRegister), and unpins them
-// when it ends. Copies from pageable memory go through the driver's staging buffers at ~7 GB/s
-// on the H200's host; pinned ones run at ~55 GB/s, and pinning pages already read costs less
-// than the difference (~17 GB/s). Small models, or a driver that refuses, copy unpinned.
-class PinnedRange {
- public:
-  PinnedRange(const std::vector<ByteRange>& weights, uint64_t total) {
-    const cu::Driver& d = cu::driver();
-    if (total < (64ull << 20) || !d.cuMemHostRegister || !d.cuMemHostUnregister) return;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (const ByteRange& w : weights)
-      if (w.size) {
-        lo = std::min(lo, reinterpret_cast<uintptr_t>(w.data));
-        hi = std::max(hi, reinterpret_cast<uintptr_t>(w.data) + uintptr_t(w.size));
-      }
-    // the host copy is page-aligned anonymous memory (FileBytes): whole pages are ours
-    const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
-    lo = lo / page * page;
-    hi = (hi + page - 1) / page * page;
-    void* base = reinterpret_cast<void*>(lo);
-    if (d.cuMemHostRegister(base, size_t(hi - lo), 0) == cu::CUDA_SUCCESS) base_ = base;
-  }
-  ~PinnedRange() {
-    if (base_) cu::driver().cuMemHostUnregister(base_);
-  }
-  PinnedRange(const PinnedRange&) = delete;
-  PinnedRange& operator=(const PinnedRange&) = delete;
-
- private:
-  void* base_ = nullptr;
-};
-
 // Above this much dynamic shared memory a kernel must opt in (cuFuncSetAttribute).
 constexpr uint32_t kDefaultSmemLimit = 48 * 1024;
+
+// f's error, or null.
+template <class F>
+std::exception_ptr error_of(const F& f) {
+  try {
+    f();
+  } catch (...) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+// Joins a thread when the scope ends, however it ends: a joinable std::thread destroyed ends
+// the process.
+struct JoinAtEnd {
+  std::thread& thread;
+  ~JoinAtEnd() {
+    if (thread.joinable()) thread.join();
+  }
+};
 }  // namespace
 
 std::shared_ptr<const Model> Model::load(const std::string& path,
                                          const std::string& weights_path, int device,
                                          Verify verify) {
+  LoadTrace trace("load (ms since it began)");
   std::shared_ptr<Model> m(new Model);
   m->ordinal_ = device;
+  m->load_bundle(path, weights_path, verify, trace);
+  trace.mark("host memory freed");
+  return m;
+}
+
+void Model::load_bundle(const std::string& path, const std::string& weights_path, Verify verify,
+                        LoadTrace& trace) {
   // Starting the driver (cuInit, the primary context: ~0.3 s) needs nothing from the bundle,
-  // so it runs while the bundle is read and verified. A bundle error wins over a driver
-  // error: it is the one to fix first (and the only one on a machine without a GPU).
+  // so it runs while the bundle is checked and its first weights are read.
   std::exception_ptr driver_error;
   std::thread driver_thread;
   try {
-    driver_thread = std::thread([&] {
-      try {
-        m->open_device();
-      } catch (...) {
-        driver_error = std::current_exception();
-      }
-    });
+    driver_thread = std::thread([&] { driver_error = error_of([&] { open_device(); }); });
   } catch (...) {
     // no thread could be started: the driver starts after the bundle instead
   }
-  std::unique_ptr<Bundle> b;
-  try {
-    b = open_bundle(path, weights_path, verify);
-  } catch (...) {
-    if (driver_thread.joinable()) driver_thread.join();
-    throw;
-  }
+  JoinAtEnd join_driver{driver_thread};
+  std::unique_ptr<Bundle> b = open_bundle(path, weights_path, verify);
+  trace.mark("bundle checked");
+  manifest_ = b->manifest;
+  // Read -> checksum -> copy to the device, chunk by chunk on several threads: the workers
+  // fill their ring slots now and wait for the device; the copy of the last chunk ends soon
+  // after its read (weight_stream.hpp, weight_upload.hpp).
+  const StreamPlan plan = plan_stream(b->weights, StreamOptions::from_env());
+  DeviceUpload upload(plan, manifest_.weights);
+  WeightStream stream(plan, b->stream_checksums, &upload);  // stopped first on an error
+  stream.start();
   if (driver_thread.joinable()) driver_thread.join();
-  else m->open_device();
-  if (driver_error) std::rethrow_exception(driver_error);
-  m->manifest_ = b->manifest;
-  m->check_device();
-  m->make_current();
-  m->load_modules(b->kernel_cubins);
-  m->upload_weights(b->weights);
-  return m;  // the bundle's host copy is released here: everything lives on the device now
+  else driver_error = error_of([&] { open_device(); });
+  trace.mark("driver ready");
+  std::exception_ptr device_error =
+      driver_error ? driver_error : error_of([&] { start_device(*b, upload, trace); });
+  // A bundle error wins over a driver or device error: it is the one to fix first (and the
+  // only one on a machine without a GPU), so the weights are read and checked either way.
+  if (device_error) upload.detach();
+  stream.finish();
+  trace.mark("last byte read", stream.last_read());
+  trace.mark("weights uploaded");
+  check_streamed_weights(*b, stream);  // verified before anything can be launched
+  if (device_error) std::rethrow_exception(device_error);
+  trace.note(cat(plan.sizes.size(), " weights in ", plan.chunks.size(), " chunks, ",
+                 plan.workers, " threads x ", StreamPlan::kSlots, " slots of ",
+                 plan.slot_bytes >> 10, " KiB, ", upload.pinned_slots(), " slots pinned, ",
+                 upload.unpinned_slots(), " not, ", stream.early_chunks(),
+                 " chunks read ahead"));
+}  // the bundle's host memory (cubins, the ring) is released here
+
+void Model::start_device(const Bundle& b, DeviceUpload& upload, LoadTrace& trace) {
+  check_device();
+  make_current();
+  allocate_weights(b.weights);
+  upload.open(ctx_, weights_base_, weight_offsets_);
+  trace.mark("device ready");
+  load_modules(b.kernel_cubins);  // while the weights stream in
+  trace.mark("cubins loaded");
 }
 
 void Model::open_device() {
@@ -183,28 +196,22 @@ void Model::load_modules(const std::vector<ByteRange>& kernel_cubins) {
   }
 }
 
-void Model::upload_weights(const std::vector<ByteRange>& weights) {
-  const cu::Driver& d = cu::driver();
+void Model::allocate_weights(const WeightSource& weights) {
   uint64_t total = 0;
-  for (const ByteRange& w : weights) {
+  for (uint64_t size : weights.size) {
     weight_offsets_.push_back(total);
-    total += (w.size + kWeightAlign - 1) / kWeightAlign * kWeightAlign;
+    total += (size + kWeightAlign - 1) / kWeightAlign * kWeightAlign;
   }
   if (total == 0) return;
   // One allocation for all weights: fewer driver calls, and cuMemAlloc returns 256-aligned
   // memory so every weight starts 256-aligned (TMA needs 16).
-  cu::check(d.cuMemAlloc(&weights_base_, size_t(total)), "cuMemAlloc",
-            cat("uploading ", total, " bytes of weights"));
-  PinnedRange pinned(weights, total);
-  for (size_t i = 0; i < weights.size(); ++i)
-    if (weights[i].size)
-      cu::check(d.cuMemcpyHtoD(weights_base_ + weight_offsets_[i], weights[i].data,
-                               size_t(weights[i].size)),
-                "cuMemcpyHtoD", cat("uploading weight '", manifest_.weights[i].name, "'"));
+  cu::check(cu::driver().cuMemAlloc(&weights_base_, size_t(total)), "cuMemAlloc",
+            cat("allocating ", total, " bytes for the weights"));
 }
 
 Model::~Model() {
   if (!ctx_) return;  // never got a context: nothing on the device
+  LoadTrace trace("free (ms)");
   const cu::Driver& d = cu::driver();
   // Destructors cannot report errors; teardown failures are ignored on purpose. The caller's
   // current context is put back: a load that failed (the context is retained before the
@@ -220,6 +227,7 @@ Model::~Model() {
     d.cuCtxSetCurrent(previous);
   }
   d.cuDevicePrimaryCtxRelease(dev_);
+  trace.mark("done");
 }
 
 }  // namespace aotpack

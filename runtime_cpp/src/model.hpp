@@ -12,10 +12,14 @@
 
 namespace aotpack {
 
+class DeviceUpload;
+class LoadTrace;
+
 class Model {
  public:
   // Opens and verifies the bundle (the weights as `verify` says) while the driver starts on
-  // another thread, checks the device, loads cubins, uploads weights.
+  // another thread, checks the device, loads cubins while the weights stream to the device,
+  // and returns once every weight is uploaded and verified (nothing is launched before).
   static std::shared_ptr<const Model> load(const std::string& path,
                                            const std::string& weights_path, int device,
                                            Verify verify);
@@ -36,8 +40,13 @@ class Model {
   Model() = default;
   void open_device();   // the driver, the device and its primary context (no bundle needed)
   void check_device();  // the device against the manifest's needs
+  void load_bundle(const std::string& path, const std::string& weights_path, Verify verify,
+                   LoadTrace& trace);
+  // The device half of a load, while the weights stream: check, allocate, open the upload,
+  // load the cubins.
+  void start_device(const Bundle& b, DeviceUpload& upload, LoadTrace& trace);
   void load_modules(const std::vector<ByteRange>& kernel_cubins);
-  void upload_weights(const std::vector<ByteRange>& weights);
+  void allocate_weights(const WeightSource& weights);  // one allocation, offsets 256-aligned
 
   Manifest manifest_;
   int ordinal_ = 0;

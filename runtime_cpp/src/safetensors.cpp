@@ -1,13 +1,11 @@
-// safetensors.cpp — mmap reader with full bounds checks + a small writer.
+// safetensors.cpp — reader (read, not mapped) with full bounds checks + a small writer.
 #include "safetensors.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -30,77 +28,110 @@ uint64_t read_le64(const uint8_t* p) {
   return v;
 }
 
-// Reads [0, size) of `fd` into `dst`: pieces of 64 MiB on up to 8 threads (reading from the
-// page cache is a memory copy, ~5 GB/s per core; the first touch of fresh pages costs as much
-// again). Returns 0, or the errno of a failed read, or -1 when the file ended early.
-int read_all(int fd, uint8_t* dst, uint64_t size) {
-  constexpr uint64_t kPiece = 64ull << 20;
-  std::atomic<int> status{0};
-  parallel_for(size_t((size + kPiece - 1) / kPiece), size < 2 * kPiece ? 1 : 8, [&](size_t i) {
-    uint64_t done = i * kPiece, end = std::min(size, done + kPiece);
-    while (done < end && status == 0) {
-      ssize_t n = ::pread(fd, dst + done, size_t(end - done), off_t(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) status = n == 0 ? -1 : errno;
-      else done += uint64_t(n);
-    }
-  });
-  return status;
+// Reads [offset, offset + n) of `fd` into `dst`. Returns 0, or the errno of a failed read, or
+// -1 when the file ended early.
+int read_range(int fd, uint8_t* dst, uint64_t offset, uint64_t n) {
+  uint64_t done = 0;
+  while (done < n) {
+    ssize_t got = ::pread(fd, dst + done, size_t(std::min<uint64_t>(n - done, 1ull << 30)),
+                          off_t(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return got == 0 ? -1 : errno;
+    done += uint64_t(got);
+  }
+  return 0;
 }
 
-uint8_t* map_anonymous(uint64_t size) {
-  void* p = ::mmap(nullptr, size_t(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-#ifdef MADV_HUGEPAGE
-  // 2 MiB pages: a 2.5 GB read faults 1,200 times instead of 600,000, and pinning it for the
-  // upload (cuMemHostRegister) walks far fewer pages. Advice only: ignored where unsupported.
-  if (size >= (64ull << 20)) ::madvise(p, size_t(size), MADV_HUGEPAGE);
-#endif
-  return static_cast<uint8_t*>(p);
-}
 }  // namespace
 
-void FileBytes::Unmap::operator()(uint8_t* p) const { ::munmap(p, size_t(size)); }
-
-FileBytes::FileBytes(const std::string& path, const std::string& what) {
+OpenFile::OpenFile(const std::string& path, const std::string& what) : path_(path), what_(what) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) fail(AOTPACK_IO, "cannot open ", what, " '", path, "': ", std::strerror(errno));
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd_ < 0) fail(AOTPACK_IO, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd_);
     fail(AOTPACK_IO, "cannot read ", what, " '", path, "': not a regular file (a directory, "
          "FIFO or device): pass the file itself");
   }
   size_ = uint64_t(st.st_size);
-  // Anonymous pages rather than malloc: page-aligned (the upload pins them in place) and
-  // never zero-filled twice.
-  const uint64_t mapped = size_ ? size_ : 1;
-  data_ = std::unique_ptr<uint8_t, Unmap>(map_anonymous(mapped), Unmap{mapped});
-  if (!data_) {
-    ::close(fd);
-    fail(AOTPACK_OUT_OF_MEMORY, "cannot allocate ", size_, " bytes of host memory to read ",
-         what, " '", path, "'");
-  }
-  int status = read_all(fd, data_.get(), size_);
-  if (status != 0) {
-    ::close(fd);
-    if (status == -1)
-      fail(AOTPACK_IO, what, " '", path, "' shrank from ", size_, " bytes while it was read ",
-           "(is it being rewritten?): try again once it is complete");
-    fail(AOTPACK_IO, "cannot read ", what, " '", path, "': ", std::strerror(status));
-  }
-  bool changed = ::fstat(fd, &st) != 0 || uint64_t(st.st_size) != size_;
-  ::close(fd);
-  if (changed)
-    fail(AOTPACK_IO, what, " '", path, "' changed size while it was read (is it being "
+}
+
+OpenFile::~OpenFile() { ::close(fd_); }
+
+void OpenFile::read(uint64_t offset, uint64_t n, uint8_t* dst) const {
+  int status = read_range(fd_, dst, offset, n);
+  if (status == -1)
+    fail(AOTPACK_IO, what_, " '", path_, "' shrank from ", size_, " bytes while it was read ",
+         "(is it being rewritten?): try again once it is complete");
+  if (status != 0)
+    fail(AOTPACK_IO, "cannot read ", what_, " '", path_, "': ", std::strerror(status));
+}
+
+void OpenFile::check_unchanged() const {
+  struct stat st;
+  if (::fstat(fd_, &st) != 0 || uint64_t(st.st_size) != size_)
+    fail(AOTPACK_IO, what_, " '", path_, "' changed size while it was read (is it being "
          "rewritten?): try again once it is complete");
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& what)
+FileBytes::FileBytes(const OpenFile& file) : pages_(file.size()), size_(file.size()) {
+  if (!pages_.data())
+    fail(AOTPACK_OUT_OF_MEMORY, "cannot allocate ", size_, " bytes of host memory to read ",
+         file.what(), " '", file.path(), "'");
+  // Pieces of 64 MiB on up to 8 threads (reading from the page cache is a memory copy, ~5 GB/s
+  // per core; the first touch of fresh pages costs as much again).
+  constexpr uint64_t kPiece = 64ull << 20;
+  uint8_t* dst = pages_.data();
+  parallel_for(size_t((size_ + kPiece - 1) / kPiece), size_ < 2 * kPiece ? 1 : 8, [&](size_t i) {
+    uint64_t begin = i * kPiece;
+    file.read(begin, std::min(size_, begin + kPiece) - begin, dst + begin);
+  });
+  file.check_unchanged();
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path, const std::string& what,
+                                 Contents contents)
     : file_(path, what), path_(path) {
-  parse_header(what);
+  const std::string where = cat(what, " '", path, "'");
+  if (contents == Whole) load_contents();
+  if (file_.size() < 8)
+    fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated: ", file_.size(),
+         " bytes, a safetensors file starts with an 8-byte header length");
+  uint8_t len[8];
+  read(0, 8, len);
+  uint64_t n = read_le64(len);
+  if (n > kMaxHeaderBytes || n > file_.size() - 8)
+    fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated or not a safetensors file: header length ",
+         n, " but the file has ", file_.size(), " bytes");
+  if (bytes_) {
+    parse_header(bytes_->data() + 8, n, where);
+  } else {
+    std::vector<uint8_t> header(size_t(n ? n : 1));
+    read(8, n, header.data());
+    parse_header(header.data(), n, where);
+  }
+}
+
+void SafetensorsFile::load_contents() {
+  if (!bytes_) bytes_.reset(new FileBytes(file_));
+}
+
+const uint8_t* SafetensorsFile::tensor_data(const TensorEntry& t) const {
+  if (!bytes_)
+    fail(AOTPACK_INTERNAL, "tensor '", t.name, "' of '", path_, "' used before the file was read");
+  return bytes_->data() + t.offset;
+}
+
+void SafetensorsFile::read(uint64_t offset, uint64_t n, uint8_t* dst) const {
+  if (bytes_) std::memcpy(dst, bytes_->data() + offset, size_t(n));
+  else file_.read(offset, n, dst);
+}
+
+std::vector<uint8_t> SafetensorsFile::read_tensor(const TensorEntry& t) const {
+  std::vector<uint8_t> out(size_t(t.nbytes));
+  read(t.offset, t.nbytes, out.data());
+  return out;
 }
 
 const TensorEntry* SafetensorsFile::find(const std::string& name) const {
@@ -108,20 +139,11 @@ const TensorEntry* SafetensorsFile::find(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &tensors_[it->second];
 }
 
-void SafetensorsFile::parse_header(const std::string& what) {
-  const std::string where = cat(what, " '", path_, "'");
-  if (file_.size() < 8)
-    fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated: ", file_.size(),
-         " bytes, a safetensors file starts with an 8-byte header length");
-  uint64_t n = read_le64(file_.data());
-  if (n > kMaxHeaderBytes || n > file_.size() - 8)
-    fail(AOTPACK_CORRUPT_BUNDLE, where, " is truncated or not a safetensors file: header length ",
-         n, " but the file has ", file_.size(), " bytes");
+void SafetensorsFile::parse_header(const uint8_t* bytes, uint64_t n, const std::string& where) {
   const uint64_t data_start = 8 + n;
   data_start_ = data_start;
   const uint64_t data_size = file_.size() - data_start;
-  json::Value header = json::parse(reinterpret_cast<const char*>(file_.data() + 8), n,
-                                   where + " header");
+  json::Value header = json::parse(reinterpret_cast<const char*>(bytes), n, where + " header");
   if (header.type != json::Type::Object)
     fail(AOTPACK_CORRUPT_BUNDLE, where, ": header is not a JSON object");
   for (const auto& kv : header.fields) {
@@ -196,27 +218,12 @@ void write_all(std::FILE* f, const void* p, size_t n, const std::string& path) {
   }
 }
 uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
-}  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::vector<std::pair<std::string, std::string>>& metadata,
-                       uint64_t alignment, bool pad_tensors) {
-  if (alignment == 0) alignment = 8;
-  if (pad_tensors) {  // the same file, with every gap a named zero tensor
-    std::vector<TensorToWrite> padded;
-    static const std::vector<uint8_t> zeros(4096, 0);
-    uint64_t pos = 0;
-    for (const TensorToWrite& t : tensors) {
-      uint64_t gap = round_up(pos, alignment) - pos;
-      if (gap > zeros.size()) fail(AOTPACK_INTERNAL, "alignment too large for pad tensors");
-      if (gap)
-        padded.push_back({cat("__aotpack__.pad.", padded.size()), "U8", {int64_t(gap)},
-                          zeros.data(), gap});
-      padded.push_back(t);
-      pos += gap + t.nbytes;
-    }
-    return write_safetensors(path, padded, metadata, alignment, false);  // now without gaps
-  }
+// The file with the data section starting `alignment`-aligned and each tensor too, or, when
+// `packed`, each tensor right after the previous one (their gaps are tensors already).
+void write_file(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                const std::vector<std::pair<std::string, std::string>>& metadata,
+                uint64_t alignment, bool packed) {
   // Lay out the data section first: header length depends on the offsets' digits, so
   // offsets are relative to the data start and the header is padded afterwards.
   std::vector<uint64_t> begins;
@@ -232,7 +239,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     first = false;
   }
   for (const auto& t : tensors) {
-    cursor = round_up(cursor, alignment);
+    if (!packed) cursor = round_up(cursor, alignment);
     begins.push_back(cursor);
     std::string shape;
     for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
@@ -266,6 +273,27 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     pos += tensors[i].nbytes;
   }
   if (std::fclose(f) != 0) fail(AOTPACK_IO, "cannot write '", path, "': ", std::strerror(errno));
+}
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::vector<std::pair<std::string, std::string>>& metadata,
+                       uint64_t alignment, bool pad_tensors) {
+  if (alignment == 0) alignment = 8;
+  if (!pad_tensors) return write_file(path, tensors, metadata, alignment, false);
+  std::vector<TensorToWrite> padded;  // the same file, with every gap a named zero tensor
+  static const std::vector<uint8_t> zeros(4096, 0);
+  uint64_t pos = 0;
+  for (const TensorToWrite& t : tensors) {
+    uint64_t gap = round_up(pos, alignment) - pos;
+    if (gap > zeros.size()) fail(AOTPACK_INTERNAL, "alignment too large for pad tensors");
+    if (gap)
+      padded.push_back({cat("__aotpack__.pad.", padded.size()), "U8", {int64_t(gap)},
+                        zeros.data(), gap});
+    padded.push_back(t);
+    pos += gap + t.nbytes;
+  }
+  write_file(path, padded, metadata, alignment, true);
 }
 
 }  // namespace aotpack

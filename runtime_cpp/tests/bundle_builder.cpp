@@ -269,11 +269,30 @@ std::vector<int64_t> fake_gen_expected(const std::vector<int64_t>& prompt, size_
   return out;
 }
 
+void TestBundle::add_weight(const std::string& name, const std::vector<uint8_t>& bytes) {
+  Value w;
+  at(w, "name") = jstr(name);
+  at(w, "dtype") = jstr("u8");
+  Value shape;
+  shape.type = Type::Array;
+  shape.items.push_back(jint(int64_t(bytes.size())));
+  at(w, "shape") = shape;
+  at(w, "nbytes") = jint(int64_t(bytes.size()));
+  at(w, "sha256") = jstr(sha_of(bytes.data(), bytes.size()));
+  at(w, "checksum") = jstr(aotpack::checksum64_hex(bytes.data(), bytes.size()));
+  at(manifest, "weights").items.push_back(w);
+  extra_weights.emplace_back(name, bytes);
+}
+
 std::string TestBundle::write(const std::string& dir, const std::string& file) const {
   using aotpack::TensorToWrite;
-  std::vector<TensorToWrite> tensors;
-  TensorToWrite w{"w", "F32", file_weight_shape, file_weight.data(), file_weight.size() * 4};
-  if (!external) tensors.push_back(w);
+  std::vector<TensorToWrite> weights, tensors;
+  weights.push_back(
+      {"w", "F32", file_weight_shape, file_weight.data(), file_weight.size() * 4});
+  for (const auto& e : extra_weights)
+    weights.push_back({e.first, "U8", {int64_t(e.second.size())}, e.second.data(),
+                       e.second.size()});
+  if (!external) tensors = weights;
   tensors.push_back({"__aotpack__.cubin.0", "U8", {int64_t(cubin.size())}, cubin.data(),
                      cubin.size()});
   std::string path = dir + "/" + file;
@@ -282,7 +301,7 @@ std::string TestBundle::write(const std::string& dir, const std::string& file) c
                              {{"aotpack.manifest", text},
                               {"aotpack.manifest_sha256", sha_of(text.data(), text.size())}},
                              256, true);
-  if (external) aotpack::write_safetensors(dir + "/weights.safetensors", {w}, {}, 256, true);
+  if (external) aotpack::write_safetensors(dir + "/weights.safetensors", weights, {}, 256, true);
   return path;
 }
 

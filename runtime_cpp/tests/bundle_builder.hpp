@@ -42,6 +42,10 @@ struct TestBundle {
   bool external = false;           // write "w" into weights.safetensors instead
   std::vector<float> file_weight;  // what gets written as "w" (defaults to weight)
   std::vector<int64_t> file_weight_shape = {64};
+  // More weights (u8 [n], after "w" in the file), the kernel does not read them; edit the
+  // bytes after add_weight to write other bytes than the manifest's digests describe.
+  std::vector<std::pair<std::string, std::vector<uint8_t>>> extra_weights;
+  void add_weight(const std::string& name, const std::vector<uint8_t>& bytes);
 
   explicit TestBundle(bool external_weights = false);
   // A v2 bundle (dims that vary at run time) for the fake driver's dyn_add kernels:

@@ -28,12 +28,16 @@
 // pinned host, device, managed, device 1); any other address counts as device memory of
 // device 0 reaching 1 TiB (tests pass host buffers as "device" memory).
 //
-// Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000).
+// Pinned host memory and asynchronous copies from it: fake_host_copies.cpp.
+//
+// Knobs (env): FAKE_CUDA_CC (e.g. "80", default "90"), FAKE_CUDA_DRIVER_VERSION (13000),
+// FAKE_CUDA_INIT_MS (cuInit takes that long, as a real driver's ~0.2 s).
 // fake_cuda_stats() reports counters to tests; fake_cuda_launch_log() the executed launches.
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdint>
 #include <cstdlib>
@@ -44,6 +48,7 @@
 #include <vector>
 
 #include "cuda_driver.hpp"
+#include "fake_host_copies.hpp"
 
 using namespace aotpack::cu;
 
@@ -274,7 +279,10 @@ __attribute__((visibility("default"))) int fake_cuda_pointer_queries() {
 
 #define API extern "C" __attribute__((visibility("default"))) CUresult
 
-API cuInit(unsigned) { return 0; }
+API cuInit(unsigned) {
+  usleep(useconds_t(env_int("FAKE_CUDA_INIT_MS", 0)) * 1000);  // a driver slow to start
+  return 0;
+}
 API cuDriverGetVersion(int* v) { *v = env_int("FAKE_CUDA_DRIVER_VERSION", 13000); return 0; }
 API cuGetErrorString(CUresult r, const char** s) { *s = r ? g_error : "no error"; return 0; }
 API cuGetErrorName(CUresult r, const char** s) {
@@ -331,10 +339,22 @@ API cuFuncSetAttribute(CUfunction, CUfunction_attribute a, int v) {
   return 0;
 }
 
+// cuMemAlloc'd allocations not freed yet (a failed load must free what it allocated).
+static std::atomic<int> g_live_allocs{0};
+__attribute__((visibility("default"))) int fake_cuda_live_allocs() { return g_live_allocs; }
+// The address of a live allocation of exactly `size` bytes (the highest one), or 0.
+__attribute__((visibility("default"))) uint64_t fake_cuda_find_alloc(uint64_t size) {
+  std::lock_guard<std::mutex> lock(g_ptr_mu);
+  for (auto it = g_ranges.rbegin(); it != g_ranges.rend(); ++it)
+    if (it->second.kind == kDevice && it->second.size == size) return it->first;
+  return 0;
+}
+
 API cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
   if (n > (size_t(64) << 30)) return 2;  // CUDA_ERROR_OUT_OF_MEMORY: a 64 GiB "device"
   void* mem = std::aligned_alloc(256, (n + 255) / 256 * 256);
   if (!mem) return 2;
+  ++g_live_allocs;
   // Garbage, like fresh device memory; only the first MiB: a big arena (a fuzzed bundle may
   // ask for GBs, legitimately) must not cost seconds of memset.
   std::memset(mem, 0xCD, n < (1u << 20) ? n : (1u << 20));
@@ -343,10 +363,22 @@ API cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
   return 0;
 }
 API cuMemFree_v2(CUdeviceptr p) {
+  uint64_t size = 0;
+  {
+    std::lock_guard<std::mutex> lock(g_ptr_mu);
+    auto it = g_ranges.find(p);
+    if (it != g_ranges.end()) size = it->second.size;
+  }
+  fake_copies::device_freed(p, size);
   fake_cuda_set_pointer(p, 0, 0);
   std::free(reinterpret_cast<void*>(p));
+  --g_live_allocs;
   return 0;
 }
+API cuMemHostRegister_v2(void* p, size_t n, unsigned flags) {
+  return fake_copies::host_register(p, n, flags);
+}
+API cuMemHostUnregister(void* p) { return fake_copies::host_unregister(p); }
 API cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
   std::lock_guard<std::mutex> lock(g_ptr_mu);
   ++g_pointer_queries;
@@ -408,10 +440,11 @@ API cuMemsetD8_v2(CUdeviceptr d, unsigned char value, size_t n) { return memset8
 API cuMemsetD8Async(CUdeviceptr d, unsigned char value, size_t n, CUstream) {
   return memset8(d, value, n);
 }
-// The fake's streams run everything at once, so the async copies are the plain ones.
-API cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, CUstream) {
+// The fake's streams run kernels at once; a copy from pinned memory waits for its stream to
+// be synchronized (fake_host_copies.cpp), one from pageable memory runs now.
+API cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, CUstream stream) {
   if (g_sticky) return g_sticky;
-  std::memcpy(reinterpret_cast<void*>(d), s, n);
+  if (!fake_copies::copy_async(d, s, n, stream)) std::memcpy(reinterpret_cast<void*>(d), s, n);
   return 0;
 }
 API cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, CUstream) {
@@ -492,8 +525,15 @@ API cuStreamCreate(CUstream* s, unsigned) {
   *s = reinterpret_cast<CUstream>(new FakeStream);
   return 0;
 }
-API cuStreamDestroy_v2(CUstream s) { delete reinterpret_cast<FakeStream*>(s); return 0; }
-API cuStreamSynchronize(CUstream) { return g_sticky; }
+API cuStreamDestroy_v2(CUstream s) {
+  fake_copies::stream_destroyed(s);
+  delete reinterpret_cast<FakeStream*>(s);
+  return 0;
+}
+API cuStreamSynchronize(CUstream s) {
+  fake_copies::stream_synchronize(s);
+  return g_sticky;
+}
 API cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus* st) {
   *st = stream_of(s)->capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
   return 0;
@@ -529,17 +569,25 @@ API cuGraphLaunch(CUgraphExec e, CUstream) {
 API cuGraphExecDestroy(CUgraphExec e) { delete reinterpret_cast<FakeGraph*>(e); return 0; }
 API cuGraphDestroy(CUgraph g) { delete reinterpret_cast<FakeGraph*>(g); return 0; }
 
-static int g_event_clock = 0;
+static std::atomic<int> g_event_clock{0};  // events are recorded from many threads
 API cuEventCreate(CUevent* e, unsigned) {
   *e = reinterpret_cast<CUevent>(new int(0));
   return 0;
 }
-API cuEventDestroy_v2(CUevent e) { delete reinterpret_cast<int*>(e); return 0; }
-API cuEventRecord(CUevent e, CUstream) {
-  *reinterpret_cast<int*>(e) = ++g_event_clock;
+API cuEventDestroy_v2(CUevent e) {
+  fake_copies::event_destroyed(e);
+  delete reinterpret_cast<int*>(e);
   return 0;
 }
-API cuEventSynchronize(CUevent) { return g_sticky; }
+API cuEventRecord(CUevent e, CUstream s) {
+  *reinterpret_cast<int*>(e) = ++g_event_clock;
+  fake_copies::event_recorded(e, s);
+  return 0;
+}
+API cuEventSynchronize(CUevent e) {
+  fake_copies::event_synchronize(e);
+  return g_sticky;
+}
 API cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
   // 0.25 ms per event tick: deterministic "timings" for the bench output.
   *ms = 0.25f * float(*reinterpret_cast<int*>(b) - *reinterpret_cast<int*>(a));

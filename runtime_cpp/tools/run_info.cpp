@@ -70,8 +70,8 @@ void print_generation(const aotpack::Manifest& m) {
 }  // namespace
 
 void print_info(const std::string& bundle, const std::string& weights, int verify) {
-  auto b = aotpack::open_bundle(bundle, weights,
-                                aotpack::verify_mode(verify, aotpack::Verify::Fast));
+  auto b = aotpack::check_bundle(bundle, weights,
+                                 aotpack::verify_mode(verify, aotpack::Verify::Fast));
   const aotpack::Manifest& m = b->manifest;
   std::printf("bundle: %s (format v%lld, target %s cc %d.%d, driver for CUDA %lld.%lld or "
               "newer)\n", bundle.c_str(), (long long)m.version, m.arch.c_str(), m.cc_major,
