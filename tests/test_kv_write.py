@@ -150,3 +150,24 @@ def test_kernel_compiles_for_sm90_at_decode_and_prefill_shapes():
         template = template_for(op)
         launches = template.compile(op, template.default_config(op, SM90), SM90)
         assert len(launches) == 1 and launches[0].kernel.cubin
+
+
+def test_every_layer_of_a_generation_step_writes_its_cache_in_one_op():
+    """The tiny Llama's step (benchmarks/generate_models.py): one KvWriteOp per layer, all
+    reading one computation of the cache rows (the frontend emits it per index_put; CSE
+    merges them, equal helper constants included)."""
+    import sys
+    from pathlib import Path
+
+    from aotpack.builder import load_program
+    from aotpack.generation.task import GenerationOptions
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    program = load_program("benchmarks/generate_models.py:tiny", dtype="bf16",
+                           generation=GenerationOptions(max_seq_len=64, max_batch=2),
+                           measure_error=False)
+    kinds = [type(op).__name__ for op in program.ops]
+    assert kinds.count("KvWriteOp") == 2, kinds
+    assert "RopeOp" not in kinds and "ScatterRowsOp" not in kinds, kinds
+    writes = [op for op in program.ops if isinstance(op, KvWriteOp)]
+    assert len({op.rows.storage for op in writes}) == 1

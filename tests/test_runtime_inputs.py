@@ -232,3 +232,17 @@ def test_gpu_dlpack_and_cuda_array_interface(tmp_path):
         if torch.cuda.device_count() > 1:
             with pytest.raises(AotpackError, match="cuda:1"):
                 session.run([torch.randn(4, 64, device="cuda:1")])
+
+
+def test_the_legacy_default_stream_is_torchs_default_stream():
+    """0 and 1 both name the legacy default stream; torch.cuda.ExternalStream refuses them
+    ('invalid StreamId', seen on the H200), so waits go through torch's default stream."""
+    from types import SimpleNamespace
+
+    from aotpack.runtime.arrays import _torch_stream
+
+    cuda = SimpleNamespace(default_stream=lambda: "default",
+                           ExternalStream=lambda handle: ("external", handle))
+    fake = SimpleNamespace(cuda=cuda)
+    assert _torch_stream(fake, 0) == _torch_stream(fake, 1) == "default"
+    assert _torch_stream(fake, 0x7f00) == ("external", 0x7f00)

@@ -164,8 +164,16 @@ def wait_for_producers(torch, arrays, stream: int) -> None:
         if theirs is None or (int(theirs) or 1) == mine:
             continue
         event = torch.cuda.Event()
-        event.record(torch.cuda.ExternalStream(int(theirs)))
-        torch.cuda.ExternalStream(mine).wait_event(event)
+        event.record(_torch_stream(torch, int(theirs)))
+        _torch_stream(torch, mine).wait_event(event)
+
+
+def _torch_stream(torch, handle: int):
+    """A torch stream object for a CUstream: the legacy default stream (0 or 1, which
+    torch.cuda.ExternalStream refuses: 'invalid StreamId') is torch's default stream."""
+    if handle in (0, 1):
+        return torch.cuda.default_stream()
+    return torch.cuda.ExternalStream(handle)
 
 
 def stream_handle(torch, stream, device_index: int) -> int:
