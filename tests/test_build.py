@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from aotpack import builder as build_mod
-from aotpack.builder import BuildError, build, canonical
+from aotpack import shared_steps
+from aotpack.builder import build
+from aotpack.shared_steps import BuildError, canonical
 from aotpack.bundle import read_bundle
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
@@ -164,7 +166,7 @@ def test_build_is_reproducible_and_external_weights(pipeline, tmp_path):
 
 
 def test_portable_command_cuts_paths():
-    from aotpack.builder import portable_command
+    from aotpack.shared_steps import portable_command
 
     assert portable_command("aotpack build /w/x/model.py:make -o /srv/out/m/ "
                             "--tuning-db=/home/u/db.json --dynamic x.0=1..64 --arch sm90") == \
@@ -201,19 +203,19 @@ def test_missing_runtime_is_a_warning_not_a_failure(pipeline, tmp_path, monkeypa
 
 @pytest.mark.parametrize("arch", ["sm90", "sm_90a", "SM90"])
 def test_accepted_arches(arch):
-    assert build_mod.parse_arch(arch).arch == "sm_90a"
+    assert shared_steps.parse_arch(arch).arch == "sm_90a"
 
 
 @pytest.mark.parametrize("arch", ["sm80", "sm_100a", "hopper"])
 def test_refused_arches(arch):
     with pytest.raises(BuildError, match="sm90"):
-        build_mod.parse_arch(arch)
+        shared_steps.parse_arch(arch)
 
 
 def test_source_file_of_a_spec():
-    assert build_mod.source_file("examples/mlp.py:make").as_posix() == "examples/mlp.py"
-    assert build_mod.source_file("m.pt2").as_posix() == "m.pt2"
-    assert build_mod.source_file("/abs/dir:x/m.pt2").as_posix() == "/abs/dir:x/m.pt2"
+    assert shared_steps.source_file("examples/mlp.py:make").as_posix() == "examples/mlp.py"
+    assert shared_steps.source_file("m.pt2").as_posix() == "m.pt2"
+    assert shared_steps.source_file("/abs/dir:x/m.pt2").as_posix() == "/abs/dir:x/m.pt2"
 
 
 @pytest.mark.slow

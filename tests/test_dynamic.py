@@ -263,7 +263,7 @@ def test_every_symbolic_kernel_matches_its_reference(llama, points):
 def test_tuning_problems_per_bucket_share_keys_with_static_ops(llama):
     """A symbolic op is one tuning problem per bucket, at the bucket's largest size: the key is
     the one a static build at that size computes, so one record serves both."""
-    from aotpack.builder import canonical
+    from aotpack.shared_steps import canonical
     from aotpack.kernels import SM90
     from aotpack.tuning import keys
     from aotpack.tuning.job import find_problems

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 pytest.importorskip("triton")
 
-from aotpack.builder import BuildError, build  # noqa: E402
+from aotpack.builder import build  # noqa: E402
+from aotpack.shared_steps import BuildError  # noqa: E402
 from aotpack.bundle import read_bundle  # noqa: E402
 from aotpack.dtypes import DType  # noqa: E402
 from aotpack.tuning import keys, space  # noqa: E402
@@ -93,7 +94,7 @@ def test_job_folder_holds_one_op_bundles_heuristic_first(job, workdir):
 
 
 def test_keys_ignore_storage_names_but_not_shapes():
-    from aotpack.builder import canonical
+    from aotpack.shared_steps import canonical
     from aotpack.dtypes import DType
     from aotpack.kernels.spec import SM90, GemmOp, contiguous
     from aotpack.tuning import keys, space

@@ -23,6 +23,10 @@ from aotpack.kernels.spec import KernelOp, Target, op_inputs, op_outputs
 from aotpack.kernels.templates import template_for
 from aotpack.kernels.variants import buckets
 from aotpack.program import Program, Storage
+from aotpack.shared_steps import (
+    BuildError, canonical, check_destination, load_program, parse_arch, portable_command,
+    provenance, replace_dir, source_file, use_triton_cache,
+)
 from aotpack.tuning import keys, space
 
 FORMAT, VERSION = "aotpack-tuning-job", 1
@@ -66,8 +70,6 @@ def find_problems(program: Program, target: Target, *, level: str,
     """One problem per distinct tunable op; a symbolic op gives one per bucket of its sizes
     (kernels/variants.py), at the bucket's representative shape: the shape a build looks its
     config up at."""
-    from aotpack.builder import canonical
-
     problems: dict[str, Problem] = {}
     for op in program.ops:
         template = template_for(op)
@@ -105,8 +107,6 @@ def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
             return pickle.loads(path.read_bytes()), None
         except Exception:  # a torn or foreign cache file: compile again
             pass
-    from aotpack.builder import use_triton_cache
-
     use_triton_cache()
     _own_cute_dump_dir()
     try:
@@ -218,10 +218,8 @@ def write_job(out: Path, problems: list[Problem], target: Target, provenance: di
                "settings": dict(SETTINGS), "toolchain": keys.toolchain(),
                "provenance": provenance, "problems": entries}
         (tmp / "job.json").write_text(json.dumps(job, indent=1, sort_keys=True) + "\n")
-        from aotpack.builder import _replace_dir
-
         os.chmod(tmp, 0o755)
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -246,14 +244,11 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     `dynamic`: `--dynamic` options (a symbolic op is tuned at each bucket's size); `inputs`:
     `--input` options; `dtype`: `--dtype`; `precision`: `--precision` (FP8 GEMMs are their
     own problems)."""
-    from aotpack.builder import (BuildError, _check_destination, load_program, parse_arch,
-                                 portable_command, provenance, source_file)
-
     target = parse_arch(arch)
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist")
-    _check_destination(out, force)
+    check_destination(out, force)
     if level not in space.LEVELS:
         raise BuildError(f"--level {level!r}: use {' or '.join(space.LEVELS)}")
     from aotpack.kernels import GEMM_BACKENDS

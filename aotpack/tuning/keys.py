@@ -127,15 +127,15 @@ def toolchain() -> dict:
     """What compiles every candidate: aotpack and Triton. CuTeDSL is not in the key (a plain
     install without it would match no record): a record won by a CuTeDSL config is used only
     where CuTeDSL is installed (tuning/apply.py)."""
-    from aotpack.builder import _version
     import aotpack
+    from aotpack.shared_steps import package_version
 
-    return {"aotpack": aotpack.__version__, "triton": _version("triton")}
+    return {"aotpack": aotpack.__version__, "triton": package_version("triton")}
 
 
 def problem_keys(op: KernelOp, target: Target, template: str,
                  sources: tuple[str, ...]) -> tuple[str, str]:
-    """(key, shape_key) of canonical op `op` (storages already renamed by build.canonical)."""
+    """(key, shape_key) of canonical op `op` (storages already renamed by shared_steps.canonical)."""
     shape = {"arch": target.arch, "sm_count": target.sm_count, "template": template,
              "op": jsonable(op)}
     full = dict(shape, template_source_sha256=template_sources_sha256(sources),
