@@ -26,7 +26,7 @@ from aotpack.kernels.spec import PtrSlot, Target, TensorMapSlot
 from aotpack.shared_steps import (  # noqa: F401
     BuildError, canonical, check_destination, check_supported, command_line_from_argv,
     file_sha256, load_program, model_kind, parse_arch, portable_command, provenance,
-    replace_dir, source_file, use_triton_cache,
+    replace_dir, source_file, triton_cache,
 )
 
 log = logging.getLogger(__name__)
@@ -66,11 +66,15 @@ def compile_ops(program, target: Target, *, choose=None, progress: bool = True,
     bucket's `when`), in order, with a progress bar; identical ops compile once. `choose(op,
     template)` gives a concrete op's config (default: the heuristics). Returns
     (launches_per_op, number of distinct compiles)."""
-    use_triton_cache()
+    with triton_cache():
+        return _compile_all(program, target, choose or default_chooser(target), progress,
+                            gemm_backend)
+
+
+def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: str):
     from aotpack.kernels.variants import compile_variants
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    choose = choose or default_chooser(target)
     cache: dict = {}
     result = []
     columns = (TextColumn("[bold]compiling[/] {task.description:<24}"), BarColumn(),

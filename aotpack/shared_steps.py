@@ -1,7 +1,7 @@
 """The steps `aotpack build` (builder.py) and `aotpack tune` (tuning/job.py) both take, in one
 module below both, so that neither imports the other: the target named by --arch, the model
 spec loaded as a Program of kernel ops, ops that differ only in their storages compiled once
-(`canonical`), Triton compiling into aotpack's cache, the provenance a bundle records, and an
+(`canonical`), Triton compiling into aotpack's cache (`triton_cache`), the provenance a bundle records, and an
 output folder written under a temporary name and renamed into place.
 
 torch/triton are imported inside the functions that need them.
@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import os
 import shlex
 import shutil
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from aotpack import knobs
@@ -137,9 +139,19 @@ def canonical(op):
     return canon, {v: k for k, v in names.items()}
 
 
-def use_triton_cache() -> None:
-    """Triton reads its cache folder when it compiles: keep it under aotpack's cache."""
-    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
+@contextmanager
+def triton_cache():
+    """Triton compiles into knobs.triton_cache_dir() in the `with` body. Set through
+    triton.knobs (Triton 3.6), whose scope() puts Triton's settings and the environment
+    variable it mirrors them into back as they were: the caller's process keeps its own."""
+    if importlib.util.find_spec("triton") is None:  # nothing here compiles with Triton
+        yield
+        return
+    import triton
+
+    with triton.knobs.cache.scope():
+        triton.knobs.cache.dir = str(knobs.triton_cache_dir())
+        yield
 
 
 # ----------------------------------------------------------------------------- the model

@@ -175,6 +175,34 @@ def test_portable_command_cuts_paths():
     assert portable_command("aotpack tune 'unbalanced") == "aotpack tune 'unbalanced"
 
 
+@pytest.mark.parametrize("user_dir", [None, "mine"])
+def test_build_leaves_the_environment_alone(pipeline, tmp_path, monkeypatch, user_dir):
+    """Triton compiles into aotpack's cache (or the user's TRITON_CACHE_DIR) while the build
+    runs, and afterwards the caller's environment is as it was (the build used to set
+    TRITON_CACHE_DIR for the rest of the process)."""
+    import os
+
+    triton = pytest.importorskip("triton")
+    from aotpack.kernels.gemm_template import GemmTemplate
+
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path / "cache"))
+    if user_dir is None:
+        monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / user_dir))
+    fake_compile, seen = GemmTemplate.compile, []
+
+    def compile_op(self, op, config, target):
+        seen.append(triton.knobs.cache.dir)
+        return fake_compile(self, op, config, target)
+
+    monkeypatch.setattr(GemmTemplate, "compile", compile_op)
+    before = dict(os.environ)
+    build(f"{tmp_path / 'model.py'}:make", tmp_path / "out", progress=False)
+    assert dict(os.environ) == before
+    assert seen == [str(tmp_path / (user_dir or "cache/triton"))]
+
+
 def test_force_replaces_and_failure_keeps_the_old_folder(pipeline, tmp_path, monkeypatch):
     spec = f"{tmp_path / 'model.py'}:make"
     out = tmp_path / "out"

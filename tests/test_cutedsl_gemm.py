@@ -13,13 +13,13 @@ import struct
 
 import pytest
 
-from aotpack.kernels.cutedsl import build  # noqa: E402  (sets CUTE_DSL_ARCH before cutlass)
+from aotpack.kernels.cutedsl import build  # noqa: E402  (imports cutlass set up for sm_90a)
 
 if not build.available():
     pytest.skip("nvidia-cutlass-dsl (CuTeDSL) is not installed: "
                 "pip install nvidia-cutlass-dsl==4.8.1", allow_module_level=True)
 
-build.ensure_env()
+build.import_cutlass()
 
 from aotpack.dtypes import DType  # noqa: E402
 from aotpack.kernels import sass  # noqa: E402

@@ -31,18 +31,39 @@ def workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def job(workdir):
-    """A `fast` Triton job of a small MLP (two GEMM problems), compiled once per module."""
+def job_run(workdir):
+    """A `fast` Triton job of a small MLP (two GEMM problems), compiled once per module in this
+    process; with the environment variables the call left changed."""
+    import os
+
     from aotpack.tuning.job import make_job
 
     mp = pytest.MonkeyPatch()
     mp.setenv("AOTPACK_CACHE_DIR", str(workdir / "cache"))
+    mp.delenv("TRITON_CACHE_DIR", raising=False)
+    # torch sets TORCHINDUCTOR_CACHE_DIR when torch._dynamo is first imported (torch.export
+    # imports it): imported first, so that what changes below is aotpack's doing
+    import torch._dynamo  # noqa: F401
+
     try:
+        before = dict(os.environ)
         summary = make_job(f"{workdir / 'small.py'}:make", workdir / "job.aotune", level="fast",
                            gemm_backend="triton", jobs=1, progress=False)
+        changed = {k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k)}
     finally:
         mp.undo()
-    return summary, json.loads((workdir / "job.aotune" / "job.json").read_text())
+    return summary, json.loads((workdir / "job.aotune" / "job.json").read_text()), changed
+
+
+@pytest.fixture(scope="module")
+def job(job_run):
+    return job_run[:2]
+
+
+def test_tune_leaves_the_environment_alone(job_run):
+    """Compiling the candidates in this process (jobs=1) changed no environment variable (it
+    used to set TRITON_CACHE_DIR and CUTE_DSL_DUMP_DIR for the rest of the process)."""
+    assert job_run[2] == set()
 
 
 def fake_results(job_doc: dict, winner: dict[int, int], *, driver=13000, name="NVIDIA H200",
@@ -368,18 +389,33 @@ def test_tune_refuses_an_unknown_gemm_backend(tmp_path):
     assert not (tmp_path / "j.aotune").exists()
 
 
-def test_compile_processes_remove_their_cute_dump_folder():
-    """Every compile process makes its own CuTeDSL dump folder; it must go when the process
-    ends (they piled up in /tmp, one per worker per `aotpack tune`)."""
+def test_cutedsl_is_imported_for_sm90a_with_the_environment_put_back(tmp_path):
+    """import_cutlass gives CuTeDSL its settings while cutlass imports and puts the environment
+    back; its dump folder is the process's own (not one inherited from a parent: processes
+    sharing one read each other's cubins) and goes when the process ends (they piled up in
+    /tmp, one per worker per `aotpack tune`)."""
+    import os
     import subprocess
     import sys
 
-    code = ("import os; from aotpack.tuning import job; job._own_cute_dump_dir(); "
-            "d = os.environ['CUTE_DSL_DUMP_DIR']; open(os.path.join(d, 'x.cubin'), 'w'); print(d)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[1], check=True)
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():
+        pytest.skip("nvidia-cutlass-dsl (CuTeDSL) is not installed")
+    code = ("import os; before = dict(os.environ); "
+            "from aotpack.kernels.cutedsl import build; d = build.import_cutlass(); "
+            "from cutlass.cutlass_dsl import CuTeDSL; e = CuTeDSL._get_dsl().envar; "
+            "assert dict(os.environ) == before, 'the environment changed'; "
+            "assert (e.arch, e.dump_dir, e.keep_ptx, e.keep_cubin) == ('sm_90a', d, True, True); "
+            "open(os.path.join(d, 'x.cubin'), 'w'); print(d)")
+    inherited = tmp_path / "parent_dump"
+    env = dict(os.environ, CUTE_DSL_DUMP_DIR=str(inherited))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr[-2000:]
     folder = Path(p.stdout.strip().splitlines()[-1])
     assert folder.name.startswith("aotpack_cute_") and not folder.exists()
+    assert not inherited.exists()
 
 
 def test_separate_import_of_a_partial_rerun_keeps_the_better_winner(job):

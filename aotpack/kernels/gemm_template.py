@@ -22,7 +22,7 @@ def cutedsl():
 
     if not cute_build.available():
         return None
-    cute_build.ensure_env()  # before anything imports cutlass: the cubins must be sm_90a
+    cute_build.import_cutlass()  # before anything else imports it: the cubins must be sm_90a
     from aotpack.kernels.cutedsl import compile as cute
 
     return cute

@@ -7,7 +7,6 @@ cached on disk by (problem key, config): a second `aotpack tune` of the same mod
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import pickle
@@ -25,7 +24,7 @@ from aotpack.kernels.variants import buckets
 from aotpack.program import Program, Storage
 from aotpack.shared_steps import (
     BuildError, canonical, check_destination, load_program, parse_arch, portable_command,
-    provenance, replace_dir, source_file, use_triton_cache,
+    provenance, replace_dir, source_file, triton_cache,
 )
 from aotpack.tuning import keys, space
 
@@ -100,17 +99,17 @@ def _cache_path(key: str, config: dict) -> Path:
 
 
 def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
-    """(launches, None) or (None, why). Runs in a worker process."""
+    """(launches, None) or (None, why). Runs in a worker process (each with its own CuTeDSL
+    dump folder: kernels/cutedsl/build.py)."""
     path = Path(cache)
     if path.is_file():
         try:
             return pickle.loads(path.read_bytes()), None
         except Exception:  # a torn or foreign cache file: compile again
             pass
-    use_triton_cache()
-    _own_cute_dump_dir()
     try:
-        launches = space.compile_candidate(op, target, config)
+        with triton_cache():
+            launches = space.compile_candidate(op, target, config)
     except Exception as e:  # noqa: BLE001 — a candidate that cannot compile is data, not a crash
         return None, f"{type(e).__name__}: {e}".splitlines()[0][:400]
     for la in launches:
@@ -121,19 +120,6 @@ def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
     tmp.write_bytes(pickle.dumps(launches))
     os.replace(tmp, path)
     return launches, None
-
-
-def _own_cute_dump_dir() -> None:
-    """CuTeDSL writes its cubins to CUTE_DSL_DUMP_DIR under names cut from the kernel's name,
-    which can be equal for two configs: worker processes that inherited the parent's folder
-    read each other's cubins (seen on the H200: "entry symbol ... is not in the cubin").
-    Every process gets its own folder."""
-    mine = f"aotpack_cute_{os.getpid()}_"
-    if mine not in os.path.basename(os.environ.get("CUTE_DSL_DUMP_DIR", "")):
-        os.environ["CUTE_DSL_DUMP_DIR"] = tempfile.mkdtemp(prefix=mine)
-        # the cubins were read into the launches: without this every worker of every
-        # `aotpack tune` left a folder of them in /tmp (spawned workers run atexit on exit)
-        atexit.register(shutil.rmtree, os.environ["CUTE_DSL_DUMP_DIR"], ignore_errors=True)
 
 
 def compile_all(problems: list[Problem], target: Target, *, jobs: int, progress: bool) -> None:
@@ -259,7 +245,6 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     if program is None:
         program = load_program(spec, dynamic, inputs, dtype, precision=precision,
                                measure_error=False)
-    _own_cute_dump_dir()  # listing CuTeDSL candidates would otherwise make a folder never removed
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)
     compile_all(problems, target, jobs=jobs, progress=progress)

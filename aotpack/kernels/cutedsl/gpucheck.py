@@ -94,7 +94,7 @@ def make_op(m, n, k, steps=(), out=DType.BF16) -> GemmOp:
 def write_cases(path: str) -> None:
     from aotpack.kernels.cutedsl import build
 
-    build.ensure_env()
+    build.import_cutlass()
     from aotpack.kernels.cutedsl import compile as cc
 
     cases = []

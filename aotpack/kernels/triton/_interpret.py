@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from aotpack import knobs
 
 
 def in_interpreter_process() -> bool:
@@ -133,9 +134,8 @@ def run_interpreted_batch(jobs, timeout: float = 1800) -> None:
     with tempfile.TemporaryDirectory(prefix="aotpack-interp-") as tmp:
         job_file, result_file = os.path.join(tmp, "jobs.pt"), os.path.join(tmp, "envs.pt")
         torch.save(jobs, job_file)
-        child_env = dict(os.environ, TRITON_INTERPRET="1")
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
+        child_env = knobs.child_environment(TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join(
+            p for p in (repo_root, knobs.value("PYTHONPATH")) if p))
         proc = subprocess.run(
             [sys.executable, "-m", "aotpack.kernels.triton._interpret", job_file, result_file],
             env=child_env, capture_output=True, text=True, timeout=timeout)
