@@ -20,7 +20,7 @@ from aotpack.kernels.spec import (
     SM90, Act, CounterSlot, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PtrSlot,
     ScratchSlot, TensorArg, TensorMapSlot, contiguous,
 )
-from aotpack.kernels.sass import count_instructions
+from support.sass import count_instructions
 from program_checks import (
     bench_smoke_rows, gemm_storage_sizes, interpret_gemm_cases, sass_or_skip,
 )

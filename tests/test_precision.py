@@ -329,7 +329,7 @@ def test_rmsnorm_writes_e4m3_and_its_row_scales():
     its scales are the reference's, its e4m3 values too (rows packed per program, a tail)."""
     from aotpack.kernels.reference.rmsnorm import reference
     from aotpack.kernels.spec import RMSNormOp, contiguous
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
 
     R, C = 37, 96
     op = RMSNormOp(contiguous("x", DType.BF16, (R, C)), contiguous("w", DType.BF16, (C,)),

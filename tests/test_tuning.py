@@ -446,7 +446,7 @@ def test_small_kernel_candidates_compute_the_same_as_the_reference():
     import torch
 
     from aotpack.kernels.spec import SM90
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
     from aotpack.tuning import space
     from test_kernels_misc import expected, make_env, rmsnorm_case, rope_case, run_reference_view
     from test_reductions import layernorm_case, reduce_case, softmax_case

@@ -41,8 +41,8 @@ class GemmTemplate(Template):
     name, op_type, module, tunable = "gemm", GemmOp, "gemm", True
     sources = ("spec.py", "triton/gemm.py", "triton/gemm_configs.py", "triton/gemm_splitk.py",
                "triton/gemm_epilogue.py", "triton/fp8.py", "triton/compile.py", "triton/_common.py",
-               "cutedsl/gemm.py", "cutedsl/epilogue.py", "cutedsl/fragments.py",
-               "cutedsl/compile.py", "cutedsl/build.py", "cutedsl/slots.py")
+               "cutedsl/gemm.py", "cutedsl/epilogue.py", "cutedsl/compile.py", "cutedsl/build.py",
+               "cutedsl/slots.py")
     fast = 6
 
     def fast_limit(self, backend_template):
