@@ -372,6 +372,7 @@ def test_refuses_bad_shapes_and_dtypes():
 
 
 # ----------------------------------------------------------------------------- benchmark script
+@pytest.mark.bench  # the benchmark's plumbing: run on request (pytest -m bench)
 def test_bench_script_smoke(tmp_path):
     """benchmarks/bench_gemm.py end to end on tiny shapes under the interpreter (the lead runs
     it on the H200; this keeps its plumbing and every config's numerics checked here)."""

@@ -369,6 +369,7 @@ def test_supports_config_says_why():
 
 
 # ----------------------------------------------------------------------------- benchmark
+@pytest.mark.bench  # the benchmark's plumbing: run on request (pytest -m bench)
 def test_bench_decode_smoke(tmp_path):
     """benchmarks/bench_decode.py end to end on tiny shapes under the interpreter (the lead
     runs it on the H200)."""
