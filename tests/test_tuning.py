@@ -137,6 +137,91 @@ def test_keys_ignore_storage_names_but_not_shapes():
     assert other_sm[0] != key(op(16))[0]
 
 
+def _gemm_op(m=256):
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import GemmOp, contiguous
+
+    return GemmOp(contiguous("x", DType.BF16, (m, 256)), contiguous("w", DType.BF16, (256, 256)),
+                  contiguous("y", DType.BF16, (m, 256)))
+
+
+def test_keys_do_not_depend_on_cutedsl(monkeypatch):
+    """Triton kernels are keyed on the toolchain that compiles them: another CuTeDSL version
+    (or none) keeps every key (on a plain install no record matched before session 8)."""
+    from aotpack import shared_steps
+    from aotpack.kernels.spec import SM90
+    from aotpack.shared_steps import canonical
+
+    fam = space.family(_gemm_op())
+
+    def key():
+        keys.toolchain.cache_clear()
+        return keys.problem_keys(canonical(_gemm_op())[0], SM90, fam.template, fam.sources)
+
+    before, real = key(), shared_steps.package_version
+    monkeypatch.setattr(shared_steps, "package_version",
+                        lambda d: "0.0-other" if d == "nvidia-cutlass-dsl" else real(d))
+    try:
+        assert key() == before
+        assert keys.backend_toolchain("gemm.cutedsl") == {"cutedsl": "0.0-other"}
+        assert keys.backend_toolchain("gemm.triton") == {}
+    finally:
+        keys.toolchain.cache_clear()
+
+
+@pytest.mark.parametrize("compiled_by", ["here", "other"])
+def test_a_cutedsl_winner_is_used_only_with_the_cutedsl_that_compiled_it(compiled_by):
+    """The CuTeDSL version is recorded with a CuTeDSL winner (from the job's problem info,
+    echoed by the launcher) and a build uses that winner only where the same version would
+    compile it; otherwise the op is stale and gets the heuristic."""
+    from aotpack.kernels.cutedsl import build as cute_build
+    from aotpack.kernels.spec import SM90
+    from aotpack.kernels.templates import template_for
+    from aotpack.shared_steps import canonical
+    from aotpack.tuning.apply import TunedChooser
+
+    if not cute_build.available():
+        pytest.skip("nvidia-cutlass-dsl (CuTeDSL) is not installed")
+    op = canonical(_gemm_op())[0]
+    template = template_for(op)
+    key, shape_key = keys.problem_keys(op, SM90, template.name, template.sources)
+    here = keys.backend_toolchain("gemm.cutedsl")
+    version = here if compiled_by == "here" else {"cutedsl": "0.0-other"}
+    cute = {"template": "gemm.cutedsl", "tile_m": 128, "tile_n": 128, "cluster_m": 1,
+            "cluster_n": 1, "raster_along_m": True, "swizzle": 1}
+    triton = template.default_config(op, SM90, "triton")
+    results = {"format": "aotpack-tuning-results", "version": 1, "job_id": "j",
+               "device": {"name": "NVIDIA H200", "driver": 13000}, "problems": [{
+                   "key": key, "desc": "gemm", "info": {"shape_key": shape_key,
+                                                       "toolchain": {"gemm.cutedsl": version}},
+                   "candidates": [
+                       {"name": "triton", "config": triton, "status": "ok", "median_us": 20.0},
+                       {"name": "cute", "config": cute, "status": "ok", "median_us": 10.0}]}]}
+    db = TuningDB()
+    db.import_results(results)
+    assert db.lookup(key)["winner"]["toolchain"] == version
+    chooser = TunedChooser(db, SM90)
+    got = chooser(op, template)
+    if compiled_by == "here":
+        assert got == cute and not chooser.stale
+    else:
+        assert got == template.default_config(op, SM90, "triton") and chooser.stale == {key}
+
+
+def test_job_records_the_compilers_of_the_backends_it_compiled(job):
+    """Problem info (echoed by the launcher) names CuTeDSL's version where a CuTeDSL candidate
+    is in the job, and nothing more for Triton's (in the key)."""
+    from aotpack.tuning.job import Problem, _problem_info
+
+    _, doc = job  # a Triton job
+    assert all(set(p["info"]) == {"shape_key"} for p in doc["problems"])
+    cands = [{"template": "gemm.triton", "BM": 128}, {"template": "gemm.cutedsl", "tile_m": 128}]
+    p = Problem("k", "s", "gemm", "", None, {}, cands)
+    assert _problem_info(p, [0]) == {"shape_key": "s"}
+    assert _problem_info(p, [0, 1]) == {
+        "shape_key": "s", "toolchain": {"gemm.cutedsl": keys.backend_toolchain("gemm.cutedsl")}}
+
+
 def test_import_build_uses_the_winner_and_records_it(job, workdir):
     _, doc = job
     db_path = workdir / "db1.json"

@@ -171,13 +171,22 @@ def _problem_json(p: Problem, index: int, kept: list[int]) -> dict:
         "key": p.key, "kind": p.kind, "desc": p.desc + (f" (x{p.count} in model)" if p.count > 1
                                                        else ""),
         "reference": 0, "rtol": RTOL.get(out.dtype.value, 0.02),
-        "seed": int(p.key[:8], 16) % 100003, "info": {"shape_key": p.shape_key},
+        "seed": int(p.key[:8], 16) % 100003, "info": _problem_info(p, kept),
         "candidates": [{"name": space.candidate_name(p.candidates[i]),
                         "bundle": f"c/p{index:03d}-c{i:03d}.aotpack",
                         "config": p.candidates[i]} for i in kept],
         "compile_failures": [{"name": space.candidate_name(p.candidates[i]), "why": why}
                              for i, why in sorted(p.failed.items())],
     }
+
+
+def _problem_info(p: Problem, kept: list[int]) -> dict:
+    """What the launcher echoes into the results untouched: the shape key, and the compilers
+    of the backends among the candidates that the key leaves out ({"gemm.cutedsl":
+    {"cutedsl": "4.8.1"}}), which the database records with a winner of that backend."""
+    backends = sorted({p.candidates[i].get("template", "") for i in kept})
+    compilers = {b: keys.backend_toolchain(b) for b in backends if keys.backend_toolchain(b)}
+    return {"shape_key": p.shape_key, **({"toolchain": compilers} if compilers else {})}
 
 
 def write_job(out: Path, problems: list[Problem], target: Target, provenance: dict) -> dict:
