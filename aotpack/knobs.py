@@ -81,7 +81,7 @@ def describe() -> list[tuple[str, str | None, str]]:
     return [(k.name, os.environ.get(k.name), k.help) for k in ALL]
 
 
-def value(name: str) -> str | None:
+def variable(name: str) -> str | None:
     """The environment variable `name` of another library or tool (CUTE_DSL_ARCH, PYTHONPATH,
     OUT), read here like aotpack's own; None when unset."""
     return os.environ.get(name)

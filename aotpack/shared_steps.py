@@ -1,8 +1,8 @@
 """The steps `aotpack build` (builder.py) and `aotpack tune` (tuning/job.py) both take, in one
 module below both, so that neither imports the other: the target named by --arch, the model
 spec loaded as a Program of kernel ops, ops that differ only in their storages compiled once
-(`canonical`), Triton compiling into aotpack's cache (`triton_cache`), the provenance a bundle records, and an
-output folder written under a temporary name and renamed into place.
+(`canonical`), Triton compiling into aotpack's cache (`triton_cache`), the provenance a bundle
+records, and an output folder written under a temporary name and renamed into place.
 
 torch/triton are imported inside the functions that need them.
 """

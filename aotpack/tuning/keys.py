@@ -150,7 +150,7 @@ def backend_toolchain(template: str) -> dict:
 
 def problem_keys(op: KernelOp, target: Target, template: str,
                  sources: tuple[str, ...]) -> tuple[str, str]:
-    """(key, shape_key) of canonical op `op` (storages already renamed by shared_steps.canonical)."""
+    """(key, shape_key) of canonical op `op` (storages renamed by shared_steps.canonical)."""
     shape = {"arch": target.arch, "sm_count": target.sm_count, "template": template,
              "op": jsonable(op)}
     full = dict(shape, template_source_sha256=template_sources_sha256(sources),

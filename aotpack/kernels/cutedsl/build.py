@@ -48,19 +48,20 @@ def import_cutlass() -> str:
     if _dump_dir is not None:
         return _dump_dir
     if "cutlass" in sys.modules:  # imported by someone else: it read the environment then
-        keep = knobs.value("CUTE_DSL_KEEP") or ""
-        if knobs.value("CUTE_DSL_ARCH") != ARCH or "cubin" not in keep or "ptx" not in keep:
+        keep = knobs.variable("CUTE_DSL_KEEP") or ""
+        if knobs.variable("CUTE_DSL_ARCH") != ARCH or "cubin" not in keep or "ptx" not in keep:
             raise RuntimeError("cutlass was imported before aotpack set CUTE_DSL_ARCH=sm_90a and "
                                "CUTE_DSL_KEEP=ptx,cubin: call aotpack.kernels.cutedsl.build."
                                "import_cutlass() before importing cutlass")
-        _dump_dir = knobs.value("CUTE_DSL_DUMP_DIR") or os.getcwd()  # CuTeDSL's default
+        _dump_dir = knobs.variable("CUTE_DSL_DUMP_DIR") or os.getcwd()  # CuTeDSL's default
         return _dump_dir
-    _dump_dir = _own_dump_dir()
-    settings = {"CUTE_DSL_ARCH": ARCH, "CUTE_DSL_KEEP": _KEEP, "CUTE_DSL_DUMP_DIR": _dump_dir}
+    dump = _own_dump_dir()
+    settings = {"CUTE_DSL_ARCH": ARCH, "CUTE_DSL_KEEP": _KEEP, "CUTE_DSL_DUMP_DIR": dump}
     with knobs.environment(settings):
         import cutlass  # noqa: F401
         import cutlass.cute  # noqa: F401  (builds the DSL objects, which read the settings)
-    return _dump_dir
+    _dump_dir = dump  # only now: an import that failed is tried again, and fails again
+    return dump
 
 
 def _own_dump_dir() -> str:

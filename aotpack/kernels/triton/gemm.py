@@ -13,9 +13,8 @@ One @triton.jit source, specialised per op through constexprs:
 - SwiGLU (EpSwiGLU, group G): B's rows interleave gate and up blocks of G, so a tile of BN
   accumulator columns (BN a multiple of 2G) holds BN/(2G) whole gate/up pairs; they are paired
   in registers (reshape + split), leaving a [BM, BN/2] tile for the other steps and the store.
-The same source runs through Triton's own launcher (`jit_runner`): on a GPU in
-benchmarks/bench_gemm.py, on CPU tensors under Triton's interpreter in tests
-(tests/support/interpret.py).
+The same source runs through Triton's own launcher (`jit_runner`): on a GPU in benchmarks
+(bench_gemm.py), on CPU tensors under Triton's interpreter in tests (tests/support/interpret.py).
 """
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ from aotpack.kernels.triton.compile import (
     Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
 )
 from aotpack.kernels.triton import gemm_splitk
-from aotpack.kernels.triton._interpret import patch_interpreter
 from aotpack.kernels.triton.fp8 import dot_fp8, quantize_rows, row_scales, widen as _widen
 from aotpack.kernels.triton.gemm_configs import GemmConfig, SplitKConfig
 # The epilogue (device helpers and host-side step mapping) lives in gemm_epilogue.py.
@@ -409,6 +407,8 @@ def jit_runner(op: GemmOp, env, cfg: GemmConfig, sm_count: int, point: dict | No
     # supported yet"): give it f32 tiles; compiled kernels never take this branch.
     args["UPCAST_DOT"] = _is_interpreted(gemm_kernel) and op.a.dtype is DType.BF16
     if _is_interpreted(gemm_kernel):
+        from aotpack.kernels.triton._interpret import patch_interpreter
+
         patch_interpreter()
     grid = (subs(grid_size(op, cfg, sm_count), point or {}),)
 
