@@ -8,7 +8,6 @@ torch/triton are imported inside the functions that need them.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import os
 import shlex
@@ -21,19 +20,18 @@ from pathlib import Path
 
 from aotpack import knobs, runtime_files
 from aotpack.bundle.reader import BUNDLE_NAME
-from aotpack.errors import UserError
-from aotpack.kernels.spec import SM90, PtrSlot, Target, TensorArg, TensorMapSlot
+from aotpack.kernels.spec import PtrSlot, Target, TensorMapSlot
+# the steps `aotpack tune` takes too; BuildError, canonical, load_program, parse_arch and the
+# provenance helpers stay importable from here
+from aotpack.shared_steps import (  # noqa: F401
+    BuildError, canonical, check_destination, check_supported, command_line_from_argv,
+    file_sha256, load_program, model_kind, parse_arch, portable_command, provenance,
+    replace_dir, source_file, triton_cache,
+)
 
 log = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "weights.safetensors"
-_ARCHES = {"sm90": SM90, "sm_90": SM90, "sm_90a": SM90, "sm90a": SM90}
-
-
-class BuildError(UserError):
-    """A user error (bad arguments, output folder exists, ...); the message says what to do."""
-
-    named = False  # the message says what kind it is
 
 
 @dataclass
@@ -48,162 +46,11 @@ class BuildResult:
     notes: list[str] = field(default_factory=list)  # facts worth a line (tuning used, ...)
 
 
-def parse_arch(arch: str) -> Target:
-    try:
-        return _ARCHES[arch.strip().lower()]
-    except KeyError:
-        raise BuildError(f"unsupported --arch {arch!r}: aotpack targets Hopper only for now "
-                         f"(use --arch sm90, i.e. sm_90a: H100/H200)") from None
-
-
-def source_file(spec: str) -> Path:
-    """The file a model spec names: `path/to/model.py:factory` → model.py; `m.pt2` → m.pt2;
-    a transformers checkpoint folder → its config.json."""
-    path = spec.rsplit(":", 1)[0] if ":" in Path(spec).name else spec
-    if Path(path).is_dir() and (Path(path) / "config.json").is_file():
-        return Path(path) / "config.json"
-    return Path(path)
-
-
-def model_kind(spec: str) -> str:
-    """What kind of model file a spec names (recorded for `aotpack inspect`)."""
-    if spec.endswith(".onnx"):
-        return "onnx"
-    if spec.endswith(".pt2"):
-        return "torch.export"
-    if ":" in Path(spec).name:
-        return "python factory"
-    if Path(spec).is_dir():
-        return "transformers checkpoint"
-    return "torchscript or saved module"
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return None
-
-
-def provenance(spec: str, command_line: str) -> dict:
-    """What built the bundle; no timestamps, so rebuilding gives identical bytes."""
-    import aotpack
-
-    return {"aotpack": aotpack.__version__, "torch": _version("torch"),
-            "triton": _version("triton"), "cutedsl": _version("nvidia-cutlass-dsl"),
-            "source": source_file(spec).name, "source_sha256": file_sha256(source_file(spec)),
-            "model_kind": model_kind(spec), "spec": portable_command(spec),
-            "created_by": command_line}
-
-
 # ----------------------------------------------------------------------------- compiling
-def _rename_storages(obj, rename):
-    """A copy of a kernel op (or any part of it) with every TensorArg's storage renamed."""
-    if isinstance(obj, TensorArg):
-        return dataclasses.replace(obj, storage=rename(obj.storage))
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return dataclasses.replace(obj, **{f.name: _rename_storages(getattr(obj, f.name), rename)
-                                           for f in dataclasses.fields(obj) if f.init})
-    if isinstance(obj, tuple):
-        return tuple(_rename_storages(x, rename) for x in obj)
-    return obj
-
-
-def canonical(op):
-    """(op with storages renamed `__op.<i>` in order of appearance, map back to real names).
-    Two ops that differ only in which storages they touch compile to the same cubin with the
-    same slots up to those names, so they share one compile."""
-    names: dict[str, str] = {}
-
-    def rename(name: str) -> str:
-        return names.setdefault(name, f"__op.{len(names)}")
-
-    canon = _rename_storages(op, rename)
-    return canon, {v: k for k, v in names.items()}
-
-
 def _restore(launch, back: dict[str, str]):
     args = tuple(dataclasses.replace(s, storage=back.get(s.storage, s.storage))
                  if isinstance(s, (PtrSlot, TensorMapSlot)) else s for s in launch.args)
     return dataclasses.replace(launch, args=args)
-
-
-def use_triton_cache() -> None:
-    """Triton reads its cache folder when it compiles: keep it under aotpack's cache."""
-    os.environ.setdefault("TRITON_CACHE_DIR", str(knobs.cache_dir() / "triton"))
-
-
-def load_program(spec: str, dynamic=(), inputs=(), dtype: str | None = None,
-                 generation=None, precision: str = "model", max_error: float | None = None,
-                 measure_error: bool = True):
-    """The model `spec` names, as a Program of kernel ops (load → to_graph → compile_graph);
-    `dynamic`: `--dynamic` options (aotpack/frontend/dynamic.py); `inputs`, `dtype`: `--input`
-    and `--dtype` options (aotpack/frontend/inputs.py); `generation`: GenerationOptions
-    (`--task text-generation`: the model's generation step, aotpack/generation/);
-    `precision`, `max_error`, `measure_error`: `--precision fp8-weights` / `fp8`, the error
-    bound and whether to measure the error (precision.quantize)."""
-    from aotpack.frontend import load_spec, to_graph
-    from aotpack.precision import quantize
-    from aotpack.frontend.prepare import prepare
-    from aotpack.passes import compile_graph
-
-    if generation is not None:
-        program, loaded = _load_generation(spec, dynamic, inputs, dtype, generation)
-        return quantize(program, loaded, precision, max_error, measure_error)
-    loaded = prepare(load_spec(spec), inputs=inputs, dtype=dtype, dynamic=dynamic)
-    try:
-        program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
-    except UserError as e:
-        if loaded.kind == "torchscript" and len(e.args) == 1:
-            e.args = (f"{e}\n(the model came from a TorchScript archive, whose conversion keeps "
-                      f"what tracing recorded; if the model's source is at hand, torch.save(model) "
-                      f"or torch.export.save usually builds where this does not)",)
-        raise
-    program.notes = list(loaded.notes)
-    check_supported(program)
-    return quantize(program, loaded, precision, max_error, measure_error)
-
-
-def _load_generation(spec: str, dynamic, inputs, dtype, generation):
-    from aotpack.frontend import to_graph
-    from aotpack.generation.task import (
-        generation_info, load_for_generation, name_step_outputs, prepare_generation,
-    )
-    from aotpack.passes import compile_graph
-
-    if dynamic or inputs:
-        raise BuildError("--task text-generation declares the step's inputs and dims itself "
-                         "(input_ids, positions, last_index; B up to --max-batch, S up to "
-                         "--max-seq-len): drop --dynamic/--input")
-    loaded = prepare_generation(load_for_generation(spec), generation, dtype)
-    program = compile_graph(name_step_outputs(to_graph(loaded.model, loaded.inputs,
-                                                       loaded.dynamic_shapes)))
-    program.generation = generation_info(loaded.model, generation)
-    program.notes = list(loaded.notes)
-    check_supported(program)
-    return program, loaded
-
-
-def check_supported(program) -> None:
-    """BuildError for the first op no kernel here runs (an f32 GEMM: the plan is right, the
-    CPU reference runs it, the GPU has no kernel): before any compile or measurement."""
-    from aotpack.kernels.templates import template_for
-
-    for op in program.ops:
-        template = template_for(op)
-        why = template.supports(op)
-        if why is not None:
-            raise BuildError(f"{template.describe(op)}: {why}")
 
 
 def default_chooser(target: Target, gemm_backend: str = "triton"):
@@ -219,11 +66,15 @@ def compile_ops(program, target: Target, *, choose=None, progress: bool = True,
     bucket's `when`), in order, with a progress bar; identical ops compile once. `choose(op,
     template)` gives a concrete op's config (default: the heuristics). Returns
     (launches_per_op, number of distinct compiles)."""
-    use_triton_cache()
+    with triton_cache():
+        return _compile_all(program, target, choose or default_chooser(target), progress,
+                            gemm_backend)
+
+
+def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: str):
     from aotpack.kernels.variants import compile_variants
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    choose = choose or default_chooser(target)
     cache: dict = {}
     result = []
     columns = (TextColumn("[bold]compiling[/] {task.description:<24}"), BarColumn(),
@@ -318,24 +169,6 @@ def _portable_runtime(host_platform: str | None) -> Path | None:
         raise BuildError(f"--host-platform {host_platform}: {e}") from None
 
 
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished `tmp` folder to `out`, replacing an existing `out` (--force)."""
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-        os.replace(out, old / out.name)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
-
-
-def _check_destination(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise BuildError(f"{out} exists and is not a folder: choose another -o")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise BuildError(f"{out} already exists and is not empty: pass --force to replace it")
-
-
 def check_gemm_backend(gemm_backend: str) -> None:
     """Refuse an unknown `--gemm-backend`, or cutedsl without CuTeDSL, with what to do."""
     from aotpack.kernels import check_backend
@@ -378,7 +211,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
                          f"(expected file.py:factory, a .pt2 file, a model.pt or a model.onnx)")
-    _check_destination(out, force)
+    check_destination(out, force)
     runtime_root = _portable_runtime(host_platform)  # before the model: a missing zig is fast
     progress = knobs.show_progress() if progress is None else progress
     command_line = portable_command(command_line or shlex.join(
@@ -529,29 +362,9 @@ def _write_folder(out: Path, program, plan, target: Target, spec: str, command_l
             platform=f"; {host_platform} host" if host_platform else "",
             static_line=STATIC_LINK_LINE[host_platform is not None]))
         os.chmod(tmp, 0o755)
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return BuildResult(out, out / BUNDLE_NAME, len(manifest["kernels"]), len(manifest["steps"]),
                        manifest["arena_bytes"], distinct, warnings)
-
-
-def command_line_from_argv() -> str:
-    return shlex.join(["aotpack", *sys.argv[1:]])
-
-
-def portable_command(command_line: str) -> str:
-    """`command_line` with every path it names cut to its last part (`-o /srv/out/llama` →
-    `-o llama`, `dir/model.py:make` → `model.py:make`), so that one model built into two
-    folders, or on two hosts, records the same bytes (a bundle is compared by hash)."""
-    try:
-        words = shlex.split(command_line)
-    except ValueError:  # unbalanced quotes: not a command this process wrote
-        return command_line
-
-    def cut(word: str) -> str:
-        key, eq, value = word.partition("=") if word.startswith("--") else ("", "", word)
-        return key + eq + (value if "/" not in value else value.rstrip("/").rsplit("/", 1)[-1])
-
-    return shlex.join(cut(w) for w in words)

@@ -3,10 +3,15 @@
 Read the value through these functions (never `os.environ` elsewhere) so that `aotpack doctor`
 can list them and so that a test can change one with `monkeypatch.setenv`: each function reads
 the environment when called, nothing is cached at import time. No torch import here.
+
+aotpack never changes the process's environment for good: a library that takes a setting only
+from the environment gets it inside `environment(...)`, which puts the old values back, and a
+child process gets its own copy (`child_environment`).
 """
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,12 +36,21 @@ RUN = Knob("AOTPACK_RUN", "path of the aotpack-run launcher to use (tuning, benc
            "of the installed one")
 LOG = Knob("AOTPACK_LOG", "log level: debug | info | warning | error", "warning")
 NO_PROGRESS = Knob("AOTPACK_NO_PROGRESS", "set to 1 to hide progress bars (CI logs)")
+TRITON_CACHE_DIR = Knob("TRITON_CACHE_DIR", "Triton's compile cache (aotpack's default: "
+                        "triton/ under AOTPACK_CACHE_DIR)")
 
-ALL: tuple[Knob, ...] = (CACHE_DIR, LIB, RUNTIME_DIR, RUN, LOG, NO_PROGRESS)
+ALL: tuple[Knob, ...] = (CACHE_DIR, LIB, RUNTIME_DIR, RUN, LOG, NO_PROGRESS, TRITON_CACHE_DIR)
 
 
 def cache_dir() -> Path:
     return Path(CACHE_DIR.get()).expanduser()
+
+
+def triton_cache_dir() -> Path:
+    """Where Triton caches what aotpack compiles: the user's TRITON_CACHE_DIR, else under
+    aotpack's cache (Triton's own default, ~/.triton, would hold kernels aotpack never reuses)."""
+    value = TRITON_CACHE_DIR.get()
+    return Path(value).expanduser() if value else cache_dir() / "triton"
 
 
 def lib_path() -> Path | None:
@@ -65,3 +79,32 @@ def show_progress() -> bool:
 def describe() -> list[tuple[str, str | None, str]]:
     """(name, value set in the environment or None, help) for every knob."""
     return [(k.name, os.environ.get(k.name), k.help) for k in ALL]
+
+
+def variable(name: str) -> str | None:
+    """The environment variable `name` of another library or tool (CUTE_DSL_ARCH, PYTHONPATH,
+    OUT), read here like aotpack's own; None when unset."""
+    return os.environ.get(name)
+
+
+def child_environment(**values: str) -> dict[str, str]:
+    """The environment for a child process: this process's, with `values` set."""
+    return {**os.environ, **values}
+
+
+@contextmanager
+def environment(values: dict[str, str]):
+    """`values` set in the environment for the `with` body only, then the old values (or their
+    absence) put back: for a library that reads a setting from the environment alone (CuTeDSL
+    at import). The environment is the process's, shared by its threads: aotpack calls this
+    on the thread that compiles, never from two threads at once."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, before in old.items():
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before

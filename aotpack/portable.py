@@ -110,7 +110,7 @@ def build(name: str, prefix: Path, *, jobs: int | None = None, log=None) -> Path
         cc, cxx = _wrappers(Path(tmp), target)
         build_dir = Path(tmp) / "build"
         # zig caches what it compiles for a target (libc++, glibc stubs) in its own folder
-        env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(knobs.cache_dir() / "zig")}
+        env = knobs.child_environment(ZIG_GLOBAL_CACHE_DIR=str(knobs.cache_dir() / "zig"))
         steps = [
             ["cmake", "-S", str(SOURCE_ROOT), "-B", str(build_dir), "-DCMAKE_BUILD_TYPE=Release",
              f"-DCMAKE_C_COMPILER={cc}", f"-DCMAKE_CXX_COMPILER={cxx}",

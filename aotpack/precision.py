@@ -30,7 +30,7 @@ def quantize(program, loaded, precision: str, max_error: float | None = None,
     bundle's provenance), with notes for the build."""
     import logging
 
-    from aotpack.builder import BuildError, check_supported
+    from aotpack.shared_steps import BuildError, check_supported
 
     report = apply(program, precision)
     if report is None or not measure_error:

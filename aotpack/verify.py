@@ -246,7 +246,7 @@ def _signature_at(inputs: list[dict], point: dict | None) -> list[dict]:
 
 
 def _source_check(prov: dict, model_spec: str) -> list[str]:
-    from aotpack.builder import file_sha256, source_file
+    from aotpack.shared_steps import file_sha256, source_file
 
     src = source_file(model_spec)
     if not src.is_file():

@@ -55,7 +55,7 @@ def gemm_ops():
 
 
 def write(folder: Path, level: str, max_m: int | None = None) -> None:
-    from aotpack.builder import _rename_storages, provenance
+    from aotpack.shared_steps import provenance, rename_storages
     from aotpack.kernels.spec import SM90, op_inputs
     from aotpack.program import Program, Storage
     from aotpack.tuning.job import compile_all, find_problems, write_job
@@ -64,7 +64,7 @@ def write(folder: Path, level: str, max_m: int | None = None) -> None:
     for i, (_, op, _) in enumerate(gemm_ops()):
         if max_m is not None and op.out.shape[0] > max_m:
             continue
-        op = _rename_storages(op, lambda s, i=i: f"{s}{i}")
+        op = rename_storages(op, lambda s, i=i: f"{s}{i}")
         for t in [*op_inputs(op), op.out]:
             storages[t.storage] = Storage(t.storage, "input", t.dtype, t.shape)
         ops.append(op)
@@ -130,7 +130,7 @@ def _flops_bytes(desc: str) -> tuple[float, float, int]:
 def report(tune_json: Path, cublas_json: Path) -> dict:
     res = json.loads(tune_json.read_text())
     ref = json.loads(cublas_json.read_text())["median_us"]
-    from aotpack.builder import canonical
+    from aotpack.shared_steps import canonical
     from aotpack.kernels.templates import template_for
 
     label_of = {template_for(op).describe(canonical(op)[0]): label

@@ -1,5 +1,6 @@
 """Shared pytest set-up. GPU tests are marked `gpu` and skipped (never faked) without a CUDA
-device; CI has none."""
+device; CI has none. Tests of the benchmarks suite (benchmarks/*.py, not aotpack) are marked
+`bench` and skipped unless the -m expression names them (`pytest -m bench`)."""
 import pytest
 
 
@@ -15,9 +16,16 @@ def _has_gpu() -> bool:
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped without one)")
     config.addinivalue_line("markers", "slow: compiles many kernels (minutes on 2 cores)")
+    config.addinivalue_line("markers", "bench: tests the benchmarks suite (run on request: "
+                            "-m bench)")
 
 
 def pytest_collection_modifyitems(config, items):
+    if "bench" not in (config.option.markexpr or ""):
+        skip_bench = pytest.mark.skip(reason="tests the benchmarks suite: run with -m bench")
+        for item in items:
+            if "bench" in item.keywords:
+                item.add_marker(skip_bench)
     if _has_gpu():
         return
     skip = pytest.mark.skip(reason="no CUDA GPU on this machine")

@@ -40,7 +40,7 @@ def check_kernels_interpreted(program, inputs, tol=2e-2, configs=None,
     the references computed them, the output poisoned unless `poison` is False: an op that
     writes part of its output in place) matches its reference output.
     Returns the number of ops checked."""
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
 
     jobs, wants = reference_envs(program, inputs, kinds)
     batch = []

@@ -205,7 +205,7 @@ def build(model, folder: Path, dtype: str | None = None):
     """(loaded, program) through the front door a user takes: the file, --dtype."""
     import onnx
 
-    from aotpack.builder import check_supported
+    from aotpack.shared_steps import check_supported
     from aotpack.frontend import load_spec, to_graph
     from aotpack.frontend.prepare import prepare
     from aotpack.passes import compile_graph
@@ -236,7 +236,7 @@ def run_case(case: Case, folder: Path) -> Outcome:
     outputs. A refusal propagates (a UserError)."""
     import torch
 
-    from aotpack.builder import BuildError
+    from aotpack.shared_steps import BuildError
     from aotpack.executor import run_reference
 
     model, values = as_user_model(case)

@@ -42,7 +42,8 @@ def kinds(program) -> list[str]:
 
 def sass_or_skip(cubin: bytes) -> str:
     """The cubin's SASS listing; skips the test where no cuobjdump exists."""
-    from aotpack.kernels.sass import find_cuobjdump, sass
+    from aotpack.kernels.sass import find_cuobjdump
+    from support.sass import sass
 
     if find_cuobjdump() is None:
         pytest.skip("cuobjdump not found (it ships in the triton wheel)")
@@ -79,7 +80,7 @@ def interpret_gemm_cases(cases: dict, make_env, seed0: int) -> dict:
     """Every (op, config) case run once by the Triton interpreter (one child process):
     name → (op, env), env holding the kernel's output plus ref_out / orig_out copies of the
     poisoned output for the reference run."""
-    from aotpack.kernels.triton import gemm
+    from support.interpret import run_gemms_interpreted
 
     runs, results = [], {}
     for i, (name, (op, cfg)) in enumerate(cases.items()):
@@ -88,5 +89,5 @@ def interpret_gemm_cases(cases: dict, make_env, seed0: int) -> dict:
         env["orig_out"] = env[op.out.storage].clone()
         runs.append((op, env, cfg, 3))
         results[name] = (op, env)
-    gemm.run_interpreted_many(runs)
+    run_gemms_interpreted(runs)
     return results

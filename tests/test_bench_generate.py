@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# the benchmarks' own code, not aotpack's: run on request (pytest -m bench; docs/testing.md)
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -74,7 +77,7 @@ def test_real_shapes_on_meta_match_the_checkpoints(name):
 
 @pytest.mark.slow
 def test_llama32_1b_weights_are_the_build_hosts():
-    """Run on the GPU machine too (`pytest -m slow -k llama32_1b`): the same fingerprint there
+    """Run on the GPU machine too (`pytest -m bench -k llama32_1b`): the same fingerprint there
     means make-weights will pass the bundle's sha256 checks."""
     model = models.llama32_1b()[0]
     assert next(model.parameters()).dtype == torch.bfloat16

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# the benchmarks' own code, not aotpack's: run on request (pytest -m bench; docs/testing.md)
+pytestmark = pytest.mark.bench
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 

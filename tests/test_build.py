@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from aotpack import builder as build_mod
-from aotpack.builder import BuildError, build, canonical
+from aotpack import shared_steps
+from aotpack.builder import build
+from aotpack.shared_steps import BuildError, canonical
 from aotpack.bundle import read_bundle
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
@@ -164,13 +166,41 @@ def test_build_is_reproducible_and_external_weights(pipeline, tmp_path):
 
 
 def test_portable_command_cuts_paths():
-    from aotpack.builder import portable_command
+    from aotpack.shared_steps import portable_command
 
     assert portable_command("aotpack build /w/x/model.py:make -o /srv/out/m/ "
                             "--tuning-db=/home/u/db.json --dynamic x.0=1..64 --arch sm90") == \
         "aotpack build model.py:make -o m --tuning-db=db.json --dynamic x.0=1..64 --arch sm90"
     assert portable_command("aotpack build 'my dir/m.pt2' -o out") == "aotpack build m.pt2 -o out"
     assert portable_command("aotpack tune 'unbalanced") == "aotpack tune 'unbalanced"
+
+
+@pytest.mark.parametrize("user_dir", [None, "mine"])
+def test_build_leaves_the_environment_alone(pipeline, tmp_path, monkeypatch, user_dir):
+    """Triton compiles into aotpack's cache (or the user's TRITON_CACHE_DIR) while the build
+    runs, and afterwards the caller's environment is as it was (the build used to set
+    TRITON_CACHE_DIR for the rest of the process)."""
+    import os
+
+    triton = pytest.importorskip("triton")
+    from aotpack.kernels.gemm_template import GemmTemplate
+
+    monkeypatch.setenv("AOTPACK_CACHE_DIR", str(tmp_path / "cache"))
+    if user_dir is None:
+        monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+    else:
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / user_dir))
+    fake_compile, seen = GemmTemplate.compile, []
+
+    def compile_op(self, op, config, target):
+        seen.append(triton.knobs.cache.dir)
+        return fake_compile(self, op, config, target)
+
+    monkeypatch.setattr(GemmTemplate, "compile", compile_op)
+    before = dict(os.environ)
+    build(f"{tmp_path / 'model.py'}:make", tmp_path / "out", progress=False)
+    assert dict(os.environ) == before
+    assert seen == [str(tmp_path / (user_dir or "cache/triton"))]
 
 
 def test_force_replaces_and_failure_keeps_the_old_folder(pipeline, tmp_path, monkeypatch):
@@ -201,19 +231,19 @@ def test_missing_runtime_is_a_warning_not_a_failure(pipeline, tmp_path, monkeypa
 
 @pytest.mark.parametrize("arch", ["sm90", "sm_90a", "SM90"])
 def test_accepted_arches(arch):
-    assert build_mod.parse_arch(arch).arch == "sm_90a"
+    assert shared_steps.parse_arch(arch).arch == "sm_90a"
 
 
 @pytest.mark.parametrize("arch", ["sm80", "sm_100a", "hopper"])
 def test_refused_arches(arch):
     with pytest.raises(BuildError, match="sm90"):
-        build_mod.parse_arch(arch)
+        shared_steps.parse_arch(arch)
 
 
 def test_source_file_of_a_spec():
-    assert build_mod.source_file("examples/mlp.py:make").as_posix() == "examples/mlp.py"
-    assert build_mod.source_file("m.pt2").as_posix() == "m.pt2"
-    assert build_mod.source_file("/abs/dir:x/m.pt2").as_posix() == "/abs/dir:x/m.pt2"
+    assert shared_steps.source_file("examples/mlp.py:make").as_posix() == "examples/mlp.py"
+    assert shared_steps.source_file("m.pt2").as_posix() == "m.pt2"
+    assert shared_steps.source_file("/abs/dir:x/m.pt2").as_posix() == "/abs/dir:x/m.pt2"
 
 
 @pytest.mark.slow

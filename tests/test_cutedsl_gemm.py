@@ -2,7 +2,7 @@
 manifest slots aotpack derives for it are exactly what CuTeDSL's own host function would pass.
 
 The reference is CuTeDSL's host launch function itself, exported as an object file and run on
-the CPU against stub CUDA-runtime entry points (aotpack/kernels/cutedsl/hostcapture.py): for
+the CPU against stub CUDA-runtime entry points (tests/support/cutedsl_hostcapture.py): for
 each config and problem shape, every integer / struct / fastdivmod parameter must be byte-equal,
 every pointer must be the address we gave, and every TMA descriptor CuTe packed must have our
 slot's address, dims, row stride, box and swizzle. Grid, block, cluster, dynamic smem too.
@@ -13,23 +13,24 @@ import struct
 
 import pytest
 
-from aotpack.kernels.cutedsl import build  # noqa: E402  (sets CUTE_DSL_ARCH before cutlass)
+from aotpack.kernels.cutedsl import build  # noqa: E402  (imports cutlass set up for sm_90a)
 
 if not build.available():
     pytest.skip("nvidia-cutlass-dsl (CuTeDSL) is not installed: "
                 "pip install nvidia-cutlass-dsl==4.8.1", allow_module_level=True)
 
-build.ensure_env()
+build.import_cutlass()
 
 from aotpack.dtypes import DType  # noqa: E402
-from aotpack.kernels import sass  # noqa: E402
 from aotpack.kernels.cutedsl import compile as cc  # noqa: E402
-from aotpack.kernels.cutedsl import hostcapture as hc  # noqa: E402
+from aotpack.kernels.sass import find_cuobjdump  # noqa: E402
 from aotpack.kernels.cutedsl.slots import fastdivmod, pack  # noqa: E402
-from aotpack.kernels.cutedsl.gpucheck import make_op as _op  # noqa: E402
 from aotpack.kernels.spec import (  # noqa: E402
     SM90, FastDivmodSlot, IntSlot, NullSlot, PtrSlot, TensorMapSlot, epilogue_operands,
 )
+from support import cutedsl_hostcapture as hc  # noqa: E402
+from support.cutedsl_gpucheck import make_op as _op  # noqa: E402
+from support.sass import count_instructions, sass  # noqa: E402
 
 BASE = {"x": 0x7F0000000000, "w": 0x7F1000000000, "y": 0x7F2000000000,
         "bias": 0x7F3000000000, "res": 0x7F4000000000, "up": 0x7F5000000000,
@@ -80,11 +81,11 @@ def test_compiles_sm90a_with_wgmma():
     built = cc._built(_cfg(op, 128, 256, 1, 1, True), "bf16", SM90.sm_count)
     assert ".target sm_90a" in built.ptx and "wgmma.mma_async" in built.ptx
     assert k.block == (384, 1, 1) and 0 < k.smem <= SM90.smem_limit
-    if sass.find_cuobjdump() is None:
+    if find_cuobjdump() is None:
         pytest.skip("cuobjdump not found (it ships in the triton wheel)")
-    listing = sass.sass(k.cubin)
-    assert sass.count_instructions(listing, "HGMMA") > 0
-    assert sass.count_instructions(listing, "STL") == 0  # no register spills
+    listing = sass(k.cubin)
+    assert count_instructions(listing, "HGMMA") > 0
+    assert count_instructions(listing, "STL") == 0  # no register spills
 
 
 def test_cubin_does_not_depend_on_sm_count():
@@ -98,7 +99,7 @@ def test_pipeline_state_is_carried_across_tiles():
     """The H200 hang (2026-11-30): the consumer's PipelineState was advanced inside a @cute.jit
     helper and not reassigned, so CuTeDSL did not carry it through the persistent tile loop; each
     tile restarted at (stage 0, phase 0). Source check with CuTeDSL's own loop analysis."""
-    from aotpack.kernels.cutedsl.checks import uncarried_state
+    from support.cutedsl_checks import uncarried_state
     from aotpack.kernels.cutedsl.gemm import Sm90Gemm
 
     assert uncarried_state(Sm90Gemm) == []
@@ -108,7 +109,7 @@ def test_pipeline_state_is_carried_across_tiles():
 def test_no_constant_barrier_phase_in_tile_loop(tm, tn, cm, cn, ram, steps, out):
     """The same bug as the PTX shows it: an mbarrier wait in the tile loop whose phase register
     is reset to a constant after the loop head. Every config of the candidate space."""
-    from aotpack.kernels.cutedsl.checks import constant_wait_parity
+    from support.cutedsl_checks import constant_wait_parity
 
     op = _op(1000, 3000, 520, steps, out)
     built = cc._built(_cfg(op, tm, tn, cm, cn, ram), "bf16", SM90.sm_count)
@@ -118,7 +119,7 @@ def test_no_constant_barrier_phase_in_tile_loop(tm, tn, cm, cn, ram, steps, out)
 
 def test_constant_phase_check_catches_the_hang():
     """constant_wait_parity flags the pattern the hanging cubins had (abridged from their PTX)."""
-    from aotpack.kernels.cutedsl.checks import constant_wait_parity
+    from support.cutedsl_checks import constant_wait_parity
 
     bad = """\tsetmaxnreg.inc.sync.aligned.u32 \t232;
 $L__BB0_66:
@@ -216,7 +217,7 @@ def test_epilogue_coordinates_follow_wgmma_accumulator_layout(tm, tn):
     holds row 16w + l/4 + 8*((v/2)%2), column 8*(v/4) + 2*(l%4) + v%2; warp group g and
     repetition r along M add 64*(g + r) rows. (Slicing partition_C per warp group instead of
     per thread gave every thread the coordinates of thread 0: wrong bias/add/mul operands.)"""
-    from aotpack.kernels.cutedsl.fragments import fragment_coords
+    from support.cutedsl_fragments import fragment_coords
     from aotpack.kernels.cutedsl.gemm import GemmConfig
 
     cfg = GemmConfig(tile_m=tm, tile_n=tn)
@@ -242,7 +243,7 @@ def test_swiglu_pairs_registers_of_one_thread(tm, tn):
     thread (epilogue.swiglu_pairs on the kernel's own fragments, evaluated on the host); and it
     writes every register of the output fragment (whose coordinates the epilogue operands and
     the store use) exactly once."""
-    from aotpack.kernels.cutedsl.fragments import fragment_coords, swiglu_pair_coords
+    from support.cutedsl_fragments import fragment_coords, swiglu_pair_coords
     from aotpack.kernels.cutedsl.gemm import GemmConfig
 
     g = 64
@@ -308,11 +309,11 @@ def test_swiglu_compiles_without_spills():
     maps = [s for s in launch.args if isinstance(s, TensorMapSlot)]
     assert maps[1].dims == (28672, 4096) and maps[2].dims == (4096, 14336)
     assert launch.args[3] == IntSlot("u64", 28672 | 4096 << 32)  # B's {N, K}: 2N rows
-    if sass.find_cuobjdump() is None:
+    if find_cuobjdump() is None:
         pytest.skip("cuobjdump not found (it ships in the triton wheel)")
-    listing = sass.sass(k.cubin)
-    assert sass.count_instructions(listing, "HGMMA") > 0
-    assert sass.count_instructions(listing, "STL") == 0
+    listing = sass(k.cubin)
+    assert count_instructions(listing, "HGMMA") > 0
+    assert count_instructions(listing, "STL") == 0
 
 
 def test_manifest_kernel_name_is_short():

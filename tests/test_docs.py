@@ -195,10 +195,10 @@ def test_readme_environment_variables_are_the_ones_the_code_reads():
     from aotpack import knobs
 
     section = _section(README.read_text(), "Environment variables")
-    named = set(re.findall(r"`(AOTPACK_[A-Z_]+)`", section))
-    runtime = set()
-    for src in (ROOT / "runtime_cpp" / "src").rglob("*.cpp"):
-        runtime |= set(re.findall(r'getenv\("(AOTPACK_[A-Z_]+)"\)', src.read_text()))
+    named = set(re.findall(r"`((?:AOTPACK|TRITON)_[A-Z_]+)`", section))
+    runtime = set()  # getenv("AOTPACK_...") and weight_stream's env_in("AOTPACK_...", ...)
+    for src in (ROOT / "runtime_cpp" / "src").rglob("*.[ch]pp"):
+        runtime |= set(re.findall(r'(?:getenv|env_in)\("(AOTPACK_[A-Z_]+)"', src.read_text()))
     assert runtime, "the C runtime's environment reads moved: update this test"
     assert named == {k.name for k in knobs.ALL} | runtime
     for k in knobs.ALL:  # each knob's default as knobs.py has it

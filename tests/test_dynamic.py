@@ -230,7 +230,7 @@ def _symbolic_cases(program, points):
 
 def _run_cases(cases):
     from aotpack.kernels import run_reference as reference
-    from aotpack.kernels.triton import _interpret, gemm
+    from support.interpret import run_gemms_interpreted, run_interpreted_batch
     from aotpack.kernels.triton.gemm_configs import config_from_dict
 
     gemm_runs, other_runs, checks = [], [], []
@@ -244,8 +244,8 @@ def _run_cases(cases):
         else:
             other_runs.append((op, env, fields, point))
         checks.append((concrete, env, want, point))
-    gemm.run_interpreted_many(gemm_runs)
-    _interpret.run_interpreted_batch(other_runs)
+    run_gemms_interpreted(gemm_runs)
+    run_interpreted_batch(other_runs)
     return checks
 
 
@@ -263,7 +263,7 @@ def test_every_symbolic_kernel_matches_its_reference(llama, points):
 def test_tuning_problems_per_bucket_share_keys_with_static_ops(llama):
     """A symbolic op is one tuning problem per bucket, at the bucket's largest size: the key is
     the one a static build at that size computes, so one record serves both."""
-    from aotpack.builder import canonical
+    from aotpack.shared_steps import canonical
     from aotpack.kernels import SM90
     from aotpack.tuning import keys
     from aotpack.tuning.job import find_problems

@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from aotpack.builder import BuildError, build, load_program
+from aotpack.builder import build
+from aotpack.shared_steps import BuildError, load_program
 from aotpack.frontend import ModelLoadError, load_spec
 from aotpack.frontend.inputs import Dim, parse_input
 from aotpack.frontend.prepare import prepare

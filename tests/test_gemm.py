@@ -17,7 +17,7 @@ from aotpack.kernels.spec import (
     SM90, Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, IntSlot, NullSlot, PtrSlot,
     TensorArg, TensorMapSlot, contiguous,
 )
-from aotpack.kernels.sass import count_instructions
+from support.sass import count_instructions
 from program_checks import (
     bench_smoke_rows, gemm_storage_sizes, interpret_gemm_cases, sass_or_skip,
 )
@@ -372,6 +372,7 @@ def test_refuses_bad_shapes_and_dtypes():
 
 
 # ----------------------------------------------------------------------------- benchmark script
+@pytest.mark.bench  # the benchmark's plumbing: run on request (pytest -m bench)
 def test_bench_script_smoke(tmp_path):
     """benchmarks/bench_gemm.py end to end on tiny shapes under the interpreter (the lead runs
     it on the H200; this keeps its plumbing and every config's numerics checked here)."""

@@ -20,7 +20,7 @@ from aotpack.kernels.spec import (
     SM90, Act, CounterSlot, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, PtrSlot,
     ScratchSlot, TensorArg, TensorMapSlot, contiguous,
 )
-from aotpack.kernels.sass import count_instructions
+from support.sass import count_instructions
 from program_checks import (
     bench_smoke_rows, gemm_storage_sizes, interpret_gemm_cases, sass_or_skip,
 )
@@ -369,6 +369,7 @@ def test_supports_config_says_why():
 
 
 # ----------------------------------------------------------------------------- benchmark
+@pytest.mark.bench  # the benchmark's plumbing: run on request (pytest -m bench)
 def test_bench_decode_smoke(tmp_path):
     """benchmarks/bench_decode.py end to end on tiny shapes under the interpreter (the lead
     runs it on the H200)."""

@@ -227,7 +227,7 @@ def test_kernels_of_a_step_in_the_interpreter():
     (rows outside the table skipped), RoPE with per-sequence tables."""
     from aotpack.kernels import run_reference as run_op_reference
     from aotpack.kernels.spec import ReduceOp, RopeOp, ScatterRowsOp, TensorArg, contiguous
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
     from aotpack.dtypes import DType
 
     g = torch.Generator().manual_seed(0)
@@ -282,6 +282,7 @@ def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fix
     from aotpack.kernels import run_reference as run_op_reference
     from aotpack.kernels.spec import AttentionOp, TensorArg, contiguous
     from aotpack.kernels.triton import attention
+    from support.interpret import run_interpreted_batch
 
     b, hq, hkv, d = 2, 8, 2, 16
     g = torch.Generator().manual_seed(splits + window)
@@ -301,7 +302,7 @@ def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fix
     config = dict(attention.default_config(op), SPLITS=splits, FIXUP=fixup)
     plans = attention.positional.plans_positional(op, config)
     assert len(plans) == (2 if splits > 1 and not fixup else 1)
-    attention.run_interpreted(op, env, config)
+    run_interpreted_batch([(op, env, config)])
     torch.testing.assert_close(env["o"].float(), ref["o"].float(), rtol=2e-2, atol=2e-2)
     if t > 40:  # the compiler refuses code the interpreter runs (globals, mixed-type ifs)
         from aotpack.kernels.spec import SM90

@@ -22,7 +22,7 @@ from aotpack.kernels.spec import (  # noqa: E402
     AttentionOp, EmbeddingOp, F32Slot, IntSlot, NullSlot, PointwiseOp, PtrSlot, PwConst, PwExpr,
     PwInput, RMSNormOp, RopeOp, TensorArg, contiguous,
 )
-from aotpack.kernels.triton._interpret import run_interpreted_batch  # noqa: E402
+from support.interpret import run_interpreted_batch  # noqa: E402
 from program_checks import sass_or_skip  # noqa: E402
 
 BF16 = DType.BF16

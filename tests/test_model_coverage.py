@@ -12,7 +12,7 @@ from aotpack.frontend import to_graph
 from aotpack.ir import Op
 from aotpack.kernels import run_reference as run_op_reference
 from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput, ScanOp, contiguous
-from aotpack.kernels.triton._interpret import run_interpreted_batch
+from support.interpret import run_interpreted_batch
 from aotpack.passes import compile_graph
 from program_checks import rel_err
 

@@ -10,7 +10,7 @@ from aotpack.kernels import run_reference as run_op_reference  # noqa: E402
 from aotpack.kernels.spec import (  # noqa: E402
     GroupedMmOp, HistcOp, InversePermOp, SortOp, TensorArg, TopkOp, contiguous,
 )
-from aotpack.kernels.triton._interpret import run_interpreted_batch  # noqa: E402
+from support.interpret import run_interpreted_batch  # noqa: E402
 from program_checks import rel_err, sass_or_skip  # noqa: E402
 
 

@@ -276,7 +276,7 @@ def test_exported_conv_net_with_dynamic_image_size_in_bf16(tmp_path, name):
 
     import conv_nets
 
-    from aotpack.builder import check_supported
+    from aotpack.shared_steps import check_supported
     from aotpack.frontend.prepare import prepare
 
     model, x = conv_nets.make(name)

@@ -253,7 +253,7 @@ def test_fp8_build_records_the_activations(tmp_path):
 
 def test_option_errors(tmp_path):
     import aotpack
-    from aotpack.builder import BuildError
+    from aotpack.shared_steps import BuildError
 
     with pytest.raises(BuildError, match="--max-error bounds the error of a quantized build"):
         aotpack.build(_small_mlp(tmp_path), tmp_path / "m", max_error=0.1, progress=False)
@@ -329,7 +329,7 @@ def test_rmsnorm_writes_e4m3_and_its_row_scales():
     its scales are the reference's, its e4m3 values too (rows packed per program, a tail)."""
     from aotpack.kernels.reference.rmsnorm import reference
     from aotpack.kernels.spec import RMSNormOp, contiguous
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
 
     R, C = 37, 96
     op = RMSNormOp(contiguous("x", DType.BF16, (R, C)), contiguous("w", DType.BF16, (C,)),
@@ -373,7 +373,7 @@ def test_a_model_too_large_to_measure_builds_unmeasured(tmp_path, monkeypatch):
     error (verify then holds the bundle to 0.1); with --max-error it refuses instead."""
     import aotpack
     from aotpack import precision
-    from aotpack.builder import BuildError
+    from aotpack.shared_steps import BuildError
     from aotpack.bundle import read_bundle
 
     monkeypatch.setattr(precision, "available_bytes", lambda: 1000)

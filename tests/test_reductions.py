@@ -23,7 +23,7 @@ from aotpack.kernels.spec import (  # noqa: E402
     F32Slot, IntSlot, LayerNormOp, NullSlot, PtrSlot, ReduceOp, SoftmaxOp, TensorArg,
     contiguous, op_inputs,
 )
-from aotpack.kernels.triton._interpret import run_interpreted_batch  # noqa: E402
+from support.interpret import run_interpreted_batch  # noqa: E402
 from aotpack.passes import compile_graph  # noqa: E402
 from aotpack.passes.lower import LoweringError  # noqa: E402
 from program_checks import check_matches_eager, kinds, sass_or_skip  # noqa: E402

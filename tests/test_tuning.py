@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 pytest.importorskip("triton")
 
-from aotpack.builder import BuildError, build  # noqa: E402
+from aotpack.builder import build  # noqa: E402
+from aotpack.shared_steps import BuildError  # noqa: E402
 from aotpack.bundle import read_bundle  # noqa: E402
 from aotpack.dtypes import DType  # noqa: E402
 from aotpack.tuning import keys, space  # noqa: E402
@@ -30,18 +31,39 @@ def workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def job(workdir):
-    """A `fast` Triton job of a small MLP (two GEMM problems), compiled once per module."""
+def job_run(workdir):
+    """A `fast` Triton job of a small MLP (two GEMM problems), compiled once per module in this
+    process; with the environment variables the call left changed."""
+    import os
+
     from aotpack.tuning.job import make_job
 
     mp = pytest.MonkeyPatch()
     mp.setenv("AOTPACK_CACHE_DIR", str(workdir / "cache"))
+    mp.delenv("TRITON_CACHE_DIR", raising=False)
+    # torch sets TORCHINDUCTOR_CACHE_DIR when torch._dynamo is first imported (torch.export
+    # imports it): imported first, so that what changes below is aotpack's doing
+    import torch._dynamo  # noqa: F401
+
     try:
+        before = dict(os.environ)
         summary = make_job(f"{workdir / 'small.py'}:make", workdir / "job.aotune", level="fast",
                            gemm_backend="triton", jobs=1, progress=False)
+        changed = {k for k in {*before, *os.environ} if before.get(k) != os.environ.get(k)}
     finally:
         mp.undo()
-    return summary, json.loads((workdir / "job.aotune" / "job.json").read_text())
+    return summary, json.loads((workdir / "job.aotune" / "job.json").read_text()), changed
+
+
+@pytest.fixture(scope="module")
+def job(job_run):
+    return job_run[:2]
+
+
+def test_tune_leaves_the_environment_alone(job_run):
+    """Compiling the candidates in this process (jobs=1) changed no environment variable (it
+    used to set TRITON_CACHE_DIR and CUTE_DSL_DUMP_DIR for the rest of the process)."""
+    assert job_run[2] == set()
 
 
 def fake_results(job_doc: dict, winner: dict[int, int], *, driver=13000, name="NVIDIA H200",
@@ -93,7 +115,7 @@ def test_job_folder_holds_one_op_bundles_heuristic_first(job, workdir):
 
 
 def test_keys_ignore_storage_names_but_not_shapes():
-    from aotpack.builder import canonical
+    from aotpack.shared_steps import canonical
     from aotpack.dtypes import DType
     from aotpack.kernels.spec import SM90, GemmOp, contiguous
     from aotpack.tuning import keys, space
@@ -113,6 +135,91 @@ def test_keys_ignore_storage_names_but_not_shapes():
     other_sm = keys.problem_keys(canonical(op(16))[0], SM90.__class__(sm_count=114),
                                  fam.template, fam.sources)
     assert other_sm[0] != key(op(16))[0]
+
+
+def _gemm_op(m=256):
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import GemmOp, contiguous
+
+    return GemmOp(contiguous("x", DType.BF16, (m, 256)), contiguous("w", DType.BF16, (256, 256)),
+                  contiguous("y", DType.BF16, (m, 256)))
+
+
+def test_keys_do_not_depend_on_cutedsl(monkeypatch):
+    """Triton kernels are keyed on the toolchain that compiles them: another CuTeDSL version
+    (or none) keeps every key (on a plain install no record matched before session 8)."""
+    from aotpack import shared_steps
+    from aotpack.kernels.spec import SM90
+    from aotpack.shared_steps import canonical
+
+    fam = space.family(_gemm_op())
+
+    def key():
+        keys.toolchain.cache_clear()
+        return keys.problem_keys(canonical(_gemm_op())[0], SM90, fam.template, fam.sources)
+
+    before, real = key(), shared_steps.package_version
+    monkeypatch.setattr(shared_steps, "package_version",
+                        lambda d: "0.0-other" if d == "nvidia-cutlass-dsl" else real(d))
+    try:
+        assert key() == before
+        assert keys.backend_toolchain("gemm.cutedsl") == {"cutedsl": "0.0-other"}
+        assert keys.backend_toolchain("gemm.triton") == {}
+    finally:
+        keys.toolchain.cache_clear()
+
+
+@pytest.mark.parametrize("compiled_by", ["here", "other"])
+def test_a_cutedsl_winner_is_used_only_with_the_cutedsl_that_compiled_it(compiled_by):
+    """The CuTeDSL version is recorded with a CuTeDSL winner (from the job's problem info,
+    echoed by the launcher) and a build uses that winner only where the same version would
+    compile it; otherwise the op is stale and gets the heuristic."""
+    from aotpack.kernels.cutedsl import build as cute_build
+    from aotpack.kernels.spec import SM90
+    from aotpack.kernels.templates import template_for
+    from aotpack.shared_steps import canonical
+    from aotpack.tuning.apply import TunedChooser
+
+    if not cute_build.available():
+        pytest.skip("nvidia-cutlass-dsl (CuTeDSL) is not installed")
+    op = canonical(_gemm_op())[0]
+    template = template_for(op)
+    key, shape_key = keys.problem_keys(op, SM90, template.name, template.sources)
+    here = keys.backend_toolchain("gemm.cutedsl")
+    version = here if compiled_by == "here" else {"cutedsl": "0.0-other"}
+    cute = {"template": "gemm.cutedsl", "tile_m": 128, "tile_n": 128, "cluster_m": 1,
+            "cluster_n": 1, "raster_along_m": True, "swizzle": 1}
+    triton = template.default_config(op, SM90, "triton")
+    results = {"format": "aotpack-tuning-results", "version": 1, "job_id": "j",
+               "device": {"name": "NVIDIA H200", "driver": 13000}, "problems": [{
+                   "key": key, "desc": "gemm", "info": {"shape_key": shape_key,
+                                                       "toolchain": {"gemm.cutedsl": version}},
+                   "candidates": [
+                       {"name": "triton", "config": triton, "status": "ok", "median_us": 20.0},
+                       {"name": "cute", "config": cute, "status": "ok", "median_us": 10.0}]}]}
+    db = TuningDB()
+    db.import_results(results)
+    assert db.lookup(key)["winner"]["toolchain"] == version
+    chooser = TunedChooser(db, SM90)
+    got = chooser(op, template)
+    if compiled_by == "here":
+        assert got == cute and not chooser.stale
+    else:
+        assert got == template.default_config(op, SM90, "triton") and chooser.stale == {key}
+
+
+def test_job_records_the_compilers_of_the_backends_it_compiled(job):
+    """Problem info (echoed by the launcher) names CuTeDSL's version where a CuTeDSL candidate
+    is in the job, and nothing more for Triton's (in the key)."""
+    from aotpack.tuning.job import Problem, _problem_info
+
+    _, doc = job  # a Triton job
+    assert all(set(p["info"]) == {"shape_key"} for p in doc["problems"])
+    cands = [{"template": "gemm.triton", "BM": 128}, {"template": "gemm.cutedsl", "tile_m": 128}]
+    p = Problem("k", "s", "gemm", "", None, {}, cands)
+    assert _problem_info(p, [0]) == {"shape_key": "s"}
+    assert _problem_info(p, [0, 1]) == {
+        "shape_key": "s", "toolchain": {"gemm.cutedsl": keys.backend_toolchain("gemm.cutedsl")}}
 
 
 def test_import_build_uses_the_winner_and_records_it(job, workdir):
@@ -367,18 +474,33 @@ def test_tune_refuses_an_unknown_gemm_backend(tmp_path):
     assert not (tmp_path / "j.aotune").exists()
 
 
-def test_compile_processes_remove_their_cute_dump_folder():
-    """Every compile process makes its own CuTeDSL dump folder; it must go when the process
-    ends (they piled up in /tmp, one per worker per `aotpack tune`)."""
+def test_cutedsl_is_imported_for_sm90a_with_the_environment_put_back(tmp_path):
+    """import_cutlass gives CuTeDSL its settings while cutlass imports and puts the environment
+    back; its dump folder is the process's own (not one inherited from a parent: processes
+    sharing one read each other's cubins) and goes when the process ends (they piled up in
+    /tmp, one per worker per `aotpack tune`)."""
+    import os
     import subprocess
     import sys
 
-    code = ("import os; from aotpack.tuning import job; job._own_cute_dump_dir(); "
-            "d = os.environ['CUTE_DSL_DUMP_DIR']; open(os.path.join(d, 'x.cubin'), 'w'); print(d)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       cwd=Path(__file__).resolve().parents[1], check=True)
+    from aotpack.kernels.cutedsl import build as cute_build
+
+    if not cute_build.available():
+        pytest.skip("nvidia-cutlass-dsl (CuTeDSL) is not installed")
+    code = ("import os; before = dict(os.environ); "
+            "from aotpack.kernels.cutedsl import build; d = build.import_cutlass(); "
+            "from cutlass.cutlass_dsl import CuTeDSL; e = CuTeDSL._get_dsl().envar; "
+            "assert dict(os.environ) == before, 'the environment changed'; "
+            "assert (e.arch, e.dump_dir, e.keep_ptx, e.keep_cubin) == ('sm_90a', d, True, True); "
+            "open(os.path.join(d, 'x.cubin'), 'w'); print(d)")
+    inherited = tmp_path / "parent_dump"
+    env = dict(os.environ, CUTE_DSL_DUMP_DIR=str(inherited))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert p.returncode == 0, p.stderr[-2000:]
     folder = Path(p.stdout.strip().splitlines()[-1])
     assert folder.name.startswith("aotpack_cute_") and not folder.exists()
+    assert not inherited.exists()
 
 
 def test_separate_import_of_a_partial_rerun_keeps_the_better_winner(job):
@@ -409,7 +531,7 @@ def test_small_kernel_candidates_compute_the_same_as_the_reference():
     import torch
 
     from aotpack.kernels.spec import SM90
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
     from aotpack.tuning import space
     from test_kernels_misc import expected, make_env, rmsnorm_case, rope_case, run_reference_view
     from test_reductions import layernorm_case, reduce_case, softmax_case

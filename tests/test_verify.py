@@ -58,7 +58,7 @@ def setup(monkeypatch, tmp_path):
     monkeypatch.setattr(aotpack, "passes", passes, raising=False)
     src = tmp_path / "model.py"
     src.write_text("def make(): ...\n")
-    from aotpack.builder import file_sha256
+    from aotpack.shared_steps import file_sha256
 
     bundle = write_bundle(tmp_path / "model.aotpack", _program(model), MemoryPlan(0, {}, {}, []),
                           target=SM90, provenance={"source_sha256": file_sha256(src)})

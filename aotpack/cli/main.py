@@ -230,7 +230,8 @@ def build(
     FP8: `--precision fp8-weights` (weights) or `fp8` (weights and activations, the FP8
     tensor cores; docs/precision.md); the error against the float32 model is measured at build
     time and bounded by `--max-error`."""
-    from aotpack.builder import build as run_build, command_line_from_argv, parse_arch
+    from aotpack.builder import build as run_build
+    from aotpack.shared_steps import command_line_from_argv, parse_arch
     from aotpack.generation.task import parse_task
 
     parse_arch(arch)  # refuse a bad --arch before loading the model

@@ -8,7 +8,7 @@ from rich.markup import escape
 
 
 def write_job(out: Console, spec: str, output: Path, **kw) -> None:
-    from aotpack.builder import command_line_from_argv
+    from aotpack.shared_steps import command_line_from_argv
     from aotpack.tuning.job import make_job
 
     s = make_job(spec, output, command_line=command_line_from_argv(), **kw)

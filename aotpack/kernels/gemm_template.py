@@ -22,7 +22,7 @@ def cutedsl():
 
     if not cute_build.available():
         return None
-    cute_build.ensure_env()  # before anything imports cutlass: the cubins must be sm_90a
+    cute_build.import_cutlass()  # before anything else imports it: the cubins must be sm_90a
     from aotpack.kernels.cutedsl import compile as cute
 
     return cute
@@ -41,8 +41,8 @@ class GemmTemplate(Template):
     name, op_type, module, tunable = "gemm", GemmOp, "gemm", True
     sources = ("spec.py", "triton/gemm.py", "triton/gemm_configs.py", "triton/gemm_splitk.py",
                "triton/gemm_epilogue.py", "triton/fp8.py", "triton/compile.py", "triton/_common.py",
-               "cutedsl/gemm.py", "cutedsl/epilogue.py", "cutedsl/fragments.py",
-               "cutedsl/compile.py", "cutedsl/build.py", "cutedsl/slots.py")
+               "cutedsl/gemm.py", "cutedsl/epilogue.py", "cutedsl/compile.py", "cutedsl/build.py",
+               "cutedsl/slots.py")
     fast = 6
 
     def fast_limit(self, backend_template):

@@ -39,6 +39,9 @@ class TunedChooser:
             if rec is not None and not _can_compile(rec["winner"]["config"]):
                 self.missing_backend.add(key)  # a CuTeDSL winner here without CuTeDSL
                 rec = None
+            if rec is not None and not _same_compilers(rec["winner"]):
+                self.stale.add(key)  # won with another CuTeDSL version than the one here
+                rec = None
             if rec is not None:
                 self.used.setdefault(key, {
                     "key": key, "desc": rec.get("desc", ""), "winner": rec["winner"]["name"],
@@ -70,6 +73,14 @@ class TunedChooser:
                        f"(measured with other kernel sources or toolchain versions): ignored; "
                        f"re-run `aotpack tune` and `aotpack-run --tune` to refresh them")
         return out
+
+
+def _same_compilers(winner: dict) -> bool:
+    """The winner's backend compilers (beyond the key's) are the versions installed here.
+    Records written before they were recorded say nothing, and are used as before."""
+    recorded = winner.get("toolchain")
+    template = winner["config"].get("template", "")
+    return recorded is None or recorded == keys.backend_toolchain(template)
 
 
 def _can_compile(config: dict) -> bool:

@@ -2,11 +2,14 @@
 
     {"format": "aotpack-tuning-db", "version": 1, "records": [
        {"key", "shape_key", "desc", "device": {"name", "sm_count", "cc", "driver"},
-        "winner": {"name", "config", "median_us"}, "baseline": {"name", "median_us"},
+        "winner": {"name", "config", "median_us"[, "toolchain"]},
+        "baseline": {"name", "median_us"},
         "measured": <candidates timed>, "job_id", "runtime"}, ...]}
 
 One record per (key, device name, driver): re-measuring replaces it, results of other
-machines are kept side by side (merge = union, newest import wins on a tie). The file is
+machines are kept side by side (merge = union, newest import wins on a tie). A winner
+compiled by a backend whose compiler the key leaves out (CuTeDSL) records its version
+(`toolchain`, from the job's problem info). The file is
 written sorted, so the same records give the same bytes. A build looks a canonical op up by
 key; among records of several drivers it takes the newest driver's.
 """
@@ -133,13 +136,16 @@ def _record(prob: dict, device: dict, results: dict) -> dict | None:
         return None
     best = min(ok, key=lambda c: (c["median_us"], c["name"]))
     base = prob["candidates"][0]  # the heuristic (`ok` is not empty, so neither is this)
+    compilers = ((prob.get("info") or {}).get("toolchain") or {}).get(
+        best["config"].get("template"))
     return {
         "key": prob["key"], "shape_key": (prob.get("info") or {}).get("shape_key"),
         "desc": prob.get("desc", ""),
         "device": {"name": device.get("name", ""), "sm_count": device.get("sm_count"),
                    "cc": device.get("cc"), "driver": int(device.get("driver") or 0)},
         "winner": {"name": best["name"], "config": best["config"],
-                   "median_us": best["median_us"]},
+                   "median_us": best["median_us"],
+                   **({"toolchain": compilers} if compilers else {})},
         "baseline": {"name": base.get("name"), "median_us": base.get("median_us")},
         "measured": len(ok), "job_id": results.get("job_id"), "runtime": results.get("runtime"),
     }

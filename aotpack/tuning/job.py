@@ -7,7 +7,6 @@ cached on disk by (problem key, config): a second `aotpack tune` of the same mod
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import pickle
@@ -23,6 +22,10 @@ from aotpack.kernels.spec import KernelOp, Target, op_inputs, op_outputs
 from aotpack.kernels.templates import template_for
 from aotpack.kernels.variants import buckets
 from aotpack.program import Program, Storage
+from aotpack.shared_steps import (
+    BuildError, canonical, check_destination, load_program, parse_arch, portable_command,
+    provenance, replace_dir, source_file, triton_cache,
+)
 from aotpack.tuning import keys, space
 
 FORMAT, VERSION = "aotpack-tuning-job", 1
@@ -66,8 +69,6 @@ def find_problems(program: Program, target: Target, *, level: str,
     """One problem per distinct tunable op; a symbolic op gives one per bucket of its sizes
     (kernels/variants.py), at the bucket's representative shape: the shape a build looks its
     config up at."""
-    from aotpack.builder import canonical
-
     problems: dict[str, Problem] = {}
     for op in program.ops:
         template = template_for(op)
@@ -98,19 +99,17 @@ def _cache_path(key: str, config: dict) -> Path:
 
 
 def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
-    """(launches, None) or (None, why). Runs in a worker process."""
+    """(launches, None) or (None, why). Runs in a worker process (each with its own CuTeDSL
+    dump folder: kernels/cutedsl/build.py)."""
     path = Path(cache)
     if path.is_file():
         try:
             return pickle.loads(path.read_bytes()), None
         except Exception:  # a torn or foreign cache file: compile again
             pass
-    from aotpack.builder import use_triton_cache
-
-    use_triton_cache()
-    _own_cute_dump_dir()
     try:
-        launches = space.compile_candidate(op, target, config)
+        with triton_cache():
+            launches = space.compile_candidate(op, target, config)
     except Exception as e:  # noqa: BLE001 — a candidate that cannot compile is data, not a crash
         return None, f"{type(e).__name__}: {e}".splitlines()[0][:400]
     for la in launches:
@@ -121,19 +120,6 @@ def _compile_one(op: KernelOp, target: Target, config: dict, cache: str):
     tmp.write_bytes(pickle.dumps(launches))
     os.replace(tmp, path)
     return launches, None
-
-
-def _own_cute_dump_dir() -> None:
-    """CuTeDSL writes its cubins to CUTE_DSL_DUMP_DIR under names cut from the kernel's name,
-    which can be equal for two configs: worker processes that inherited the parent's folder
-    read each other's cubins (seen on the H200: "entry symbol ... is not in the cubin").
-    Every process gets its own folder."""
-    mine = f"aotpack_cute_{os.getpid()}_"
-    if mine not in os.path.basename(os.environ.get("CUTE_DSL_DUMP_DIR", "")):
-        os.environ["CUTE_DSL_DUMP_DIR"] = tempfile.mkdtemp(prefix=mine)
-        # the cubins were read into the launches: without this every worker of every
-        # `aotpack tune` left a folder of them in /tmp (spawned workers run atexit on exit)
-        atexit.register(shutil.rmtree, os.environ["CUTE_DSL_DUMP_DIR"], ignore_errors=True)
 
 
 def compile_all(problems: list[Problem], target: Target, *, jobs: int, progress: bool) -> None:
@@ -185,13 +171,22 @@ def _problem_json(p: Problem, index: int, kept: list[int]) -> dict:
         "key": p.key, "kind": p.kind, "desc": p.desc + (f" (x{p.count} in model)" if p.count > 1
                                                        else ""),
         "reference": 0, "rtol": RTOL.get(out.dtype.value, 0.02),
-        "seed": int(p.key[:8], 16) % 100003, "info": {"shape_key": p.shape_key},
+        "seed": int(p.key[:8], 16) % 100003, "info": _problem_info(p, kept),
         "candidates": [{"name": space.candidate_name(p.candidates[i]),
                         "bundle": f"c/p{index:03d}-c{i:03d}.aotpack",
                         "config": p.candidates[i]} for i in kept],
         "compile_failures": [{"name": space.candidate_name(p.candidates[i]), "why": why}
                              for i, why in sorted(p.failed.items())],
     }
+
+
+def _problem_info(p: Problem, kept: list[int]) -> dict:
+    """What the launcher echoes into the results untouched: the shape key, and the compilers
+    of the backends among the candidates that the key leaves out ({"gemm.cutedsl":
+    {"cutedsl": "4.8.1"}}), which the database records with a winner of that backend."""
+    backends = sorted({p.candidates[i].get("template", "") for i in kept})
+    compilers = {b: keys.backend_toolchain(b) for b in backends if keys.backend_toolchain(b)}
+    return {"shape_key": p.shape_key, **({"toolchain": compilers} if compilers else {})}
 
 
 def write_job(out: Path, problems: list[Problem], target: Target, provenance: dict) -> dict:
@@ -218,10 +213,8 @@ def write_job(out: Path, problems: list[Problem], target: Target, provenance: di
                "settings": dict(SETTINGS), "toolchain": keys.toolchain(),
                "provenance": provenance, "problems": entries}
         (tmp / "job.json").write_text(json.dumps(job, indent=1, sort_keys=True) + "\n")
-        from aotpack.builder import _replace_dir
-
         os.chmod(tmp, 0o755)
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -246,14 +239,11 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     `dynamic`: `--dynamic` options (a symbolic op is tuned at each bucket's size); `inputs`:
     `--input` options; `dtype`: `--dtype`; `precision`: `--precision` (FP8 GEMMs are their
     own problems)."""
-    from aotpack.builder import (BuildError, _check_destination, load_program, parse_arch,
-                                 portable_command, provenance, source_file)
-
     target = parse_arch(arch)
     out = Path(out)
     if not source_file(spec).is_file():
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist")
-    _check_destination(out, force)
+    check_destination(out, force)
     if level not in space.LEVELS:
         raise BuildError(f"--level {level!r}: use {' or '.join(space.LEVELS)}")
     from aotpack.kernels import GEMM_BACKENDS
@@ -264,7 +254,6 @@ def make_job(spec: str, out, *, arch: str = "sm90", level: str = "full",
     if program is None:
         program = load_program(spec, dynamic, inputs, dtype, precision=precision,
                                measure_error=False)
-    _own_cute_dump_dir()  # listing CuTeDSL candidates would otherwise make a folder never removed
     problems = find_problems(program, target, level=level, gemm_backend=gemm_backend)
     jobs = jobs if jobs is not None else min(8, os.cpu_count() or 1)
     compile_all(problems, target, jobs=jobs, progress=progress)

@@ -124,18 +124,33 @@ def spec_closure(rel_paths: tuple[str, ...]) -> tuple[str, ...]:
 
 @lru_cache(maxsize=None)
 def toolchain() -> dict:
-    """What compiles every candidate: aotpack and Triton. CuTeDSL is not in the key (a plain
-    install without it would match no record): a record won by a CuTeDSL config is used only
-    where CuTeDSL is installed (tuning/apply.py)."""
-    from aotpack.builder import _version
+    """What compiles every candidate: aotpack and Triton. A backend's own compiler is not in
+    the key (a Triton kernel would otherwise depend on whether CuTeDSL is installed, and a
+    plain install would match no record): it is recorded with the winner it compiled
+    (`backend_toolchain`), and tuning/apply.py uses that winner only where the same versions
+    would compile it."""
     import aotpack
+    from aotpack.shared_steps import package_version
 
-    return {"aotpack": aotpack.__version__, "triton": _version("triton")}
+    return {"aotpack": aotpack.__version__, "triton": package_version("triton")}
+
+
+# The compilers of a backend beyond those in every key: backend template -> name -> package
+_BACKEND_PACKAGES = {"gemm.cutedsl": {"cutedsl": "nvidia-cutlass-dsl"}}
+
+
+def backend_toolchain(template: str) -> dict:
+    """The versions of the compilers a config of backend `template` ("gemm.cutedsl") needs
+    beyond toolchain()'s: {} for Triton configs. None for a package that is not installed."""
+    from aotpack.shared_steps import package_version
+
+    return {name: package_version(dist)
+            for name, dist in _BACKEND_PACKAGES.get(template, {}).items()}
 
 
 def problem_keys(op: KernelOp, target: Target, template: str,
                  sources: tuple[str, ...]) -> tuple[str, str]:
-    """(key, shape_key) of canonical op `op` (storages already renamed by build.canonical)."""
+    """(key, shape_key) of canonical op `op` (storages renamed by shared_steps.canonical)."""
     shape = {"arch": target.arch, "sm_count": target.sm_count, "template": template,
              "op": jsonable(op)}
     full = dict(shape, template_source_sha256=template_sources_sha256(sources),

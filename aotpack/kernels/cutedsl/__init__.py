@@ -2,12 +2,13 @@
 
 - gemm.py        the warp-specialized persistent TMA + wgmma GEMM with fused epilogues (device code)
 - epilogue.py    its register epilogue: step kinds, scale, the SwiGLU register pairing
-- fragments.py   the kernel's register coordinates evaluated on the host (tests)
-- build.py       cute.compile for sm_90a -> cubin, PTX entry and parameter list (sets CUTE_DSL_*)
+- build.py       cute.compile for sm_90a -> cubin, PTX entry and parameter list (import_cutlass)
 - compile.py     GemmOp -> [Launch] with manifest slots; candidates(op) for tuning
 - slots.py       bytes of the value slots (fastdivmod, {i32,i32} structs lowered to u64)
-- hostcapture.py runs CuTeDSL's own host launch function on the CPU (tests compare slots with it)
-- gpucheck.py    driver-only correctness / speed check on the GPU machine (no CuTeDSL there)
 
-Nothing here imports cutlass at import time; docs/cutedsl.md describes the launch ABI.
+Nothing here imports cutlass at import time; docs/cutedsl.md describes the launch ABI. The
+tests' tools live in tests/support/: cutedsl_hostcapture.py (CuTeDSL's own host launch function
+run on the CPU: the slots are compared with it), cutedsl_fragments.py (the kernel's register
+coordinates evaluated on the host), cutedsl_checks.py (the pipeline-state checks) and
+cutedsl_gpucheck.py (driver-only correctness / speed check on the GPU machine).
 """

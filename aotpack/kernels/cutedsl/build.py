@@ -1,9 +1,10 @@
 """Compile a `GemmConfig` to an sm_90a cubin on a host with no GPU.
 
-CuTeDSL reads its settings from the environment when it is first imported: without
-`CUTE_DSL_ARCH=sm_90a` it silently targets sm_100a, and `CUTE_DSL_KEEP=ptx,cubin` makes it
-write the PTX and cubin to `CUTE_DSL_DUMP_DIR` (`compiled.artifacts.CUBIN/PTX` are their paths).
-So `ensure_env()` must run before anything imports cutlass.
+CuTeDSL reads its settings from the environment once, when `cutlass.cute` is first imported
+(it builds its DSL objects then): without `CUTE_DSL_ARCH=sm_90a` it silently targets sm_100a,
+and `CUTE_DSL_KEEP=ptx,cubin` makes it write the PTX and cubin to `CUTE_DSL_DUMP_DIR`
+(`compiled.artifacts.CUBIN/PTX` are their paths). So `import_cutlass()` imports it with those
+set, and puts the caller's environment back right after: nothing else in the process sees them.
 
 The kernel is compiled once per (config, dtypes) with symbolic M, N, K and leading dimensions
 (`cute.sym_int*`): the compiled host function is never called; only its cubin, the kernel's
@@ -12,19 +13,24 @@ parameter list (read from the PTX `.entry`) and the host function exported as an
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aotpack import knobs
+
 ARCH = "sm_90a"
-_ENV = {"CUTE_DSL_ARCH": ARCH, "CUTE_DSL_KEEP": "ptx,cubin"}
+_KEEP = "ptx,cubin"
+_dump_dir: str | None = None  # this process's, once cutlass is imported
 
 
 def available() -> bool:
-    """nvidia-cutlass-dsl is installed (checked without importing cutlass, see ensure_env)."""
+    """nvidia-cutlass-dsl is installed (checked without importing cutlass, see import_cutlass)."""
     from importlib import metadata
 
     try:
@@ -34,21 +40,38 @@ def available() -> bool:
         return False
 
 
-def ensure_env(dump_dir: str | None = None) -> str:
-    """Set CuTeDSL's environment before its first import; refuse if it was imported with
-    another target (the cubin would be for the wrong GPU)."""
-    dump = (dump_dir or os.environ.get("CUTE_DSL_DUMP_DIR")
-            or tempfile.mkdtemp(prefix="aotpack_cute_"))
-    if "cutlass" in sys.modules:
-        keep = os.environ.get("CUTE_DSL_KEEP", "")
-        if os.environ.get("CUTE_DSL_ARCH") != ARCH or "cubin" not in keep or "ptx" not in keep:
+def import_cutlass() -> str:
+    """Import cutlass set up for sm_90a cubins, once per process; returns the folder CuTeDSL
+    writes its PTX and cubins to. Refuses if cutlass was imported already with another target
+    (the cubins would be for the wrong GPU)."""
+    global _dump_dir
+    if _dump_dir is not None:
+        return _dump_dir
+    if "cutlass" in sys.modules:  # imported by someone else: it read the environment then
+        keep = knobs.variable("CUTE_DSL_KEEP") or ""
+        if knobs.variable("CUTE_DSL_ARCH") != ARCH or "cubin" not in keep or "ptx" not in keep:
             raise RuntimeError("cutlass was imported before aotpack set CUTE_DSL_ARCH=sm_90a and "
                                "CUTE_DSL_KEEP=ptx,cubin: call aotpack.kernels.cutedsl.build."
-                               "ensure_env() before importing cutlass")
-        return os.environ["CUTE_DSL_DUMP_DIR"]
-    os.makedirs(dump, exist_ok=True)
-    os.environ.update(_ENV)
-    os.environ["CUTE_DSL_DUMP_DIR"] = dump
+                               "import_cutlass() before importing cutlass")
+        _dump_dir = knobs.variable("CUTE_DSL_DUMP_DIR") or os.getcwd()  # CuTeDSL's default
+        return _dump_dir
+    dump = _own_dump_dir()
+    settings = {"CUTE_DSL_ARCH": ARCH, "CUTE_DSL_KEEP": _KEEP, "CUTE_DSL_DUMP_DIR": dump}
+    with knobs.environment(settings):
+        import cutlass  # noqa: F401
+        import cutlass.cute  # noqa: F401  (builds the DSL objects, which read the settings)
+    _dump_dir = dump  # only now: an import that failed is tried again, and fails again
+    return dump
+
+
+def _own_dump_dir() -> str:
+    """A dump folder of this process alone, removed when it exits. CuTeDSL names the files
+    after the kernel, and two configs can give one name: processes sharing a folder read each
+    other's cubins (seen on the H200 with tuning's compile workers: "entry symbol ... is not in
+    the cubin"). The cubins are read into the launches, so nothing in it outlives the process
+    (before, every compile process left a folder of them in /tmp)."""
+    dump = tempfile.mkdtemp(prefix=f"aotpack_cute_{os.getpid()}_")
+    atexit.register(shutil.rmtree, dump, ignore_errors=True)
     return dump
 
 
@@ -102,7 +125,7 @@ def compile_gemm(cfg, ab_dtype: str = "bf16", max_clusters: int = 132) -> BuiltG
     """Compile `cfg` (a gemm.GemmConfig) for sm_90a. M, N, K, leading dims are symbolic.
     `max_clusters` only bounds the grid of CuTeDSL's host function (used as the reference in
     tests); the cubin does not depend on it."""
-    ensure_env()
+    import_cutlass()
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_stream, make_fake_tensor

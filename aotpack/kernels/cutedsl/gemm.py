@@ -309,7 +309,7 @@ class Sm90Gemm:
             # loop only if the loop body assigns it (or calls a method on it). Mutated inside
             # the helper and not reassigned, they restarted at (stage 0, phase 0) on every tile
             # while the producer's state ran on: a deadlock on a CTA's second tile unless
-            # k_tiles is a multiple of 2 * ab_stage (checks.py catches it on the CPU).
+            # k_tiles is a multiple of 2 * ab_stage (tests/support/cutedsl_checks catches it).
             read, release = self._mainloop(tiled_mma, acc, tCrA, tCrB, ab_pipe, read, release,
                                            k_tiles)
             if cutlass.const_expr(self.cfg.swiglu_group > 0):

@@ -140,10 +140,10 @@ def run_plan(plan: KernelPlan, env) -> None:
 # ----------------------------------------------------------------------------- entry points
 def entry_points(plan_fn):
     """The entry points every planned template exposes, made from its `plan(op, config)`:
-    compile (launches memoised per op, target and config), run_interpreted (in a child process
-    with Triton's interpreter), run_plan_interpreted_here (inside that process) and run_jit
-    (Triton's own launcher, for benchmarks)."""
-    from aotpack.kernels.triton._interpret import run_interpreted_batch, run_plan_here
+    compile (launches memoised per op, target and config), run_plan_interpreted_here (in a
+    process running Triton's interpreter: the tests' harness, tests/support/interpret.py) and
+    run_jit (Triton's own launcher, for benchmarks)."""
+    from aotpack.kernels.triton._interpret import run_plan_here
 
     launches: dict[tuple, list[Launch]] = {}
 
@@ -152,9 +152,6 @@ def entry_points(plan_fn):
         if key not in launches:
             launches[key] = [compile_plan(plan_fn(op, config), target)]
         return launches[key]
-
-    def run_interpreted(op, env, config: dict | None = None) -> None:
-        run_interpreted_batch([(op, env, config)])
 
     def run_plan_interpreted_here(op, env, config: dict | None = None,
                                   point: dict | None = None) -> None:
@@ -166,4 +163,4 @@ def entry_points(plan_fn):
     def run_jit(op, env, config: dict | None = None) -> None:
         run_plan(plan_fn(op, config), env)
 
-    return compile, run_interpreted, run_plan_interpreted_here, run_jit
+    return compile, run_plan_interpreted_here, run_jit

@@ -1,25 +1,15 @@
-"""Run our @triton.jit kernels through Triton's CPU interpreter (numerics checks without a GPU).
+"""aotpack's Triton kernels under Triton's CPU interpreter: what the kernels themselves need.
 
 Triton picks interpreter or compiler when a function is *decorated* (`@triton.jit` reads
-TRITON_INTERPRET), and that includes its own standard library (`tl.sum`, `tl.max`, `tl.zeros`
-are @jit functions too). So interpretation is only reliable in a process that had
-TRITON_INTERPRET=1 before triton was imported. `run_interpreted_batch` therefore:
- - runs in this process when that is already the case (the kernels are InterpretedFunctions);
- - otherwise runs the jobs in one child Python started with TRITON_INTERPRET=1 (the op
-   dataclasses and the CPU tensors travel through a temporary torch.save file) and copies the
-   results back into the caller's tensors. One child for many jobs: startup is ~2 s.
-Before running, three small fixes to Triton 3.6's interpreter are applied (each documented
-below, each only in interpreter runs): scalar-to-int with numpy >= 2.4, bf16 `tl.dot`, and
-round-to-nearest-even f32 -> bf16 casts like the GPU.
+TRITON_INTERPRET), and that includes its own standard library, so a process either interprets
+every kernel or none (`in_interpreter_process`; fp8.py picks its conversion by it). In such a
+process a plan is launched with `run_plan_here`, after `patch_interpreter()` has fixed three
+things in Triton 3.6's interpreter (each documented below, each only in interpreter runs):
+scalar-to-int with numpy >= 2.4, bf16 `tl.dot`, and round-to-nearest-even f32 -> bf16 casts like
+the GPU. The harness that runs jobs in such a process (a child Python started with
+TRITON_INTERPRET=1) is test code: tests/support/interpret.py.
 """
 from __future__ import annotations
-
-import os
-import subprocess
-import sys
-import tempfile
-from pathlib import Path
-
 
 
 def in_interpreter_process() -> bool:
@@ -106,56 +96,9 @@ def _patch_bf16_rounding() -> None:
     builder.cast_impl = cast_impl
 
 
-def _run_jobs_here(jobs) -> None:
+def patch_interpreter() -> None:
+    """Apply the three fixes above (each once per process); call before running a kernel in
+    an interpreter process."""
     _patch_scalar_index()
     _patch_bf16_dot()
     _patch_bf16_rounding()
-    from aotpack.kernels.templates import template_for
-
-    for op, env, config, *point in jobs:  # point: the dims of a symbolic op
-        module = template_for(op).triton()  # the registry names each op's kernel module
-        module.run_plan_interpreted_here(op, env, config, *point)
-
-
-def run_interpreted_batch(jobs, timeout: float = 1800) -> None:
-    """jobs: [(op, env, config or None[, point])]; every env (storage -> flat CPU tensor) is
-    updated in place with what the kernel wrote. A symbolic op needs its `point` (the dims'
-    values) and a complete config."""
-    jobs = list(jobs)
-    if not jobs:
-        return
-    if in_interpreter_process():
-        _run_jobs_here(jobs)
-        return
-    import torch
-
-    repo_root = str(Path(__file__).resolve().parents[3])
-    with tempfile.TemporaryDirectory(prefix="aotpack-interp-") as tmp:
-        job_file, result_file = os.path.join(tmp, "jobs.pt"), os.path.join(tmp, "envs.pt")
-        torch.save(jobs, job_file)
-        child_env = dict(os.environ, TRITON_INTERPRET="1")
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (repo_root, os.environ.get("PYTHONPATH")) if p)
-        proc = subprocess.run(
-            [sys.executable, "-m", "aotpack.kernels.triton._interpret", job_file, result_file],
-            env=child_env, capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0:
-            raise RuntimeError("interpreter child failed:\n" + proc.stderr[-6000:])
-        envs = torch.load(result_file, weights_only=False)
-    for (_, env, *_), result in zip(jobs, envs):
-        for name, tensor in env.items():
-            tensor.copy_(result[name])
-
-
-def _child_main(job_file: str, result_file: str) -> None:
-    import torch
-
-    if not in_interpreter_process():
-        raise SystemExit("aotpack interpreter child: TRITON_INTERPRET=1 was not in effect")
-    jobs = torch.load(job_file, weights_only=False)
-    _run_jobs_here(jobs)
-    torch.save([env for _, env, *_ in jobs], result_file)
-
-
-if __name__ == "__main__":
-    _child_main(sys.argv[1], sys.argv[2])

@@ -329,8 +329,8 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
                       {"BLOCK_M": block_m, "BLOCK_N": block_n, "TMA": cfg["TMA"]})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-_compile_one, run_interpreted, _run_one_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+_compile_one, _run_one_here, run_jit = entry_points(plan)
 
 
 def _positional_config(op: AttentionOp, config: dict | None) -> dict:

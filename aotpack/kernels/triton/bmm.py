@@ -74,5 +74,5 @@ def plan(op: BmmOp, config: dict | None = None) -> KernelPlan:
                       {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)

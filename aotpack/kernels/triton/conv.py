@@ -293,5 +293,5 @@ def _fused(op: ConvOp) -> tuple[str, ...]:
     return scale + tuple(kind for kind, _ in epilogue_steps(op))
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)

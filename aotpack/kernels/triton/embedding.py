@@ -63,8 +63,8 @@ def plan(op: EmbeddingOp, config: dict | None = None) -> KernelPlan:
                       ("embedding",), {"ROWS": rows["ROWS"]})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def bytes_moved(op: EmbeddingOp) -> int:

@@ -13,8 +13,8 @@ One @triton.jit source, specialised per op through constexprs:
 - SwiGLU (EpSwiGLU, group G): B's rows interleave gate and up blocks of G, so a tile of BN
   accumulator columns (BN a multiple of 2G) holds BN/(2G) whole gate/up pairs; they are paired
   in registers (reshape + split), leaving a [BM, BN/2] tile for the other steps and the store.
-The same source runs under Triton's interpreter on CPU tensors (`run_interpreted`) and through
-Triton's normal JIT launcher on a GPU (`jit_runner`, used by benchmarks/bench_gemm.py).
+The same source runs through Triton's own launcher (`jit_runner`): on a GPU in benchmarks
+(bench_gemm.py), on CPU tensors under Triton's interpreter in tests (tests/support/interpret.py).
 """
 from __future__ import annotations
 
@@ -407,7 +407,9 @@ def jit_runner(op: GemmOp, env, cfg: GemmConfig, sm_count: int, point: dict | No
     # supported yet"): give it f32 tiles; compiled kernels never take this branch.
     args["UPCAST_DOT"] = _is_interpreted(gemm_kernel) and op.a.dtype is DType.BF16
     if _is_interpreted(gemm_kernel):
-        _fix_interpreter_index()
+        from aotpack.kernels.triton._interpret import patch_interpreter
+
+        patch_interpreter()
     grid = (subs(grid_size(op, cfg, sm_count), point or {}),)
 
     def run():
@@ -424,82 +426,3 @@ def _is_interpreted(kernel) -> bool:
     from triton.runtime.interpreter import InterpretedFunction
 
     return isinstance(kernel, InterpretedFunction)
-
-
-def run_interpreted(op: GemmOp, env, config: GemmConfig | None = None,
-                    num_programs: int = 4) -> None:
-    """Execute `op` on the CPU tensors in `env` (storage -> flat tensor) with Triton's
-    interpreter, writing the output view in place. `num_programs` small makes every program
-    walk several tiles, as on the GPU."""
-    run_interpreted_many([(op, env, config, num_programs)])
-
-
-def run_interpreted_many(cases) -> None:
-    """run_interpreted for many (op, env, config | None, num_programs) at once.
-
-    triton.jit picks interpreter or compiler when it decorates, for our kernel and for Triton's
-    own jit helpers alike, so the interpreter needs TRITON_INTERPRET=1 before triton is
-    imported. If this process was not started that way, the cases run in one child process
-    that was (inputs and outputs travel through a temporary file)."""
-    if _is_interpreted(gemm_kernel):
-        for op, env, cfg, nprog, *point in cases:
-            jit_runner(op, env, cfg or config_for(op), nprog, *point)()
-        return
-    _run_in_child(cases)
-
-
-def _fix_interpreter_index() -> None:
-    """Triton 3.6's interpreter turns scalars into 1-element arrays and converts them with
-    int(), which NumPy >= 2.4 refuses (triton-lang/triton#9171, fixed after 3.6): `range()` over
-    a runtime bound fails. Wrap its tensor patching to convert through .item() instead."""
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-    if getattr(original, "aotpack_index_fix", False):
-        return
-
-    def patch_lang_tensor(tensor, scope):
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patch_lang_tensor.aotpack_index_fix = True
-    interpreter._patch_lang_tensor = patch_lang_tensor
-
-
-def _run_in_child(cases) -> None:
-    import os
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
-    import torch
-
-    repo_root = str(Path(__file__).resolve().parents[3])
-    with tempfile.TemporaryDirectory(prefix="aotpack-gemm-interp-") as tmp:
-        job, result = os.path.join(tmp, "job.pt"), os.path.join(tmp, "result.pt")
-        torch.save(list(cases), job)
-        path = os.pathsep.join(filter(None, [repo_root, os.environ.get("PYTHONPATH")]))
-        env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=path)
-        proc = subprocess.run([sys.executable, "-m", __name__, job, result], env=env,
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"interpreted gemm failed (exit {proc.returncode}):\n"
-                               f"{proc.stderr[-4000:]}")
-        outputs = torch.load(result, weights_only=False)
-    for (op, env_, *_), out in zip(cases, outputs):
-        env_[op.out.storage].copy_(out)
-
-
-def _child_main(job: str, result: str) -> None:
-    import torch
-
-    cases = torch.load(job, weights_only=False)
-    run_interpreted_many(cases)
-    torch.save([env[op.out.storage] for op, env, *_ in cases], result)
-
-
-if __name__ == "__main__":
-    import sys
-
-    _child_main(sys.argv[1], sys.argv[2])

@@ -454,10 +454,7 @@ def jit_runner(op: GemmOp, env, cfg: SplitKConfig, point: dict | None = None):
         op = subs_tree(op, point)
     env = _env_with_workspace(op, env, cfg)
     if _interpret.in_interpreter_process():
-        # Triton 3.6 interpreter fixes (scalar index, bf16 dot, bf16 rounding): see _interpret
-        _interpret._patch_scalar_index()
-        _interpret._patch_bf16_dot()
-        _interpret._patch_bf16_rounding()
+        _interpret.patch_interpreter()  # Triton 3.6's interpreter fixed to act like the GPU
         return lambda: [_interpret.run_plan_here(p, env) for p in op_plans]
     launchers = [jit_launcher(p, env) for p in op_plans]
     return lambda: [run() for run in launchers]

@@ -87,8 +87,8 @@ def plan(op: LayerNormOp, config: dict | None = None) -> KernelPlan:
                       ("layer_norm",), rw.plan_config(cfg))
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def bytes_moved(op: LayerNormOp) -> int:

@@ -98,5 +98,5 @@ def plan(op: PointwiseOp, config: dict | None = None) -> KernelPlan:
     return KernelPlan(fn, args, grid, NUM_WARPS, 1, fused, {"BLOCK": BLOCK})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)

@@ -157,4 +157,4 @@ def plan(op: PoolOp, config: dict | None = None) -> KernelPlan:
                       (f"{op.kind}_pool",), cfg)
 
 
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)

@@ -168,8 +168,8 @@ def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:
                       (op.kind,), dict(rw.plan_config(cfg), kind=op.kind))
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def bytes_moved(op: ReduceOp) -> int:

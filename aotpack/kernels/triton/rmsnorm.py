@@ -88,8 +88,8 @@ def plan(op: RMSNormOp, config: dict | None = None) -> KernelPlan:
                       fused, {"BLOCK_C": cfg["BLOCK_C"], "ROWS": cfg["ROWS"]})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def bytes_moved(op: RMSNormOp) -> int:

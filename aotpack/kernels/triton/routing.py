@@ -273,5 +273,5 @@ def plan(op, config: dict | None = None) -> KernelPlan:
     return _PLANS[type(op)](op, config or {})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)

@@ -63,5 +63,5 @@ def plan(op: ScanOp, config: dict | None = None) -> KernelPlan:
                       ("cumsum",), {"BLOCK_C": cfg["BLOCK_C"]})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)

@@ -90,8 +90,8 @@ def plan(op: SoftmaxOp, config: dict | None = None) -> KernelPlan:
                       rw.plan_config(cfg))
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)
 
 
 def bytes_moved(op: SoftmaxOp) -> int:

@@ -2,11 +2,11 @@
 runtime does it: driver only (ctypes on libcuda.so.1), every parameter from aotpack's slots,
 tensor maps from cuTensorMapEncodeTiled. CuTeDSL is NOT needed on the GPU machine.
 
-    # build host (no GPU, nvidia-cutlass-dsl installed): compile the cases
-    python -m aotpack.kernels.cutedsl.gpucheck write .gpu/cutedsl_cases.pkl
+    # from the repository root. Build host (no GPU, nvidia-cutlass-dsl installed): compile
+    python -m tests.support.cutedsl_gpucheck write .gpu/cutedsl_cases.pkl
     # GPU machine (torch with CUDA): run them (never past ~200 s, see RUN_BUDGET_S; the last
-    # line is the summary `cutedsl: N ok, M failed`)
-    timeout 300 python -m aotpack.kernels.cutedsl.gpucheck run .gpu/cutedsl_cases.pkl
+    # line is the summary `cutedsl: N ok, M failed`; scripts/gpu-check cutedsl does this)
+    timeout 300 python -m tests.support.cutedsl_gpucheck run .gpu/cutedsl_cases.pkl
 
 Every epilogue is checked against torch on random inputs, with M, N, K that are not multiples
 of the tile; a few large shapes are also timed (CUDA events, median of 20). Each kernel config
@@ -94,7 +94,7 @@ def make_op(m, n, k, steps=(), out=DType.BF16) -> GemmOp:
 def write_cases(path: str) -> None:
     from aotpack.kernels.cutedsl import build
 
-    build.ensure_env()
+    build.import_cutlass()
     from aotpack.kernels.cutedsl import compile as cc
 
     cases = []
@@ -139,9 +139,9 @@ def _case(cc, kind, shape, steps, tm, tn, cm, cn, ram, out=DType.BF16) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _refuse_restarting_pipeline(cc, cfg) -> None:
-    """Refuse to ship a cubin with the pipeline-state bug (checks.py) to the GPU machine; its
-    PTX is scanned once per config (the shapes of one config share the cubin)."""
-    from aotpack.kernels.cutedsl.checks import constant_wait_parity
+    """Refuse to ship a cubin with the pipeline-state bug (cutedsl_checks.py) to the GPU
+    machine; its PTX is scanned once per config (the shapes of one config share the cubin)."""
+    from .cutedsl_checks import constant_wait_parity
 
     built = cc._built(cfg, "bf16", cc.max_clusters(cfg, cc.SM90))
     bad = constant_wait_parity(built.ptx)
@@ -324,8 +324,7 @@ def _summary(case) -> dict:
 
 
 def _run_group_child(path, cases, idx, timeout_s) -> list[dict]:
-    cmd = [sys.executable, "-m", "aotpack.kernels.cutedsl.gpucheck", "run-group", path,
-           ",".join(map(str, idx))]
+    cmd = [sys.executable, "-m", __spec__.name, "run-group", path, ",".join(map(str, idx))]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
         out, why = proc.stdout, f"child exited with {proc.returncode}: {proc.stderr[-300:]}"

@@ -10,8 +10,8 @@ second tile waited on a barrier phase that never came -- unless k_tiles was a mu
 2 * ab_stage (the default 128x256 config at K=4096 or 8192: 64 or 128 k-tiles, 4 stages), which is
 why only the default config's multi-tile runs passed.
 
-Two independent checks (tests/test_cutedsl_gemm.py runs both; gpucheck `write` runs the PTX one
-on every cubin it packs):
+Two independent checks (tests/test_cutedsl_gemm.py runs both; cutedsl_gpucheck `write` runs the
+PTX one on every cubin it packs):
  - `uncarried_state(cls)`: source level, with CuTeDSL's own loop analysis;
  - `constant_wait_parity(ptx)`: on the PTX, an mbarrier wait inside the tile loop whose phase is a
    constant set after the loop head (what the bug compiles to).
