@@ -120,7 +120,7 @@ def test_pass_keeps_the_ops_when_something_between_writes_their_input():
     (1, 40, 4, 2, 128, True),   # a longer prefill: several row blocks
 ])
 def test_kernel_matches_reference_interpreted(b, s, hq, hkv, d, per_seq):
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
 
     n = b * s + 7
     ops, storages = _layer(b, s, hq, hkv, d, n, per_seq)

@@ -134,5 +134,5 @@ def plan(op: KvWriteOp, config: dict | None = None) -> KernelPlan:
                       ("kv_write", "rope", "scatter_rows"), {"ROWS": rows})
 
 
-# compile / run_interpreted / run_plan_interpreted_here / run_jit, from plan() (see _common)
-compile, run_interpreted, run_plan_interpreted_here, run_jit = entry_points(plan)
+# compile / run_plan_interpreted_here / run_jit, from plan() (see _common)
+compile, run_plan_interpreted_here, run_jit = entry_points(plan)
