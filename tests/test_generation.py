@@ -271,8 +271,8 @@ def test_kernels_of_a_step_in_the_interpreter():
 @pytest.mark.parametrize("splits,window,seq,fixup,t", [
     (1, 0, 1, True, 40), (4, 0, 1, True, 40), (4, 0, 1, False, 40), (1, 5, 3, True, 40),
     (3, 0, 20, True, 40), (3, 0, 20, False, 40),
-    # long enough that the fix-up merges parts for one sequence (its last query sees all 600
-    # keys: 10 tiles in 4 or 3 parts) and not for the other (1 tile: its rows written direct)
+    # a long cache: one sequence's last query sees all 600 keys (10 tiles over the parts),
+    # the other's a few (most parts empty)
     (4, 0, 1, True, 600), (4, 0, 1, False, 600), (3, 0, 20, True, 600)])
 def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fixup, t):
     """Attention over a KV cache read up to each query's position (GQA: 4 query heads per kv

@@ -66,14 +66,10 @@ def attention_fwd_positional_kernel(
     if WINDOW:
         lo = tl.maximum(tl.min(tl.where(row_ok, pos, seq_kv)) - window + 1, 0)
         lo = (lo // BLOCK_N) * BLOCK_N
-    used = SPLITS  # parts that hold keys (FIXUP: a short context has fewer, see below)
     if SPLITS > 1:  # this program's part of [lo, hi), in whole key tiles
-        tiles = tl.cdiv(hi - lo, BLOCK_N)
-        per = tl.cdiv(tiles, SPLITS)
-        if FIXUP:  # a decode at position 130 has 3 tiles: 3 parts write and merge, not 16
-            used = tl.cdiv(tiles, tl.maximum(per, 1))
-        lo = lo + split * per * BLOCK_N
-        hi = tl.minimum(hi, lo + per * BLOCK_N)
+        part = tl.cdiv(tl.cdiv(hi - lo, BLOCK_N), SPLITS) * BLOCK_N
+        lo = lo + split * part
+        hi = tl.minimum(hi, lo + part)
 
     k_base = k_ptr + batch * k_stride_b + head_kv * k_stride_h
     v_base = v_ptr + batch * v_stride_b + head_kv * v_stride_h
@@ -95,36 +91,24 @@ def attention_fwd_positional_kernel(
                                              tl.where(keep, scores, float("-inf")), v)
 
     if SPLITS == 1:
-        _store_rows(out_ptr, acc, row_sum, batch, head_q, s, out_stride_b, out_stride_h,
-                    out_stride_s, dims, row_ok[:, None] & dim_ok)
-    elif used <= 1:  # (FIXUP) every visible key in part 0: it writes the rows, no merge
-        if split == 0:
-            _store_rows(out_ptr, acc, row_sum, batch, head_q, s, out_stride_b, out_stride_h,
-                        out_stride_s, dims, row_ok[:, None] & dim_ok)
-    elif split < used:  # partials of (program, split): acc [ROWS, HEAD_DIM], max and sum [ROWS]
+        out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
+        tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
+                 + s[:, None] * out_stride_s + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok)
+    else:  # partials of (program, split): acc [ROWS, HEAD_DIM], then max and sum [ROWS]
         slot = ((pid * tl.num_programs(1) + s_block) * SPLITS + split).to(tl.int64)
         base = ws_ptr + slot * (ROWS * (HEAD_DIM + 2))
         tl.store(base + r[:, None] * HEAD_DIM + dims[None, :], acc)
         tl.store(base + ROWS * HEAD_DIM + r, row_max)
         tl.store(base + ROWS * HEAD_DIM + ROWS + r, row_sum)
-        if FIXUP:  # the block's last program to finish merges every used part
+        if FIXUP:  # the block's last program to finish merges every part
             tl.debug_barrier()  # every thread's partials are written before the release
             cnt = cnt_ptr + pid * tl.num_programs(1) + s_block
-            if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == used - 1:
+            if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
                 _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q,
-                         pid, s_block, used, HEADS_KV, GROUP, HEAD_DIM, D_VALID, BLOCK_S,
-                         ROWS, SPLITS, ".cg")
+                         pid, s_block, HEADS_KV, GROUP, HEAD_DIM, D_VALID, BLOCK_S, ROWS,
+                         SPLITS, ".cg")
                 tl.atomic_xchg(cnt, 0)  # ready for the next launch
-
-
-@triton.jit
-def _store_rows(out_ptr, acc, row_sum, batch, head_q, s, out_stride_b, out_stride_h,
-                out_stride_s, dims, mask):
-    """The normalized rows (a row that saw no key: zeros, as torch)."""
-    out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
-    tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
-             + s[:, None] * out_stride_s + dims[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -133,17 +117,17 @@ def combine_kernel(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, se
                    D_VALID: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
                    SPLITS: tl.constexpr):
     _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q,
-             tl.program_id(0), tl.program_id(1), SPLITS, HEADS_KV, GROUP, HEAD_DIM, D_VALID,
-             BLOCK_S, ROWS, SPLITS, "")
+             tl.program_id(0), tl.program_id(1), HEADS_KV, GROUP, HEAD_DIM, D_VALID, BLOCK_S,
+             ROWS, SPLITS, "")
 
 
 @triton.jit
 def _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q, pid, s_block,
-             used, HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+             HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
              D_VALID: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
              SPLITS: tl.constexpr, CACHE: tl.constexpr):
-    """Merge the first `used` of the SPLITS partials of program (pid, s_block) and store its
-    rows. CACHE ".cg" reads past L1 (partials other SMs just wrote)."""
+    """Merge the SPLITS partials of program (pid, s_block) and store its rows. CACHE ".cg"
+    reads past L1 (partials other SMs just wrote)."""
     batch = (pid // HEADS_KV).to(tl.int64)
     head_kv = (pid % HEADS_KV).to(tl.int64)
     r = tl.arange(0, ROWS)
@@ -155,20 +139,18 @@ def _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q, p
     stride = ROWS * (HEAD_DIM + 2)
     best = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     for i in tl.static_range(SPLITS):
-        if i < used:
-            best = tl.maximum(best, tl.load(ws_ptr + (first + i) * stride + ROWS * HEAD_DIM + r,
-                                            cache_modifier=CACHE))
+        best = tl.maximum(best, tl.load(ws_ptr + (first + i) * stride + ROWS * HEAD_DIM + r,
+                                        cache_modifier=CACHE))
     safe = tl.where(best == float("-inf"), 0.0, best)
     acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
     total = tl.zeros([ROWS], dtype=tl.float32)
     for i in tl.static_range(SPLITS):
-        if i < used:
-            base = ws_ptr + (first + i) * stride
-            w = tl.exp2((tl.load(base + ROWS * HEAD_DIM + r, cache_modifier=CACHE) - safe)
-                        * 1.4426950408889634)
-            total += w * tl.load(base + ROWS * HEAD_DIM + ROWS + r, cache_modifier=CACHE)
-            acc += w[:, None] * tl.load(base + r[:, None] * HEAD_DIM + dims[None, :],
-                                        cache_modifier=CACHE)
+        base = ws_ptr + (first + i) * stride
+        w = tl.exp2((tl.load(base + ROWS * HEAD_DIM + r, cache_modifier=CACHE) - safe)
+                    * 1.4426950408889634)
+        total += w * tl.load(base + ROWS * HEAD_DIM + ROWS + r, cache_modifier=CACHE)
+        acc += w[:, None] * tl.load(base + r[:, None] * HEAD_DIM + dims[None, :],
+                                    cache_modifier=CACHE)
     out = tl.where(total[:, None] > 0, acc / total[:, None], 0.0)
     head_q = head_kv * GROUP + g
     tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
