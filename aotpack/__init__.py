@@ -17,13 +17,25 @@ from aotpack.errors import UserError
 __version__ = "0.2.0"
 
 
-def build(model: str, out, **options):
+def build(model: str, out, *, task: str | None = None, max_seq_len: int | None = None,
+          max_batch: int | None = None, **options):
     """Compile `model` into the folder `out` (see aotpack.builder.build for the options).
-    Progress bars are off unless `progress=True`."""
+    `task="text-generation"` with `max_seq_len` / `max_batch` builds a generation bundle, as
+    `aotpack build --task text-generation --max-seq-len N --max-batch B` does.
+    Progress bars are off unless `progress=True`. torch's FutureWarnings about its own
+    internals (pytree's LeafSpec), which say nothing about the model, are not shown (as the
+    CLI does); the caller's warning filters are left as they were."""
+    import warnings
+
     from aotpack.builder import build as build_folder
+    from aotpack.generation.task import parse_task
 
     options.setdefault("progress", False)
-    return build_folder(model, out, **options)
+    if task is not None or max_seq_len is not None or max_batch is not None:
+        options["generation"] = parse_task(task, max_seq_len, max_batch)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        return build_folder(model, out, **options)
 
 
 def load(bundle, weights_path=None, device: int = 0, verify=None):

@@ -510,3 +510,33 @@ def test_a_row_scatter_skips_indices_outside_its_dims():
     out = run_reference(program, [torch.tensor([1, -1]), torch.tensor([0, -1]),
                                   torch.full((2, 3), 7.0)], state=state)[0]
     assert out[1, 0].tolist() == [7.0] * 3 and out[1, 3].tolist() == [7.0] * 3  # -1: last
+
+
+def test_python_api_builds_a_generation_bundle(tmp_path):
+    """aotpack.build(..., task="text-generation", max_seq_len, max_batch) as the CLI's --task;
+    torch's pytree FutureWarning is not shown; the Generator takes the output folder as
+    aotpack.load does (without a GPU it then stops at the driver, not at the path)."""
+    import json
+    import warnings
+
+    import aotpack
+    from aotpack.bundle import MANIFEST_KEY
+    from aotpack.bundle.stfile import read_header
+
+    (tmp_path / "lm.py").write_text(TINY_SRC)
+    out = tmp_path / "out"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        aotpack.build(f"{tmp_path / 'lm.py'}:make", out, task="text-generation",
+                      max_seq_len=32, max_batch=2, dtype="bf16")
+    assert not [w for w in seen if "LeafSpec" in str(w.message)]
+    manifest = json.loads(read_header(out / "model.aotpack")[1][MANIFEST_KEY])
+    assert manifest["generation"]["max_batch"] == 2
+    with pytest.raises(aotpack.UserError):
+        aotpack.build(f"{tmp_path / 'lm.py'}:make", tmp_path / "o2", task="summarize")
+    from aotpack.runtime import Generator
+
+    try:
+        Generator(out).close()
+    except Exception as e:  # noqa: BLE001 — no GPU here: the driver, not the folder
+        assert "not a regular file" not in str(e), e

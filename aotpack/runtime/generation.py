@@ -68,8 +68,12 @@ class Generator:
                  use_cuda_graph: bool = True):
         """model_or_path: a loaded Model (its device is used) or a bundle path (loaded on
         `device`, with `weights_path` for external weights)."""
-        self.model = model_or_path if isinstance(model_or_path, Model) else \
-            Model(model_or_path, weights_path=weights_path, device=device)
+        if not isinstance(model_or_path, Model):  # a bundle file, or the folder build wrote
+            from aotpack.bundle.reader import bundle_file
+
+            model_or_path = Model(bundle_file(model_or_path), weights_path=weights_path,
+                                  device=device)
+        self.model = model_or_path
         lib = self._lib = self.model._lib
         if not has_generation(lib):
             raise _invalid("the loaded libaotpack.so has no text generation "
