@@ -42,7 +42,11 @@ void check_keys(const Value& obj, const std::string& where,
                 std::initializer_list<const char*> allowed) {
   if (obj.type != Type::Object) bad(where, "expected an object");
   for (const auto& kv : obj.fields) {
+    // the common case first: a known key costs a few compares (a generation bundle's
+    // manifest has ~10^5 keys: the suggestion below, for every key, was most of its parse)
     bool known = false;
+    for (const char* a : allowed) known = known || kv.first == a;
+    if (known) continue;
     const char* close = nullptr;
     size_t best = 3;  // suggest a key within 2 edits, the closest one
     std::string list;
