@@ -171,3 +171,12 @@ def test_every_layer_of_a_generation_step_writes_its_cache_in_one_op():
     assert "RopeOp" not in kinds and "ScatterRowsOp" not in kinds, kinds
     writes = [op for op in program.ops if isinstance(op, KvWriteOp)]
     assert len({op.rows.storage for op in writes}) == 1
+
+
+def test_pass_keeps_the_ops_when_one_storage_is_both_read_and_written():
+    """One kernel reads and writes at once: the values read from the key cache's storage, or
+    both caches in one storage, keep the four ops (in order, each sees the other's writes)."""
+    ops, storages = _layer(1, 1, 4, 2, 16, 8)
+    reads_cache = dataclasses.replace(ops[3], values=TensorArg("cache.k", BF16, (1, 32), (32, 1)))
+    kept = fuse_kv_write(ops[:3] + [reads_cache] + ops[4:], dict(storages))
+    assert not any(isinstance(o, KvWriteOp) for o in kept)

@@ -241,8 +241,10 @@ def test_the_legacy_default_stream_is_torchs_default_stream():
 
     from aotpack.runtime.arrays import _torch_stream
 
-    cuda = SimpleNamespace(default_stream=lambda: "default",
-                           ExternalStream=lambda handle: ("external", handle))
+    cuda = SimpleNamespace(default_stream=lambda device: ("default", device),
+                           ExternalStream=lambda handle, device: ("external", handle, device))
     fake = SimpleNamespace(cuda=cuda)
-    assert _torch_stream(fake, 0) == _torch_stream(fake, 1) == "default"
-    assert _torch_stream(fake, 0x7f00) == ("external", 0x7f00)
+    # the model's device, not torch's current one (a model on cuda:1)
+    assert _torch_stream(fake, 0, "cuda:1") == _torch_stream(fake, 1, "cuda:1") == \
+        ("default", "cuda:1")
+    assert _torch_stream(fake, 0x7f00, "cuda:1") == ("external", 0x7f00, "cuda:1")

@@ -25,9 +25,11 @@ def _constant_names(graph: Graph) -> dict[str, str]:
     alias = {}
     for name, c in graph.constants.items():
         t = c.tensor
-        if t.dtype.is_floating_point or t.is_complex() or t.numel() > _SMALL:
+        if t.dtype.is_floating_point or t.is_complex() or t.numel() > _SMALL or \
+                t.device.type != "cpu":
             continue
-        key = (str(t.dtype), tuple(t.shape), t.contiguous().numpy().tobytes())
+        key = (c.value.dtype, tuple(c.value.shape), str(t.dtype), tuple(t.shape),
+               t.contiguous().numpy().tobytes())
         alias[name] = first.setdefault(key, name)
     return alias
 

@@ -76,8 +76,12 @@ def _match(ops: list, att_index: int, storages: dict):
     if len(set(group)) != 4 or not _only_reader(ops, rk.out.storage, isk) or \
             not _only_reader(ops, rq.out.storage, att_index):
         return None
-    if not _nothing_between(ops, group):
-        return None
+    if not _nothing_between(ops, group) or _writers(ops, rk.out.storage) != [ik]:
+        return None  # (the rotated keys' storage goes with the ops: nothing else may write it)
+    reads = {t.storage for t in (rq.x, rk.x, sv.values, rq.cos, rq.sin, sk.rows)}
+    if reads & {rq.out.storage, sk.out.storage, sv.out.storage} or \
+            len({rq.out.storage, sk.out.storage, sv.out.storage}) != 3:
+        return None  # one kernel reads and writes at once: no operand may be written
     from aotpack.kernels.triton import kv_write
 
     try:  # shapes/strides the kernel takes (anything else keeps its four ops)
@@ -86,6 +90,10 @@ def _match(ops: list, att_index: int, storages: dict):
     except ValueError:
         return None
     return (iq, rq), (ik, rk), (isk, sk), (isv, sv)
+
+
+def _writers(ops: list, storage: str) -> list[int]:
+    return [i for i, op in enumerate(ops) if storage in {t.storage for t in op_outputs(op)}]
 
 
 def _token_rows(rot, values) -> bool:

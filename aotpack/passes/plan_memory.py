@@ -20,7 +20,7 @@ from aotpack.ir.sym import Expr, subs, subs_tree, upper_bound
 from aotpack.ir.sym_ranges import bound_under
 from aotpack.kernels.spec import (
     COUNTERS, CounterSlot, EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot,
-    TensorArg, op_inputs,
+    TensorArg, op_inputs, op_outputs,
 )
 from aotpack.program import MemoryPlan, Program
 
@@ -69,7 +69,7 @@ def _intermediate_regions(program: Program, spans) -> dict[str, _Region]:
     regions: dict[str, _Region] = {}
     for i, op in enumerate(program.ops):
         first, last = spans[i]
-        for arg in [*op_inputs(op), op.out]:
+        for arg in [*op_inputs(op), *op_outputs(op)]:
             st = program.storages[arg.storage]
             if st.kind != "intermediate":
                 continue

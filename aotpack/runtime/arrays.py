@@ -155,7 +155,7 @@ def _check_cai(a: CudaArray, info, where: str, output: bool) -> None:
         raise invalid(f"{where} is read-only (its __cuda_array_interface__ says so)")
 
 
-def wait_for_producers(torch, arrays, stream: int) -> None:
+def wait_for_producers(torch, arrays, stream: int, device) -> None:
     """__cuda_array_interface__ version 3: the consumer's `stream` waits for the stream each
     array names (events, no host wait). 0 and 1 both mean the legacy default stream."""
     mine = stream or 1
@@ -164,16 +164,17 @@ def wait_for_producers(torch, arrays, stream: int) -> None:
         if theirs is None or (int(theirs) or 1) == mine:
             continue
         event = torch.cuda.Event()
-        event.record(_torch_stream(torch, int(theirs)))
-        _torch_stream(torch, mine).wait_event(event)
+        event.record(_torch_stream(torch, int(theirs), device))
+        _torch_stream(torch, mine, device).wait_event(event)
 
 
-def _torch_stream(torch, handle: int):
-    """A torch stream object for a CUstream: the legacy default stream (0 or 1, which
-    torch.cuda.ExternalStream refuses: 'invalid StreamId') is torch's default stream."""
+def _torch_stream(torch, handle: int, device):
+    """A torch stream object for a CUstream of `device` (the model's: torch would take its
+    current device): the legacy default stream (0 or 1, which torch.cuda.ExternalStream
+    refuses: 'invalid StreamId') is torch's default stream of that device."""
     if handle in (0, 1):
-        return torch.cuda.default_stream()
-    return torch.cuda.ExternalStream(handle)
+        return torch.cuda.default_stream(device)
+    return torch.cuda.ExternalStream(handle, device=device)
 
 
 def stream_handle(torch, stream, device_index: int) -> int:

@@ -194,7 +194,7 @@ class Session:
         arrays = [as_array(torch, x, f"{kind} '{info.name}'", device, stream)
                   for x, info in zip(objs, infos)]
         if any(type(a) is CudaArray and a.stream is not None for a in arrays):
-            wait_for_producers(torch, arrays, stream)
+            wait_for_producers(torch, arrays, stream, device)
         return arrays
 
     def _plan(self, torch, ins, key, device) -> _Plan:

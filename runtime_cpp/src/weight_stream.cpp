@@ -175,15 +175,24 @@ void WeightStream::work(unsigned w) {
       early.clear();
       put(w, n, c, nullptr);
     }
-    for (const Early& e : early) put(w, n, *e.chunk, e.data);
+    if (!stop_)
+      for (const Early& e : early) put(w, n, *e.chunk, e.data);
   } catch (...) {
     stop_ = true;
     if (sink_) sink_->abandon(w);
     throw;
   }
   if (!sink_) return;
-  if (stop_) sink_->abandon(w);  // another worker failed: the load fails anyway
-  else sink_->finish(w);
+  if (stop_) {
+    sink_->abandon(w);  // another worker failed: the load fails anyway
+    return;
+  }
+  try {
+    sink_->finish(w);  // (it abandons its own slots when it throws)
+  } catch (...) {
+    stop_ = true;  // the other workers stop reading
+    throw;
+  }
 }
 
 uint8_t* WeightStream::slot(unsigned w, unsigned n) const {

@@ -66,7 +66,12 @@ void DeviceUpload::reuse(unsigned w, unsigned s) {
 
 void DeviceUpload::finish(unsigned w) {
   Worker& k = workers_[w];
-  flush(k);
+  try {
+    flush(k);  // may throw (a stream, event or copy the driver refuses)
+  } catch (...) {
+    abandon(w);  // its copies end and its slots are unpinned before the ring goes
+    throw;
+  }
   end(k, gate() == Gate::Open);
 }
 

@@ -148,6 +148,7 @@ class LateCopySink : public aotpack::ChunkSink {
       aotpack::fail(AOTPACK_CUDA_ERROR, "cuMemcpyHtoDAsync failed: a test");
   }
   void finish(unsigned w) override {
+    if (fail_finish) aotpack::fail(AOTPACK_CUDA_ERROR, "cuStreamCreate failed: a test");
     for (unsigned s = 0; s < StreamPlan::kSlots; ++s) copy(w, s);
     ++finished;
   }
@@ -157,6 +158,7 @@ class LateCopySink : public aotpack::ChunkSink {
   std::vector<std::vector<uint8_t>> device;
   std::atomic<int> finished{0}, abandoned{0}, uploads{0};
   int fail_at = 0;
+  bool fail_finish = false;  // every worker's last flush fails (a small model's only one)
 
  private:
   struct Slot {
@@ -267,6 +269,24 @@ TEST(weight_stream_sink_error_stops_it) {
   // every worker that started stops without finishing (one not started yet never does)
   EXPECT(sink.abandoned >= 1 && sink.abandoned <= int(p.workers) && sink.finished == 0);
   EXPECT(sink.uploads < int(p.chunks.size()));  // the others stopped early
+}
+
+TEST(weight_stream_sink_failing_at_finish_fails_the_load) {
+  WeightsFile f = write_weights("wsinkfin", kSizes);
+  aotpack::SafetensorsFile file(f.path, "weights", aotpack::SafetensorsFile::HeaderOnly);
+  WeightSource src = source_of(file, f);
+  StreamPlan p = plan(src, 3, 4096);
+  LateCopySink sink(p, src);
+  sink.fail_finish = true;
+  WeightStream stream(p, true, &sink);
+  stream.start();
+  try {
+    stream.finish();
+    EXPECT(false);
+  } catch (const aotpack::Error& e) {
+    EXPECT(e.code() == AOTPACK_CUDA_ERROR && has(e.what(), "a test"));
+  }
+  EXPECT(sink.finished == 0);
 }
 
 TEST(weight_stream_file_shrinks) {
