@@ -469,6 +469,7 @@ def test_repeat_and_clamp_with_tensor_bounds():
 
 
 # --------------------------------------------------------------------------- refusals
+# in this file: a refusal's message must name this file's line (the forward's frame)
 class _Fn(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()

@@ -202,6 +202,7 @@ def test_accumulating_scatter_compiles_to_atomics():
 
 
 # --------------------------------------------------------------------------- refusals
+# in this file: a refusal's message must name this file's line (the forward's frame)
 class _Fn(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()

@@ -89,7 +89,7 @@ def test_sort_and_topk_kernels_in_the_interpreter():
     """Rows longer than one block of either loop (300: 5 x 64 and 3 x 128), several rows, a
     strided row view; NaNs and ties in f32, bf16 and int32, ascending and descending; topk of
     the smallest with a tie (the first index wins)."""
-    from aotpack.kernels.triton._interpret import run_interpreted_batch
+    from support.interpret import run_interpreted_batch
 
     g = torch.Generator().manual_seed(0)
     r, c = 3, 300
@@ -153,6 +153,7 @@ def test_sort_and_topk_compile_for_sm90a_with_symbolic_sizes():
 
 
 # --------------------------------------------------------------------------- refusals
+# in this file: a refusal's message must name this file's line (the forward's frame)
 class _Fn(torch.nn.Module):
     def __init__(self, fn):
         super().__init__()
