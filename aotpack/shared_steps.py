@@ -149,8 +149,12 @@ def triton_cache():
         return
     import triton
 
-    with triton.knobs.cache.scope():
+    with triton.knobs.cache.scope(), triton.knobs.compilation.scope():
         triton.knobs.cache.dir = str(knobs.triton_cache_dir())
+        # no source line table in the cubins: it records each kernel file's path and size,
+        # so the same kernels built from two checkouts (or installs) differed in their bytes
+        # (the SASS is the same; profilers lose the source view)
+        triton.knobs.compilation.disable_line_info = True
         yield
 
 

@@ -4,6 +4,7 @@ identical-op compile cache, the output folder (bundle, launcher copy, README), -
 and provenance."""
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -163,6 +164,22 @@ def test_build_is_reproducible_and_external_weights(pipeline, tmp_path):
     for name in ("model.aotpack", "weights.safetensors"):
         assert (a.out_dir / name).read_bytes() == (b.out_dir / name).read_bytes()
     assert "weights.safetensors" in (a.out_dir / "README.md").read_text()
+
+
+def test_cubins_do_not_name_where_aotpack_is_installed():
+    """Triton's line table named each kernel file's path (and size): two checkouts or
+    installs built different cubins of the same SASS. A build compiles without it."""
+    import aotpack
+    from aotpack.kernels.spec import SM90, RopeOp, contiguous
+    from aotpack.kernels.triton import rope
+
+    pytest.importorskip("triton")
+    x = contiguous("x", DType.BF16, (1, 3, 5, 48))  # a shape no other test compiles
+    op = RopeOp(x, contiguous("c", DType.BF16, (5, 48)), contiguous("s", DType.BF16, (5, 48)),
+                contiguous("o", DType.BF16, (1, 3, 5, 48)))
+    with shared_steps.triton_cache():
+        (launch,) = rope.compile(op, SM90, {"BLOCK_S": 4})
+    assert str(Path(aotpack.__file__).parent).encode() not in launch.kernel.cubin
 
 
 def test_portable_command_cuts_paths():
