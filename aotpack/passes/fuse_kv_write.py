@@ -30,13 +30,11 @@ def fuse_kv_write(ops: list, storages: dict) -> list:
     while i < len(ops):
         match = _match(ops, i, storages) if isinstance(ops[i], AttentionOp) else None
         if match is not None:
-            (iq, rq), (ik, rk), (isk, sk), (isv, sv) = match
-            op = KvWriteOp(q=rq.x, k=rk.x, v=sv.values, cos=rq.cos, sin=rq.sin, rows=sk.rows,
-                           out=rq.out, k_cache=sk.out, v_cache=sv.out)
-            last = max(iq, ik, isk, isv)
+            group, op = match
+            last = max(group)
+            del storages[ops[group[1]].out.storage]  # the rotated keys: no longer written
             ops = [op if j == last else o for j, o in enumerate(ops)
-                   if j == last or j not in (iq, ik, isk, isv)]
-            del storages[rk.out.storage]
+                   if j == last or j not in group]
             fused += 1
             i -= 3  # the attention moved up by the three ops removed before it
         i += 1
@@ -48,12 +46,14 @@ def fuse_kv_write(ops: list, storages: dict) -> list:
 def _writer_before(ops: list, index: int, storage: str):
     """(i, op) of the last op before `index` writing `storage`, or None."""
     for i in range(index - 1, -1, -1):
-        if storage in {t.storage for t in op_outputs(ops[i])}:
+        if storage in _writes(ops[i]):
             return i, ops[i]
     return None
 
 
 def _match(ops: list, att_index: int, storages: dict):
+    """((q rope, k rope, k scatter, v scatter indices), the KvWriteOp) for the attention at
+    `att_index`, or None."""
     att = ops[att_index]
     found = [_writer_before(ops, att_index, t.storage) for t in (att.q, att.k, att.v)]
     if None in found:
@@ -78,22 +78,30 @@ def _match(ops: list, att_index: int, storages: dict):
         return None
     if not _nothing_between(ops, group) or _writers(ops, rk.out.storage) != [ik]:
         return None  # (the rotated keys' storage goes with the ops: nothing else may write it)
-    reads = {t.storage for t in (rq.x, rk.x, sv.values, rq.cos, rq.sin, sk.rows)}
-    if reads & {rq.out.storage, sk.out.storage, sv.out.storage} or \
-            len({rq.out.storage, sk.out.storage, sv.out.storage}) != 3:
+    op = KvWriteOp(q=rq.x, k=rk.x, v=sv.values, cos=rq.cos, sin=rq.sin, rows=sk.rows,
+                   out=rq.out, k_cache=sk.out, v_cache=sv.out)
+    writes = _writes(op)
+    if _reads(op) & writes or len(writes) != 3:
         return None  # one kernel reads and writes at once: no operand may be written
     from aotpack.kernels.triton import kv_write
 
     try:  # shapes/strides the kernel takes (anything else keeps its four ops)
-        kv_write.check(KvWriteOp(q=rq.x, k=rk.x, v=sv.values, cos=rq.cos, sin=rq.sin,
-                                 rows=sk.rows, out=rq.out, k_cache=sk.out, v_cache=sv.out))
+        kv_write.check(op)
     except ValueError:
         return None
-    return (iq, rq), (ik, rk), (isk, sk), (isv, sv)
+    return group, op
+
+
+def _reads(op) -> set[str]:
+    return {t.storage for t in op_inputs(op)}
+
+
+def _writes(op) -> set[str]:
+    return {t.storage for t in op_outputs(op)}
 
 
 def _writers(ops: list, storage: str) -> list[int]:
-    return [i for i, op in enumerate(ops) if storage in {t.storage for t in op_outputs(op)}]
+    return [i for i, op in enumerate(ops) if storage in _writes(op)]
 
 
 def _token_rows(rot, values) -> bool:
@@ -109,8 +117,7 @@ def _token_rows(rot, values) -> bool:
 
 def _only_reader(ops: list, storage: str, reader: int) -> bool:
     """Nothing but ops[reader] reads `storage`."""
-    return all(i == reader or storage not in {t.storage for t in op_inputs(op)}
-               for i, op in enumerate(ops))
+    return all(i == reader or storage not in _reads(op) for i, op in enumerate(ops))
 
 
 def _nothing_between(ops: list, group: tuple) -> bool:
@@ -118,13 +125,10 @@ def _nothing_between(ops: list, group: tuple) -> bool:
     there (the group's own aside) writes what it reads, or reads or writes what it writes."""
     last = max(group)
     for i in group:
-        reads = {t.storage for t in op_inputs(ops[i])}
-        writes = {t.storage for t in op_outputs(ops[i])}
+        reads, writes = _reads(ops[i]), _writes(ops[i])
         for j in range(i + 1, last):
             if j in group:
                 continue
-            ins = {t.storage for t in op_inputs(ops[j])}
-            outs = {t.storage for t in op_outputs(ops[j])}
-            if outs & (reads | writes) or ins & writes:
+            if _writes(ops[j]) & (reads | writes) or _reads(ops[j]) & writes:
                 return False
     return True

@@ -3,24 +3,16 @@ rotated keys and of the values into the caches."""
 from __future__ import annotations
 
 from aotpack.kernels.reference import view, write
-from aotpack.kernels.reference.rope import rotate_half
+from aotpack.kernels.reference.rope import rotated
 from aotpack.kernels.spec import KvWriteOp
 
 
-def _rope(env, x, op: KvWriteOp):
-    cos, sin = view(env, op.cos).float(), view(env, op.sin).float()
-    if cos.dim() == 3:  # [B, S, D]: per sequence, the same for every head
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    x = x.float()
-    return x * cos + rotate_half(x) * sin
-
-
 def reference(op: KvWriteOp, env) -> None:
-    write(env, op.out, _rope(env, view(env, op.q), op))
+    write(env, op.out, rotated(env, op.q, op.cos, op.sin))
     b, hkv, s, d = op.k.shape
     # the rotated keys as the row scatter saw them: token-major rows [B*S, Hkv*D], rounded
     # to the cache's dtype
-    keys = _rope(env, view(env, op.k), op).permute(0, 2, 1, 3).reshape(b * s, hkv * d)
+    keys = rotated(env, op.k, op.cos, op.sin).permute(0, 2, 1, 3).reshape(b * s, hkv * d)
     rows = view(env, op.rows).long()
     k_cache, v_cache = view(env, op.k_cache), view(env, op.v_cache)
     inside = (rows >= 0) & (rows < k_cache.shape[0])

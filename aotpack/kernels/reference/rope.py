@@ -12,9 +12,14 @@ def rotate_half(x):
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def reference(op: RopeOp, env) -> None:
-    x = view(env, op.x).float()
-    cos, sin = view(env, op.cos).float(), view(env, op.sin).float()
+def rotated(env, x_arg, cos_arg, sin_arg):
+    """rope of the view x_arg [B, H, S, D] by the cos/sin views ([S, D] or [B, S, D]), f32."""
+    x = view(env, x_arg).float()
+    cos, sin = view(env, cos_arg).float(), view(env, sin_arg).float()
     if cos.dim() == 3:  # [B, S, D]: per sequence, the same for every head
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    write(env, op.out, x * cos + rotate_half(x) * sin)
+    return x * cos + rotate_half(x) * sin
+
+
+def reference(op: RopeOp, env) -> None:
+    write(env, op.out, rotated(env, op.x, op.cos, op.sin))
