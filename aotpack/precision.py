@@ -57,8 +57,18 @@ def quantize(program, loaded, precision: str, max_error: float | None = None,
 
 
 def apply(program, precision: str | None):
-    """Quantize `program` for `precision` (in place); the QuantizeReport, or None for the
-    model's own precision."""
+    """Quantize `program` for `precision` (in place), then run the program passes that must
+    see the quantized plan (passes/fuse_gemm_norm.py: an FP8 norm stays separate); the
+    QuantizeReport, or None for the model's own precision. Build and verify both come through
+    here, so they run the same plan."""
+    from aotpack.passes.fuse_gemm_norm import fuse_gemm_norm
+
+    report = _quantize(program, precision)
+    fuse_gemm_norm(program)
+    return report
+
+
+def _quantize(program, precision: str | None):
     if precision in (None, "model"):
         return None
     from aotpack.passes.quantize import PRECISIONS, quantize_weights

@@ -6,7 +6,7 @@ outside the tuning key (only `sources` are hashed)."""
 from __future__ import annotations
 
 from aotpack.dtypes import DType
-from aotpack.kernels.spec import GemmOp, Target, swiglu_group
+from aotpack.kernels.spec import GemmNormOp, GemmOp, Target, swiglu_group
 from aotpack.kernels.templates import BackendCannotCompile, Template
 
 GEMM_BACKENDS = ("triton", "cutedsl", "auto")
@@ -109,6 +109,44 @@ class GemmTemplate(Template):
         quant += " acts=e4m3" if op.fp8_activations else ""
         return (f"gemm M={m} N={n} K={k} {op.a.dtype.value}->{op.out.dtype.value}{quant}"
                 f" epilogue=[{epi}]")
+
+
+class GemmNormTemplate(Template):
+    """A GEMM and the RMSNorm of its rows (GemmNormOp): the GEMM's configs, backends and
+    candidates as they are (configs keep their "gemm.triton" / "gemm.cutedsl" names); a
+    two-launch split-K config normalizes in its reduce (triton/gemm_norm.py), any other
+    appends the RMSNorm kernel."""
+
+    name, op_type, module, tunable = "gemm_norm", GemmNormOp, "gemm_norm", True
+    sources = GemmTemplate.sources + ("triton/gemm_norm.py", "triton/rmsnorm.py")
+    gemm = GemmTemplate()
+
+    def fast_limit(self, backend_template):
+        return self.gemm.fast_limit(backend_template)
+
+    def supports(self, op):
+        return self.gemm.supports(op.gemm)
+
+    def bucket_size(self, op):
+        return self.gemm.bucket_size(op.gemm)
+
+    def default_config(self, op, target, backend="triton"):
+        return self.gemm.default_config(op.gemm, target, backend)
+
+    def candidates(self, op, target, backend="auto"):
+        return self.gemm.candidates(op.gemm, target, backend)
+
+    def compile(self, op, config, target):
+        from aotpack.kernels.triton import gemm_configs as gc, gemm_norm
+
+        launches = self.gemm.compile(op.gemm, config, target)
+        cfg = None
+        if config.get("template") == "gemm.triton":
+            cfg = gc.config_from_dict({k: v for k, v in config.items() if k != "template"})
+        return gemm_norm.compile(op, launches, cfg, target)
+
+    def describe(self, op):
+        return f"{self.gemm.describe(op.gemm)} + rmsnorm"
 
 
 def _cute_dict(cfg) -> dict:

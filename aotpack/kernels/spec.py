@@ -165,6 +165,21 @@ class GemmOp:
 
 
 @dataclass(frozen=True)
+class GemmNormOp:
+    """A GEMM and the RMSNorm of its output rows, as one op (passes/fuse_gemm_norm.py): the
+    GEMM's out (the residual stream) is written as before and norm.out = RMSNormOp(x =
+    gemm.out). One op so that a split-K GEMM's reduce, which holds whole output rows, can
+    normalize them too (triton/gemm_norm.py); other configs run the two kernels in turn."""
+
+    gemm: GemmOp
+    norm: "RMSNormOp"
+
+    @property
+    def out(self) -> TensorArg:
+        return self.gemm.out
+
+
+@dataclass(frozen=True)
 class AttentionOp:
     """out[B, Hq, S, D] = softmax(q k^T * scale [+ causal mask] [+ mask]) v, with GQA: query
     head h reads kv head h // (Hq // Hkv). q/k/v/out are 4-D strided views [B, H, S, D].
@@ -475,7 +490,7 @@ class GroupedMmOp:
 
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,
                  EmbeddingOp, PointwiseOp, ConvOp, PoolOp, ScanOp, BmmOp, TopkOp, SortOp,
-                 HistcOp, InversePermOp, GroupedMmOp, KvWriteOp]
+                 HistcOp, InversePermOp, GroupedMmOp, KvWriteOp, GemmNormOp]
 
 
 def op_outputs(op: KernelOp) -> list[TensorArg]:
@@ -485,6 +500,8 @@ def op_outputs(op: KernelOp) -> list[TensorArg]:
         return [op.out, op.out_scale]
     if isinstance(op, KvWriteOp):
         return [op.out, op.k_cache, op.v_cache]
+    if isinstance(op, GemmNormOp):
+        return [op.gemm.out, op.norm.out]
     return [op.out]
 
 
@@ -493,6 +510,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
     if isinstance(op, GemmOp):
         return [op.a, op.b, *epilogue_operands(op.epilogue)] + [
             t for t in (op.b_scale, op.a_scale) if t is not None]
+    if isinstance(op, GemmNormOp):  # the norm reads the GEMM's output: written here
+        return op_inputs(op.gemm) + ([op.norm.weight] if op.norm.weight is not None else [])
     if isinstance(op, AttentionOp):
         return [op.q, op.k, op.v] + [t for t in (op.mask, op.kv_limit) if t is not None]
     if isinstance(op, RMSNormOp):  # out_scale is written, listed for its lifetime

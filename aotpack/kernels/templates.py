@@ -310,9 +310,9 @@ def _with_variants(base: dict, variants: list[dict]) -> list[dict]:
 
 # ---------------------------------------------------------------------------- registry
 def _registry() -> dict[type, Template]:
-    from aotpack.kernels.gemm_template import GemmTemplate
+    from aotpack.kernels.gemm_template import GemmNormTemplate, GemmTemplate
 
-    templates = [GemmTemplate(), AttentionTemplate(),
+    templates = [GemmTemplate(), GemmNormTemplate(), AttentionTemplate(),
                  RowwiseTemplate("rmsnorm", RMSNormOp, _ROWWISE + ("triton/fp8.py",)),
                  RowwiseTemplate("layernorm", LayerNormOp, _ROWWISE),
                  RowwiseTemplate("softmax", SoftmaxOp, _ROWWISE),

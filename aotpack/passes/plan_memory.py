@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from aotpack.ir.sym import Expr, subs, subs_tree, upper_bound
 from aotpack.ir.sym_ranges import bound_under
 from aotpack.kernels.spec import (
-    COUNTERS, CounterSlot, EpAdd, EpMul, GemmOp, Launch, PointwiseOp, PtrSlot, ScratchSlot,
-    TensorArg, op_inputs, op_outputs,
+    COUNTERS, CounterSlot, EpAdd, EpMul, GemmNormOp, GemmOp, Launch, PointwiseOp, PtrSlot,
+    ScratchSlot, TensorArg, op_inputs, op_outputs,
 )
 from aotpack.program import MemoryPlan, Program
 
@@ -45,6 +45,8 @@ def _align(n: int) -> int:
 
 def _elementwise_operands(op) -> list[TensorArg]:
     """Operands that the op's kernel reads exactly where it writes (same view as the output)."""
+    if isinstance(op, GemmNormOp):  # the GEMM's residual may be its output (the norm's not)
+        op = op.gemm
     if isinstance(op, PointwiseOp):
         cands = list(op.inputs)
     elif isinstance(op, GemmOp):

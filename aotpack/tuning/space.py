@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aotpack.kernels.spec import KernelOp, Target
-from aotpack.kernels.templates import template_for, template_named
+from aotpack.kernels.templates import template_for
 
 LEVELS = ("fast", "full")
 
@@ -66,4 +66,4 @@ def candidates(op: KernelOp, target: Target, *, level: str = "full",
 def compile_candidate(op: KernelOp, target: Target, config: dict):
     """Launches of `op` compiled with exactly `config` (a candidate dict). Raises ValueError /
     RuntimeError when the config cannot compile this op on `target`."""
-    return template_named(config).compile(op, config, target)
+    return template_for(op).compile(op, config, target)

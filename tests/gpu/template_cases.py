@@ -176,6 +176,30 @@ def make_gemm_splitk():
     return _gemm("bias", k=4096, n=128)
 
 
+class ProjectNorm(nn.Module):
+    """A pre-norm layer's output projection: h = x @ W^T + residual, then RMSNorm(h); both
+    returned (h is the residual stream). A GemmNormOp: at decode sizes split-K's reduce
+    normalizes the rows, at prefill sizes the norm kernel follows the GEMM."""
+
+    def __init__(self, k: int, n: int):
+        super().__init__()
+        self.lin = nn.Linear(k, n, bias=False)
+        self.norm = nn.RMSNorm(n, eps=1e-5)
+
+    def forward(self, x, residual):
+        h = self.lin(x) + residual
+        return h, self.norm(h)
+
+
+def make_gemm_norm():
+    """N = 2100: the fused reduce walks two column chunks of 2048."""
+    torch.manual_seed(0)
+    model = _init(ProjectNorm(4096, 2100))
+    r = _rows()
+    return model, (torch.randn(5, 4096, dtype=BF16), torch.randn(5, 2100, dtype=BF16)), (
+        {0: r}, {0: r})
+
+
 class SwiGLU(nn.Module):
     """h + down(silu(gate(h)) * up(h)): gate and up become one GEMM with EpSwiGLU."""
 
@@ -547,6 +571,7 @@ CASES = [
     Case("gemm_ragged", _GEMM + ("bias",)),
     Case("gemm_splitk", _GEMM + ("bias", "splitk_reduce")),
     Case("gemm_swiglu", _GEMM + ("swiglu", "add")),
+    Case("gemm_norm", _GEMM + ("add", "splitk_reduce_norm_kernel", "rmsnorm_kernel")),
     Case("attention_causal_d64", _ATTN, {"S": SEQ_SIZES}),
     Case("attention_causal_d128", _ATTN, {"S": SEQ_SIZES}),
     Case("attention_full_d64", _ATTN, {"S": SEQ_SIZES}),

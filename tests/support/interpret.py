@@ -32,6 +32,13 @@ def run_gemms_interpreted(cases, timeout: float = 1800) -> None:
     _run([("gemm", case) for case in cases], timeout)
 
 
+def run_op_runners_interpreted(cases, timeout: float = 1800) -> None:
+    """cases: [(op, env, config[, point])], run by the op's kernel module's own
+    `jit_runner(op, env, config[, point])` (the ops whose launches share a workspace, e.g.
+    GemmNormOp's split-K partials and their reduce)."""
+    _run([("runner", case) for case in cases], timeout)
+
+
 def _run(jobs, timeout: float) -> None:
     if not jobs:
         return
@@ -68,6 +75,8 @@ def _run_here(jobs) -> None:
         if kind == "gemm":
             num_programs, *point = rest
             gemm.jit_runner(op, env, config or gemm.config_for(op), num_programs, *point)()
+        elif kind == "runner":
+            template_for(op).triton().jit_runner(op, env, config, *rest)()
         else:  # the registry names each op's kernel module; rest: the point of a symbolic op
             template_for(op).triton().run_plan_interpreted_here(op, env, config, *rest)
 
