@@ -156,10 +156,11 @@ class Suite:
             return self.set_row(model, variant, label, status=res.status, error=res.error,
                                 wall_s=res.wall_s, **more,
                                 log_tail=res.log_tail[-1500:] if res.status != "skipped" else None)
-        fields = {k: v for k, v in res.result.items() if k in ROW_FIELDS or k == "notes"}
-        extra = {k: v for k, v in res.result.items() if k not in fields}
+        fields = {k: v for k, v in res.result.items() if k in ROW_FIELDS}
+        extra = {k: v for k, v in res.result.items() if k not in fields and k != "notes"}
+        notes = [*res.result.get("notes", []), *facts.pop("notes", [])]
         self.set_row(model, variant, label, status="ok", error=None, wall_s=res.wall_s,
-                     **{**fields, **facts}, details={**extra, **(details or {})})
+                     **{**fields, **facts}, notes=notes, details={**extra, **(details or {})})
 
     def child(self, tid: str, task: dict, kind: str, env: dict | None = None,
               cmd: list[str] | None = None) -> Child:

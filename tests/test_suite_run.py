@@ -219,6 +219,12 @@ def test_the_launcher_child_times_compares_and_cold_starts(tmp_path, monkeypatch
     assert (row["median_ms"], row["p10_ms"], row["reps"]) == (0.5, 0.4, 14)
     assert row["rel_err_vs_eager"] == 0.0 and row["cold_start_s"] > 0
     assert row["launches"] == 3 and "wall time" in row["cold_start_note"]
+    assert row["notes"] == ["latency: aotpack-run --bench (C++ launcher, CUDA graph)"]
+    (s.work / "ref-mlp-decode.pt").unlink()  # without eager's reference: said, not compared
+    s.run()
+    row = rows(sr.load(tmp_path / "r.json"), "mlp-decode")[("aotpack-run", "mlp-dec")]
+    assert row["status"] == "ok" and row["rel_err_vs_eager"] is None
+    assert row["notes"][0].startswith("outputs not compared") and len(row["notes"]) == 2
 
 
 def test_smoke_run_end_to_end(tmp_path):
