@@ -23,7 +23,7 @@ TFLOP/s over the conv + linear FLOPs (with the % of the H200's 790 TFLOP/s bf16 
 
 AOTInductor runs in a child process (a crash or a hang there costs its row only): it links
 its .so with -Wl,--exclude-libs,ALL and keeps weights out of the .so, the recipe that worked
-on the H200 image (suite_aoti_plan.KNOWN). The slow parts are max-autotune's compile (~1-4
+on the H200 image (benchmarks/SUITE.md). The slow parts are max-autotune's compile (~1-4
 min per model and batch) and AOTI's compile and load (~1-2 min): split long runs over calls.
 """
 from __future__ import annotations
@@ -220,7 +220,7 @@ def aoti_child(name: str, batch: int, out_json: str, tmp: str) -> None:
     """In a child process: export, aoti_compile_and_package, aoti_load_package, time."""
     row = {}
     try:  # the suite's recipe: link with -Wl,--exclude-libs,ALL, weights out of the .so
-        from suite_aoti_plan import WEIGHTS_OUTSIDE_SO, make_wrapper, toolchain_facts
+        from suite_aoti import WEIGHTS_OUTSIDE_SO, make_wrapper, toolchain_facts
 
         facts = toolchain_facts()
         if facts.get("default_gxx"):  # before Inductor reads CXX

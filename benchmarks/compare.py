@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,20 +22,10 @@ from aotpack.dtypes import DType  # noqa: E402
 
 
 def median_ms(fn, warmup: int = 10, reps: int = 50) -> float:
-    import torch
+    """Median ms of `fn`, each call waited for (timing.bench with sync_each)."""
+    from timing import bench
 
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    return bench(fn, reps=reps, warmup=warmup, sync_each=True)["median_ms"]
 
 
 def rel_err(out, ref) -> float:

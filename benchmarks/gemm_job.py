@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -77,19 +76,10 @@ def write(folder: Path, level: str, max_m: int | None = None) -> None:
 
 
 def _median_us(torch, fn, reps=30, warmup=5) -> float:
-    flush = torch.empty(L2_FLUSH // 4, dtype=torch.int32, device="cuda")
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return statistics.median(times)
+    """Median µs of `fn`, L2 flushed before and each call waited for (timing.bench)."""
+    from timing import bench
+
+    return bench(fn, reps=reps, warmup=warmup, flush_l2=True, sync_each=True)["median_ms"] * 1e3
 
 
 def cublas(out: Path) -> None:

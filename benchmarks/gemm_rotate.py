@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 from pathlib import Path
 
@@ -42,17 +41,9 @@ def graph_us(torch, runs, reps: int = 20) -> float:
     with torch.cuda.graph(g):
         for fn in runs:
             fn()
-    for _ in range(3):
-        g.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / len(runs))
-    return statistics.median(times)
+    from timing import bench
+
+    return bench(g.replay, reps=reps, warmup=3, sync_each=True)["median_ms"] * 1e3 / len(runs)
 
 
 def copy_tbs(torch, moved: int = 2 << 30) -> float:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,9 +28,9 @@ def windows(fn, warmup_s: float, n_windows: int, reps: int) -> list[float]:
         for _ in range(10):
             fn()
         torch.cuda.synchronize()
-    from suite_measure import back_to_back  # the suite's timing of back-to-back forwards
+    from timing import bench  # forwards back to back, as the suite times them
 
-    return [statistics.median(back_to_back(fn, reps)[0]) for _ in range(n_windows)]
+    return [bench(fn, reps=reps, warmup=0)["median_ms"] for _ in range(n_windows)]
 
 
 def kernel_times(fn, iters: int) -> dict[str, float]:

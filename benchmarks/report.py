@@ -121,8 +121,8 @@ def cold_table(doc: dict) -> str:
     for name in model_names(doc):
         cells = []
         for c in COLUMNS:
-            # the best row, or the bundle of the model whose cold start was measured (one per
-            # model: suite_bundles.cold_start_bundle)
+            # the best row, or the bundle of the model whose cold start was measured (the
+            # scheduled suite measured one per model)
             r = best_row(doc, name, c)
             if r and r["status"] == "ok" and not r.get("cold_start_s"):
                 r = next((x for x in rows_of(doc, name, c) if x.get("cold_start_s")), r)
@@ -166,18 +166,27 @@ def failures(doc: dict) -> str:
     return "\n".join(out)
 
 
+# What documents of the scheduled suite (before 2026-12-02, no "method" key) say of their method.
+OLD_TIMING = ("Median of back-to-back forwards timed with CUDA events after warm-up (the method "
+              "of `aotpack-run --bench`); fresh random inputs; eager, torch.compile and "
+              "max-autotune of a model share one process (cold Inductor caches before each "
+              "compile), AOTInductor and cold starts run in fresh processes.")
+OLD_AOTI_COLD = ("aoti_load_package, whose CPU ISA check takes 59 s of it per process on torch "
+                 "2.11 alone and up to ~70 s in the suite, where it runs beside the compiles — "
+                 "its C++ loader loads a package in 0.33 s, "
+                 "benchmarks/results/2026-11-30-h200-aoti-load-probe.json")
+
+
 def header(doc: dict, json_link: str | None) -> str:
     c = doc.get("ceilings") or {}
     gpu = c.get("gpu", "GPU not recorded")
     ceil = (f"bf16 GEMM 8192³ {c['gemm_tflops']} TFLOP/s, device copy {c['copy_gbps']} GB/s "
             f"(read + write)" if c.get("gemm_tflops") else "not measured")
     raw = f" Raw numbers: [{Path(json_link).name}]({json_link})." if json_link else ""
+    timing = (doc.get("method") or {}).get("timing", OLD_TIMING)
     return (f"Measured by `benchmarks/suite.py` on {gpu} ({c.get('sm_count', '?')} SMs), torch "
             f"{c.get('torch', '?')}, {doc.get('date')}, commit `{doc.get('commit')}`; ceilings "
-            f"measured in the same run: {ceil}.{raw} Median of back-to-back forwards timed with "
-            f"CUDA events after warm-up (the method of `aotpack-run --bench`); fresh random "
-            f"inputs; eager, torch.compile and max-autotune of a model share one process (cold Inductor caches "
-            f"before each compile), AOTInductor and cold starts run in fresh processes.")
+            f"measured in the same run: {ceil}.{raw} {timing}")
 
 
 def render_markdown(doc: dict, json_link: str | None = None, png_link: str | None = None) -> str:
@@ -192,10 +201,8 @@ def render_markdown(doc: dict, json_link: str | None = None, png_link: str | Non
     parts += ["**Cold start**, process start → first output on the host, each in a fresh "
               "process (aotpack-run: the C++ launcher; aotpack (Python): libaotpack through "
               "ctypes, no torch; torch.compile with a warm cache; AOTInductor: Python's "
-              "aoti_load_package, whose CPU ISA check takes 59 s of it per process on torch 2.11 "
-              "alone and up to ~70 s in the suite, where it runs beside the compiles — its C++ "
-              "loader loads a package in 0.33 s, "
-              "benchmarks/results/2026-11-30-h200-aoti-load-probe.json):", "", cold_table(doc),
+              f"{(doc.get('method') or {}).get('cold_start', OLD_AOTI_COLD)}):", "",
+              cold_table(doc),
               ""]
     if aoti.get("conclusion"):
         parts += [f"**AOTInductor on this machine:** {aoti['conclusion']}", ""]

@@ -1,24 +1,20 @@
-"""Side-by-side benchmark suite: aotpack against eager PyTorch, torch.compile (default and
-max-autotune) and AOTInductor, in one GPU run of at most ~450 s.
+"""Side-by-side benchmark suite: aotpack bundles against eager PyTorch, torch.compile (default
+and max-autotune) and AOTInductor. Every measurement runs in a fresh child process under its
+own timeout, one after the other; nothing runs beside it.
 
-    python benchmarks/suite.py [--models a,b] [--bundle-dirs '.gpu/*/'] [--budget-s 450]
-    python benchmarks/suite.py --smoke          # CPU, tiny models, eager only: checks plumbing
-    python benchmarks/suite.py --smoke --variants eager,compile,aoti   # more of it, on the CPU
+    python benchmarks/suite.py [--only mlp-decode,llama-decode] [--variants eager,aotpack-run]
+    python benchmarks/suite.py --merge benchmarks/results/X.json --only vit-b16   # one document
+    python benchmarks/suite.py --dry-run      # the rows and each child's timeout, nothing run
+    python benchmarks/suite.py --smoke        # CPU, tiny models, eager only: checks plumbing
 
-Per model and variant: median latency, TFLOP/s or GB/s against ceilings measured in the same
-run, build time, artifact size, GPU memory, kernel launches per forward, cold start (process
-start → first output on the host, in a fresh process) and the error against eager. What fails
-is a row with its error; what does not fit the budget is a row that says so. The JSON
-(suite_results.py) is rewritten after every measurement; benchmarks/report.py turns it into
-docs/performance.md's table and a chart.
-
-The run's plan (phases, estimates, priorities) is in suite_schedule.py: AOTInductor compiles
-and other CPU work start in the background at t = 0; GPU-bound timings (ceilings, aotpack's
-CUDA-graph replays) run once no background job can use the GPU; the AOTI run processes start
-early, load their packages in the background and park (suite_aoti_preload.py); everything
-CPU-sensitive (one process per model for eager → torch.compile → max-autotune, cold starts,
-the AOTI runs' go) once no background job runs but those parked. Rows: suite_torch.py,
-suite_bundles.py, suite_aoti_plan.py (AOTI; --aoti-diagnose: suite_aoti_diagnose.py).
+Per model, in this order: eager (cold start, FLOPs, the reference every other row is compared
+with), torch.compile, max-autotune (+ its warm-cache start), AOTInductor (compile, then a run
+process), and per carried bundle aotpack-run (the C++ launcher) and aotpack-py (the binding,
+plus a cold start without torch). The ceilings (bf16 GEMM, device copy) come first. Each row:
+median/p10/p90 latency (timing.py), TFLOP/s or GB/s against the ceilings, build time, artifact
+size, GPU memory, kernel launches, cold start and the error against eager; a variant that fails
+is a row with its error (suite_results.py). The JSON is rewritten after every row;
+benchmarks/report.py turns it into docs/performance.md's table and a chart (SUITE.md).
 """
 from __future__ import annotations
 
@@ -34,341 +30,378 @@ import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-import suite_aoti_plan as aoti_plan  # noqa: E402
+import suite_aoti  # noqa: E402
 import suite_models as sm  # noqa: E402
-from suite_aoti_diagnose import Diagnosis  # noqa: E402
-from suite_bundles import BundleSteps, parse_bench  # noqa: E402,F401 (suite.parse_bench)
+from suite_aotpack import parse_bench, weights_file, weights_key  # noqa: E402,F401
+from suite_proc import Child, run_command  # noqa: E402
 from suite_results import ROW_FIELDS, Results  # noqa: E402
-from suite_runner import (  # noqa: E402
-    WORKER, Background, Budget, TaskResult, result_path, run_worker, write_task,
-)
-from suite_schedule import ESTIMATE, PRIORITY, Ledger  # noqa: E402,F401
-from suite_torch import TorchSteps  # noqa: E402
+
+VARIANTS = (*sm.TORCH_VARIANTS, *sm.AOTPACK_VARIANTS)
+WORKER = HERE / "suite_worker.py"
+# Seconds each child may run (--timeout-s caps them all): generous multiples of the H200 runs.
+TIMEOUT_S = {"ceilings": 90, "eager": 120, "compile": 240, "compile-max-autotune": 360,
+             "warm-start": 180, "aoti-compile": 300, "aoti-run": 180, "aotpack-run": 120,
+             "aotpack-py": 120, "aotpack-cold": 90, "weights": 300, "frontend-probe": 240}
+NOTES = {
+    "eager": {"cold_start_note": "cold start: python + import torch + model built from its seed "
+                                 "+ first forward + outputs to host (first thing its process "
+                                 "computes)"},
+    "compile": {"build_note": "build_s: first call on an empty Inductor/Triton cache, in a "
+                              "fresh process, after a warm-up compile that pays the one-time "
+                              "imports (compiler_warmup_s in details)"},
+}
+NOTES["compile-max-autotune"] = NOTES["compile"]
+METHOD = {
+    "timing": "Median of CUDA-event intervals of forwards issued back to back after warm-up "
+              "(benchmarks/timing.py; `aotpack-run --bench` for the launcher); fresh random "
+              "inputs; every variant in a fresh process of its own, one after the other, cold "
+              "Inductor caches before each compile.",
+    "cold_start": "aoti_load_package, whose CPU ISA check takes most of it on torch 2.11 (59 s "
+                  "of a 63 s load on the H200; its C++ loader loads a package in 0.33 s, "
+                  "benchmarks/results/2026-11-30-h200-aoti-load-probe.json)",
+}
 
 
 class Stopped(Exception):
     """SIGTERM/SIGINT: stop measuring, keep what was measured."""
 
 
+# ---------------------------------------------------------------------------------- suite
+
 class Suite:
     def __init__(self, args):
-        self.args, self.root = args, ROOT
+        self.args = args
         self.device = "cpu" if args.smoke else "cuda"
         self.work = Path(args.work).resolve()
         self.logs = self.work / "logs"
-        self.gpu_go = self.work / "gpu-go"  # background GPU jobs wait for it (after ceilings)
-        clean_work(self.work, keep_references=bool(args.resume))
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.budget = Budget(args.budget_s)
-        self.ledger = Ledger(self.budget)
-        self.bg = Background()
-        tiers = ("core",) if args.no_extra else ("core", "extra")
-        self.models = sm.select_models(args.models, tiers, args.smoke)
-        default = ("eager",) if args.smoke else (*sm.TORCH_VARIANTS, *sm.AOTPACK_VARIANTS)
-        self.variants = tuple(args.variants or default)
+        if not args.dry_run:
+            clean_work(self.work, keep_references=bool(args.merge))
+            self.logs.mkdir(parents=True, exist_ok=True)
+        self.deadline = time.monotonic() + args.budget_s if args.budget_s else None
         self.bundles, warnings = self._bundles()
-        self.models = sm.promote_bundled(self.models, self.bundles)
-        self.results = Results(Path(args.out), self._meta())
+        self.models = sm.select_models(args.only, args.smoke, {b.model for b in self.bundles})
+        self.variants = tuple(args.variants or (("eager",) if args.smoke else VARIANTS))
+        self.results = Results(None if args.dry_run else Path(args.out), self._meta())
+        if args.merge:
+            self.results.merge(Path(args.merge), self._meta())
         for w in warnings:
             self.results.warn(w)
         self.env = dict(os.environ, PYTHONUNBUFFERED="1",
                         PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE),
                                                     os.environ.get("PYTHONPATH", "")]))
         self.aotpack_run = os.environ.get("AOTPACK_RUN") or None
-        self.compare: dict[str, dict] = {}  # model → outputs saved before eager ran
-        self.why_not: dict[tuple, str] = {}  # row → why it was not run (refusals)
-        if args.resume:
-            self.results.resume(Path(args.resume), self._meta())
-        self.torch, self.packs, self.aoti = TorchSteps(self), BundleSteps(self), None
 
-    # ----------------------------------------------------------------------------- set-up
     def _bundles(self):
         if self.args.smoke:
             return [], []
         if self.args.bundles_json:
-            return sm.bundles_from_manifest(Path(self.args.bundles_json), self.models)
+            return sm.bundles_from_manifest(Path(self.args.bundles_json), list(sm.MODELS))
         dirs = [Path(p) for pat in self.args.bundle_dirs for p in glob.glob(pat)]
-        return sm.discover_bundles([d for d in dirs if d.is_dir()], self.models)
+        return sm.discover_bundles([d for d in dirs if d.is_dir()], list(sm.MODELS))
 
     def _meta(self) -> dict:
         return {"date": datetime.date.today().isoformat(), "commit": self.args.commit,
-                "command": " ".join(sys.argv), "smoke": self.args.smoke,
+                "command": " ".join(sys.argv), "smoke": self.args.smoke, "method": METHOD,
                 "host": {"python": platform.python_version(), "machine": platform.machine(),
                          "cpus": os.cpu_count()},
                 "aotpack_run": os.environ.get("AOTPACK_RUN"),
                 "aotpack_lib": os.environ.get("AOTPACK_LIB")}
 
     def log(self, msg: str) -> None:
-        print(f"[suite {self.budget.elapsed():6.1f}s] {msg}", flush=True)
-
-    def plan(self) -> None:
-        """Every row exists from the start (pending), so nothing can go missing."""
-        docs = self.results.doc["models"]
-        for m in self.models:
-            docs.setdefault(m.name, {}).update(spec=m.spec, bound=m.bound, tier=m.tier,
-                                               note=m.note)
-            for v in sm.TORCH_VARIANTS:
-                self._plan_row(m.name, v, "")
-            bundles = [b for b in self.bundles if b.model == m.name]
-            for v in sm.AOTPACK_VARIANTS:
-                for b in bundles:
-                    self._plan_row(m.name, v, b.label)
-                kept = [r for r in self.results.rows if (r["model"], r["variant"]) == (m.name, v)
-                        and r["status"] not in ("pending", "skipped")]
-                if not bundles and not kept:  # --resume keeps the rows it measured
-                    self._no_bundle(m, v)
-        if not self.args.smoke and not self.results.doc["ceilings"].get("gemm_tflops"):
-            self.ledger.add(("ceilings",), ESTIMATE["ceilings"], PRIORITY["ceilings"])
-        self.torch.plan(self.models)
-        self.packs.plan()
-        self.results.doc["schedule"] = {"estimates_s": ESTIMATE, "priorities": PRIORITY,
-                                        "cpus": os.cpu_count()}
-        self.results.write()
-
-    def _plan_row(self, model: str, variant: str, label: str) -> None:
-        self.results.row(model, variant, label)
-        if variant in self.variants:
-            return
-        why = ("--smoke runs eager only (choose more with --variants)"
-               if self.args.smoke and not self.args.variants else "not selected (--variants)")
-        self.set_row(model, variant, label, status="skipped", error=why)
-
-    def _no_bundle(self, m, variant: str) -> None:
-        if self.args.smoke:
-            self.set_row(m.name, variant, "", status="skipped", error="--smoke has no bundles")
-        elif m.tier == "extra":  # the frontend probe fills in the reason
-            self.set_row(m.name, variant, "", status="unsupported",
-                         error="unsupported: aotpack cannot build this model yet")
-        else:
-            self.set_row(m.name, variant, "", status="missing",
-                         error=f"no bundle with spec.txt = {m.spec} under the bundle folders")
-
-    # ------------------------------------------------------------------------------ rows
-    def set_row(self, model: str, variant: str, label: str, **fields) -> None:
-        status = fields.get("status")
-        row = self.results.row(model, variant, label)
-        if status not in (None, "ok") and row["status"] not in ("pending", "unsupported"):
-            return  # never overwrite a decided row with a later failure or skip
-        self.results.update(model, variant, label, **fields)
-
-    def pending(self, model: str, variant: str, label: str = "") -> bool:
-        return self.results.row(model, variant, label)["status"] == "pending"
-
-    def apply(self, model: str, variant: str, label: str, res: TaskResult, **extra) -> None:
-        """A task's outcome into its row."""
-        if not res.ok:
-            self.set_row(model, variant, label, status=res.status, error=res.error,
-                         wall_s=res.wall_s, log_tail=res.log_tail[-1500:] if res.rc else None,
-                         **extra)
-            return
-        self.apply_fields(model, variant, label, dict(res.result, wall_s=res.wall_s), **extra)
-
-    def apply_fields(self, model: str, variant: str, label: str, result: dict, **extra) -> None:
-        """Measured fields on top, the rest under "details"; the caller's facts win."""
-        fields = {k: v for k, v in result.items() if k in ROW_FIELDS or k == "notes"}
-        details = {k: v for k, v in result.items() if k not in fields and k != "details"}
-        row = self.results.row(model, variant, label)
-        fields["details"] = {**(row.get("details") or {}), **details,
-                             **(result.get("details") or {})}
-        self.set_row(model, variant, label, status="ok", error=None, **{**fields, **extra})
-
-    def model(self, name: str):
-        return next(m for m in self.models if m.name == name)
+        print(f"[suite {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
     def ref_path(self, model: str) -> str:
         return str(self.work / f"ref-{model}.pt")
 
-    def inputs_path(self, model: str) -> str:
-        return str(self.work / f"inputs-{model}.pt")
+    # ------------------------------------------------------------------------ rows
+    def plan(self) -> list[tuple[str, str, str]]:
+        """Every row of this run exists from the start (pending), so a killed run still says
+        what it did not reach. Without --merge, the variants not chosen are rows that say so."""
+        planned = []
+        for m in self.models:
+            self.results.doc["models"].setdefault(m.name, {}).update(
+                spec=m.spec, bound=m.bound, tier=m.tier, note=m.note)
+            labels = [b.label for b in self.bundles if b.model == m.name] or [""]
+            for v in VARIANTS:
+                for label in labels if v in sm.AOTPACK_VARIANTS else [""]:
+                    if v in self.variants:
+                        self.results.reset(m.name, v, label)
+                        planned.append((m.name, v, label))
+                    elif not self.args.merge:
+                        self.results.reset(m.name, v, label)
+                        self.set_row(m.name, v, label, status="skipped", error=(
+                            "--smoke runs eager only (choose more with --variants)"
+                            if self.args.smoke and not self.args.variants
+                            else "not selected (--variants)"))
+        self.results.write()
+        return planned
 
-    def cache_env(self, name: str) -> dict:
-        d = self.work / "cache" / name  # per task: each compile starts from a cold cache
-        return {"TORCHINDUCTOR_CACHE_DIR": str(d), "TRITON_CACHE_DIR": str(d / "triton")}
+    def set_row(self, model: str, variant: str, label: str, **fields) -> None:
+        self.results.update(model, variant, label, **fields)
 
-    # ------------------------------------------------------------------------- running
-    def task(self, tid: str, task: dict, *, estimate, cap_s: float,
-             env: dict | None = None, keep_s: float = 0.0) -> TaskResult:
-        """One worker process, when its estimate (a name of ESTIMATE or seconds) still fits;
-        killed when it would eat into keep_s, the time kept for more important work."""
-        est = ESTIMATE[estimate] if isinstance(estimate, str) else estimate
-        refused = self.budget.refuse(est)
-        if refused:
-            return TaskResult("skipped", None, 0.0, {}, refused)
+    def apply(self, model: str, variant: str, label: str, res: Child, *,
+              details: dict | None = None, **facts) -> None:
+        """A child's outcome into its row: measured fields on top, the rest under "details";
+        `facts` (what the suite knows about the row) win over the child's."""
+        if not res.ok:  # of the facts, only the notes say something about a failure
+            more = {"details": details} if details else {}
+            more.update({"notes": facts["notes"]} if "notes" in facts else {})
+            return self.set_row(model, variant, label, status=res.status, error=res.error,
+                                wall_s=res.wall_s, **more,
+                                log_tail=res.log_tail[-1500:] if res.status != "skipped" else None)
+        fields = {k: v for k, v in res.result.items() if k in ROW_FIELDS}
+        extra = {k: v for k, v in res.result.items() if k not in fields and k != "notes"}
+        notes = [*res.result.get("notes", []), *facts.pop("notes", [])]
+        self.set_row(model, variant, label, status="ok", error=None, wall_s=res.wall_s,
+                     **{**fields, **facts}, notes=notes, details={**extra, **(details or {})})
+
+    def child(self, tid: str, task: dict, kind: str, env: dict | None = None,
+              cmd: list[str] | None = None) -> Child:
+        """One child process (a suite_worker task, or `cmd`) under the timeout of `kind`,
+        cut to what --budget-s has left."""
+        timeout = min(TIMEOUT_S[kind], self.args.timeout_s or float("inf"))
+        if self.deadline is not None:
+            left = self.deadline - time.monotonic() - 5  # kept for writing the results
+            if left < 10:
+                return Child("skipped", error=f"skipped: --budget-s {self.args.budget_s:.0f} "
+                                              "ran out before this row")
+            timeout = min(timeout, left)
         tid = re.sub(r"[^A-Za-z0-9_.+-]", "_", tid)
+        result = self.work / f"result-{tid}.json"
+        result.unlink(missing_ok=True)
+        if cmd is None:
+            path = self.work / f"task-{tid}.json"
+            path.write_text(json.dumps(dict(task, id=tid, result_path=str(result))))
+            cmd = [sys.executable, "-X", "faulthandler", str(WORKER), str(path)]
         self.log(f"{tid} ...")
-        res = run_worker(dict(task, id=tid), work=self.work, env=dict(self.env, **(env or {})),
-                         limit_s=max(1.0, self.budget.limit(cap_s) - keep_s),
-                         log_path=self.logs / f"{tid}.log")
-        why = f" ({res.error})" if res.error else ""
-        self.log(f"{tid}: {res.status} in {res.wall_s:.1f}s{why}")
+        res = run_command(cmd, env={**self.env, **self.cache_env(tid), **(env or {})},
+                          timeout_s=timeout, log_path=self.logs / f"{tid}.log",
+                          result_path=result)
+        self.log(f"{tid}: {res.status} in {res.wall_s:.1f}s" + (f" ({res.error})" if res.error
+                                                                else ""))
         return res
 
-    def gate_gpu(self) -> None:
-        """Before a GPU timing: no background job may still use the GPU."""
-        keep = self.ledger.pending(1)
-        waited = self.bg.wait_gpu_free(self.budget.deadline(keep),
-                                       "its GPU phase outlasted what the budget could wait")
-        if waited > 0.5:
-            self.log(f"waited {waited:.1f}s for background GPU phases to end")
-        self.results.doc.setdefault("schedule", {}).setdefault("gpu_waits_s", []).append(
-            round(waited, 1))
+    def cache_env(self, tid: str) -> dict:
+        """A private, empty Inductor/Triton cache for every child: no child warms another's."""
+        d = self.work / "cache" / tid
+        return {"TORCHINDUCTOR_CACHE_DIR": str(d), "TRITON_CACHE_DIR": str(d / "triton")}
 
-    def poll_aoti(self) -> None:
-        if self.aoti and not self.args.aoti_diagnose:
-            self.aoti.poll()
+    def task(self, m, kind: str, **more) -> dict:
+        return {"task": kind, "spec": m.spec, "device": self.device,
+                "ref_path": self.ref_path(m.name), "reps": self.args.reps,
+                "flush_l2": self.args.flush_l2, **more}
 
-    # -------------------------------------------------------------------------- phases
+    # ----------------------------------------------------------------------- the run
     def run(self) -> None:
-        """Phases in order of importance (suite_schedule.py): what the budget cuts is the end."""
         self.plan()
-        core = [m for m in self.models if m.tier == "core"]
-        extra = [m for m in self.models if m.tier == "extra"]
-        self.start_background(core, extra)
-        self.window()
-        self.quiet(core, extra)
-        for m in extra:  # lowest priority: only with what is left
-            self.torch.run(m)
-            if self.aoti:
-                self.aoti.run_extra(m)
-        for m in core if self.args.warm_start else []:
-            self.torch.warm_start(m)
-        self.finish_rows()
+        if not self.args.smoke and not self.results.doc["ceilings"].get("gemm_tflops"):
+            res = self.child("ceilings", {"task": "ceilings"}, "ceilings")
+            self.results.doc["ceilings"] = res.result if res.ok else {"status": res.status,
+                                                                      "error": res.error}
+            self.results.write()
+        for m in self.models:
+            for v in sm.TORCH_VARIANTS[:3]:
+                if v in self.variants:
+                    self.torch_row(m, v)
+            if "aoti" in self.variants:
+                self.aoti_row(m)
+            bundles = [b for b in self.bundles if b.model == m.name]
+            for b in bundles:
+                self.bundle_rows(b)
+            if not bundles:
+                self.no_bundle(m)
 
-    def start_background(self, core: list, extra: list) -> None:
-        """t = 0: CPU-only jobs (reference inputs, weights, frontend probes) and the AOTI
-        compiles + toolchain probes."""
-        todo = [{"name": m.name, "spec": m.spec, "path": self.inputs_path(m.name)}
-                for m in core if not Path(self.inputs_path(m.name)).is_file()]
-        if todo:
-            self._bg_worker("inputs", {"task": "inputs", "models": todo}, 180)
-        self.packs.start_weights()
-        aoti_models = core if "aoti" in self.variants else []
-        if aoti_models:
-            self.aoti = aoti_plan.AotiRunner(self)
-            if not self.args.aoti_diagnose:
-                self.aoti.start(aoti_models)
-            self.aoti.start_probes()
-        if extra and not self.args.smoke:
-            self._bg_worker("frontend-probes", {"task": "frontend-probe", "models": [
-                {"name": m.name, "spec": m.spec} for m in extra]}, 240)
+    def torch_row(self, m, v: str) -> None:
+        more = {"cache_root": str(self.work / "cache" / f"{m.name}-{v}-timed")} \
+            if v != "eager" else {}
+        res = self.child(f"{m.name}-{v}", self.task(m, v, variant=v, **more), v)
+        costs = res.result.pop("costs", None) if res.ok else None
+        if costs:
+            self.results.doc["models"][m.name].update(costs)
+        self.apply(m.name, v, "", res, **NOTES[v])
+        if v == "compile-max-autotune" and res.ok and self.args.warm_start:
+            self.warm_start(m, v, res.result["cache_dir"])
 
-    def _bg_worker(self, tid: str, task: dict, limit_s: float) -> None:
-        path, _ = write_task(dict(task, id=tid), self.work)
-        self.bg.start(tid, [sys.executable, str(WORKER), str(path)],
-                      dict(self.env, OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"), limit_s,
-                      self.logs / f"{tid}.log")
+    def warm_start(self, m, v: str, cache: str) -> None:
+        """Fresh process on the cache the compile left: python + import torch + model build +
+        torch.compile (cache hits) + first output."""
+        env = {"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": str(Path(cache, "triton"))}
+        res = self.child(f"{m.name}-{v}-warm", self.task(m, "warm-start", variant=v),
+                         "warm-start", env=env)
+        self.set_row(m.name, v, "", **(
+            {"cold_start_s": res.result.get("cold_start_s"),
+             "cold_start_note": "fresh process, warm Inductor cache: python + import torch + "
+                                "model build + torch.compile + first forward"}
+            if res.ok else {"cold_start_note": f"warm-cache start not measured: {res.error}"}))
 
-    def window(self) -> None:
-        """GPU-bound timings while CPU-only background jobs may still run. The ceilings come
-        first, while the background GPU jobs are still in their CPU-only start and wait for
-        the go (suite_proc.wait_for_go): they need the GPU alone."""
-        if ("ceilings",) in self.ledger.items:
-            self.ceilings()
-        self.gpu_go.write_text("go\n")
-        self.poll_aoti()  # AOTI runs start while their packages compile
-        self.packs.latency()
-        if self.aoti and not self.args.aoti_diagnose:
-            if self.aoti.preloads.enabled():
-                self.aoti.preloads.start_ready()
-            else:
-                self.aoti.check(deadline=self.budget.deadline(self.ledger.pending(1)))
+    def aoti_row(self, m) -> None:
+        """The package compiled in one child (the exclude-libs recipe: suite_aoti.py), loaded
+        and run in another."""
+        pkg = self.work / "aoti" / f"{m.name}.pt2"
+        tmp = self.work / "cache" / f"{m.name}-aoti-tmp"
+        for d in (pkg.parent, tmp):
+            d.mkdir(parents=True, exist_ok=True)
+        env = dict(self.aoti_env(), TMPDIR=str(tmp))  # Inductor's precompiled header: cold too
+        c = self.child(f"{m.name}-aoti-compile", self.task(m, "aoti-compile", package=str(pkg)),
+                       "aoti-compile", env=env)
+        if not c.ok:
+            return self.apply(m.name, "aoti", "", c, notes=["failed in its compile (torch.export "
+                                                            "+ aoti_compile_and_package)"])
+        r = self.child(f"{m.name}-aoti-run", self.task(m, "aoti-run", package=str(pkg)),
+                       "aoti-run")
+        facts = c.result
+        self.apply(m.name, "aoti", "", r, details={"compile": facts},
+                   build_s=facts["build_s"],
+                   build_note="torch.export + aoti_compile_and_package, cold Inductor cache and "
+                              "precompiled header, alone (all cores)",
+                   artifact_bytes=facts["artifact_bytes"],
+                   artifact_note=".pt2 package (weights " + (
+                       "in a blob file inside it)" if facts["weights_outside_so"]
+                       else "inside the .so)"),
+                   cold_start_note="fresh process: python + import torch + aoti_load_package + "
+                                   "first run + outputs to host",
+                   notes=[f"recipe {self.results.doc['aoti']['recipe']}"])
 
-    def quiet(self, core: list, extra: list) -> None:
-        """Everything CPU-sensitive, with no background job left but the parked AOTI runs
-        (loaded, asleep until their go: suite_aoti_preload.py)."""
-        t0 = self.budget.elapsed()
-        if self.aoti:  # compiles that finish now are preloaded at once (room kept for a load)
-            self.aoti.preloads.start_rest(self.budget.deadline(self.ledger.pending(1)))
-        self.ledger.drop(("aoti-load",))  # what it reserved is the wait below
-        self.bg.wait_all(self.budget.deadline(self.ledger.pending(1)),
-                         "the core rows needed the time that was left")
-        parked = self.bg.parked()
-        self.log(f"quiet phase (waited {self.budget.elapsed() - t0:.1f}s for background jobs; "
-                 f"{len(parked)} AOTI runs parked)")
-        self.results.doc.setdefault("schedule", {}).update(
-            quiet_from_s=round(self.budget.elapsed(), 1), parked_at_quiet=parked)
-        if self.aoti:
-            self.aoti.record_probes()
-        self.extra_probes(extra)
-        for m in core:
-            self.torch.ensure_reference(m)
-            self.torch.run(m)
-        # priority 0 and a few seconds each: before the AOTI runs (which, when not preloaded,
-        # import torch and load their package)
-        self.packs.cold_starts()
-        if self.aoti and self.args.aoti_diagnose:
-            Diagnosis(self.aoti).run(core)
-            for m in core:
-                self.aoti.compile_and_run(m)
-        elif self.aoti:
-            for m in core:
-                self.aoti.run_model(m)
-        self.torch.retry_later()
+    def aoti_env(self) -> dict:
+        """CXX = the exclude-libs g++ wrapper (made once; without a g++ the default recipe)."""
+        aoti = self.results.doc["aoti"]
+        if not aoti.get("toolchain"):
+            facts = aoti["toolchain"] = suite_aoti.toolchain_facts()
+            aoti["recipe"] = suite_aoti.RECIPE if facts.get("default_gxx") else \
+                "default (no g++ on PATH for the exclude-libs wrapper)"
+            if facts.get("default_gxx"):
+                facts["wrapper"] = str(suite_aoti.make_wrapper(
+                    self.work, facts.get("realpath") or facts["default_gxx"]))
+        wrapper = aoti["toolchain"].get("wrapper")
+        return {"CXX": wrapper} if wrapper else {}
 
-    def ceilings(self) -> None:
-        self.ledger.drop(("ceilings",))
-        res = self.task("ceilings", {"task": "ceilings"}, estimate="ceilings", cap_s=90)
-        ceil = dict(res.result) if res.ok else {"status": res.status, "error": res.error}
-        self.results.doc["ceilings"] = ceil
-        self.results.write()
-
-    def extra_probes(self, extra: list) -> None:
-        """The extra models' aotpack rows: why aotpack cannot build them (frontend probe)."""
-        if "frontend-probes" not in self.bg.jobs:
+    # ---------------------------------------------------------------------- bundles
+    def bundle_rows(self, b) -> None:
+        chosen = [v for v in sm.AOTPACK_VARIANTS if v in self.variants]
+        why = self.weights_ready(b) if chosen else None
+        if why:
+            for v in chosen:
+                self.set_row(b.model, v, b.label, status="error", error=why)
             return
-        res = self.bg.wait("frontend-probes")
-        path = result_path(self.work, "frontend-probes")
-        probes = (json.loads(path.read_text()) if path.is_file() else {}).get("models") or {}
-        for m in extra:  # (a model with bundles is core: sm.promote_bundled)
-            probe = probes.get(m.name)
-            if probe is None or probe.get("error"):
-                fields = {"status": "error", "error": "frontend probe: " + (
-                    probe["error"] if probe else f"{res.status}: {res.error}")}
-            elif probe.get("unsupported"):
-                fields = {"status": "unsupported", "error": f"unsupported: {probe['unsupported']}"}
-            else:
-                fields = {"status": "missing", "error": "missing: aotpack's frontend and passes "
-                                                        "accept it, but no bundle was given"}
-            for v in sm.AOTPACK_VARIANTS:
-                self.results.update(m.name, v, "", **fields)
+        if "aotpack-run" in chosen:
+            self.launcher_row(b)
+        if "aotpack-py" in chosen:
+            self.binding_row(b)
 
-    def finish_rows(self) -> None:
-        for r in self.results.rows:
-            why = self.why_not.get((r["model"], r["variant"], r["label"]))
-            if r["status"] == "pending" and why:
-                r["status"], r["error"] = "skipped", why
-        self.results.finish_pending("skipped: the time budget ran out before this row")
+    def build_facts(self, b) -> dict:
+        facts = sm.bundle_facts(b.bundle)
+        return {"build_s": b.build.get("build_s"),
+                "build_note": "aotpack build on the build host (build.json)" if b.build
+                else "not recorded (put build.json with build_s next to the bundle)",
+                "artifact_bytes": facts["artifact_bytes"],
+                "artifact_note": "model.aotpack + external weights file",
+                "launches": facts["steps"], "graph_launches": 1,
+                "launches_method": "bundle manifest: kernel steps per forward, one CUDA graph"}
+
+    def launcher_row(self, b) -> None:
+        if not self.aotpack_run or not Path(self.aotpack_run).is_file():
+            return self.set_row(b.model, "aotpack-run", b.label, status="error",
+                                error="AOTPACK_RUN is not set to a built aotpack-run "
+                                      "(scripts/gpu-check build)")
+        res = self.child(f"{b.model}-{b.label}-aotpack-run", {
+            "task": "aotpack-run", "bundle": str(b.bundle), "aotpack_run": self.aotpack_run,
+            "ref_path": self.ref_path(b.model), "reps": self.args.reps}, "aotpack-run")
+        cold = res.result.get("cold_start_note") or (
+            "wall time of `aotpack-run BUNDLE` (load + weights check + first run + output "
+            "summary + exit), one process")
+        self.apply(b.model, "aotpack-run", b.label, res, **self.build_facts(b),
+                   cold_start_note=cold,
+                   notes=["latency: aotpack-run --bench (C++ launcher, CUDA graph)"])
+
+    def binding_row(self, b) -> None:
+        task = {"task": "aotpack-py", "bundle": str(b.bundle), "ref_path": self.ref_path(b.model),
+                "reps": self.args.reps, "flush_l2": self.args.flush_l2}
+        res = self.child(f"{b.model}-{b.label}-aotpack-py", task, "aotpack-py")
+        self.apply(b.model, "aotpack-py", b.label, res, **self.build_facts(b))
+        if not res.ok:
+            return
+        cold = self.child(f"{b.model}-{b.label}-aotpack-cold",
+                          {"task": "aotpack-cold", "bundle": str(b.bundle)}, "aotpack-cold")
+        if not cold.ok:
+            return self.set_row(b.model, "aotpack-py", b.label,
+                                cold_start_note=f"not measured: {cold.error}")
+        mem = {"device_mem_bytes": cold.result["device_mem_bytes"],
+               "peak_mem_bytes": cold.result["device_mem_bytes"],
+               "peak_mem_method": "cuMemGetInfo delta around load + first run in a fresh "
+                                  "process without torch (weights, arena, io, CUDA graph)"}
+        self.set_row(b.model, "aotpack-py", b.label, cold_start_s=cold.result["cold_start_s"],
+                     cold_start_note="python + import aotpack.runtime (ctypes, no torch) + "
+                                     "load + first run + outputs to host", **mem)
+        if self.results.row(b.model, "aotpack-run", b.label)["status"] == "ok":
+            self.set_row(b.model, "aotpack-run", b.label, **mem)  # same launcher library
+
+    def weights_ready(self, b) -> str | None:
+        """None when the bundle's external weights file is there: made here from the seeded
+        factory (scripts/make-weights), or linked from a bundle with the same weights."""
+        key = weights_key(b)
+        if key is None or weights_file(b).is_file():
+            return None
+        donor = next((x for x in self.bundles if x is not b and weights_key(x) == key
+                      and weights_file(x).is_file()), None)
+        if donor is not None:
+            try:
+                os.link(weights_file(donor), weights_file(b))
+            except OSError:
+                shutil.copyfile(weights_file(donor), weights_file(b))
+            return None
+        res = self.child(f"weights-{b.model}-{b.label}", {}, "weights", cmd=[
+            sys.executable, str(ROOT / "scripts" / "make-weights"), b.spec, str(b.dir)])
+        return None if res.ok else f"scripts/make-weights failed: {res.error}"
+
+    def no_bundle(self, m) -> None:
+        """The aotpack rows of a model without a bundle: why (for an extra model, whether
+        aotpack's frontend and passes take it at all)."""
+        chosen = [v for v in sm.AOTPACK_VARIANTS if v in self.variants]
+        if not chosen:
+            return
+        if self.args.smoke:
+            fields = {"status": "skipped", "error": "--smoke has no bundles"}
+        elif m.tier == "core":
+            fields = {"status": "missing",
+                      "error": f"no bundle with spec.txt = {m.spec} under the bundle folders"}
+        else:
+            fields = self.frontend_probe(m)
+        for v in chosen:
+            self.set_row(m.name, v, "", **fields)
+
+    def frontend_probe(self, m) -> dict:
+        res = self.child(f"{m.name}-frontend-probe",
+                         {"task": "frontend-probe", "spec": m.spec}, "frontend-probe",
+                         env={"CUDA_VISIBLE_DEVICES": ""})
+        if not res.ok or res.result.get("probe_error"):
+            return {"status": "error", "error": "frontend probe: " + (
+                res.result.get("probe_error") or f"{res.status}: {res.error}")}
+        if res.result.get("unsupported"):
+            return {"status": "unsupported", "error": f"unsupported: {res.result['unsupported']}"}
+        return {"status": "missing",
+                "error": "missing: aotpack's frontend and passes accept it, but no bundle was given"}
 
     def finish(self) -> None:
-        self.bg.kill_all()
-        self.results.doc.setdefault("schedule", {})["background"] = {
-            name: {"status": job.result.status, "wall_s": job.result.wall_s, "gpu": job.gpu}
-            for name, job in self.bg.jobs.items() if job.result is not None}
-        if self.aoti:
-            self.aoti.finish()
-        self.results.doc["budget"] = {"limit_s": self.args.budget_s,
-                                      "used_s": round(self.budget.elapsed(), 1)}
-        self.results.write()
+        self.results.finish_pending("skipped: not run")
         if self.args.logs_tar:
             with tarfile.open(self.args.logs_tar, "w:gz") as tar:
                 tar.add(self.logs, arcname="suite-logs")
 
 
 def clean_work(work: Path, keep_references: bool) -> None:
-    """A machine kept warm between calls still has the last run's folder: its compile caches
-    would make "cold" compiles warm, so they go; eager's references stay when resuming."""
-    for sub in ("cache", "aoti", "logs", "cxx-probe", "cxx-exclude-libs"):
+    """A machine kept warm between calls still has the last run's folder: its caches would make
+    "cold" compiles warm, so they go; eager's references stay for --merge."""
+    for sub in ("cache", "aoti", "logs", "cxx-exclude-libs"):
         shutil.rmtree(work / sub, ignore_errors=True)
-    patterns = ["task-*.json", "result-*.json", "gpu-done-*", "gpu-go", "outs-*.pt",
-                "aoti-go-*", "aoti-parked-*"]
-    patterns += [] if keep_references else ["ref-*.pt", "inputs-*.pt"]
-    for pattern in patterns:
+    work.mkdir(parents=True, exist_ok=True)
+    for pattern in ["task-*.json", "result-*.json"] + ([] if keep_references else ["ref-*.pt"]):
         for f in work.glob(pattern):
             f.unlink()
 
@@ -383,40 +416,39 @@ def default_commit() -> str:
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", type=lambda s: s.split(","), default=None,
-                    help=f"comma list (default: core models); known: {[m.name for m in sm.MODELS]}")
-    ap.add_argument("--no-extra", action="store_true",
-                    help="leave out the extra tier (GPT-2, BERT, ViT, ResNet-50: torch variants "
-                         "last, when time is left; aotpack rows say why it cannot build them)")
-    ap.add_argument("--variants", type=lambda s: s.split(","), default=None)
+    names = lambda s: s.split(",")  # noqa: E731
+    ap.add_argument("--only", "--models", type=names, default=None, metavar="MODEL,...",
+                    help="these models (default: the core ones and every model a bundle was "
+                         f"given for); known: {','.join(m.name for m in sm.MODELS)}")
+    ap.add_argument("--variants", type=names, default=None, metavar="VARIANT,...",
+                    help=f"default: all of {','.join(VARIANTS)} (--smoke: eager)")
     ap.add_argument("--bundle-dirs", nargs="*", default=[".gpu/*/"])
     ap.add_argument("--bundles-json", default=None, help="JSON list of {model, label, dir}")
-    ap.add_argument("--budget-s", type=float, default=450.0)
+    ap.add_argument("--timeout-s", type=float, default=None,
+                    help="cap on every child's timeout (defaults per kind: suite.TIMEOUT_S)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="stop starting children after this many seconds (rows left: skipped)")
     ap.add_argument("--reps", type=int, default=100)
+    ap.add_argument("--flush-l2", action="store_true",
+                    help="flush the L2 before every timed forward (timing.bench; the launcher "
+                         "does not)")
+    ap.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                    help="leave out max-autotune's warm-cache start")
     ap.add_argument("--work", default="/tmp/aotpack-suite")
     ap.add_argument("--out", default=None, help="results JSON (default: $OUT or "
                     "benchmarks/results, named <date>-<commit>.json)")
-    ap.add_argument("--logs-tar", default=None, help="write every task's log into this .tar.gz")
+    ap.add_argument("--merge", default=None, metavar="JSON",
+                    help="start from this earlier results document; this run's rows replace "
+                         "its rows (one document over several GPU calls)")
+    ap.add_argument("--logs-tar", default=None, help="write every child's log into this .tar.gz")
     ap.add_argument("--commit", default=None)
-    ap.add_argument("--aoti-diagnose", action="store_true",
-                    help="the long AOTI diagnosis (default load, C++ loader, recipes one by one, "
-                         "cuda-gdb backtrace) in the foreground instead of the known recipe in "
-                         "the background (suite_aoti_diagnose.py)")
-    ap.add_argument("--aoti-runs-at", choices=("go", "compiled"), default="go",
-                    help="when each AOTI run process starts: at the go after the ceilings "
-                         "(aoti_load_package's device-information check then overlaps the "
-                         "compile), or once its package has compiled (before 2026-11-30 "
-                         "session 5)")
-    ap.add_argument("--aoti-all", action="store_true",
-                    help="with --aoti-diagnose: try every AOTI recipe")
-    ap.add_argument("--resume", default=None, help="an earlier results JSON: keep its measured "
-                    "rows, ceilings and AOTI findings; measure what it skipped (into --out)")
-    ap.add_argument("--no-warm-start", dest="warm_start", action="store_false",
-                    help="leave out the max-autotune warm-cache starts (the last, optional "
-                         "step of a run)")
+    ap.add_argument("--dry-run", action="store_true", help="print the rows and timeouts only")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU, tiny models; eager only unless --variants says more")
     args = ap.parse_args(argv)
+    unknown = set(args.variants or ()) - set(VARIANTS)
+    if unknown:
+        ap.error(f"unknown variants {sorted(unknown)}; known: {','.join(VARIANTS)}")
     if args.smoke:
         args.reps = min(args.reps, 20)
     args.commit = args.commit or os.environ.get("SUITE_COMMIT") or default_commit()
@@ -427,9 +459,20 @@ def parse_args(argv=None):
     return args
 
 
+def dry_run(suite: Suite) -> int:
+    for model, variant, label in suite.plan():
+        kinds = {"aoti": "aoti-compile + aoti-run", "aotpack-py": "aotpack-py + aotpack-cold",
+                 "compile-max-autotune": "compile-max-autotune + warm-start"}
+        print(f"{model:14} {variant:22} {label:20} {kinds.get(variant, variant)}")
+    print(f"timeouts (s): {TIMEOUT_S}; results would go to {suite.args.out}")
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     suite = Suite(args)
+    if args.dry_run:
+        return dry_run(suite)
 
     def stop(signum, _frame):
         raise Stopped(signal.Signals(signum).name)
@@ -444,7 +487,7 @@ def main(argv=None) -> int:
     finally:
         suite.finish()
     suite.log(f"wrote {args.out}")
-    counts = {}
+    counts: dict[str, int] = {}
     for r in suite.results.rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     suite.log(f"rows: {counts}")

@@ -1,5 +1,5 @@
 """What the benchmark suite measures: the model list, the variants, and the aotpack bundles found
-on disk. Pure Python (no torch at import), so the plan can be checked without a GPU.
+on disk. Pure Python (no torch at import).
 
 A model is a `file.py:fn` factory returning (model, example_inputs), the same protocol that
 `aotpack build` takes, so a model added here can get a bundle as soon as aotpack covers it:
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,20 +30,10 @@ class ModelDef:
     name: str
     spec: str
     bound: str  # "compute": TFLOP/s against the GEMM ceiling; "memory": GB/s against the copy one
-    tier: str = "core"  # "core": every row planned; "extra": torch rows only when time is left
-                        # (an extra model with a bundle is planned as core: promote_bundled)
+    tier: str = "core"  # "core": measured by default; "extra": when named (--only) or when a
+                        # bundle of it is given
     smoke_spec: str | None = None  # tiny CPU stand-in for --smoke
     note: str = ""
-    # seconds on the H200 where this model's torch steps differ from suite_schedule.ESTIMATE
-    # (keys of ESTIMATE: "torch-start", "eager", "compile", "compile-max-autotune")
-    estimates: dict = field(default_factory=dict)
-
-    def estimate(self, key: str) -> float:
-        from suite_schedule import ESTIMATE
-
-        if key == "torch-start" and self.tier == "extra" and key not in self.estimates:
-            key = "extra-start"
-        return self.estimates.get(key, ESTIMATE[key])
 
 
 MODELS: tuple[ModelDef, ...] = (
@@ -52,16 +42,12 @@ MODELS: tuple[ModelDef, ...] = (
     ModelDef("mlp-decode", "examples/mlp.py:make_decode", "memory",
              smoke_spec=f"{HERE}:smoke_mlp_decode", note="16x1 tokens"),
     ModelDef("llama-prefill", "examples/llama_block.py:make", "compute",
-             smoke_spec=f"{HERE}:smoke_llama", note="Llama-3-8B layer, 1x2048",
-             estimates={"compile-max-autotune": 26}),  # 22.5-28.7 s (c838e7f, b9c5a02)
+             smoke_spec=f"{HERE}:smoke_llama", note="Llama-3-8B layer, 1x2048"),
     ModelDef("llama-decode", "examples/llama_block.py:make_decode", "memory",
              smoke_spec=f"{HERE}:smoke_llama_decode", note="Llama-3-8B layer, 16x1, no KV cache"),
     ModelDef("gpt2", f"{HERE}:gpt2", "compute", tier="extra", note="HF GPT-2 small, 4x512"),
     ModelDef("bert-base", f"{HERE}:bert_base", "compute", tier="extra", note="HF BERT-base, 8x128"),
-    ModelDef("vit-b16", f"{HERE}:vit_b16", "compute", tier="extra", note="HF ViT-B/16, 8x224²",
-             # 473c0f3, 52a9d96, 5c063bb: process 39.5-54 s for eager + compile (compile
-             # variant 18-21 s); 08cc9f0: max-autotune 77 s (its first call 76.6 s)
-             estimates={"torch-start": 25, "compile": 22, "compile-max-autotune": 80}),
+    ModelDef("vit-b16", f"{HERE}:vit_b16", "compute", tier="extra", note="HF ViT-B/16, 8x224²"),
     ModelDef("resnet50", f"{HERE}:resnet50", "compute", tier="extra",
              note="torchvision ResNet-50, 8x224²"),
 )
@@ -89,23 +75,17 @@ def model_by_name(name: str) -> ModelDef:
     raise KeyError(f"unknown model {name!r}; known: {[m.name for m in MODELS]}")
 
 
-def select_models(names: list[str] | None, tiers: tuple[str, ...], smoke: bool) -> list[ModelDef]:
-    """The models to plan: by name when given, else every model of the given tiers. In smoke
-    mode, each model runs its tiny CPU factory and models without one are left out."""
-    chosen = [model_by_name(n) for n in names] if names else [m for m in MODELS if m.tier in tiers]
+def select_models(names: list[str] | None, smoke: bool,
+                  bundled: set[str] = frozenset()) -> list[ModelDef]:
+    """The models to measure: by name when given, else the core models and every model a
+    bundle was given for. In smoke mode, each model runs its tiny CPU factory and models
+    without one are left out."""
+    chosen = [model_by_name(n) for n in names] if names else \
+        [m for m in MODELS if m.tier == "core" or m.name in bundled]
     if smoke:
         chosen = [ModelDef(m.name, m.smoke_spec, m.bound, m.tier, None, "tiny CPU stand-in")
                   for m in chosen if m.smoke_spec]
     return chosen
-
-
-def promote_bundled(models: list[ModelDef], bundles: list) -> list[ModelDef]:
-    """An extra model that aotpack builds (a bundle of it was given) is planned like a core
-    one: all its rows, its AOTInductor package compiled in the background and preloaded. Left
-    with the extras' leftover time, ViT-B/16's compiled rows did not fit (b9c5a02)."""
-    bundled = {b.model for b in bundles}
-    return [replace(m, tier="core", note=f"{m.note}; core here: a bundle of it was given")
-            if m.tier == "extra" and m.name in bundled else m for m in models]
 
 
 def _read_text(path: Path) -> str | None:
@@ -241,7 +221,7 @@ def bert_base(batch: int = 8, seq: int = 128, seed: int = 0):
 def llama32_1b(batch: int = 1, seq: int = 2048, seed: int = 0):
     """transformers' LlamaModel at Llama-3.2-1B's shape (16 layers, d=2048, GQA 32/8, ffn 8192,
     vocab 128256), seeded weights; the hidden states of one prefill. Not in MODELS (the suite
-    does not plan it): for `scripts/gpu-check bundles` runs."""
+    does not measure it): for `scripts/gpu-check bundles` runs."""
     import torch
     from transformers import LlamaConfig, LlamaModel
 

@@ -1,12 +1,14 @@
-"""The suite's results document: one JSON file, rewritten (atomically) after every measurement,
-so a run that is killed keeps everything measured until then.
+"""The suite's results document: one JSON file, rewritten (atomically) after every row, so a run
+that is killed keeps everything measured until then. benchmarks/report.py and doc_tables.py
+read it; documents of the older, scheduled suite (benchmarks/results/2026-11-30-*.json) have the
+same schema with more keys ("schedule", "budget", "aoti.attempts").
 
 Every planned (model, variant, label) is a row from the start, status "pending"; a row ends as
   ok           measured
   error        the variant raised (message in "error")
   crash        the process died on a signal (e.g. SIGSEGV), "error" says which
   timeout      the process ran past its time limit and was killed
-  skipped      not run: the time budget ran out or the mode excludes it ("error" says why)
+  skipped      not run: the --budget-s deadline or the choice of variants ("error" says why)
   unsupported  aotpack cannot build this model yet ("error": "unsupported: <reason>")
   missing      no bundle was provided for this model
 A row is never dropped: a variant that fails is a row with its error.
@@ -47,8 +49,8 @@ class Results:
     def __init__(self, path: Path | None, meta: dict):
         self.path = path
         self.doc = {"schema": SCHEMA, **meta, "ceilings": {}, "models": {}, "rows": [],
-                    "aoti": {"toolchain": {}, "attempts": [], "recipe": None, "conclusion": None},
-                    "warnings": [], "budget": {}}
+                    "aoti": {"toolchain": {}, "recipe": None, "conclusion": None},
+                    "warnings": []}
 
     @property
     def rows(self) -> list[dict]:
@@ -62,6 +64,17 @@ class Results:
         self.rows.append(r)
         return r
 
+    def reset(self, model: str, variant: str, label: str = "") -> dict:
+        """The row as planned (pending, nothing measured), in its place: what this run measures
+        replaces what a merged document had."""
+        fresh = new_row(model, variant, label)
+        for i, r in enumerate(self.rows):
+            if row_key(r) == (model, variant, label):
+                self.rows[i] = fresh
+                return fresh
+        self.rows.append(fresh)
+        return fresh
+
     def update(self, model: str, variant: str, label: str = "", **fields) -> dict:
         """Merges measured fields (unknown keys go to the row too; "notes" are appended)."""
         r = self.row(model, variant, label)
@@ -73,16 +86,14 @@ class Results:
         self.write()
         return r
 
-    def resume(self, path: Path, meta: dict) -> None:
-        """Continue an earlier run: its measured rows, ceilings, model costs and AOTI findings
-        stay; rows it skipped become pending again (this run's meta is added under "runs")."""
+    def merge(self, path: Path, meta: dict) -> None:
+        """Continue the document of an earlier run (--merge): its rows, ceilings and models
+        stay, this run's rows replace theirs (a model measured in several GPU calls becomes
+        one document); this run's meta is added under "runs"."""
         old = load(path)
         runs = old.pop("runs", None) or [{k: old.get(k) for k in ("date", "commit", "command")}]
         old.update(meta, runs=runs + [{k: meta.get(k) for k in ("date", "commit", "command")}])
-        for r in old["rows"]:
-            if r["status"] == "skipped" and not _deliberate(r.get("error")):
-                r["status"], r["error"] = "pending", None
-        self.doc = old
+        self.doc = {**self.doc, **old}
         self.write()
 
     def finish_pending(self, reason: str) -> None:
@@ -102,11 +113,6 @@ class Results:
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
         tmp.write_text(json.dumps(self.doc, indent=1, sort_keys=False) + "\n")
         os.replace(tmp, self.path)
-
-
-def _deliberate(error: str | None) -> bool:
-    """A skip that a new run would repeat (a choice of mode or variants, not the budget)."""
-    return bool(error) and error.startswith(("not selected", "--smoke"))
 
 
 def derive_throughput(doc: dict) -> None:

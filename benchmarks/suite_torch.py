@@ -1,184 +1,182 @@
-"""The torch rows of the suite: per model ONE process measures eager, then torch.compile
-default, then max-autotune (suite_worker_torch.task_torch), in the quiet phase.
+"""The suite's torch children, each in a fresh process (suite_worker.py runs them): the
+ceilings, eager, torch.compile (default or max-autotune), max-autotune's warm-cache start, and
+the frontend probe of a model without a bundle.
 
-Each variant is admitted against the budget in that order, keeping time for more important
-work still to come (suite_schedule.Ledger): max-autotune of one model does not eat the eager
-rows of the next. A variant refused only because of that reservation is retried at the end,
-alone in a fresh process, if time is left then. A variant that crashes or times out fails its
-own row; the variants after it go on in a fresh process.
+Eager runs first for a model: its first forward is the model's cold start, and it saves the
+reference (inputs + outputs) that every later row of the model is compared with. A compile
+row's child gets an empty Inductor/Triton cache (the suite sets the cache dirs); its build_s is
+the first call's time after a one-line warm-up compile, which pays what only a process's first
+compile pays (imports of Dynamo/Inductor/Triton, Triton's driver helpers) and is reported apart
+(compiler_warmup_s): build_s measures compiling the model.
 """
 from __future__ import annotations
 
-from pathlib import Path
+import contextlib
+import inspect
+import os
+import tempfile
+import time
 
-from suite_schedule import ESTIMATE, PRIORITY
-from suite_worker_torch import ORDER
+from suite_measure import one_line, since_process_start, stage
 
-CAP = {"eager": 120, "compile": 240, "compile-max-autotune": 360}
-NOTES = {
-    "eager": {"cold_start_note": "cold start: python + import torch + model built from its seed "
-                                 "+ first forward + outputs to host (first thing its process "
-                                 "computes)"},
-    "compile": {"build_note": "build_s: first call after torch._dynamo.reset(), restarted "
-                              "compile workers and an empty Inductor/Triton cache, in the "
-                              "process that measured eager"},
-}
-NOTES["compile-max-autotune"] = NOTES["compile"]
+MODES = {"compile": None, "compile-max-autotune": "max-autotune"}
 
 
-class TorchSteps:
-    def __init__(self, suite):
-        self.s = suite
-        self.later: list[tuple] = []  # (model, variant) refused for the reservation only
-        self.cache_dirs: dict[tuple, str] = {}  # (model, variant) → its Inductor cache
+def task_ceilings(t: dict) -> dict:
+    """The two ceilings every row is held against, timed like the rows: a bf16 GEMM 8192³ on
+    random data and a large device-to-device copy (bytes read + written)."""
+    import torch
 
-    def key(self, m, variant: str) -> tuple:
-        return ("torch", m.name, variant)
+    from timing import bench
 
-    def plan(self, models: list) -> None:
-        for m in models:
-            for v in ORDER:
-                if self.s.pending(m.name, v):
-                    self._add(m, v)
+    n, nbytes = 8192, 2 << 30
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    gemm = bench(lambda: torch.mm(a, b, out=c), reps=30, warmup=5)
+    del a, b, c
+    src = torch.randint(0, 255, (nbytes,), device="cuda", dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    copy = bench(lambda: dst.copy_(src), reps=20, warmup=3)
+    return {"gemm_tflops": round(2 * n**3 / (gemm["median_ms"] * 1e-3) / 1e12, 1),
+            "gemm_ms": gemm["median_ms"], "gemm_shape": [n, n, n],
+            "copy_gbps": round(2 * nbytes / (copy["median_ms"] * 1e-3) / 1e9, 1),
+            "copy_ms": copy["median_ms"], "copy_bytes_moved": 2 * nbytes,
+            "gpu": torch.cuda.get_device_name(),
+            "sm_count": torch.cuda.get_device_properties(0).multi_processor_count,
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "method": "median of CUDA-event intervals of back-to-back calls (timing.bench, as "
+                      "every row), alone on the GPU"}
 
-    def _priority(self, m, v: str) -> int:
-        return PRIORITY["extra" if m.tier == "extra" else v]
 
-    def _add(self, m, v: str) -> None:
-        est = m.estimate(v) + (m.estimate("torch-start") if v == "eager" else 0)
-        self.s.ledger.add(self.key(m, v), est, self._priority(m, v))
+def task_eager(t: dict) -> dict:
+    """First forward (cold start: the first thing this process computes), the reference for
+    the model's other rows, FLOPs/bytes, then the steady state."""
+    import torch
 
-    def run(self, m, variants: tuple = ORDER) -> None:
-        """The pending ones of `variants`, in one process per admitted run of them."""
-        todo = [v for v in variants if self.s.pending(m.name, v) and v in self.s.variants]
-        while todo:
-            admitted = self._admit(m, todo)
-            if not admitted:
-                return
-            todo = self._process(m, admitted)
+    import suite_measure as M
 
-    def _admit(self, m, todo: list) -> list:
-        """The longest prefix of todo that fits; the refused rest is retried at the end (when
-        refused for the reservation only) or skipped."""
-        admitted: list = []
-        for v in todo:  # again after a crash or a deferral: planned keys may be gone
-            self._add(m, v)
-        for i, v in enumerate(todo):
-            keys = [self.key(m, x) for x in admitted + [v]]
-            if not admitted and v != "eager":  # a process without eager: its start is paid too
-                self.s.ledger.add(("torch-start",), m.estimate("torch-start"),
-                                  self._priority(m, v))
-                keys.append(("torch-start",))
-            refused = self.s.ledger.refuse(keys)
-            self.s.ledger.drop(("torch-start",))
-            if refused:
-                self._refused(m, todo[i:], refused)
-                break
-            admitted.append(v)
-        for v in admitted:
-            self.s.ledger.drop(self.key(m, v))
-        return admitted
+    device = t["device"]
+    if device == "cuda":
+        torch.cuda.init()
+    mem = M.DeviceMemory(device)
+    stage("build model")
+    model, inputs = M.load_on(t["spec"], device)
+    with torch.no_grad():
+        stage("first forward")
+        first = M.to_host(model(*inputs))
+        res = {"cold_start_s": since_process_start()}
+        mem.sample()
+        M.save_reference(t["ref_path"], inputs, first)
+        stage("FLOP count")
+        res["costs"] = M.model_costs(model, inputs, first)
+        res.update(M.steady_state(lambda: model(*inputs), device, t["reps"], t["flush_l2"]))
+    mem.sample()
+    return {**res, **mem.fields()}
 
-    def _refused(self, m, variants: list, why: str) -> None:
-        for v in variants:
-            self.s.why_not[(m.name, v, "")] = why
-            if "kept for more important work" in why:
-                self.later.append((m, v))
-            else:
-                self.s.ledger.drop(self.key(m, v))
-                self.s.set_row(m.name, v, "", status="skipped", error=why)
 
-    def _process(self, m, variants: list) -> list:
-        """Runs one process; returns the variants still to run (after a crash)."""
-        task = {"task": "torch", "variants": variants, "spec": m.spec, "device": self.s.device,
-                "ref_path": self.s.ref_path(m.name), "inputs_path": self.s.inputs_path(m.name),
-                "cache_root": str(self.s.work / "cache" / m.name), "reps": self.s.args.reps,
-                "compare": self.s.compare.get(m.name) or {}}
-        est = sum(m.estimate(v) for v in variants) + m.estimate("torch-start")
-        # a variant that runs far over its estimate (max-autotune: 5-29 s) must not take the
-        # time kept for the cold starts and AOTI runs after it: the process is stopped first
-        # (the variants it finished keep their rows)
-        keep = self.s.ledger.reserve(max(self._priority(m, v) for v in variants))
-        res = self.s.task(f"{m.name}-torch-{'+'.join(variants)}", task, estimate=est,
-                          cap_s=sum(CAP[v] for v in variants),
-                          env=self.s.cache_env(f"{m.name}-torch"), keep_s=keep)
-        if res.status == "timeout" and keep > 0:
-            res.error = f"{res.error} (stopped so as to keep {keep:.0f} s for more important rows)"
-        done = (res.result or {}).get("variants") or {}
-        running = (res.result or {}).get("running")
-        if not done and not running:  # died before any variant started (import, build)
-            for v in variants:
-                self.s.apply(m.name, v, "", res, **NOTES[v])
-            return []
-        for i, v in enumerate(variants):
-            if v in done:
-                self._row(m, v, done[v], res.wall_s)
-            elif v == running:
-                self.s.apply(m.name, v, "", res, **NOTES[v])  # the process died in this one
-            else:
-                return variants[i:]
-        return []
+def task_compile(t: dict) -> dict:
+    """torch.compile of the model (t["variant"]: compile or compile-max-autotune) on an empty
+    cache: build_s is its first call; then the error against eager and the steady state."""
+    import torch
 
-    def _row(self, m, variant: str, one: dict, process_wall: float) -> None:
-        if one.get("error"):
-            return self.s.set_row(m.name, variant, "", status="error", error=one["error"],
-                                  details={"traceback": one.get("traceback")})
-        costs = one.pop("costs", None)
-        if costs:
-            self.s.results.doc["models"][m.name].update(costs)
-        self._compared(m, one.pop("compared", None) or {})
-        if one.get("cache_dir"):
-            self.cache_dirs[(m.name, variant)] = one["cache_dir"]
-        one["wall_s"] = one.pop("variant_s", None)
-        one["details"] = {"process_wall_s": process_wall}
-        self.s.apply_fields(m.name, variant, "", one, **NOTES[variant])
+    import suite_measure as M
 
-    def retry_later(self) -> None:
-        """Variants refused only to keep time for what came after: alone, if time is left."""
-        later, self.later = self.later, []
-        for m, v in later:
-            if self.s.pending(m.name, v):
-                self.run(m, (v,))
+    device = t["device"]
+    if device == "cuda":
+        torch.cuda.init()
+    mem = M.DeviceMemory(device)
+    stage("build model")
+    model, inputs = M.load_on(t["spec"], device)
+    ref = M.load_reference(t.get("ref_path"))
+    with torch.no_grad():
+        warm_s = warm_compiler(torch, device, t["cache_root"])
+        with fresh_inductor_cache(t["cache_root"]) as cache_dir:
+            fn = torch.compile(model, mode=MODES[t["variant"]])
+            stage("first call (compile)")
+            t0 = time.perf_counter()
+            first = M.to_host(fn(*inputs))
+            res = {"build_s": round(time.perf_counter() - t0, 2), "cache_dir": cache_dir,
+                   "compiler_warmup_s": warm_s, **M.vs_reference(first, ref)}
+            mem.sample()
+            res.update(M.steady_state(lambda: fn(*inputs), device, t["reps"], t["flush_l2"]))
+    mem.sample()
+    return {**res, **mem.fields()}
 
-    def warm_start(self, m, variant: str = "compile-max-autotune") -> None:
-        """Fresh process on the Inductor cache this run's compile left: python + import torch +
-        model build + torch.compile (cache hits) + first output."""
-        cache = self.cache_dirs.get((m.name, variant))
-        if not cache or self.s.results.row(m.name, variant)["status"] != "ok":
-            return
-        key = ("warm", m.name)
-        self.s.ledger.add(key, ESTIMATE["warm"], PRIORITY["warm"])
-        refused = self.s.ledger.refuse([key])
-        self.s.ledger.drop(key)
-        if refused:
-            return self.s.set_row(m.name, variant, "",
-                                  cold_start_note=f"warm-cache start not measured: {refused}")
-        task = {"task": "torch-warm", "variant": variant, "spec": m.spec, "device": self.s.device,
-                "inputs_path": self.s.inputs_path(m.name)}
-        env = {"TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": str(Path(cache, "triton"))}
-        res = self.s.task(f"{m.name}-{variant}-warm", task, estimate="warm", cap_s=180, env=env)
-        self.s.set_row(m.name, variant, "", **(
-            {"cold_start_s": res.result.get("cold_start_s"),
-             "cold_start_note": "fresh process, warm Inductor cache: python + import torch + "
-                                "model build + torch.compile + first forward"}
-            if res.ok else {"cold_start_note": f"warm-cache start not measured: {res.error}"}))
 
-    def ensure_reference(self, m) -> None:
-        """When resuming on a fresh machine: eager's inputs/outputs for the rows still to
-        measure, without measuring eager again."""
-        todo = any(r["status"] == "pending" for r in self.s.results.rows if r["model"] == m.name)
-        if todo and not self.s.pending(m.name, "eager") and not Path(self.s.ref_path(
-                m.name)).is_file():
-            res = self.s.task(f"{m.name}-reference", {
-                "task": "torch", "variants": ["eager"], "spec": m.spec, "device": self.s.device,
-                "ref_only": True, "ref_path": self.s.ref_path(m.name),
-                "inputs_path": self.s.inputs_path(m.name),
-                "compare": self.s.compare.get(m.name) or {}}, estimate="eager", cap_s=120)
-            eager = ((res.result or {}).get("variants") or {}).get("eager") or {}
-            self._compared(m, eager.get("compared") or {})
+def warm_compiler(torch, device: str, root: str) -> float:
+    """Compiles a one-line function in a throw-away cache, so that what only a process's first
+    compile pays is paid here, not in build_s. One compile thread: a pool of compile workers
+    started here would be wasted (the timed compile starts its own, inside build_s)."""
+    import torch._inductor.config as inductor_config
 
-    def _compared(self, m, compared: dict) -> None:
-        """Errors against eager of rows measured before it (their saved outputs)."""
-        for key, err in compared.items():
-            v, label = key.split("|", 1)
-            self.s.set_row(m.name, v, label, rel_err_vs_eager=err)
+    stage("compiler warm-up")
+    t0 = time.perf_counter()
+    with fresh_inductor_cache(os.path.join(root, "warmup")), \
+            inductor_config.patch(compile_threads=1):
+        torch.compile(lambda a: a * 2 + 1)(torch.ones(8, device=device))
+    torch._dynamo.reset()
+    return round(time.perf_counter() - t0, 2)
+
+
+@contextlib.contextmanager
+def fresh_inductor_cache(root: str):
+    """An empty Inductor + Triton cache dir under root, kept afterwards (the warm-cache start
+    reuses it); yields its path. torch's own fresh_cache also clears Inductor's in-memory
+    caches; an older torch gets the environment set by hand."""
+    import torch._inductor.utils as iu
+
+    os.makedirs(root, exist_ok=True)
+    fresh = getattr(iu, "fresh_cache", None) or getattr(iu, "fresh_inductor_cache", None)
+    params = inspect.signature(fresh).parameters if fresh else {}
+    if "dir" in params and "delete" in params:
+        with fresh(dir=root, delete=False):
+            yield os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        return
+    d = tempfile.mkdtemp(dir=root)
+    old = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    os.environ.update(TORCHINDUCTOR_CACHE_DIR=d, TRITON_CACHE_DIR=os.path.join(d, "triton"))
+    try:
+        yield d
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def task_warm_start(t: dict) -> dict:
+    """Fresh process on the Inductor cache a compile row left (the suite sets the env):
+    python + import torch + model build + torch.compile + first output."""
+    import torch
+
+    import suite_measure as M
+
+    if t["device"] == "cuda":
+        torch.cuda.init()
+    model, inputs = M.load_on(t["spec"], t["device"])
+    fn = torch.compile(model, mode=MODES[t["variant"]])
+    with torch.no_grad():
+        M.to_host(fn(*inputs))
+    return {"cold_start_s": since_process_start()}
+
+
+def task_frontend_probe(t: dict) -> dict:
+    """Can aotpack take this model? Its frontend (torch.export → IR) and passes on the CPU, as
+    `aotpack build` runs them before compiling kernels; the first error is the reason."""
+    from aotpack.frontend import load_model, to_graph
+    from aotpack.passes import compile_graph
+
+    try:  # a model that cannot be built here says nothing about aotpack
+        stage("model")
+        model, example = load_model(t["spec"])
+    except Exception as e:
+        return {"probe_error": f"the model could not be built: {one_line(e)}"[:400]}
+    try:
+        stage("frontend and passes")
+        compile_graph(to_graph(model, example))
+    except Exception as e:  # the reason is the result, not a failure of this child
+        return {"unsupported": one_line(e)[:400]}
+    return {"unsupported": None}
+
+
+TASKS = {"ceilings": task_ceilings, "eager": task_eager, "compile": task_compile,
+         "compile-max-autotune": task_compile, "warm-start": task_warm_start,
+         "frontend-probe": task_frontend_probe}

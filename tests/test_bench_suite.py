@@ -1,6 +1,7 @@
-"""The benchmark suite's pure-Python parts (benchmarks/suite*.py, report.py): model and bundle
-discovery, the results schema of failed rows, budget and child-process handling, report and
-README generation. The GPU measurements themselves run on the H200 (scripts/gpu-check suite)."""
+"""The benchmark suite's pure-Python parts (benchmarks/suite*.py, timing.py, report.py): model
+and bundle discovery, the results document, child processes, the timing helper's statistics,
+report and README generation. The GPU measurements themselves run on the H200
+(scripts/gpu-check suite); tests/test_suite_run.py runs the suite on the CPU."""
 from __future__ import annotations
 
 import json
@@ -19,27 +20,28 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import report  # noqa: E402
-import suite  # noqa: E402
-import suite_aoti_plan as plan  # noqa: E402
+import suite_aoti  # noqa: E402
 import suite_models as sm  # noqa: E402
 import suite_results as sr  # noqa: E402
-import suite_runner as runner  # noqa: E402
-from cuda_lite import finite_random_bytes  # noqa: E402
+import timing  # noqa: E402
+from suite_aotpack import finite_random_bytes, parse_bench  # noqa: E402
+from suite_proc import run_command  # noqa: E402
 
 
 # ------------------------------------------------------------------------------- models
 
-def test_default_plan_is_the_core_models_and_smoke_keeps_only_cpu_stand_ins():
-    core = sm.select_models(None, ("core",), smoke=False)
+def test_default_models_are_the_core_ones_plus_those_with_a_bundle():
+    core = sm.select_models(None, smoke=False)
     assert [m.name for m in core] == ["mlp-prefill", "mlp-decode", "llama-prefill", "llama-decode"]
     assert {m.bound for m in core if m.name.endswith("decode")} == {"memory"}
-    everything = sm.select_models(None, ("core", "extra"), smoke=False)
-    assert {"gpt2", "bert-base", "vit-b16", "resnet50"} <= {m.name for m in everything}
-    smoke = sm.select_models(None, ("core", "extra"), smoke=True)
-    assert [m.name for m in smoke] == [m.name for m in core]  # extras have no CPU stand-in
-    assert all(m.spec.startswith("benchmarks/suite_models.py:smoke_") for m in smoke)
+    bundled = sm.select_models(None, smoke=False, bundled={"vit-b16"})
+    assert [m.name for m in bundled][-1] == "vit-b16" and len(bundled) == 5
+    assert [m.name for m in sm.select_models(["gpt2"], smoke=False)] == ["gpt2"]
+    smoke = sm.select_models(["mlp-decode", "gpt2"], smoke=True)
+    assert [m.name for m in smoke] == ["mlp-decode"]  # extras have no CPU stand-in
+    assert smoke[0].spec == "benchmarks/suite_models.py:smoke_mlp_decode"
     with pytest.raises(KeyError, match="unknown model"):
-        sm.select_models(["nope"], ("core",), smoke=False)
+        sm.select_models(["nope"], smoke=False)
 
 
 def _bundle_dir(root: Path, name: str, spec: str | None, label: str | None = None,
@@ -57,14 +59,13 @@ def _bundle_dir(root: Path, name: str, spec: str | None, label: str | None = Non
 
 
 def test_discover_bundles_maps_spec_to_model_label_and_warns_about_the_rest(tmp_path):
-    models = sm.select_models(None, ("core",), smoke=False)
     dirs = [_bundle_dir(tmp_path, "llama-prefill", "examples/llama_block.py:make"),
             _bundle_dir(tmp_path, "llama-prefill-tuned", "examples/llama_block.py:make",
                         label="tuned", build={"build_s": 41.5}),
             _bundle_dir(tmp_path, "mlp-dec", "examples/mlp.py:make_decode"),
             _bundle_dir(tmp_path, "odd", "examples/other.py:make"),
             _bundle_dir(tmp_path, "nospec", None)]
-    found, warnings = sm.discover_bundles(dirs, models)
+    found, warnings = sm.discover_bundles(dirs, list(sm.MODELS))
     got = {(b.model, b.label) for b in found}
     assert got == {("llama-prefill", "llama-prefill"), ("llama-prefill", "tuned"),
                    ("mlp-decode", "mlp-dec")}
@@ -76,21 +77,19 @@ def test_discover_bundles_maps_spec_to_model_label_and_warns_about_the_rest(tmp_
 
 
 def test_two_bundles_with_one_label_stay_two_rows(tmp_path):
-    models = sm.select_models(None, ("core",), smoke=False)
     dirs = [_bundle_dir(tmp_path, "a", "examples/mlp.py:make", label="tuned"),
             _bundle_dir(tmp_path, "b", "examples/mlp.py:make", label="tuned")]
-    found, warnings = sm.discover_bundles(dirs, models)
+    found, warnings = sm.discover_bundles(dirs, list(sm.MODELS))
     assert [b.label for b in found] == ["tuned", "b"] and "taken" in warnings[0]
 
 
 def test_bundles_from_manifest(tmp_path):
-    models = sm.select_models(None, ("core",), smoke=False)
     _bundle_dir(tmp_path, "a", None)
     manifest = tmp_path / "bundles.json"
     manifest.write_text(json.dumps([{"model": "mlp-prefill", "label": "heur", "dir": "a"},
                                     {"model": "mlp-prefill", "dir": "missing"},
                                     {"model": "nope", "dir": "a"}]))
-    found, warnings = sm.bundles_from_manifest(manifest, models)
+    found, warnings = sm.bundles_from_manifest(manifest, list(sm.MODELS))
     assert [(b.model, b.label, b.spec) for b in found] == [("mlp-prefill", "heur",
                                                              "examples/mlp.py:make")]
     assert len(warnings) == 2
@@ -107,7 +106,7 @@ def test_bundle_facts_read_the_manifest_without_torch_or_aotpack(tmp_path):
     assert sm.bundle_manifest(path)["arena_bytes"] == facts["arena_bytes"]
 
 
-# ------------------------------------------------------------------------ results schema
+# ------------------------------------------------------------------------ results document
 
 def test_new_row_has_every_field_and_failure_fields_validate():
     row = sr.new_row("m", "aoti")
@@ -125,27 +124,32 @@ def test_results_file_keeps_failed_rows_and_skips_what_was_not_run(tmp_path):
     res.update("mlp-decode", "eager", status="ok", median_ms=0.1)
     res.update("mlp-decode", "aoti", status="crash", error="crash: SIGSEGV (rc -11)")
     res.row("mlp-decode", "compile")  # planned, never run
-    res.finish_pending("skipped: the time budget ran out before this row")
+    res.finish_pending("skipped: not run")
     doc = sr.load(out)
     rows = {r["variant"]: r for r in doc["rows"]}
     assert rows["aoti"]["status"] == "crash" and "SIGSEGV" in rows["aoti"]["error"]
-    assert rows["compile"]["status"] == "skipped" and "budget" in rows["compile"]["error"]
+    assert rows["compile"]["status"] == "skipped" and rows["compile"]["error"]
     assert rows["eager"]["status"] == "ok"
     assert set(sr.ROW_FIELDS) <= set(rows["aoti"])
     assert not list(tmp_path.glob("*.tmp"))  # written atomically
 
 
-def test_resume_keeps_measurements_and_reopens_budget_skips(tmp_path):
+def test_merge_keeps_the_earlier_rows_and_a_reset_row_starts_empty(tmp_path):
     first = tmp_path / "a.json"
     res = sr.Results(first, {"date": "d1", "commit": "c1", "command": "run 1"})
-    res.update("m", "eager", status="ok", median_ms=1.0)
-    res.update("m", "compile", status="skipped", error="skipped: the time budget ran out")
-    res.update("m", "aoti", status="skipped", error="not selected (--variants)")
-    again = sr.Results(tmp_path / "b.json", {})
-    again.resume(first, {"date": "d2", "commit": "c2", "command": "run 2"})
-    status = {r["variant"]: r["status"] for r in again.rows}
-    assert status == {"eager": "ok", "compile": "pending", "aoti": "skipped"}
-    assert [r["commit"] for r in again.doc["runs"]] == ["c1", "c2"]
+    res.doc["ceilings"] = {"gemm_tflops": 780.0}
+    res.update("m", "eager", status="ok", median_ms=1.0, cold_start_s=5.0)
+    res.update("m", "compile", status="timeout", error="timeout: killed after 240 s")
+    again = sr.Results(tmp_path / "b.json", {"date": "d2", "commit": "c2", "command": "run 2"})
+    again.merge(first, {"date": "d2", "commit": "c2", "command": "run 2"})
+    again.reset("m", "compile")
+    again.update("m", "compile", status="ok", median_ms=0.9)
+    doc = sr.load(tmp_path / "b.json")
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert [r["variant"] for r in doc["rows"]] == ["eager", "compile"]  # in place
+    assert rows["eager"]["cold_start_s"] == 5.0 and rows["compile"]["error"] is None
+    assert doc["ceilings"]["gemm_tflops"] == 780.0 and doc["commit"] == "c2"
+    assert [r["commit"] for r in doc["runs"]] == ["c1", "c2"]
 
 
 def test_throughput_against_the_ceiling_of_the_models_bound():
@@ -162,51 +166,33 @@ def test_throughput_against_the_ceiling_of_the_models_bound():
 
 # --------------------------------------------------------------------- child processes
 
-def _run_py(tmp_path, code: str, limit_s: float = 30, result: dict | None = None):
+def _run_py(tmp_path, code: str, timeout_s: float = 30, result: dict | None = None):
     rp = tmp_path / "result.json"
     if result is not None:
         rp.write_text(json.dumps(result))
-    return runner.run_command([sys.executable, "-c", code], env={}, limit_s=limit_s,
-                              log_path=tmp_path / "log.txt", result_path=rp)
+    return run_command([sys.executable, "-c", code], env={}, timeout_s=timeout_s,
+                       log_path=tmp_path / "log.txt", result_path=rp)
 
 
 def test_a_segfault_is_a_crash_with_its_signal(tmp_path):
     res = _run_py(tmp_path, "import ctypes; print('stage: poking'); ctypes.string_at(0)")
-    assert res.status == "crash" and res.rc < 0
-    assert "SIGSEGV" in res.error
+    assert res.status == "crash" and "SIGSEGV" in res.error
     assert "stage: poking" in res.log_tail
 
 
-def test_a_hang_is_a_timeout_and_is_killed(tmp_path):
+def test_a_hang_is_a_timeout_and_its_whole_tree_is_killed(tmp_path):
+    """A child that started a process of its own session (as a g++ may) leaves nothing."""
+    pidfile = tmp_path / "grandchild.pid"
+    code = ("import subprocess, time; p = subprocess.Popen(['sleep', '60'], "
+            f"start_new_session=True); open({str(pidfile)!r}, 'w').write(str(p.pid)); "
+            "time.sleep(60)")
     t0 = time.monotonic()
-    res = _run_py(tmp_path, "import time; time.sleep(60)", limit_s=1.5)
-    assert res.status == "timeout" and "killed after" in res.error
+    res = _run_py(tmp_path, code, timeout_s=2)
+    assert res.status == "timeout" and "killed after 2 s" in res.error
     assert time.monotonic() - t0 < 20
-
-
-def test_compile_workers_are_killed_at_once_not_waited_for():
-    """A pool whose sidecar has a child still busy (a worker importing torch) is gone within
-    a second, and torch's bookkeeping is still cleared by its own shutdown."""
-    import types
-
-    import suite_worker_torch as wt
-
-    side = subprocess.Popen(["sh", "-c", "sleep 60 & sleep 60 & wait"])
-    time.sleep(0.3)  # its children exist
-    children = [int(c) for c in Path(f"/proc/{side.pid}/task/{side.pid}/children")
-                .read_text().split()]
-    assert len(children) == 2
-    calls = []
-    fake = types.SimpleNamespace(_pool_set=[types.SimpleNamespace(process=side)],
-                                 shutdown_compile_workers=lambda: calls.append("shutdown"))
-    t0 = time.monotonic()
-    wt.stop_compile_workers(fake)
-    assert time.monotonic() - t0 < 2 and calls == ["shutdown"]
-    assert side.poll() is not None
     time.sleep(0.2)
-    for pid in children:  # orphans reaped by init, or zombies at most
-        stat = Path(f"/proc/{pid}/stat")
-        assert not stat.exists() or stat.read_text().split()[2] == "Z"
+    stat = Path(f"/proc/{pidfile.read_text()}/stat")
+    assert not stat.exists() or stat.read_text().split()[2] == "Z"
 
 
 def test_an_exception_is_an_error_with_its_message(tmp_path):
@@ -218,20 +204,21 @@ def test_an_exception_is_an_error_with_its_message(tmp_path):
     assert res.ok and res.result == {"median_ms": 1.5}
 
 
-def test_budget_admits_what_fits_and_caps_limits():
-    b = runner.Budget(100, reserve_s=10)
-    assert b.refuse(50) is None
-    assert "budget" in b.refuse(95)
-    assert b.limit(300) <= 90 and b.limit(5) == 5
+def test_a_child_learns_when_it_was_spawned(tmp_path):
+    """SUITE_T0: a cold start counts the interpreter's start-up too."""
+    code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'benchmarks')!r}); "
+            "from suite_measure import since_process_start as t; "
+            f"json.dump({{'t': t()}}, open({str(tmp_path / 'result.json')!r}, 'w'))")
+    res = _run_py(tmp_path, code)
+    assert res.ok and 0 < res.result["t"] < 30
 
 
 def test_parse_aotpack_run_bench_line():
     text = ("output out0 bf16 [8, 512, 4096] mean_abs=0.5 nonfinite=0\n"
             "aotpack-run: median_ms=1.5700 p10_ms=1.5600 p90_ms=1.6000 min_ms=1.5500 runs=200 "
             "warmup=20 graph=1\n")
-    assert suite.parse_bench(text) == {"median_ms": 1.57, "p10_ms": 1.56, "p90_ms": 1.6,
-                                       "reps": 200}
-    assert suite.parse_bench("aotpack-run: error: no GPU") == {}
+    assert parse_bench(text) == {"median_ms": 1.57, "p10_ms": 1.56, "p90_ms": 1.6, "reps": 200}
+    assert parse_bench("aotpack-run: error: no GPU") == {}
 
 
 def test_random_input_bytes_are_finite_and_not_zero():
@@ -241,29 +228,32 @@ def test_random_input_bytes_are_finite_and_not_zero():
     assert finite_random_bytes("i64", 16) == bytes(16)
 
 
+# ------------------------------------------------------------------------------- timing
+
+def test_timing_summary_is_the_median_and_the_10th_and_90th_percentiles():
+    s = timing.summary([float(x) for x in range(1, 12)], reps=11)
+    assert (s["median_ms"], s["p10_ms"], s["p90_ms"], s["min_ms"]) == (6.0, 2.0, 10.0, 1.0)
+    assert s["reps"] == 11
+    assert timing.summary([1.0, 2.0, 3.0, 4.0])["median_ms"] == 2.5
+
+
+def test_timing_bench_on_the_cpu_calls_warmup_plus_reps_times():
+    calls = []
+    res = timing.bench(lambda: calls.append(time.sleep(0.001)), reps=7, warmup=3, device="cpu")
+    assert len(calls) == 10 and res["reps"] == 7 and res["flush_l2"] is False
+    assert 1.0 <= res["p10_ms"] <= res["median_ms"] <= res["p90_ms"] < 100
+
+
 # -------------------------------------------------------------------------------- AOTI
 
 def test_exclude_libs_wrapper_adds_the_flag_to_links_only(tmp_path):
-    wrapper = plan.make_wrapper(tmp_path, "echo")
+    wrapper = suite_aoti.make_wrapper(tmp_path, "echo")
     link = subprocess.run([str(wrapper), "-shared", "a.o", "-o", "a.so"], capture_output=True,
                           text=True).stdout
     compile_ = subprocess.run([str(wrapper), "-c", "a.cpp"], capture_output=True, text=True).stdout
     assert link.split() == ["-shared", "a.o", "-o", "a.so", "-Wl,--exclude-libs,ALL"]
     assert compile_.split() == ["-c", "a.cpp"]
     assert wrapper.name == "g++"  # Inductor recognizes gcc by its name
-
-
-def test_aoti_conclusion_names_the_cause_and_the_recipe():
-    def att(name, status, error=None):
-        return {"name": name, "status": status, "error": error}
-
-    attempts = [att("probe default+torch", "error", "probe printed 'n='"),
-                att("probe default-no-torch", "ok"), att("probe exclude-libs+torch", "ok"),
-                att("default: load", "crash", "crash: SIGSEGV (rc -11)")]
-    text = plan.conclusion(attempts, "exclude-libs")
-    assert "static libstdc++" in text and "exclude-libs" in text and "SIGSEGV" in text
-    assert "No recipe" in plan.conclusion(attempts, None)
-    assert "default settings" in plan.conclusion([att("default: load", "ok")], "default")
 
 
 # ------------------------------------------------------------------------------ report
@@ -304,7 +294,7 @@ def test_latency_table_bolds_the_best_and_compares_with_the_best_peer():
 
 
 def test_cold_start_table_takes_the_bundle_whose_cold_start_was_measured():
-    """One cold start per model (suite_bundles.cold_start_bundle): when the fastest bundle is
+    """The scheduled suite measured one cold start per model: when the fastest bundle is
     another one, its model's cell shows the measured one, not a dash."""
     doc = sample_doc()
     for r in doc["rows"]:
@@ -363,49 +353,11 @@ def test_report_cli_writes_png_and_doc(tmp_path):
     assert "](r.json)" in doc.read_text() and "](r.png)" in doc.read_text()
 
 
-def test_smoke_run_end_to_end(tmp_path):
-    """The suite's plumbing on the CPU: a worker process per variant, the JSON, the report."""
-    out = tmp_path / "smoke.json"
-    p = subprocess.run([sys.executable, "benchmarks/suite.py", "--smoke", "--models",
-                        "mlp-decode", "--work", str(tmp_path / "work"), "--out", str(out),
-                        "--reps", "5"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout + p.stderr
-    doc = sr.load(out)
-    rows = {(r["variant"], r["label"]): r for r in doc["rows"]}
-    eager = rows[("eager", "")]
-    assert eager["status"] == "ok" and eager["median_ms"] > 0 and eager["cold_start_s"] > 0
-    assert doc["models"]["mlp-decode"]["flops"] == 2 * 4 * (64 * 256 + 256 * 64)
-    assert all(r["status"] == "skipped" and r["error"] for k, r in rows.items() if k[0] != "eager")
-    assert "mlp-decode" in report.render_markdown(doc)
-
-
-def test_the_binding_cold_start_worker_imports_no_torch():
-    """aotpack-cold measures a process without torch: the worker's imports must not pull it."""
-    code = ("import sys; sys.path[:0] = ['benchmarks', '.']; import suite_worker, suite_aoti, "
-            "cuda_lite, aotpack.runtime; print('torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                         timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False"
-
-
-def test_cold_start_goes_to_a_bundle_that_ran():
-    """One cold start per model: the first bundle whose rows were measured, not a failed one;
-    a --resume counts a model's bundles done once that one has its cold start."""
-    import types
-
-    import suite_bundles
-
-    res = sr.Results(None, {"date": "2026-12-01", "commit": "abc1234"})
-    a = types.SimpleNamespace(model="m", label="heuristic")
-    b = types.SimpleNamespace(model="m", label="tuned")
-    for v in ("aotpack-run", "aotpack-py"):
-        res.update("m", v, "heuristic", status="error", error="bad tensor map")
-        res.update("m", v, "tuned", status="ok", median_ms=1.0)
-    suite = types.SimpleNamespace(bundles=[a, b], results=res)
-    steps = suite_bundles.BundleSteps(suite)
-    assert steps.cold_start_bundle("m") is b
-    assert not steps.done(b)  # its cold start is still to come
-    res.update("m", "aotpack-run", "tuned", cold_start_s=1.2)
-    res.update("m", "aotpack-py", "tuned", cold_start_s=1.1)
-    assert steps.done(b) and steps.done(a)
+def test_a_document_says_how_it_was_measured_and_old_ones_keep_their_text():
+    doc = sample_doc()
+    old = report.render_markdown(doc)
+    assert report.OLD_TIMING in old and report.OLD_AOTI_COLD in old
+    doc["method"] = {"timing": "Timed somehow.", "cold_start": "a loader"}
+    new = report.render_markdown(doc)
+    assert "Timed somehow." in new and "AOTInductor: Python's a loader):" in new
+    assert report.OLD_TIMING not in new
