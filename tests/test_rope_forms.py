@@ -151,3 +151,134 @@ def test_every_layer_of_the_family_writes_its_cache_in_one_op(family, tmp_path):
     got = [(op.interleaved, op.rotary_dim) if op.rotates else None
            for op in program.ops if isinstance(op, KvWriteOp)]
     assert got == _families()[family][2]
+
+
+# ----------------------------------------------------------------------------- kernels
+# (interleaved, rotary_dim of D=16, table dtype); None: a layer without rope
+KERNEL_FORMS = {
+    "interleaved": (True, None, BF16),
+    "partial": (False, 8, BF16),
+    "interleaved_partial": (True, 8, BF16),
+    "f32_tables": (False, None, F32),
+    "interleaved_partial_f32": (True, 4, F32),
+    "no_rope": None,
+}
+SHAPES = {"decode": (2, 1), "prefill": (1, 21)}  # (B, S); prefill: several row blocks
+
+
+def _layer(b, s, form, hq=4, hkv=2, d=16):
+    """The ops lowering writes for one layer (two RopeOps of `form` and two row scatters over
+    a fused qkv [B*S, (Hq+2Hkv)*D], or the scatters alone), the attention, the storages."""
+    width, n = (hq + 2 * hkv) * d, b * s + 5
+
+    def heads(h, offset):
+        return TensorArg("qkv", BF16, (b, h, s, d), (s * width, d, width, 1), offset)
+
+    rows = contiguous("rows", DType.I64, (b * s,))
+    k_cache, v_cache = (contiguous(f"cache.{x}", BF16, (n, hkv * d)) for x in "kv")
+    v_rows = TensorArg("qkv", BF16, (b * s, hkv * d), (width, 1), (hq + hkv) * d)
+    shapes = {"qkv": (b * s * width,), "rows": (b * s,), "cache.k": (n, hkv * d),
+              "cache.v": (n, hkv * d), "att": (b, hq, s, d)}
+    if form is None:
+        ops = [ScatterRowsOp(rows, TensorArg("qkv", BF16, (b * s, hkv * d), (width, 1), hq * d),
+                             k_cache), ScatterRowsOp(rows, v_rows, v_cache)]
+        q = heads(hq, 0)
+    else:
+        interleaved, rotary, table_dtype = form
+        r = rotary or d
+        cos, sin = (contiguous(t, table_dtype, (b, s, r)) for t in ("cos", "sin"))
+        q = contiguous("q_rot", BF16, (b, hq, s, d))
+        k_rot = TensorArg("k_rot", BF16, (b, hkv, s, d), (s * hkv * d, d, hkv * d, 1))
+        ops = [RopeOp(heads(hq, 0), cos, sin, q, interleaved, rotary),
+               RopeOp(heads(hkv, hq * d), cos, sin, k_rot, interleaved, rotary),
+               ScatterRowsOp(rows, contiguous("k_rot", BF16, (b * s, hkv * d)), k_cache),
+               ScatterRowsOp(rows, v_rows, v_cache)]
+        shapes.update({"cos": (b * s * r,), "sin": (b * s * r,), "q_rot": (b, hq, s, d),
+                       "k_rot": (b, s, hkv, d)})
+    t = n // b
+    cache_k = TensorArg("cache.k", BF16, (b, hkv, t, d), (t * hkv * d, d, hkv * d, 1))
+    att = AttentionOp(q, cache_k, dataclasses.replace(cache_k, storage="cache.v"),
+                      contiguous("att", BF16, (b, hq, s, d)), False, d ** -0.5)
+    kinds = {"rows": "input", "cache.k": "state", "cache.v": "state"}
+    storages = {name: Storage(name, kinds.get(name, "intermediate"),
+                              F32 if name in ("cos", "sin") and form[2] == F32 else
+                              (DType.I64 if name == "rows" else BF16), shape)
+                for name, shape in shapes.items()}
+    return ops + [att], storages
+
+
+def _env(storages, n_rows, seed):
+    g = torch.Generator().manual_seed(seed)
+    env = {name: torch.randn(int(torch.tensor(st.shape).prod()), generator=g)
+           .to(st.dtype.to_torch()) for name, st in storages.items() if st.dtype != DType.I64}
+    n_table = storages["cache.k"].shape[0]
+    rows = torch.randperm(n_table, generator=g)[:n_rows]
+    rows[0] = -1  # outside the table: skipped
+    env["rows"] = rows
+    return env
+
+
+def _fused(b, s, form):
+    ops, storages = _layer(b, s, form)
+    fused = fuse_kv_write(list(ops), dict(storages))
+    assert [type(o) for o in fused] == [KvWriteOp, AttentionOp]
+    return ops, fused[0], storages
+
+
+@pytest.mark.parametrize("form", KERNEL_FORMS)
+def test_fused_reference_matches_the_ops_it_replaces(form):
+    ops, op, storages = _fused(2, 3, KERNEL_FORMS[form])
+    assert op.rotates == (KERNEL_FORMS[form] is not None)
+    env = _env(storages, 6, 0)
+    want = {k: v.clone() for k, v in env.items()}
+    for o in ops[:-1]:
+        template_for(o).reference(o, want)
+    template_for(op).reference(op, env)
+    for name in ("cache.k", "cache.v") + (("q_rot",) if op.rotates else ()):
+        assert torch.equal(env[name], want[name]), name
+
+
+def _config(op):
+    return {k: v for k, v in template_for(op).default_config(op, None).items()
+            if k != "template"}
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_kernels_match_references_interpreted(shape):
+    """Every form's KvWriteOp and RopeOp at one shape, in one interpreter child."""
+    from support.interpret import run_interpreted_batch
+
+    b, s = SHAPES[shape]
+    jobs, wants = [], []
+    for i, form in enumerate(KERNEL_FORMS.values()):
+        ops, op, storages = _fused(b, s, form)
+        cases = [op] + ([ops[0], ops[1]] if form is not None else [])  # + the q and k ropes
+        for j, case in enumerate(cases):
+            env = _env(storages, b * s, seed=10 * i + j)
+            want = {k: v.clone() for k, v in env.items()}
+            template_for(case).reference(case, want)
+            if case.out is not None:
+                env[case.out.storage].fill_(float("nan"))  # every element must be written
+            jobs.append((case, env, _config(case)))
+            wants.append(want)
+    run_interpreted_batch(jobs)
+    for (case, env, _), want in zip(jobs, wants):
+        what = type(case).__name__
+        assert torch.equal(env["cache.k"], want["cache.k"]), what
+        assert torch.equal(env["cache.v"], want["cache.v"]), what
+        if case.out is not None:
+            assert torch.equal(view(env, case.out), view(want, case.out)), what
+
+
+def test_kernels_compile_for_sm90_in_every_form():
+    """The interpreter accepts code the compiler refuses (non-constexpr globals, an if whose
+    branches differ in types, a None pointer used): cross-compile each form's cubin."""
+    from aotpack.kernels.spec import SM90
+
+    for form in KERNEL_FORMS.values():
+        for b, s in SHAPES.values():
+            ops, op, _ = _fused(b, s, form)
+            for case in [op] + ([ops[0]] if form is not None else []):
+                template = template_for(case)
+                launches = template.compile(case, template.default_config(case, SM90), SM90)
+                assert len(launches) == 1 and launches[0].kernel.cubin

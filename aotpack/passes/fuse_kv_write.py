@@ -60,10 +60,11 @@ def _match(ops: list, att_index: int, storages: dict):
     """((q rope, k rope, k scatter, v scatter indices) or, without rope, (k scatter, v
     scatter), the KvWriteOp) for the attention at `att_index`, or None."""
     att = ops[att_index]
-    found = [_writer_before(ops, att_index, t.storage) for t in (att.q, att.k, att.v)]
+    found = [_writer_before(ops, att_index, t.storage) for t in (att.k, att.v)]
     if None in found:
         return None
-    (iq, rq), (isk, sk), (isv, sv) = found
+    (isk, sk), (isv, sv) = found
+    iq, rq = _writer_before(ops, att_index, att.q.storage) or (None, None)  # (None: an input)
     if not (isinstance(sk, ScatterRowsOp) and isinstance(sv, ScatterRowsOp) and isk != isv
             and sk.rows == sv.rows):
         return None
