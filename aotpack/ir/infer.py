@@ -227,10 +227,13 @@ def _sdpa(ins, a: O.SdpaAttrs):
     return TensorType(q.dtype, tuple(q.shape[:-1]) + (v.shape[-1],))
 
 
-def _rope(ins, a):
+def _rope(ins, a: O.RopeAttrs):
     _arity(ins, 3)
-    broadcast_shapes(ins[0].shape, ins[1].shape, ins[2].shape)
-    return ins[0]
+    x = ins[0]
+    rot = x.shape[:-1] + (a.rotary_dim if a.rotary_dim is not None else x.shape[-1],)
+    broadcast_shapes(rot, ins[1].shape, ins[2].shape)  # the tables span the rotated dims
+    dtype = a.dtype or promote(promote(x.dtype, ins[1].dtype), ins[2].dtype)
+    return TensorType(dtype, x.shape)
 
 
 def _swiglu(ins, a: O.SwiGLUAttrs):

@@ -57,10 +57,19 @@ def _sdpa(a, q, k, v, mask=None):
 
 
 def _rope(a, x, cos, sin):
+    """What the model wrote: torch's promotions, then the optional rounding (RopeAttrs)."""
     import torch
 
-    half = x.shape[-1] // 2
-    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+    r = a.rotary_dim if a.rotary_dim is not None else x.shape[-1]
+    xr = x[..., :r]
+    if a.interleaved:
+        turned = torch.stack((-xr[..., 1::2], xr[..., 0::2]), dim=-1).flatten(-2)
+    else:
+        turned = torch.cat((-xr[..., r // 2:], xr[..., :r // 2]), dim=-1)
+    out = xr * cos + turned * sin
+    if r < x.shape[-1]:
+        out = torch.cat((out, x[..., r:].to(out.dtype)), dim=-1)
+    return out if a.dtype is None else out.to(a.dtype.to_torch())
 
 
 def _swiglu(a, x):

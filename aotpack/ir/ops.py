@@ -85,7 +85,7 @@ class Op(enum.Enum):
     # offs[g-1]..offs[g] of a times b[g] (torch._grouped_mm); rows past offs[E-1] are 0
     GROUPED_MM = "grouped_mm"
     SDPA = "sdpa"  # (q[B,Hq,S,D], k[B,Hkv,T,D], v[B,Hkv,T,Dv])
-    ROPE = "rope"  # (x[B,H,S,D], cos, sin) rotate-half form
+    ROPE = "rope"  # (x[B,H,S,D], cos, sin) RopeAttrs: rotate-half or interleaved, partial
     # silu(gate) * up of a gate/up linear whose weight rows are interleaved in blocks of
     # `group` (passes/fuse_swiglu.py): x[..., 2N] -> [..., N]; only that pass produces it
     SWIGLU = "swiglu"
@@ -213,6 +213,20 @@ class SdpaAttrs:
 
 
 @dataclass(frozen=True)
+class RopeAttrs:
+    """ROPE(x[B, H, S, D], cos, sin): the first `rotary_dim` dims of x (None: all D) become
+    x*cos + rot(x)*sin, the rest pass through; cos/sin are [.., S, rotary_dim]. rot is
+    rotate-half, cat(-x[.., R/2:], x[.., :R/2]), or with `interleaved` the pairs (2i, 2i+1)
+    turned: stack(-x[.., 1::2], x[.., 0::2], -1).flatten(-2) (GLM, Helium, Ernie 4.5).
+    The math runs in the dtype x, cos and sin promote to; `dtype` set: the result is rounded
+    to it (OLMo-2, Ernie: f32 tables and math, the result cast back to x's dtype)."""
+
+    interleaved: bool = False
+    rotary_dim: int | None = None
+    dtype: DType | None = None
+
+
+@dataclass(frozen=True)
 class SwiGLUAttrs:
     """Output column j reads gate column 2G*(j//G) + j%G and up column that + G (G = group),
     the layout of aotpack.kernels.spec.EpSwiGLU."""
@@ -299,8 +313,8 @@ class StridedAttrs:
 Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAttrs, ScanAttrs,
               NormAttrs,
               SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
-              StridedAttrs, SwiGLUAttrs, ConvAttrs, PoolAttrs, TopkAttrs, SortAttrs, HistcAttrs,
-              ScatterAttrs]
+              StridedAttrs, SwiGLUAttrs, RopeAttrs, ConvAttrs, PoolAttrs, TopkAttrs, SortAttrs,
+              HistcAttrs, ScatterAttrs]
 
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY + COMPARE + LOGIC}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
@@ -310,7 +324,7 @@ ATTRS_TYPE: dict[Op, type] = {
     Op.RMS_NORM: NormAttrs, Op.LAYER_NORM: NormAttrs, Op.SDPA: SdpaAttrs, Op.VIEW: ViewAttrs,
     Op.PERMUTE: PermuteAttrs, Op.SLICE: SliceAttrs, Op.SELECT: SelectAttrs,
     Op.EXPAND: ExpandAttrs, Op.UNSQUEEZE: DimAttrs, Op.SQUEEZE: DimAttrs, Op.CAT: DimAttrs,
-    Op.AS_STRIDED: StridedAttrs, Op.SWIGLU: SwiGLUAttrs,
+    Op.AS_STRIDED: StridedAttrs, Op.SWIGLU: SwiGLUAttrs, Op.ROPE: RopeAttrs,
     Op.CONV: ConvAttrs, Op.POOL: PoolAttrs,
     Op.TOPK: TopkAttrs, Op.SORT: SortAttrs, Op.HISTC: HistcAttrs, Op.SCATTER_ROWS: ScatterAttrs,
 }

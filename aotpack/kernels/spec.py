@@ -253,15 +253,25 @@ class ReduceOp:
 
 @dataclass(frozen=True)
 class RopeOp:
-    """Rotary embedding (rotate-half form) on a 4-D view x[B, H, S, D]:
-    out = x * cos[s, :] + rotate_half(x) * sin[s, :], rotate_half(x) = cat(-x[.., D/2:], x[.., :D/2]).
-    cos/sin are 2-D views [S, D] (every sequence's) or 3-D [B, S, D] (each sequence at its own
-    positions: a generation step); out is a 4-D view [B, H, S, D]."""
+    """Rotary embedding on a 4-D view x[B, H, S, D], of its first R = rotary_dim dims (None:
+    all D; the others are copied): out[.., :R] = x * cos[s, :] + rot(x) * sin[s, :] with
+    rot(x) = cat(-x[.., R/2:R], x[.., :R/2]) (rotate-half) or, `interleaved`, the pairs
+    (2i, 2i+1) turned: rot(x)[2i] = -x[2i+1], rot(x)[2i+1] = x[2i].
+    cos/sin are 2-D views [S, R] (every sequence's) or 3-D [B, S, R] (each sequence at its own
+    positions: a generation step), of any float dtype; out is a 4-D view [B, H, S, D]. The math
+    is f32, rounded once to out's dtype."""
 
     x: TensorArg
     cos: TensorArg
     sin: TensorArg
     out: TensorArg
+    interleaved: bool = False
+    rotary_dim: int | None = None
+
+    @property
+    def rot_dim(self) -> int:
+        """R: how many leading dims of each head are rotated."""
+        return self.rotary_dim if self.rotary_dim is not None else self.x.shape[3]
 
 
 @dataclass(frozen=True)
@@ -462,18 +472,33 @@ class KvWriteOp:
       out = rope(q)                                  q, out: [B, Hq, S, D] strided views
       k_cache[rows[b*S + s], h*D + d] = rope(k)[b, h, s, d]       k: [B, Hkv, S, D]
       v_cache[rows[r], c] = v[r, c]                  v: [B*S, C]
-    rope as RopeOp (cos/sin [S, D] or [B, S, D]); rows outside [0, N) are skipped, as
-    ScatterRowsOp. The caches ([N, Hkv*D] and [N, C]) are written in place (session state)."""
+    rope as RopeOp with its `interleaved` and `rotary_dim` (cos/sin [S, R] or [B, S, R]); rows
+    outside [0, N) are skipped, as ScatterRowsOp. The caches ([N, Hkv*D] and [N, C]) are
+    written in place (session state). A layer without rotary embedding (SmolLM3's NoPE
+    layers, learned positions) has q, out, cos and sin None: the keys are only stored."""
 
-    q: TensorArg
+    q: TensorArg | None
     k: TensorArg
     v: TensorArg
-    cos: TensorArg
-    sin: TensorArg
+    cos: TensorArg | None
+    sin: TensorArg | None
     rows: TensorArg
-    out: TensorArg
+    out: TensorArg | None
     k_cache: TensorArg
     v_cache: TensorArg
+    interleaved: bool = False
+    rotary_dim: int | None = None
+
+    @property
+    def rotates(self) -> bool:
+        return self.cos is not None
+
+    @property
+    def rot_dim(self) -> int:
+        """R: how many leading dims of each head are rotated (0: none)."""
+        if not self.rotates:
+            return 0
+        return self.rotary_dim if self.rotary_dim is not None else self.k.shape[3]
 
 
 @dataclass(frozen=True)
@@ -498,8 +523,8 @@ def op_outputs(op: KernelOp) -> list[TensorArg]:
     KvWriteOp's caches."""
     if isinstance(op, RMSNormOp) and op.out_scale is not None:
         return [op.out, op.out_scale]
-    if isinstance(op, KvWriteOp):
-        return [op.out, op.k_cache, op.v_cache]
+    if isinstance(op, KvWriteOp):  # (no out when the layer has no rope)
+        return [t for t in (op.out, op.k_cache, op.v_cache) if t is not None]
     if isinstance(op, GemmNormOp):
         return [op.gemm.out, op.norm.out]
     return [op.out]
@@ -531,7 +556,7 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
     if isinstance(op, RopeOp):
         return [op.x, op.cos, op.sin]
     if isinstance(op, KvWriteOp):
-        return [op.q, op.k, op.v, op.cos, op.sin, op.rows]
+        return [t for t in (op.q, op.k, op.v, op.cos, op.sin, op.rows) if t is not None]
     if isinstance(op, EmbeddingOp):
         return [op.table, op.ids]
     if isinstance(op, PointwiseOp):

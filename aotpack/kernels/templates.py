@@ -170,7 +170,7 @@ class KvWriteTemplate(Template):
     # repeat, and which token's store wins a repeated row depends on the config (every
     # candidate would look wrong); the kernel is a few us of stores either way
     name, op_type, module, tunable = "kv_write", KvWriteOp, "kv_write", False
-    sources = TRITON_COMMON + ("triton/kv_write.py",)
+    sources = TRITON_COMMON + ("triton/kv_write.py", "triton/rope.py")  # rope_rows
 
     def bucket_size(self, op):
         return op.rows.shape[0]
@@ -183,8 +183,11 @@ class KvWriteTemplate(Template):
         return {"template": "kv_write.triton", **cfg}
 
     def describe(self, op):
-        b, hq, s, d = op.q.shape
-        return (f"kv_write B={b} S={s} Hq={hq} Hkv={op.k.shape[1]} D={d} "
+        b, hkv, s, d = op.k.shape
+        hq = op.q.shape[1] if op.rotates else 0
+        rope = ("" if not op.rotates else
+                f" R={op.rot_dim}" + (" interleaved" if op.interleaved else ""))
+        return (f"kv_write B={b} S={s} Hq={hq} Hkv={hkv} D={d}{rope} "
                 f"{op.k_cache.dtype.value}")
 
 

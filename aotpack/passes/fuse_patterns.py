@@ -1,6 +1,7 @@
 """Pattern fusion on canonical IR: recognise the decomposed forms of ops our kernels implement
 and replace them by one IR node.
-- RoPE (rotate-half): x*cos + cat(-x[..., D/2:], x[..., :D/2])*sin → ROPE(x, cos, sin)
+- RoPE: x*cos + rot(x)*sin → ROPE(x, cos, sin) {interleaved, rotary_dim, dtype}
+  (passes/fuse_rope.py: rotate-half and interleaved, f32 tables, partial rotary)
 - RMSNorm: x * rsqrt(mean(x², -1, keepdim) + eps) [→ cast] [* w] → RMS_NORM(x [, w])
 - LayerNorm written out (BERT's original, ConvNeXt): (x - mean(x)) / sqrt(mean((x - mean(x))²)
   + eps) (or * rsqrt) [* w [+ b]] over the last dim → LAYER_NORM(x [, w [, b]])
@@ -21,7 +22,7 @@ from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
 from aotpack.passes.canonicalize import dead_code
 from aotpack.passes.gemm_chain import scalar_factor
-from aotpack.passes.views import View, compose, layout_view
+from aotpack.passes.views import View
 
 
 def fuse_patterns(graph: Graph) -> Graph:
@@ -31,7 +32,9 @@ def fuse_patterns(graph: Graph) -> Graph:
     graph = _rewrite(graph, _match_layer_norm_affine)  # + b
     graph = _rewrite(graph, _match_rms_norm)
     graph = _rewrite(graph, _match_rms_weight)
-    graph = _rewrite(graph, _match_rope)
+    from aotpack.passes.fuse_rope import fuse_rope  # (it uses this module's helpers)
+
+    graph = fuse_rope(graph)
     graph = _rewrite(graph, _match_softmax_scale)
     graph = _rewrite(graph, _match_gelu_tanh)
     graph = _rewrite(graph, _match_upcast_norm)
@@ -223,71 +226,6 @@ def _match_softmax_scale(n: Node, producers):
     if scale is None or src.inputs[0].type != n.inputs[0].type:
         return None
     return n.op, [src.inputs[0]], O.SoftmaxAttrs(n.attrs.dim, n.attrs.scale * scale)
-
-
-# ----------------------------------------------------------------------------- RoPE
-def _view_of(v: Value, producers) -> tuple[str, View]:
-    n = producers.get(v.name)
-    if n is not None and n.op == Op.AS_STRIDED:
-        return n.inputs[0].name, View(n.attrs.shape, n.attrs.strides, n.attrs.offset)
-    return v.name, View.contiguous(v.shape)
-
-
-def _same_view(a: View | None, b: View | None) -> bool:
-    """Equal as views (strides of size-1 dims do not matter)."""
-    if a is None or b is None or a.shape != b.shape or a.offset != b.offset:
-        return False
-    return all(n == 1 or s == t for n, s, t in zip(a.shape, a.strides, b.strides))
-
-
-def _is_half(h: Value, x: Value, upper: bool, producers) -> bool:
-    """h == x[..., D/2:] (upper) or x[..., :D/2], as views of the same base."""
-    d = x.shape[-1]
-    rank = len(x.shape)
-    hb, hv = _view_of(h, producers)
-    xb, xv = _view_of(x, producers)
-    start, end = (d // 2, d) if upper else (0, d // 2)
-    want = compose(xv, layout_view(Op.SLICE, O.SliceAttrs(rank - 1, start, end), tuple(x.shape)))
-    return hb == xb and _same_view(hv, want)
-
-
-def _is_rotate_half(v: Value, x: Value, producers) -> bool:
-    """v == cat(-x[..., D/2:], x[..., :D/2], dim=-1)."""
-    cat = _prod(v, producers, Op.CAT)
-    if cat is None or len(cat.inputs) != 2 or cat.attrs.dims != (len(v.shape) - 1,):
-        return False
-    neg = _prod(cat.inputs[0], producers, Op.NEG)
-    return (neg is not None and x.shape == v.shape
-            and _is_half(neg.inputs[0], x, True, producers)
-            and _is_half(cat.inputs[1], x, False, producers))
-
-
-def _rope_table_ok(t: Value, x: Value) -> bool:
-    """cos/sin must be [S, D] after dropping leading 1s, or [B, 1, S, D] (each sequence at
-    its own positions): what RopeOp reads."""
-    dims = list(t.shape)
-    while len(dims) > 2 and dims[0] == 1:
-        dims.pop(0)
-    per_batch = (len(t.shape) == 4 and t.shape[0] == x.shape[0] and t.shape[1] == 1
-                 and tuple(t.shape[2:]) == tuple(x.shape[-2:]))
-    return (tuple(dims) == tuple(x.shape[-2:]) or per_batch) and t.dtype == x.dtype
-
-
-def _match_rope(n: Node, producers):
-    if n.op != Op.ADD or not _tensor_binary(n):
-        return None
-    for p, r in (n.inputs, n.inputs[::-1]):
-        mul_cos, mul_sin = _prod(p, producers, Op.MUL), _prod(r, producers, Op.MUL)
-        if not (_tensor_binary(mul_cos) and _tensor_binary(mul_sin)):
-            continue
-        for x, cos in (mul_cos.inputs, mul_cos.inputs[::-1]):
-            for rot, sin in (mul_sin.inputs, mul_sin.inputs[::-1]):
-                if (len(x.shape) == 4 and x.shape[-1] % 2 == 0  # RopeOp is [B, H, S, D]
-                        and _is_rotate_half(rot, x, producers)
-                        and _rope_table_ok(cos, x) and _rope_table_ok(sin, x)
-                        and n.output.type == x.type):
-                    return Op.ROPE, [x, cos, sin], O.NoAttrs()
-    return None
 
 
 # ----------------------------------------------------------------------------- GQA

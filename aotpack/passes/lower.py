@@ -440,7 +440,9 @@ class _Lowering:
         if len(x.shape) != 4:
             self._fail(n, f"rope input must be [B, H, S, D], got {list(x.shape)}")
         out = self._new_storage(n.output)
-        self.ops.append(RopeOp(x, _rope_table(cos), _rope_table(sin), out))
+        a = n.attrs  # a.dtype is out's dtype: the kernel's f32 math is rounded once to it
+        self.ops.append(RopeOp(x, _rope_table(cos), _rope_table(sin), out, a.interleaved,
+                               a.rotary_dim))
 
     def _lower_embedding(self, n: Node) -> None:
         table = self._as_2d(self.args[n.inputs[0].name], n.inputs[0].name)  # unit inner stride

@@ -88,6 +88,8 @@ def _apply_inplace(program: Program, spans, regions: dict[str, _Region]) -> None
     link dies at the op that creates the next, so a root's bytes hold one live value at a time.
     The root's lifetime is extended to cover every alias."""
     for i, op in enumerate(program.ops):
+        if op.out is None:  # a KvWriteOp of a layer without rope writes only its caches
+            continue
         out = regions.get(op.out.storage)
         if out is None or out.first != spans[i][0] or out.alias_of:
             continue

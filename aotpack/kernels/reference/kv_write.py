@@ -1,5 +1,5 @@
-"""Torch reference of KvWriteOp: RopeOp's on the queries and the keys, ScatterRowsOp's of the
-rotated keys and of the values into the caches."""
+"""Torch reference of KvWriteOp: RopeOp's on the queries and the keys (none for a layer
+without rope), ScatterRowsOp's of the (rotated) keys and of the values into the caches."""
 from __future__ import annotations
 
 from aotpack.kernels.reference import view, write
@@ -8,11 +8,15 @@ from aotpack.kernels.spec import KvWriteOp
 
 
 def reference(op: KvWriteOp, env) -> None:
-    write(env, op.out, rotated(env, op.q, op.cos, op.sin))
+    if op.rotates:
+        write(env, op.out, rotated(env, op.q, op.cos, op.sin, op.interleaved, op.rotary_dim))
+        keys = rotated(env, op.k, op.cos, op.sin, op.interleaved, op.rotary_dim)
+    else:
+        keys = view(env, op.k)
     b, hkv, s, d = op.k.shape
-    # the rotated keys as the row scatter saw them: token-major rows [B*S, Hkv*D], rounded
-    # to the cache's dtype
-    keys = rotated(env, op.k, op.cos, op.sin).permute(0, 2, 1, 3).reshape(b * s, hkv * d)
+    # the keys as the row scatter saw them: token-major rows [B*S, Hkv*D], rounded to the
+    # cache's dtype
+    keys = keys.permute(0, 2, 1, 3).reshape(b * s, hkv * d)
     rows = view(env, op.rows).long()
     k_cache, v_cache = view(env, op.k_cache), view(env, op.v_cache)
     inside = (rows >= 0) & (rows < k_cache.shape[0])

@@ -7,6 +7,9 @@ does the same bytes. Programs: grid (row blocks, Hq + Hkv + value column blocks)
 column h < Hq rotates query head h, the next Hkv rotate key heads into the cache, the rest
 copy BLOCK_V value columns. Rows are the step's B*S tokens (r = b*S + s); `rows[r]` is the
 cache row a token writes, skipped outside [0, N) as the row scatter does.
+The rotation is the rope kernel's (rope.rope_rows): rotate-half or interleaved, of the first
+rotary_dim dims of a head, the rest copied. A layer without rope (SmolLM3's NoPE layers) has
+no query programs and copies its key heads: the two cache stores still take one launch.
 """
 from __future__ import annotations
 
@@ -18,20 +21,7 @@ from aotpack.kernels.triton._common import (
     KernelPlan, entry_points, int_arg, require_unit_inner_stride,
 )
 from aotpack.kernels.triton.compile import Const, Ptr, cdiv
-
-
-@triton.jit
-def _rotate_store(x_row, cos_row, sin_row, dst, dims, mask, HALF: tl.constexpr):
-    """dst = rope(x) for the rows' pointers (f32 math, cast to dst's dtype)."""
-    x1 = tl.load(x_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    cos1 = tl.load(cos_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    cos2 = tl.load(cos_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    sin1 = tl.load(sin_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    sin2 = tl.load(sin_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    ty = dst.dtype.element_ty
-    tl.store(dst + dims[None, :], (x1 * cos1 - x2 * sin1).to(ty), mask=mask)
-    tl.store(dst + HALF + dims[None, :], (x2 * cos2 + x1 * sin2).to(ty), mask=mask)
+from aotpack.kernels.triton.rope import pair_consts, rope_rows
 
 
 @triton.jit
@@ -46,26 +36,35 @@ def kv_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, rows_ptr, out_ptr, kc
                     q_sb, q_sh, q_ss, k_sb, k_sh, k_ss, v_sr, out_sb, out_sh, out_ss,
                     cos_sb, cos_ss, sin_sb, sin_ss, rows_stride, kc_sr, vc_sr,
                     n_rows, seq, n_table, v_cols,
-                    HQ: tl.constexpr, HKV: tl.constexpr, HALF: tl.constexpr,
-                    HALF_BLOCK: tl.constexpr, BLOCK_V: tl.constexpr, ROWS: tl.constexpr):
-    # each branch keeps its values to itself: Triton's if needs equal types on both sides
+                    HQ: tl.constexpr, HKV: tl.constexpr, HEAD: tl.constexpr,
+                    HEAD_BLOCK: tl.constexpr, ROTATE: tl.constexpr, HALF: tl.constexpr,
+                    HALF_BLOCK: tl.constexpr, INTERLEAVED: tl.constexpr, PASS: tl.constexpr,
+                    PASS_BLOCK: tl.constexpr, BLOCK_V: tl.constexpr, ROWS: tl.constexpr):
+    # each branch keeps its values to itself: Triton's if needs equal types on both sides.
+    # Without rope (ROTATE false) q, out, cos and sin are None and HQ is 0: the query branch
+    # is compiled empty and the keys are copied as the values are.
     r = (tl.program_id(0) * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     r_ok = r < n_rows
     b = r // seq
     s = r % seq
-    dims = tl.arange(0, HALF_BLOCK)
-    cos_row = cos_ptr + b[:, None] * cos_sb + s[:, None] * cos_ss
-    sin_row = sin_ptr + b[:, None] * sin_sb + s[:, None] * sin_ss
     if h < HQ:  # a query head: rotated in place of the rope's output
-        _rotate_store(q_ptr + b[:, None] * q_sb + h * q_sh + s[:, None] * q_ss, cos_row,
-                      sin_row, out_ptr + b[:, None] * out_sb + h * out_sh + s[:, None] * out_ss,
-                      dims, r_ok[:, None] & (dims[None, :] < HALF), HALF)
-    elif h < HQ + HKV:  # a key head: rotated into its cache rows
+        if ROTATE:
+            rope_rows(q_ptr + b[:, None] * q_sb + h * q_sh + s[:, None] * q_ss,
+                      cos_ptr + b[:, None] * cos_sb + s[:, None] * cos_ss,
+                      sin_ptr + b[:, None] * sin_sb + s[:, None] * sin_ss,
+                      out_ptr + b[:, None] * out_sb + h * out_sh + s[:, None] * out_ss,
+                      r_ok, HALF, HALF_BLOCK, INTERLEAVED, PASS, PASS_BLOCK)
+    elif h < HQ + HKV:  # a key head: (rotated and) stored into its cache rows
         at, ok = _cache_rows(rows_ptr, r, r_ok, rows_stride, n_table)
-        _rotate_store(k_ptr + b[:, None] * k_sb + (h - HQ) * k_sh + s[:, None] * k_ss, cos_row,
-                      sin_row, kc_ptr + at[:, None] * kc_sr + (h - HQ) * (2 * HALF), dims,
-                      ok[:, None] & (dims[None, :] < HALF), HALF)
+        src = k_ptr + b[:, None] * k_sb + (h - HQ) * k_sh + s[:, None] * k_ss
+        dst = kc_ptr + at[:, None] * kc_sr + (h - HQ) * HEAD
+        if ROTATE:
+            rope_rows(src, cos_ptr + b[:, None] * cos_sb + s[:, None] * cos_ss,
+                      sin_ptr + b[:, None] * sin_sb + s[:, None] * sin_ss, dst, ok, HALF,
+                      HALF_BLOCK, INTERLEAVED, PASS, PASS_BLOCK)
+        else:  # a head copied: nothing rotated, all HEAD dims passed through
+            rope_rows(src, src, src, dst, ok, 0, 1, False, HEAD, HEAD_BLOCK)
     else:  # BLOCK_V value columns copied into their cache rows
         at, ok = _cache_rows(rows_ptr, r, r_ok, rows_stride, n_table)
         c = (h - HQ - HKV) * BLOCK_V + tl.arange(0, BLOCK_V)
@@ -77,16 +76,20 @@ def kv_write_kernel(q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, rows_ptr, out_ptr, kc
 
 def check(op: KvWriteOp) -> None:
     """ValueError unless the views have the shapes and unit inner strides the kernel reads."""
-    b, hq, s, d = op.q.shape
-    hkv = op.k.shape[1]
-    tables = ((s, d), (b, s, d))
+    b, hkv, s, d = op.k.shape
+    r = op.rot_dim
+    tables = ((s, r), (b, s, r))
     problems = []
-    if d % 2:
-        problems.append(f"head dim {d} is odd")
-    if tuple(op.out.shape) != tuple(op.q.shape) or tuple(op.k.shape) != (b, hkv, s, d):
-        problems.append(f"q{op.q.shape} k{op.k.shape} out{op.out.shape} do not match")
-    if op.cos.shape not in tables or op.sin.shape not in tables:
-        problems.append(f"cos{op.cos.shape} sin{op.sin.shape} are not [S, D] or [B, S, D]")
+    if op.rotates != (op.q is not None and op.out is not None and op.sin is not None):
+        problems.append("q, out, cos and sin must be all given or all None")
+    elif op.rotates:
+        if r % 2 or not 0 < r <= d:
+            problems.append(f"rotary dim {r} is odd or outside (0, {d}]")
+        if tuple(op.out.shape) != tuple(op.q.shape) or \
+                (op.q.shape[0], op.q.shape[2], op.q.shape[3]) != (b, s, d):
+            problems.append(f"q{op.q.shape} k{op.k.shape} out{op.out.shape} do not match")
+        if op.cos.shape not in tables or op.sin.shape not in tables:
+            problems.append(f"cos{op.cos.shape} sin{op.sin.shape} are not [S, R] or [B, S, R]")
     if tuple(op.rows.shape) != (b * s,) or op.v.shape[0] != b * s:
         problems.append(f"rows{op.rows.shape} v{op.v.shape} are not [B*S] and [B*S, C]")
     if op.k_cache.shape[1] != hkv * d or op.v_cache.shape[1] != op.v.shape[1] or \
@@ -95,43 +98,51 @@ def check(op: KvWriteOp) -> None:
     if problems:
         raise ValueError("kv_write: " + "; ".join(problems))
     for name in ("q", "k", "v", "cos", "sin", "out", "k_cache", "v_cache"):
-        require_unit_inner_stride(f"kv_write {name}", getattr(op, name))
+        if getattr(op, name) is not None:
+            require_unit_inner_stride(f"kv_write {name}", getattr(op, name))
 
 
 def default_config(op: KvWriteOp) -> dict:
     # one token per program at decode; a prefill's thousands of tokens in blocks of rows
     # whose tile stays ~4K elements, as the rope kernel's
-    d = op.q.shape[3]
+    d = op.k.shape[3]
     return {"ROWS": max(1, min(16, 4096 // d)), "num_warps": 4, "num_stages": 1}
 
 
 def plan(op: KvWriteOp, config: dict | None = None) -> KernelPlan:
     check(op)
-    b, hq, s, d = op.q.shape
-    hkv = op.k.shape[1]
+    b, hkv, s, d = op.k.shape
+    hq = op.q.shape[1] if op.rotates else 0
     cfg = dict(default_config(op), **(config or {}))
     rows = triton.next_power_of_2(cfg["ROWS"])
     block_v = triton.next_power_of_2(d)
     n_table, v_cols = op.v_cache.shape
-    args = {name: Ptr(getattr(op, attr)) for name, attr in (
+    args = {name: _ptr(getattr(op, attr)) for name, attr in (
         ("q_ptr", "q"), ("k_ptr", "k"), ("v_ptr", "v"), ("cos_ptr", "cos"), ("sin_ptr", "sin"),
         ("rows_ptr", "rows"), ("out_ptr", "out"), ("kc_ptr", "k_cache"), ("vc_ptr", "v_cache"))}
     for name, t in (("q", op.q), ("k", op.k), ("out", op.out)):
-        args.update({f"{name}_s{x}": int_arg(t.strides[i])
+        args.update({f"{name}_s{x}": int_arg(t.strides[i]) if t is not None else Const(0)
                      for i, x in ((0, "b"), (1, "h"), (2, "s"))})
     args["v_sr"] = int_arg(op.v.strides[0])
     for name, t in (("cos", op.cos), ("sin", op.sin)):
-        args[f"{name}_sb"] = int_arg(t.strides[0] if len(t.shape) == 3 else 0)
-        args[f"{name}_ss"] = int_arg(t.strides[-2])
+        per_batch = t is not None and len(t.shape) == 3
+        args[f"{name}_sb"] = int_arg(t.strides[0]) if per_batch else Const(0)
+        args[f"{name}_ss"] = int_arg(t.strides[-2]) if t is not None else Const(0)
     args.update({"rows_stride": int_arg(op.rows.strides[0]),
                  "kc_sr": int_arg(op.k_cache.strides[0]), "vc_sr": int_arg(op.v_cache.strides[0]),
                  "n_rows": int_arg(b * s), "seq": int_arg(s), "n_table": int_arg(n_table),
                  "v_cols": int_arg(v_cols), "HQ": Const(hq), "HKV": Const(hkv),
-                 "HALF": Const(d // 2), "HALF_BLOCK": Const(triton.next_power_of_2(d // 2)),
-                 "BLOCK_V": Const(block_v), "ROWS": Const(rows)})
+                 "HEAD": Const(d), "HEAD_BLOCK": Const(triton.next_power_of_2(d)),
+                 "ROTATE": Const(op.rotates), "BLOCK_V": Const(block_v), "ROWS": Const(rows),
+                 **pair_consts(op.rot_dim or 2, d, op.interleaved)})
     grid = (cdiv(b * s, rows), hq + hkv + cdiv(v_cols, block_v), 1)
     return KernelPlan(kv_write_kernel, args, grid, cfg["num_warps"], cfg["num_stages"],
                       ("kv_write", "rope", "scatter_rows"), {"ROWS": rows})
+
+
+def _ptr(t):
+    """A pointer to the view; None (a layer without rope: no q, out, cos, sin): compiled out."""
+    return Ptr(t) if t is not None else Const(None)
 
 
 # compile / run_plan_interpreted_here / run_jit, from plan() (see _common)

@@ -1,12 +1,16 @@
-"""Rotary embedding, rotate-half form, on a strided 4-D view x[B, H, S, D]:
-out[..., :D/2] = x1 * cos1 - x2 * sin1,  out[..., D/2:] = x2 * cos2 + x1 * sin2
-(x1/x2 = the halves of x, cos1/cos2 and sin1/sin2 the halves of cos[s] / sin[s]).
+"""Rotary embedding on a strided 4-D view x[B, H, S, D], of the first R = rotary_dim dims of
+each head (the other D - R are copied), in rotate-half or interleaved form (RopeOp):
+  rotate-half  out[i]    = x[i] * cos[i] - x[i+R/2] * sin[i]          (i < R/2)
+               out[i+R/2] = x[i+R/2] * cos[i+R/2] + x[i] * sin[i+R/2]
+  interleaved  out[2i]   = x[2i] * cos[2i] - x[2i+1] * sin[2i]
+               out[2i+1] = x[2i+1] * cos[2i+1] + x[2i] * sin[2i+1]
+Both are one computation over the pairs (a, b) of a position: (i, i+R/2) or (2i, 2i+1).
 
-One program handles BLOCK_S positions of one (batch, head). Each half is loaded once and both
-outputs come from the same registers, so x is read once and out written once. Programs are
-ordered head-fastest, so the cos/sin rows of a position block stay hot in L2 across heads.
-cos/sin are [S, D] tables (one for every sequence) or [B, S, D] (a generation step: each
-sequence at its own positions).
+One program handles BLOCK_S positions of one (batch, head). Each element of x is loaded once
+and both outputs of a pair come from the same registers, so x is read once and out written
+once. Programs are ordered head-fastest, so the cos/sin rows of a position block stay hot in
+L2 across heads. cos/sin are [S, R] tables (one for every sequence) or [B, S, R] (a generation
+step: each sequence at its own positions). `rope_rows` is shared with the KV-write kernel.
 """
 from __future__ import annotations
 
@@ -21,33 +25,63 @@ from aotpack.kernels.triton.compile import Const, Ptr, cdiv
 
 
 @triton.jit
+def rope_rows(x_row, cos_row, sin_row, dst, ok, HALF: tl.constexpr, HALF_BLOCK: tl.constexpr,
+              INTERLEAVED: tl.constexpr, PASS: tl.constexpr, PASS_BLOCK: tl.constexpr):
+    """dst = rope(x) for rows of pointers ([rows, 1]; `ok` [rows]: which rows are real): the
+    first 2*HALF dims rotated (f32 math, cast to dst's dtype), the next PASS copied. HALF = 0:
+    a plain copy (cos_row/sin_row are then not read)."""
+    ty = dst.dtype.element_ty
+    if HALF > 0:
+        dims = tl.arange(0, HALF_BLOCK)
+        if INTERLEAVED:  # the pair of dim a is its neighbour
+            a = 2 * dims
+            b = a + 1
+        else:  # the pair of dim a is R/2 further
+            a = dims
+            b = dims + HALF
+        mask = ok[:, None] & (dims[None, :] < HALF)
+        x1 = tl.load(x_row + a[None, :], mask=mask, other=0.0).to(tl.float32)
+        x2 = tl.load(x_row + b[None, :], mask=mask, other=0.0).to(tl.float32)
+        cos1 = tl.load(cos_row + a[None, :], mask=mask, other=0.0).to(tl.float32)
+        cos2 = tl.load(cos_row + b[None, :], mask=mask, other=0.0).to(tl.float32)
+        sin1 = tl.load(sin_row + a[None, :], mask=mask, other=0.0).to(tl.float32)
+        sin2 = tl.load(sin_row + b[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(dst + a[None, :], (x1 * cos1 - x2 * sin1).to(ty), mask=mask)
+        tl.store(dst + b[None, :], (x2 * cos2 + x1 * sin2).to(ty), mask=mask)
+    if PASS > 0:  # the dims after the rotated ones (partial rotary), as they are
+        cols = 2 * HALF + tl.arange(0, PASS_BLOCK)
+        keep = ok[:, None] & (cols[None, :] < 2 * HALF + PASS)
+        tl.store(dst + cols[None, :], tl.load(x_row + cols[None, :], mask=keep).to(ty),
+                 mask=keep)
+
+
+@triton.jit
 def rope_kernel(x_ptr, cos_ptr, sin_ptr, out_ptr,
                 x_stride_b, x_stride_h, x_stride_s, cos_stride_b, cos_stride_s, sin_stride_b,
                 sin_stride_s,
                 out_stride_b, out_stride_h, out_stride_s, seq,
                 HEADS: tl.constexpr, HALF: tl.constexpr, HALF_BLOCK: tl.constexpr,
+                INTERLEAVED: tl.constexpr, PASS: tl.constexpr, PASS_BLOCK: tl.constexpr,
                 BLOCK_S: tl.constexpr):
     batch_head = tl.program_id(0)
     batch = (batch_head // HEADS).to(tl.int64)
     head = (batch_head % HEADS).to(tl.int64)
     pos = (tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)).to(tl.int64)
-    dims = tl.arange(0, HALF_BLOCK)
-    mask = (pos[:, None] < seq) & (dims[None, :] < HALF)
-
     x_row = x_ptr + batch * x_stride_b + head * x_stride_h + pos[:, None] * x_stride_s
-    x1 = tl.load(x_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(x_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
     cos_row = cos_ptr + batch * cos_stride_b + pos[:, None] * cos_stride_s
     sin_row = sin_ptr + batch * sin_stride_b + pos[:, None] * sin_stride_s
-    cos1 = tl.load(cos_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    cos2 = tl.load(cos_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    sin1 = tl.load(sin_row + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-    sin2 = tl.load(sin_row + HALF + dims[None, :], mask=mask, other=0.0).to(tl.float32)
-
     out_row = out_ptr + batch * out_stride_b + head * out_stride_h + pos[:, None] * out_stride_s
-    out_ty = out_ptr.dtype.element_ty
-    tl.store(out_row + dims[None, :], (x1 * cos1 - x2 * sin1).to(out_ty), mask=mask)
-    tl.store(out_row + HALF + dims[None, :], (x2 * cos2 + x1 * sin2).to(out_ty), mask=mask)
+    rope_rows(x_row, cos_row, sin_row, out_row, pos < seq, HALF, HALF_BLOCK, INTERLEAVED, PASS,
+              PASS_BLOCK)
+
+
+def pair_consts(rot_dim: int, head_dim: int, interleaved: bool) -> dict:
+    """The constexprs of rope_rows for R of D dims rotated."""
+    passed = head_dim - rot_dim
+    return {"HALF": Const(rot_dim // 2),
+            "HALF_BLOCK": Const(triton.next_power_of_2(max(1, rot_dim // 2))),
+            "INTERLEAVED": Const(bool(interleaved)), "PASS": Const(passed),
+            "PASS_BLOCK": Const(triton.next_power_of_2(max(1, passed)))}
 
 
 def default_config(head_dim: int) -> dict:
@@ -57,9 +91,10 @@ def default_config(head_dim: int) -> dict:
 
 def _check(op: RopeOp) -> None:
     b, h, s, d = op.x.shape
-    if d % 2:
-        raise ValueError(f"rope: head dim {d} is odd")
-    tables = ((s, d), (b, s, d))
+    r = op.rot_dim
+    if r % 2 or not 0 < r <= d:
+        raise ValueError(f"rope: rotary dim {r} is odd or outside (0, {d}]")
+    tables = ((s, r), (b, s, r))
     if op.out.shape != op.x.shape or op.cos.shape not in tables or op.sin.shape not in tables:
         raise ValueError(f"rope: shapes x{op.x.shape} cos{op.cos.shape} sin{op.sin.shape} "
                          f"out{op.out.shape} do not match")
@@ -80,9 +115,8 @@ def plan(op: RopeOp, config: dict | None = None) -> KernelPlan:
         args[f"{name}_stride_b"] = int_arg(t.strides[0] if per_batch else 0)
         args[f"{name}_stride_s"] = int_arg(t.strides[-2])
     args.update(strides_args("out", op.out, ("b", "h", "s")))
-    args.update({"seq": int_arg(s), "HEADS": Const(h), "HALF": Const(d // 2),
-                 "HALF_BLOCK": Const(triton.next_power_of_2(d // 2)),
-                 "BLOCK_S": Const(block_s)})
+    args.update({"seq": int_arg(s), "HEADS": Const(h), "BLOCK_S": Const(block_s),
+                 **pair_consts(op.rot_dim, d, op.interleaved)})
     return KernelPlan(rope_kernel, args, (b * h, cdiv(s, block_s), 1), cfg["num_warps"],
                       cfg["num_stages"], ("rope",), {"BLOCK_S": block_s})
 
