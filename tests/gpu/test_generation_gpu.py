@@ -22,6 +22,15 @@ FAMILIES = {
     "llama": (T.LlamaConfig, T.LlamaForCausalLM, {}),
     "qwen3": (T.Qwen3Config, T.Qwen3ForCausalLM, {"head_dim": 32}),
     "gemma2": (T.Gemma2Config, T.Gemma2ForCausalLM, {"head_dim": 32, "sliding_window": 24}),
+    # rotary forms the KV-write kernel takes (passes/fuse_rope.py): interleaved and partial
+    # (GLM), float32 tables (OLMo-2), partial with a pass-through (StableLM), layers without
+    # rope (SmolLM3: every second layer only writes the caches)
+    # (pad_token_id: these configs' defaults lie past the test vocabulary)
+    "glm": (T.GlmConfig, T.GlmForCausalLM, {"head_dim": 32, "pad_token_id": 0}),
+    "olmo2": (T.Olmo2Config, T.Olmo2ForCausalLM, {}),
+    "stablelm": (T.StableLmConfig, T.StableLmForCausalLM, {}),
+    "smollm3": (T.SmolLM3Config, T.SmolLM3ForCausalLM,
+                {"no_rope_layer_interval": 2, "pad_token_id": 0}),
 }
 # llama_long: a 1,024-token cache, so decode attention splits the key range over programs
 # (the last program of each block merges the parts: counters that must be zero again at
