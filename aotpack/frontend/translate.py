@@ -11,6 +11,7 @@ from aotpack.frontend.aten_moe import RULES as MOE_RULES, Uninitialized
 from aotpack.frontend.aten_scatter import RULES as SCATTER_RULES
 from aotpack.frontend.aten_sort import RULES as SORT_RULES
 from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
+from aotpack.frontend.aten_writes import RULES as WRITE_RULES, TAKE_UNINITIALIZED
 from aotpack.errors import UserError
 from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
 from aotpack.frontend.symbolic import (LazyConstants, SymbolError, SymbolTable, _is_symint,
@@ -20,7 +21,7 @@ from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError
 
 RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULES,
-         **SORT_RULES}
+         **SORT_RULES, **WRITE_RULES}
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
 # integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
@@ -275,7 +276,7 @@ class _Translator:
             raise self._error(f"operator {n.target} is not supported")
         args = self._map(n.args)
         kwargs = self._map(n.kwargs)
-        if str(n.target) != "aten.index_put.default" and any(
+        if str(n.target) not in ("aten.index_put.default", *TAKE_UNINITIALIZED) and any(
                 isinstance(a, Uninitialized) for a in list(args) + list(kwargs.values())):
             raise self._error(f"{n.target} reading uninitialised memory (torch.empty) is not "
                               f"supported (only a scatter that overwrites all of it)")
@@ -327,7 +328,7 @@ class _Translator:
         v = self.env.get(d.name)
         if isinstance(v, Value):
             return not self._reads_input_data(d)
-        return v is not None and not isinstance(v, (list, tuple))
+        return v is not None and not isinstance(v, (list, tuple, Uninitialized))
 
     def _reads_input_data(self, fx_node) -> bool:
         memo = self._data_memo
