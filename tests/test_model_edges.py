@@ -1,0 +1,30 @@
+"""Edges that uncovered model families hit (found by trying transformers' RegNet, LeViT,
+SwinV2, BEiT as a new user would): each a tiny module with the same construct, compiled and
+its program (kernel references) compared with eager on the CPU."""
+import torch
+from torch import nn
+
+from program_checks import check_matches_eager, kinds
+
+
+class GateAtOnePixel(nn.Module):
+    """RegNet-Y's last stage at a 1x1 map: conv -> squeeze-excitation gate -> conv. The gate
+    [N, 1, 1, C] has the activation's shape, so the gate conv's epilogue takes the product as
+    an EpMul; the next conv must then not also claim it as its input scale (KeyError)."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 1)
+        self.se1 = nn.Conv2d(c, 4, 1)
+        self.se2 = nn.Conv2d(4, c, 1)
+        self.conv2 = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.conv1(x))
+        gate = torch.sigmoid(self.se2(torch.relu(self.se1(h.mean((2, 3), keepdim=True)))))
+        return self.conv2(h * gate)
+
+
+def test_squeeze_excitation_gate_at_a_one_pixel_map():
+    torch.manual_seed(0)
+    check_matches_eager(GateAtOnePixel().eval(), [torch.randn(2, 16, 1, 1)], 1e-5)
