@@ -28,3 +28,22 @@ class GateAtOnePixel(nn.Module):
 def test_squeeze_excitation_gate_at_a_one_pixel_map():
     torch.manual_seed(0)
     check_matches_eager(GateAtOnePixel().eval(), [torch.randn(2, 16, 1, 1)], 1e-5)
+
+
+class BiasTable(nn.Module):
+    """LeViT's attention biases: a [heads, offsets] weight indexed as table[:, idx] by a
+    constant index buffer (aten.index with a None for the whole first dim), folded at build
+    time; was an IndexError (Python indexing reads None as a new axis)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(2, 5))
+        self.register_buffer("idx", torch.tensor([[0, 1, 4], [3, 2, 2], [4, 0, 1]]))
+
+    def forward(self, scores):
+        return scores + self.table[:, self.idx]
+
+
+def test_weight_indexed_by_a_constant_after_a_whole_dim():
+    program = check_matches_eager(BiasTable(), [torch.randn(4, 2, 3, 3)], 1e-6)
+    assert "GatherOp" not in kinds(program) and "EmbeddingOp" not in kinds(program)
