@@ -47,3 +47,21 @@ class BiasTable(nn.Module):
 def test_weight_indexed_by_a_constant_after_a_whole_dim():
     program = check_matches_eager(BiasTable(), [torch.randn(4, 2, 3, 3)], 1e-6)
     assert "GatherOp" not in kinds(program) and "EmbeddingOp" not in kinds(program)
+
+
+class Norms(torch.nn.Module):
+    """SwinV2's cosine attention normalizes q and k (F.normalize: linalg_vector_norm, was
+    refused); the 1-, inf- and 3-norms take the other forms of the same rule."""
+
+    def forward(self, q, k):
+        n = torch.nn.functional.normalize
+        scores = n(q, dim=-1) @ n(k, dim=-1).transpose(-1, -2)
+        other = (q.norm(p=1, dim=-1) + torch.linalg.vector_norm(k, float("inf"), dim=-1)
+                 + torch.linalg.vector_norm(q, 3, dim=-1, keepdim=True).squeeze(3))
+        return scores, other
+
+
+def test_vector_norms():
+    q, k = torch.randn(2, 3, 5, 16), torch.randn(2, 3, 5, 16)
+    check_matches_eager(Norms(), [q, k], 1e-5)
+    check_matches_eager(Norms().to(torch.bfloat16), [q.bfloat16(), k.bfloat16()], 1e-2)
