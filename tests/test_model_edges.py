@@ -65,3 +65,23 @@ def test_vector_norms():
     q, k = torch.randn(2, 3, 5, 16), torch.randn(2, 3, 5, 16)
     check_matches_eager(Norms(), [q, k], 1e-5)
     check_matches_eager(Norms().to(torch.bfloat16), [q.bfloat16(), k.bfloat16()], 1e-2)
+
+
+class ResizedTable(torch.nn.Module):
+    """BEiT's relative-position bias: a slice of a weight, reshaped, permuted and resized by
+    F.interpolate (an op aotpack has no kernel for), then indexed: all of it on weights, so
+    it folds at build time (was refused: upsample_bilinear2d)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(3 * 3 + 3, 2))
+
+    def forward(self, x):
+        sub = self.table[:9].reshape(1, 3, 3, 2).permute(0, 3, 1, 2)
+        big = torch.nn.functional.interpolate(sub, size=(5, 5), mode="bilinear")
+        return x + big.permute(0, 2, 3, 1).reshape(25, 2)[:, 0]
+
+
+def test_interpolation_of_a_weight_view_folds():
+    program = check_matches_eager(ResizedTable(), [torch.randn(4, 25)], 1e-6)
+    assert kinds(program) == ["PointwiseOp"]

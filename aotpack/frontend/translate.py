@@ -376,9 +376,9 @@ class _Translator:
             self.lazy[value.name] = n
             self.env[n.name] = value
             return True
-        if not all(self.env[d.name].name in self.constants for d in deps):
-            return False  # views of weights stay views (see above)
-        tensors = {d.name: self.constants[self.env[d.name].name].tensor for d in deps}
+        tensors = self._fold_operands(deps, computed_only)
+        if tensors is None:
+            return False
         index = not (out.dtype.is_floating_point or out.dtype.is_complex)
         limit = _FOLD_LIMIT_INDEX if index else _FOLD_LIMIT
         if out.numel() * out.element_size() > limit:  # before computing it
@@ -401,6 +401,19 @@ class _Translator:
         self.computed.add(value.name)
         self.env[n.name] = value
         return True
+
+    def _fold_operands(self, deps, computed_only: bool) -> dict | None:
+        """The constant tensors of a foldable op's operands. Views of weights stay views for
+        an op with a rule (see _fold_constant_call); an op without one (an interpolation of a
+        slice of a weight: BEiT's relative-position table) is computed on the views, replayed
+        on their weights: folded, or refused."""
+        values = [self.env[d.name] for d in deps]
+        if all(v.name in self.constants for v in values):
+            return {d.name: self.constants[v.name].tensor for d, v in zip(deps, values)}
+        if computed_only:
+            return None
+        tensors = {d.name: self.constant_value(v) for d, v in zip(deps, values)}
+        return None if any(t is None for t in tensors.values()) else tensors
 
     def _known_tensor(self, fx_node):
         """The tensor of a weight or a folded constant (for LazyConstants), else None."""
@@ -477,7 +490,8 @@ class _Translator:
         from aotpack.ir import Op
         from aotpack.ir.interpret import eval_node
 
-        layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE)
+        layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE, Op.SLICE, Op.SELECT,
+                  Op.SQUEEZE)
         chain = []
         while isinstance(v, Value) and v.name not in self.constants:
             node = self.producer(v)
