@@ -80,17 +80,29 @@ class GenerationStep(nn.Module):
         the model names them, e.g. Gemma-2's alternating layers; for every layer otherwise,
         as Mistral's sliding_window means)."""
         config = _config(self.model)
-        full = view.attention_mask()
+        full = self._eager_form(view.attention_mask())
         window = getattr(config, "sliding_window", None)
         if (not isinstance(window, int) or window >= self.max_seq_len
                 or getattr(config, "use_sliding_window", True) is False):
             return full
         types = getattr(config, "layer_types", None)
+        sliding = self._eager_form(view.attention_mask(window))
         if isinstance(types, (list, tuple)):  # the model says which layers slide (maybe none)
             if "sliding_attention" not in types:
                 return full
-            return {"full_attention": full, "sliding_attention": view.attention_mask(window)}
-        return view.attention_mask(window)
+            return {"full_attention": full, "sliding_attention": sliding}
+        return sliding
+
+    def _eager_form(self, mask: torch.Tensor) -> torch.Tensor:
+        """The mask as the model's attention reads it: bool (True: seen) for models that
+        attend through transformers' attention functions (sdpa); additive (0 where seen, the
+        dtype's lowest value elsewhere: transformers' eager mask) for models with their own
+        attention code (GPT-J, CodeGen, MPT add it to the scores or fill where it is
+        nonzero: a bool mask there is wrong, not refused)."""
+        if getattr(self.model, "_supports_sdpa", True):
+            return mask
+        dtype = _float_dtype(self.model)
+        return torch.zeros((), dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
 
     def _hf_head(self, hidden):
         logits = self.model.get_output_embeddings()(hidden)
