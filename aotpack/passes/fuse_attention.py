@@ -126,10 +126,14 @@ def _match(graph, n: Node, producers, users, outputs):
         return None
     causal, operand = False, None
     if mask is not None:
-        from aotpack.passes.attention_positions import _additive_of
+        from aotpack.passes.attention_positions import _additive_of, _positional
 
-        # an additive form of a bool mask (0 / the lowest value) is that mask, scaled or not
-        mask = _additive_of(graph, mask, producers) or mask
+        # the additive form (0 / the lowest value) of a positional mask is that bool mask,
+        # scaled or not: every query sees key 0, so no row is fully masked (where torch's
+        # additive softmax averages and the kernel's bool one gives zeros)
+        seen = _additive_of(graph, mask, producers)
+        if seen is not None and _positional(graph, seen, producers, kt.shape[3]) is not None:
+            mask = seen
         kind = _mask_kind(graph, mask, producers, q.shape[2], kt.shape[3])
         causal = kind == "causal"
         if kind is None:  # a run-time mask, or a constant bias / padding / window
