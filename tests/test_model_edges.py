@@ -85,3 +85,38 @@ class ResizedTable(torch.nn.Module):
 def test_interpolation_of_a_weight_view_folds():
     program = check_matches_eager(ResizedTable(), [torch.randn(4, 25)], 1e-6)
     assert kinds(program) == ["PointwiseOp"]
+
+
+class OddAttention(torch.nn.Module):
+    """Attention shapes the kernel does not take: head dim 8 (MobileViT), values wider than
+    the keys (LeViT, DeepSeek-V3's MLA), with GQA, causal and a bool mask; they were a
+    ValueError traceback from the kernel's compile."""
+
+    def forward(self, q, k, v, v_wide, mask):
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        a = sdpa(q, k, v, is_causal=True, enable_gqa=True)
+        b = sdpa(q, k, v_wide, attn_mask=mask, enable_gqa=True, scale=0.3)
+        return a, b
+
+
+def test_attention_the_kernel_cannot_take_is_written_out():
+    from aotpack.executor import run_reference
+    from aotpack.frontend import to_graph
+    from aotpack.kernels import compile as compile_op
+    from aotpack.passes import compile_graph
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    v_wide, mask = torch.randn(2, 2, 6, 24), torch.rand(2, 1, 6, 6) > 0.3
+    mask[..., 0] = True
+    inputs = [t.bfloat16() if t.is_floating_point() else t for t in (q, k, v, v_wide, mask)]
+    model = OddAttention()
+    program = compile_graph(to_graph(model, inputs))
+    assert "AttentionOp" not in kinds(program) and "BmmOp" in kinds(program)
+    with torch.no_grad():
+        want = model(*inputs)
+    for got, ref in zip(run_reference(program, inputs), want):
+        assert ((got.float() - ref.float()).norm() / ref.float().norm()) < 2e-2
+    for op in program.ops:  # every kernel cross-compiles for sm_90a
+        if type(op).__name__ in ("BmmOp", "SoftmaxOp"):
+            assert compile_op(op)
