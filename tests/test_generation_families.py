@@ -61,3 +61,22 @@ def test_family_failing_under_the_step_is_refused_in_one_line():
     with pytest.raises(GenerationTaskError, match="BloomForCausalLM: the model's forward "
                                                   "failed inside the generation step"):
         prepare_generation(LoadedModel(model, None), GenerationOptions(32, 2), None)
+
+
+def test_latent_attention_caches_what_the_layers_hand_it():
+    """DeepSeek-V3 caches its compressed latent (one head of kv_lora_rank) and its rotary key
+    (one head of qk_rope_head_dim), not per-head keys and values of the config's head_dim:
+    the step probes what each layer hands the cache (was a shape-mismatch traceback)."""
+    torch.manual_seed(0)
+    model = T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
+        vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1,
+        first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=24, qk_rope_head_dim=8,
+        qk_nope_head_dim=16, v_head_dim=16, max_position_embeddings=128)).eval()
+    loaded = prepare_generation(LoadedModel(model, None), GenerationOptions(32, 2), None)
+    cache = loaded.model.cache
+    assert cache.k0.shape == (2, 32, 1, 24) and cache.v0.shape == (2, 32, 1, 8)
+    got = generate(_stepper(_program(model)), PROMPTS, 6)
+    for prompt, ids in zip(PROMPTS, got):
+        assert ids == _hf_greedy(model, prompt, 6), prompt
