@@ -120,3 +120,37 @@ def test_attention_the_kernel_cannot_take_is_written_out():
     for op in program.ops:  # every kernel cross-compiles for sm_90a
         if type(op).__name__ in ("BmmOp", "SoftmaxOp"):
             assert compile_op(op)
+
+
+class UpsampleNeck(torch.nn.Module):
+    """An FPN / U-Net neck: conv, nearest upsampling by 2 (and by 3x1), a skip add, conv
+    (upsample_nearest2d was refused); bilinear stays refused with the op named."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.out = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        up = torch.nn.functional.interpolate(self.down(x), scale_factor=2, mode="nearest")
+        tall = torch.nn.Upsample(scale_factor=(3, 1))(x[:, :, :2])
+        return self.out(up + x), tall
+
+
+def test_nearest_upsampling_by_whole_factors():
+    torch.manual_seed(0)
+    check_matches_eager(UpsampleNeck().eval(), [torch.randn(2, 8, 6, 6)], 1e-5)
+
+
+def test_bilinear_resizing_of_activations_is_refused_naming_the_op():
+    import pytest
+
+    from aotpack.frontend import to_graph
+    from aotpack.frontend.translate import UnsupportedOpError
+
+    class Bilinear(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, size=(8, 8), mode="bilinear")
+
+    with pytest.raises(UnsupportedOpError, match="upsample_bilinear2d"):
+        to_graph(Bilinear(), (torch.randn(1, 2, 4, 4),))

@@ -9,6 +9,7 @@ from aotpack.frontend.aten_conv import RULES as CONV_RULES
 from aotpack.frontend.aten_logic import RULES as LOGIC_RULES
 from aotpack.frontend.aten_moe import RULES as MOE_RULES, Uninitialized
 from aotpack.frontend.aten_norms import RULES as NORM_RULES
+from aotpack.frontend.aten_resize import RULES as RESIZE_RULES
 from aotpack.frontend.aten_scatter import RULES as SCATTER_RULES
 from aotpack.frontend.aten_sort import RULES as SORT_RULES
 from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
@@ -22,7 +23,8 @@ from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError
 
 RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULES,
-         **SORT_RULES, **WRITE_RULES, **NORM_RULES}
+         **SORT_RULES, **WRITE_RULES, **NORM_RULES,
+         **RESIZE_RULES}
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
 # integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
