@@ -124,7 +124,7 @@ def test_attention_the_kernel_cannot_take_is_written_out():
 
 class UpsampleNeck(torch.nn.Module):
     """An FPN / U-Net neck: conv, nearest upsampling by 2 (and by 3x1), a skip add, conv
-    (upsample_nearest2d was refused); bilinear stays refused with the op named."""
+    (upsample_nearest2d was refused)."""
 
     def __init__(self):
         super().__init__()
@@ -142,15 +142,27 @@ def test_nearest_upsampling_by_whole_factors():
     check_matches_eager(UpsampleNeck().eval(), [torch.randn(2, 8, 6, 6)], 1e-5)
 
 
-def test_bilinear_resizing_of_activations_is_refused_naming_the_op():
-    import pytest
+class Resizes(torch.nn.Module):
+    """Bilinear resizing of activations (DPT / Depth-Anything, SegFormer heads): to a size, by
+    a factor (whole and not), with aligned corners; was refused (upsample_bilinear2d)."""
 
-    from aotpack.frontend import to_graph
-    from aotpack.frontend.translate import UnsupportedOpError
+    def forward(self, x):
+        f = torch.nn.functional.interpolate
+        return (f(x, size=(9, 13), mode="bilinear"), f(x, scale_factor=2, mode="bilinear"),
+                f(x, size=(7, 3), mode="bilinear", align_corners=True),
+                f(x, scale_factor=1.5, mode="bilinear"))
 
-    class Bilinear(torch.nn.Module):
+
+def test_bilinear_resizing_matches_torch():
+    program = check_matches_eager(Resizes(), [torch.randn(2, 3, 5, 6)], 1e-5)
+    assert set(kinds(program)) == {"EmbeddingOp", "PointwiseOp"}  # row gathers, blends
+    check_matches_eager(Resizes().to(torch.bfloat16), [torch.randn(2, 3, 5, 6).bfloat16()],
+                        2e-3)
+
+
+def test_bicubic_resizing_decomposes_and_matches_torch():
+    class Bicubic(torch.nn.Module):
         def forward(self, x):
-            return torch.nn.functional.interpolate(x, size=(8, 8), mode="bilinear")
+            return torch.nn.functional.interpolate(x, size=(8, 7), mode="bicubic")
 
-    with pytest.raises(UnsupportedOpError, match="upsample_bilinear2d"):
-        to_graph(Bilinear(), (torch.randn(1, 2, 4, 4),))
+    check_matches_eager(Bicubic(), [torch.randn(1, 2, 4, 5)], 1e-5)
