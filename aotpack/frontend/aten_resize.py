@@ -46,8 +46,6 @@ def _bilinear(cx, x, output_size=None, align_corners=False, scale_factors=None):
     one axis after the other: out = x[i0] * w0 + x[i1] * w1 along H, then along W, with the
     source rows i0, i1 and weights constants (two row gathers and one elementwise kernel per
     axis, computed in f32)."""
-    import torch
-
     if not isinstance(x, Value) or len(x.shape) != 4:
         raise Unsupported("bilinear resizing of other than a 4-D tensor")
     out = tuple(cx.out_shape())
@@ -77,8 +75,6 @@ def _taps(size: int, new: int, align_corners: bool, scale_factor):
 
 
 def _blend(cx, x: Value, axis: int, i0, i1, w1) -> Value:
-    import torch
-
     from aotpack.frontend.aten_logic import leading_grid, rows_table
 
     shape = tuple(x.shape[:axis]) + (len(w1),) + tuple(x.shape[axis + 1:])
