@@ -32,6 +32,10 @@ FAMILIES = {
     "gpt_oss": lambda: transformers.GptOssModel(transformers.GptOssConfig(  # router bias,
         **SMALL, num_local_experts=4, num_experts_per_tok=2, head_dim=64,  # max.dim, int clamp
         layer_types=["full_attention"])),
+    "phimoe": lambda: transformers.PhimoeModel(transformers.PhimoeConfig(  # sparse mixer
+        **SMALL, num_local_experts=4, num_experts_per_tok=2)),
+    "granitemoe": lambda: transformers.GraniteMoeModel(transformers.GraniteMoeConfig(
+        **SMALL, num_local_experts=4, num_experts_per_tok=2)),
 }
 ROUTING = {"TopkOp", "SortOp", "HistcOp", "InversePermOp", "GroupedMmOp"}
 
@@ -65,11 +69,27 @@ def test_moe_family_matches_eager(family):
     model = _model(family)
     program = compile_graph(to_graph(model, (_ids(2, 16, 0),)))
     kinds = {type(op).__name__ for op in program.ops}
-    assert ROUTING <= kinds
+    # PhiMoE's sparse mixer picks its two experts by max and masked max, not topk
+    assert ROUTING - ({"TopkOp"} if family == "phimoe" else set()) <= kinds
     grouped = [op for op in program.ops if type(op).__name__ == "GroupedMmOp"]
     experts = 8 if family == "mixtral_top1" else 4
     assert len(grouped) == 2 and all(op.b.shape[0] == experts for op in grouped)
+    if family == "phimoe":
+        return _check_phimoe_in_f32()
     _check(model, program, _ids(2, 16, 1))
+
+
+def _check_phimoe_in_f32():
+    """PhiMoE's sparse mixer compares score gaps with a threshold (2 * jitter_eps): in bf16 a
+    near tie picks another second expert on rounding noise (one token of 32 here: ours, like
+    eager, is some 4e-3 from f32 elsewhere), so its semantics are checked in f32, exactly."""
+    torch.manual_seed(0)
+    model = Hidden(FAMILIES["phimoe"]().eval())
+    program = compile_graph(to_graph(model, (_ids(2, 16, 0),)))
+    ids = _ids(2, 16, 1)
+    with torch.no_grad():
+        want = model(ids)
+    assert rel_err(run_reference(program, [ids])[0], want) < 1e-5
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen2_moe"])

@@ -407,11 +407,11 @@ def test_tiny_transformers_models(tmp_path, family):
     torch.manual_seed(0)
     if family == "bert":
         cfg = transformers.BertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=4, intermediate_size=64,
+                                      num_attention_heads=2, intermediate_size=64,  # dim 16
                                       attn_implementation="eager")
         m = transformers.BertModel(cfg, add_pooling_layer=False).eval()
     else:
-        cfg = transformers.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=4,
+        cfg = transformers.GPT2Config(vocab_size=99, n_embd=32, n_layer=2, n_head=2,
                                       n_positions=64, attn_implementation="eager")
         m = transformers.GPT2Model(cfg).eval()
 

@@ -75,7 +75,7 @@ def _attention_with_padding_mask(fill: float):
     """q, k, v from x by known weights; mask [B, T] int64 → bool → [B, 1, 1, T] → And(True)
     → Expand [B, 1, S, T] → Where(m, 0, fill) added to the scaled scores."""
     rng = np.random.RandomState(0)
-    d, h = 16, 2
+    d, h = 32, 2  # head dim 16: the attention kernel's smallest (8 is written out)
     w = {n: rng.randn(d, d).astype(np.float32) * 0.3 for n in ("wq", "wk", "wv")}
     nodes = []
     for n in ("q", "k", "v"):
@@ -114,7 +114,7 @@ def test_attention_with_a_run_time_padding_mask(tmp_path, fill):
     (att,) = [o for o in program.ops if type(o).__name__ == "AttentionOp"]
     assert att.mask.strides[1:3] == (0, 0)  # [B, 1, 1, T] in memory
     for b, s in ((2, 8), (3, 13), (1, 32)):
-        x = torch.randn(b, s, 16)
+        x = torch.randn(b, s, 32)
         mask = torch.ones(b, s, dtype=torch.long)
         mask[0, s // 2:] = 0
         (got,) = run_reference(program, [x, mask])
@@ -124,7 +124,7 @@ def test_attention_with_a_run_time_padding_mask(tmp_path, fill):
 
 def test_runs_through_the_generic_check(tmp_path):
     """The same graph against onnxruntime through test_onnx's checker (all-ones masks)."""
-    _check(_attention_with_padding_mask(-1e9), tmp_path, inputs=("x=2x8x16", "mask=2x8"))
+    _check(_attention_with_padding_mask(-1e9), tmp_path, inputs=("x=2x8x32", "mask=2x8"))
 
 
 # ----------------------------------------------------------------------------- values from dims
@@ -172,7 +172,7 @@ def test_masked_fill_of_run_time_scores(tmp_path, fill, keep_if):
     """Where(run-time mask, scores, fill) (or the fill first, under a Not): an additive mask,
     the attention kernel's operand."""
     rng = np.random.RandomState(0)
-    d = 8
+    d = 16  # the attention kernel's smallest head dim (8 is written out)
     w = {n: rng.randn(d, d).astype(np.float32) * 0.3 for n in ("wq", "wk", "wv")}
     args = ["m4", "s1", "fill"] if keep_if else ["m4", "fill", "s1"]
     nodes = [helper.make_node("MatMul", ["x", f"w{n}"], [n]) for n in ("q", "k", "v")] + [

@@ -285,7 +285,10 @@ def _index_constants(cx, x: Value, indices) -> Value | None:
     picks = [None if t is None else cx.constant_value(t) for t in indices]
     if any(p is None for p, t in zip(picks, indices) if t is not None):
         return None
-    return cx.add_constant("picked", table[tuple(p for p in picks)].contiguous())
+    import torch
+
+    # aten.index's own semantics: a None entry is a whole dim (in Python indexing, a new one)
+    return cx.add_constant("picked", torch.ops.aten.index.Tensor(table, picks).contiguous())
 
 
 def _gather_rows(cx, x: Value, idx: list, picked: list[int]) -> Value:

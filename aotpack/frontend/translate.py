@@ -8,9 +8,12 @@ from aotpack.dtypes import DType
 from aotpack.frontend.aten_conv import RULES as CONV_RULES
 from aotpack.frontend.aten_logic import RULES as LOGIC_RULES
 from aotpack.frontend.aten_moe import RULES as MOE_RULES, Uninitialized
+from aotpack.frontend.aten_norms import RULES as NORM_RULES
+from aotpack.frontend.aten_resize import RULES as RESIZE_RULES
 from aotpack.frontend.aten_scatter import RULES as SCATTER_RULES
 from aotpack.frontend.aten_sort import RULES as SORT_RULES
 from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
+from aotpack.frontend.aten_writes import RULES as WRITE_RULES, TAKE_UNINITIALIZED
 from aotpack.errors import UserError
 from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
 from aotpack.frontend.symbolic import (LazyConstants, SymbolError, SymbolTable, _is_symint,
@@ -20,7 +23,8 @@ from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError
 
 RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULES,
-         **SORT_RULES}
+         **SORT_RULES, **WRITE_RULES, **NORM_RULES,
+         **RESIZE_RULES}
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
 # integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
@@ -275,7 +279,7 @@ class _Translator:
             raise self._error(f"operator {n.target} is not supported")
         args = self._map(n.args)
         kwargs = self._map(n.kwargs)
-        if str(n.target) != "aten.index_put.default" and any(
+        if str(n.target) not in ("aten.index_put.default", *TAKE_UNINITIALIZED) and any(
                 isinstance(a, Uninitialized) for a in list(args) + list(kwargs.values())):
             raise self._error(f"{n.target} reading uninitialised memory (torch.empty) is not "
                               f"supported (only a scatter that overwrites all of it)")
@@ -327,7 +331,7 @@ class _Translator:
         v = self.env.get(d.name)
         if isinstance(v, Value):
             return not self._reads_input_data(d)
-        return v is not None and not isinstance(v, (list, tuple))
+        return v is not None and not isinstance(v, (list, tuple, Uninitialized))
 
     def _reads_input_data(self, fx_node) -> bool:
         memo = self._data_memo
@@ -374,9 +378,9 @@ class _Translator:
             self.lazy[value.name] = n
             self.env[n.name] = value
             return True
-        if not all(self.env[d.name].name in self.constants for d in deps):
-            return False  # views of weights stay views (see above)
-        tensors = {d.name: self.constants[self.env[d.name].name].tensor for d in deps}
+        tensors = self._fold_operands(deps, computed_only)
+        if tensors is None:
+            return False
         index = not (out.dtype.is_floating_point or out.dtype.is_complex)
         limit = _FOLD_LIMIT_INDEX if index else _FOLD_LIMIT
         if out.numel() * out.element_size() > limit:  # before computing it
@@ -399,6 +403,19 @@ class _Translator:
         self.computed.add(value.name)
         self.env[n.name] = value
         return True
+
+    def _fold_operands(self, deps, computed_only: bool) -> dict | None:
+        """The constant tensors of a foldable op's operands. Views of weights stay views for
+        an op with a rule (see _fold_constant_call); an op without one (an interpolation of a
+        slice of a weight: BEiT's relative-position table) is computed on the views, replayed
+        on their weights: folded, or refused."""
+        values = [self.env[d.name] for d in deps]
+        if all(v.name in self.constants for v in values):
+            return {d.name: self.constants[v.name].tensor for d, v in zip(deps, values)}
+        if computed_only:
+            return None
+        tensors = {d.name: self.constant_value(v) for d, v in zip(deps, values)}
+        return None if any(t is None for t in tensors.values()) else tensors
 
     def _known_tensor(self, fx_node):
         """The tensor of a weight or a folded constant (for LazyConstants), else None."""
@@ -475,7 +492,8 @@ class _Translator:
         from aotpack.ir import Op
         from aotpack.ir.interpret import eval_node
 
-        layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE)
+        layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE, Op.SLICE, Op.SELECT,
+                  Op.SQUEEZE)
         chain = []
         while isinstance(v, Value) and v.name not in self.constants:
             node = self.producer(v)

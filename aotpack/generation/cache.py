@@ -18,14 +18,17 @@ from torch import nn
 
 class StaticKVCache(nn.Module):
     def __init__(self, layers: int, max_batch: int, max_seq_len: int, kv_heads: int,
-                 head_dim: int, dtype: torch.dtype):
+                 head_dim: int, dtype: torch.dtype, v_head_dim: int | None = None):
+        """`v_head_dim`: the values' head dim where it is not the keys' (multi-head latent
+        attention: DeepSeek-V2/V3 keys carry their rotary part, values do not)."""
         super().__init__()
         self.layers, self.max_batch, self.max_seq_len = layers, max_batch, max_seq_len
         shape = (max_batch, max_seq_len, kv_heads, head_dim)
+        v_shape = shape[:3] + (v_head_dim or head_dim,)
         for i in range(layers):
             # persistent=False: the cache is state, never a weight the bundle stores
             self.register_buffer(f"k{i}", torch.zeros(shape, dtype=dtype), persistent=False)
-            self.register_buffer(f"v{i}", torch.zeros(shape, dtype=dtype), persistent=False)
+            self.register_buffer(f"v{i}", torch.zeros(v_shape, dtype=dtype), persistent=False)
 
     def view(self, positions: torch.Tensor) -> "CacheView":
         return CacheView(self, positions)

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from aotpack.errors import UserError
-from aotpack.generation.cache import StaticKVCache
+from aotpack.generation.cache import CacheView, StaticKVCache
 
 
 class GenerationModelError(UserError):
@@ -32,6 +32,7 @@ class CacheShape:
     layers: int
     kv_heads: int
     head_dim: int
+    v_head_dim: int | None = None  # the values' head dim where it differs (latent attention)
 
 
 class GenerationStep(nn.Module):
@@ -40,10 +41,13 @@ class GenerationStep(nn.Module):
         super().__init__()
         self.model = model
         self.hf = _is_transformers(model)
+        self.max_batch, self.max_seq_len = max_batch, max_seq_len
         shape = cache or _cache_shape(model)
+        if self.hf and cache is None:
+            shape = self._probed(shape)
         dtype = _float_dtype(model)
         self.cache = StaticKVCache(shape.layers, max_batch, max_seq_len, shape.kv_heads,
-                                   shape.head_dim, dtype)
+                                   shape.head_dim, dtype, shape.v_head_dim)
         self.max_batch, self.max_seq_len = max_batch, max_seq_len
         self.vocab_size = _vocab_size(model)
         # an end-of-sequence id outside the vocabulary can never be generated: not a stop id
@@ -66,6 +70,28 @@ class GenerationStep(nn.Module):
         logits = logits.float()
         return torch.argmax(logits, dim=-1), logits
 
+    def _probed(self, guess: CacheShape) -> CacheShape:
+        """The cache's shape from what the model's layers hand `update` on a two-token
+        prompt: the config's guess is the layout most families cache, but not all (DeepSeek-V3
+        caches its compressed latent, one head of kv_lora_rank, and its rotary key, one head
+        of qk_rope_head_dim, as its "keys" and "values"). The guess stays where the probe
+        fails or the layers differ (check_step then says whether it fits)."""
+        probe = _ShapeProbe(guess.layers)
+        positions = torch.arange(2).unsqueeze(0)
+        try:
+            with torch.no_grad():
+                self._hf_hidden(torch.zeros(1, 2, dtype=torch.long), positions,
+                                probe.view(positions))
+        except Exception:
+            return guess
+        shapes = set(probe.shapes.values())
+        if len(shapes) != 1 or len(probe.shapes) != guess.layers:
+            return guess
+        k_heads, k_dim, v_heads, v_dim = shapes.pop()
+        if k_heads != v_heads:
+            return guess
+        return CacheShape(guess.layers, k_heads, k_dim, v_dim if v_dim != k_dim else None)
+
     def _hf_hidden(self, input_ids, positions, view):
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else \
             self.model.model
@@ -80,17 +106,29 @@ class GenerationStep(nn.Module):
         the model names them, e.g. Gemma-2's alternating layers; for every layer otherwise,
         as Mistral's sliding_window means)."""
         config = _config(self.model)
-        full = view.attention_mask()
+        full = self._eager_form(view.attention_mask())
         window = getattr(config, "sliding_window", None)
         if (not isinstance(window, int) or window >= self.max_seq_len
                 or getattr(config, "use_sliding_window", True) is False):
             return full
         types = getattr(config, "layer_types", None)
+        sliding = self._eager_form(view.attention_mask(window))
         if isinstance(types, (list, tuple)):  # the model says which layers slide (maybe none)
             if "sliding_attention" not in types:
                 return full
-            return {"full_attention": full, "sliding_attention": view.attention_mask(window)}
-        return view.attention_mask(window)
+            return {"full_attention": full, "sliding_attention": sliding}
+        return sliding
+
+    def _eager_form(self, mask: torch.Tensor) -> torch.Tensor:
+        """The mask as the model's attention reads it: bool (True: seen) for models that
+        attend through transformers' attention functions (sdpa); additive (0 where seen, the
+        dtype's lowest value elsewhere: transformers' eager mask) for models with their own
+        attention code (GPT-J, CodeGen, MPT add it to the scores or fill where it is
+        nonzero: a bool mask there is wrong, not refused)."""
+        if getattr(self.model, "_supports_sdpa", True):
+            return mask
+        dtype = _float_dtype(self.model)
+        return torch.zeros((), dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)
 
     def _hf_head(self, hidden):
         logits = self.model.get_output_embeddings()(hidden)
@@ -105,6 +143,25 @@ class GenerationStep(nn.Module):
         if cap:  # Gemma-2: logits squashed into (-cap, cap)
             logits = torch.tanh(logits / cap) * cap
         return logits
+
+
+class _ShapeProbe:
+    """A two-key stand-in for StaticKVCache that records each layer's key/value heads and
+    dims (`update` returns the new keys and values themselves)."""
+
+    def __init__(self, layers: int):
+        self.layers, self.max_seq_len, self.shapes = layers, 2, {}
+
+    def view(self, positions) -> CacheView:
+        probe = self
+
+        class Recording(CacheView):
+            def update(self, key, value, layer_idx, cache_kwargs=None):
+                probe.shapes[layer_idx] = (key.shape[1], key.shape[3], value.shape[1],
+                                           value.shape[3])
+                return key, value
+
+        return Recording(self, positions)
 
 
 def example_inputs(max_batch: int, max_seq_len: int, vocab: int):

@@ -139,7 +139,15 @@ def check_step(step, inputs) -> None:
     low = next(step.model.parameters()).dtype in (torch.bfloat16, torch.float16)
     tolerance, peak_tolerance = (6e-2, 1e-1) if low else (2e-2, 2e-2)
     with torch.no_grad():
-        _, logits = step(*inputs)
+        try:
+            _, logits = step(*inputs)
+        except Exception as e:  # the family's code does not take what the step passes
+            raise GenerationTaskError(
+                f"{type(step.model).__name__}: the model's forward failed inside the "
+                f"generation step ({type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+                f"): the step passes a prepared 4-D mask, position ids and its own cache "
+                f"(docs/generation.md), which this family does not take yet (BLOOM builds "
+                f"its ALiBi from a 2-D mask); please report it") from e
         for b in range(ids.shape[0]):
             length = int(last[b]) - b * seq + 1
             want = step.model(ids[b:b + 1, :length]).logits[0, -1].float()

@@ -37,6 +37,7 @@ def rewrite_positional(graph: Graph, b: GraphBuilder, n: Node, producers) -> boo
 
 def _positional(graph, mask: Value, producers, keys: int):
     """(the view of the positions [B, 1, S, 1], window) or None."""
+    mask = _additive_of(graph, mask, producers) or mask
     if mask.dtype.value != "bool" or len(mask.shape) != 4 or not isinstance(keys, int):
         return None
     n = producers.get(mask.name)
@@ -49,6 +50,29 @@ def _positional(graph, mask: Value, producers, keys: int):
         return None
     base = _seen(graph, mask, producers, keys)
     return None if base is None else (base, 0)
+
+
+def _additive_of(graph, mask: Value, producers) -> Value | None:
+    """The bool mask m (True: seen) when `mask` is its additive form, 0 where m holds and
+    the dtype's lowest value (or -inf) elsewhere: where(~m, lowest, 0) or where(m, 0,
+    lowest), as transformers' eager mask, and the generation step for models with their own
+    attention code, write it. Every row sees key 0 (t <= position), so the two agree."""
+    import torch
+
+    n = producers.get(mask.name)
+    if n is None or n.op != Op.WHERE or len(n.inputs) != 3 or not mask.dtype.is_float:
+        return None
+    cond, a, b = n.inputs
+    values = [graph.constants[v.name].tensor if v.name in graph.constants else None
+              for v in (a, b)]
+    if any(t is None or t.numel() != 1 or getattr(t, "is_meta", False) for t in values):
+        return None
+    lowest = torch.finfo(mask.dtype.to_torch()).min
+    a, b = (float(t) for t in values)
+    inverted = producers.get(cond.name)
+    if a <= lowest and b == 0 and inverted is not None and inverted.op == Op.NOT:
+        return inverted.inputs[0]
+    return cond if a == 0 and b <= lowest else None
 
 
 def _seen(graph, v: Value, producers, keys: int):

@@ -56,7 +56,9 @@ def fuse_attention(graph: Graph) -> Graph:
         if match is None:
             b.keep(n)
             continue
-        q, kt, v, causal, scale, mask = match
+        q, kt, v, causal, scale, mask, narrow = match
+        if narrow:
+            q, kt = (_narrowed(b, x, producers, n) for x in (q, kt))
         split = None if mask is None else _causal_part(graph, mask, producers, q.shape[2],
                                                         kt.shape[3])
         if split is not None:
@@ -66,7 +68,9 @@ def fuse_attention(graph: Graph) -> Graph:
         k = _untransposed(b, kt, producers, n)
         attrs = O.SdpaAttrs(causal, scale, False)
         ins = (b.get(q), k, b.get(v)) + ((b.get(mask),) if mask is not None else ())
-        b.nodes.append(Node(Op.SDPA, ins, attrs, n.outputs, n.loc))
+        sdpa = Node(Op.SDPA, ins, attrs, n.outputs, n.loc)
+        if mask is None or causal or not rewrite_positional(graph, b, sdpa, producers):
+            b.nodes.append(sdpa)
         fused += 1
     if not fused:
         return graph
@@ -117,10 +121,19 @@ def _match(graph, n: Node, producers, users, outputs):
     q, q_scale = _unscaled(node.inputs[0], single)
     kt, k_scale = _unscaled(node.inputs[1], single)
     scale *= q_scale * k_scale
-    if not _shapes_ok(q, kt, v, n.output):
+    narrow = all(_upcast(x, v, single) is not None for x in (q, kt))
+    if not _shapes_ok(q, kt, v, n.output, narrow):
         return None
     causal, operand = False, None
     if mask is not None:
+        from aotpack.passes.attention_positions import _additive_of, _positional
+
+        # the additive form (0 / the lowest value) of a positional mask is that bool mask,
+        # scaled or not: every query sees key 0, so no row is fully masked (where torch's
+        # additive softmax averages and the kernel's bool one gives zeros)
+        seen = _additive_of(graph, mask, producers)
+        if seen is not None and _positional(graph, seen, producers, kt.shape[3]) is not None:
+            mask = seen
         kind = _mask_kind(graph, mask, producers, q.shape[2], kt.shape[3])
         causal = kind == "causal"
         if kind is None:  # a run-time mask, or a constant bias / padding / window
@@ -128,7 +141,7 @@ def _match(graph, n: Node, producers, users, outputs):
             if not _mask_operand_ok(mask, scores, scale_outside_mask):
                 return None
             operand = mask
-    return q, kt, v, causal, float(scale), operand
+    return q, kt, v, causal, float(scale), operand, narrow
 
 
 def _mask_operand_ok(mask: Value, scores: tuple, scale_outside: float) -> bool:
@@ -156,10 +169,34 @@ def _unscaled(x: Value, single) -> tuple[Value, float]:
     return x, 1.0
 
 
-def _shapes_ok(q: Value, kt: Value, v: Value, out: Value) -> bool:
+def _upcast(x: Value, v: Value, single) -> Node | None:
+    """The CAST to f32 of v's 16-bit values that x is (or a view of, read only here)."""
+    node = single(x)
+    if node is not None and node.op == Op.AS_STRIDED:
+        node = single(node.inputs[0])
+    ok = (node is not None and node.op == Op.CAST and node.output.dtype == DType.F32
+          and node.inputs[0].dtype == v.dtype and v.dtype in (DType.BF16, DType.F16))
+    return node if ok else None
+
+
+def _narrowed(b: GraphBuilder, x: Value, producers, n: Node) -> Value:
+    """x (an upcast to f32, or a view of one: _upcast) computed on the 16-bit values: GPT-J's
+    and CodeGen's eager attention take q and k in f32; the kernel's f32-accumulated product
+    of the 16-bit values is that same product (16-bit products are exact in f32)."""
+    node = producers[x.name]
+    if node.op == Op.CAST:
+        return b.get(node.inputs[0])
+    src = b.get(producers[node.inputs[0].name].inputs[0])
+    return b.emit(Op.AS_STRIDED, [src], node.attrs, src.dtype, tuple(x.shape), f"{x.name}_16",
+                  n.loc)
+
+
+def _shapes_ok(q: Value, kt: Value, v: Value, out: Value, narrow: bool) -> bool:
     if not (len(q.shape) == len(kt.shape) == len(v.shape) == 4):
         return False
-    if not (q.dtype == kt.dtype == v.dtype == out.dtype) or not q.dtype.is_float:
+    qk = v.dtype if narrow else q.dtype
+    if not (qk == v.dtype == out.dtype and (narrow or q.dtype == kt.dtype)) \
+            or not v.dtype.is_float:
         return False
     same = q.shape[:2] == kt.shape[:2] == v.shape[:2]
     return same and q.shape[3] == kt.shape[2] and kt.shape[3] == v.shape[2]

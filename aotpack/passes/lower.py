@@ -61,7 +61,8 @@ class _Lowering:
                 self.chain_of[n.output.name] = c
         self.absorbed = pw.absorbed_nodes(graph, set(self.chain_of))
         # squeeze-excitation gates multiplied in by the convolution reading them
-        self.conv_scaled = lower_conv.scaled_conv_inputs(graph, self.users, self.absorbed)
+        self.conv_scaled = lower_conv.scaled_conv_inputs(graph, self.users, self.absorbed,
+                                                          set(self.chain_of))
         self.absorbed |= self.conv_scaled
         self.fused_casts = lower_reductions.fuse_casts(  # casts around reduction kernels
             graph, self.producers, self.users, set(self.chain_of) | self.absorbed)

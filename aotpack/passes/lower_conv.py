@@ -67,15 +67,18 @@ def lower_conv(lw, chain) -> None:
                          tuple(a.dilation), a.groups, out_hw, tuple(epilogue), x_scale))
 
 
-def scaled_conv_inputs(graph, users, absorbed: set[str]) -> set[str]:
+def scaled_conv_inputs(graph, users, absorbed: set[str], chained: set[str]) -> set[str]:
     """Products x * s (x [N, H, W, C], s [N or 1, 1, 1, C]: a squeeze-excitation's gate) read
     only by a convolution (not depthwise) as its input: that convolution multiplies as it
-    loads x (ConvOp.x_scale), which saves writing and re-reading the gated tensor."""
+    loads x (ConvOp.x_scale), which saves writing and re-reading the gated tensor. Not a
+    product that a GEMM or conv chain already computes in its epilogue (`chained`: at a 1x1
+    map the gate [N, 1, 1, C] has x's shape, and the gate's conv takes x * s as an EpMul)."""
     out = set()
     outputs = graph.output_names()
     for n in graph.nodes:
         us = users.get(n.output.name, [])
         if (n.op != Op.MUL or n.attrs.scalar is not None or len(n.inputs) != 2
+                or n.output.name in chained
                 or n.output.name in outputs or len(us) != 1 or us[0].op != Op.CONV
                 or us[0].inputs[0] != n.output or len(n.output.shape) != 4
                 or any(v.name in absorbed or v.dtype != n.output.dtype for v in n.inputs)):

@@ -8,6 +8,8 @@ from aotpack.ir.graph import Graph
 from aotpack.passes.canonicalize import canonicalize
 from aotpack.passes.channels_last import propagate_channels_last
 from aotpack.passes.cse import cse
+from aotpack.passes.decompose_attention import decompose_attention
+from aotpack.passes.exact_gemm import exact_gemm
 from aotpack.passes.fold_conv_bn import fold_conv_bn
 from aotpack.passes.fuse_attention import fuse_attention
 from aotpack.passes.fuse_horizontal import fuse_horizontal
@@ -20,13 +22,15 @@ log = logging.getLogger(__name__)
 
 def optimize(graph: Graph) -> Graph:
     """The graph-to-graph part: convolutions channels-last, canonical, common subexpressions
-    merged, batch norms folded into
+    merged, f32 GEMMs of upcast 16-bit values on 16-bit operands, batch norms folded into
     convolutions, pattern-fused (attention written out as matmul/softmax/matmul too, and
-    SwiGLU gate/up pairs), horizontally fused, canonical again."""
+    SwiGLU gate/up pairs; attention the kernel cannot take written out again), horizontally
+    fused, canonical again."""
     graph = graph.verify()
     log.debug("frontend graph: %d nodes", len(graph.nodes))
-    for graph_pass in (propagate_channels_last, canonicalize, cse, fold_conv_bn, fuse_patterns,
-                       fuse_attention, fuse_swiglu, fuse_horizontal, canonicalize):
+    for graph_pass in (propagate_channels_last, exact_gemm, canonicalize, cse, fold_conv_bn,
+                       fuse_patterns, fuse_attention, decompose_attention, fuse_swiglu,
+                       fuse_horizontal, canonicalize):
         start = time.perf_counter()
         graph = graph_pass(graph)
         log.debug("%s: %d nodes (%.2f s)", graph_pass.__name__, len(graph.nodes),

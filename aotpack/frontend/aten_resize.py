@@ -1,0 +1,96 @@
+"""aten → IR rules for resizing. Nearest-neighbour upsampling by whole factors
+(`F.interpolate(x, scale_factor=2)`, `nn.Upsample`: FPN, U-Net and YOLO necks) is a
+broadcast, one copy kernel: x [N, C, H, W] viewed as [N, C, H, 1, W, 1], expanded to
+[N, C, H, sh, W, sw] and viewed as [N, C, H·sh, W·sw]. Bilinear: `_bilinear`. Nearest by
+other ratios is refused (bicubic reaches the frontend decomposed by torch's export); on weights
+alone any resize folds (translate._fold_constant_call).
+"""
+from __future__ import annotations
+
+from aotpack.dtypes import DType
+from aotpack.frontend.aten_table import Unsupported
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Value
+from aotpack.ir.ops import Op
+
+
+def _nearest(spatial: int):
+    def rule(cx, x, output_size=None, scale_factors=None, *rest):
+        if not isinstance(x, Value):
+            raise Unsupported("resizing a Python value")
+        out = cx.out_shape()
+        ins, outs = tuple(x.shape[-spatial:]), tuple(out[-spatial:])
+        if not all(isinstance(d, int) for d in ins + outs) or any(
+                o % i for i, o in zip(ins, outs)):
+            raise Unsupported(f"nearest resizing {list(ins)} -> {list(outs)} (only by whole "
+                              f"factors of static sizes)")
+        lead = tuple(x.shape[:-spatial])
+        split = lead + tuple(d for i in ins for d in (i, 1))
+        wide = lead + tuple(d for i, o in zip(ins, outs) for d in (i, o // i))
+        v = cx.emit(Op.VIEW, [x], O.ViewAttrs(split))
+        e = cx.emit(Op.EXPAND, [v], O.ExpandAttrs(wide))
+        c = cx.emit(Op.COPY, [e], O.NoAttrs())
+        return cx.emit(Op.VIEW, [c], O.ViewAttrs(tuple(out)), final=True)
+    return rule
+
+
+RULES = {
+    "aten.upsample_nearest1d.vec": _nearest(1), "aten.upsample_nearest1d.default": _nearest(1),
+    "aten.upsample_nearest2d.vec": _nearest(2), "aten.upsample_nearest2d.default": _nearest(2),
+    "aten.upsample_nearest3d.vec": _nearest(3), "aten.upsample_nearest3d.default": _nearest(3),
+}
+
+
+def _bilinear(cx, x, output_size=None, align_corners=False, scale_factors=None):
+    """Bilinear resizing (DPT / Depth-Anything and SegFormer heads) as torch computes it,
+    one axis after the other: out = x[i0] * w0 + x[i1] * w1 along H, then along W, with the
+    source rows i0, i1 and weights constants (two row gathers and one elementwise kernel per
+    axis, computed in f32)."""
+    if not isinstance(x, Value) or len(x.shape) != 4:
+        raise Unsupported("bilinear resizing of other than a 4-D tensor")
+    out = tuple(cx.out_shape())
+    if not all(isinstance(d, int) for d in tuple(x.shape[2:]) + out[2:]):
+        raise Unsupported("bilinear resizing of dynamic sizes")
+    wide = x if x.dtype == DType.F32 else cx.emit(Op.CAST, [x], O.CastAttrs(DType.F32))
+    for axis in (2, 3):
+        scale = scale_factors[axis - 2] if scale_factors else None
+        i0, i1, w1 = _taps(x.shape[axis], out[axis], bool(align_corners), scale)
+        wide = _blend(cx, wide, axis, i0, i1, w1)
+    return cx.emit(Op.CAST, [wide], O.CastAttrs(x.dtype), final=True)
+
+
+def _taps(size: int, new: int, align_corners: bool, scale_factor):
+    """Source rows and the second one's weight of each output row (torch's formula)."""
+    import torch
+
+    dst = torch.arange(new, dtype=torch.float64)
+    if align_corners:
+        src = dst * ((size - 1) / (new - 1) if new > 1 else 0.0)
+    else:
+        ratio = 1.0 / scale_factor if scale_factor else size / new
+        src = ((dst + 0.5) * ratio - 0.5).clamp(min=0)
+    i0 = src.floor().long().clamp(max=size - 1)
+    i1 = (i0 + 1).clamp(max=size - 1)
+    return i0, i1, (src - i0).float()
+
+
+def _blend(cx, x: Value, axis: int, i0, i1, w1) -> Value:
+    from aotpack.frontend.aten_logic import leading_grid, rows_table
+
+    shape = tuple(x.shape[:axis]) + (len(w1),) + tuple(x.shape[axis + 1:])
+    weight_shape = (len(w1),) + (1,) * (len(x.shape) - axis - 1)
+    picked = []
+    for idx in (i0, i1):
+        ids = cx.add_constant("rows", idx.contiguous())
+        table, flat = rows_table(cx, x, leading_grid(cx, x, axis, [ids]))
+        rows = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
+        picked.append(cx.emit(Op.VIEW, [rows], O.ViewAttrs(shape)))
+    w = cx.add_constant("w1", w1.reshape(weight_shape).contiguous())
+    w0 = cx.add_constant("w0", (1 - w1).reshape(weight_shape).contiguous())
+    a = cx.emit(Op.MUL, [picked[0], w0], O.BinaryAttrs())
+    b = cx.emit(Op.MUL, [picked[1], w], O.BinaryAttrs())
+    return cx.emit(Op.ADD, [a, b], O.BinaryAttrs())
+
+
+RULES.update({"aten.upsample_bilinear2d.vec": _bilinear,
+              "aten.upsample_bilinear2d.default": _bilinear})

@@ -1,0 +1,82 @@
+"""Generation steps of causal-LM families with their own attention code (no sdpa dispatch:
+GPT-J, CodeGen, MPT) and of GPT-NeoX: greedy ids identical to transformers' generate in
+float32 (CPU reference). Such models add the mask to their scores (or fill where it is
+nonzero), so the step hands them transformers' additive eager mask; the compiler reads that
+form back as the positions (attention_positions._additive_of). A family whose forward fails
+under the step is refused with one line, not a traceback."""
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from aotpack.frontend.load import LoadedModel  # noqa: E402
+from aotpack.generation.task import (  # noqa: E402
+    GenerationOptions, GenerationTaskError, prepare_generation,
+)
+from test_generation import PROMPTS, _hf_greedy, _program, _stepper  # noqa: E402
+from aotpack.generation.loop import generate  # noqa: E402
+from aotpack.frontend import to_graph  # noqa: E402
+from aotpack.passes import compile_graph  # noqa: E402
+
+T = transformers
+SMALL = dict(vocab_size=96, n_embd=64, n_layer=2, n_head=4, n_positions=128)
+FAMILIES = {
+    "gptj": lambda: T.GPTJForCausalLM(T.GPTJConfig(**SMALL, rotary_dim=8)),
+    "codegen": lambda: T.CodeGenForCausalLM(T.CodeGenConfig(**SMALL, rotary_dim=8)),
+    "mpt": lambda: T.MptForCausalLM(T.MptConfig(d_model=64, n_layers=2, n_heads=4,
+                                                vocab_size=96, max_seq_len=128)),
+    "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, max_position_embeddings=128)),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_greedy_ids_match_transformers(family):
+    torch.manual_seed(0)
+    model = FAMILIES[family]().eval()
+    got = generate(_stepper(_program(model)), PROMPTS, 8)
+    for prompt, ids in zip(PROMPTS, got):
+        assert ids == _hf_greedy(model, prompt, 8), (family, prompt)
+
+
+@pytest.mark.parametrize("family", ["gptj", "codegen"])
+def test_eager_attention_in_bf16_is_the_positional_kernel(family):
+    """Their f32 scores of upcast bf16 q and k, with the additive mask (added before the
+    scale in CodeGen), fuse into the attention kernel reading the positions."""
+    torch.manual_seed(0)
+    loaded = prepare_generation(LoadedModel(FAMILIES[family]().eval(), None),
+                                GenerationOptions(32, 2), "bf16")
+    program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    attention = [op for op in program.ops if type(op).__name__ == "AttentionOp"]
+    assert len(attention) == 2 and all(op.kv_limit is not None and op.mask is None
+                                       for op in attention)
+    assert attention[0].q.dtype.value == "bf16"
+
+
+def test_family_failing_under_the_step_is_refused_in_one_line():
+    torch.manual_seed(0)
+    model = T.BloomForCausalLM(T.BloomConfig(hidden_size=64, n_layer=2, n_head=4,
+                                             vocab_size=96)).eval()
+    with pytest.raises(GenerationTaskError, match="BloomForCausalLM: the model's forward "
+                                                  "failed inside the generation step"):
+        prepare_generation(LoadedModel(model, None), GenerationOptions(32, 2), None)
+
+
+def test_latent_attention_caches_what_the_layers_hand_it():
+    """DeepSeek-V3 caches its compressed latent (one head of kv_lora_rank) and its rotary key
+    (one head of qk_rope_head_dim), not per-head keys and values of the config's head_dim:
+    the step probes what each layer hands the cache (was a shape-mismatch traceback)."""
+    torch.manual_seed(0)
+    model = T.DeepseekV3ForCausalLM(T.DeepseekV3Config(
+        vocab_size=96, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        n_routed_experts=4, num_experts_per_tok=2, n_group=2, topk_group=1,
+        first_k_dense_replace=1, q_lora_rank=32, kv_lora_rank=24, qk_rope_head_dim=8,
+        qk_nope_head_dim=16, v_head_dim=16, max_position_embeddings=128)).eval()
+    loaded = prepare_generation(LoadedModel(model, None), GenerationOptions(32, 2), None)
+    cache = loaded.model.cache
+    assert cache.k0.shape == (2, 32, 1, 24) and cache.v0.shape == (2, 32, 1, 8)
+    got = generate(_stepper(_program(model)), PROMPTS, 6)
+    for prompt, ids in zip(PROMPTS, got):
+        assert ids == _hf_greedy(model, prompt, 6), prompt

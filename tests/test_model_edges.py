@@ -1,0 +1,168 @@
+"""Edges that uncovered model families hit (found by trying transformers' RegNet, LeViT,
+SwinV2, BEiT as a new user would): each a tiny module with the same construct, compiled and
+its program (kernel references) compared with eager on the CPU."""
+import torch
+from torch import nn
+
+from program_checks import check_matches_eager, kinds
+
+
+class GateAtOnePixel(nn.Module):
+    """RegNet-Y's last stage at a 1x1 map: conv -> squeeze-excitation gate -> conv. The gate
+    [N, 1, 1, C] has the activation's shape, so the gate conv's epilogue takes the product as
+    an EpMul; the next conv must then not also claim it as its input scale (KeyError)."""
+
+    def __init__(self, c=16):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 1)
+        self.se1 = nn.Conv2d(c, 4, 1)
+        self.se2 = nn.Conv2d(4, c, 1)
+        self.conv2 = nn.Conv2d(c, c, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.conv1(x))
+        gate = torch.sigmoid(self.se2(torch.relu(self.se1(h.mean((2, 3), keepdim=True)))))
+        return self.conv2(h * gate)
+
+
+def test_squeeze_excitation_gate_at_a_one_pixel_map():
+    torch.manual_seed(0)
+    check_matches_eager(GateAtOnePixel().eval(), [torch.randn(2, 16, 1, 1)], 1e-5)
+
+
+class BiasTable(nn.Module):
+    """LeViT's attention biases: a [heads, offsets] weight indexed as table[:, idx] by a
+    constant index buffer (aten.index with a None for the whole first dim), folded at build
+    time; was an IndexError (Python indexing reads None as a new axis)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Parameter(torch.randn(2, 5))
+        self.register_buffer("idx", torch.tensor([[0, 1, 4], [3, 2, 2], [4, 0, 1]]))
+
+    def forward(self, scores):
+        return scores + self.table[:, self.idx]
+
+
+def test_weight_indexed_by_a_constant_after_a_whole_dim():
+    program = check_matches_eager(BiasTable(), [torch.randn(4, 2, 3, 3)], 1e-6)
+    assert "GatherOp" not in kinds(program) and "EmbeddingOp" not in kinds(program)
+
+
+class Norms(torch.nn.Module):
+    """SwinV2's cosine attention normalizes q and k (F.normalize: linalg_vector_norm, was
+    refused); the 1-, inf- and 3-norms take the other forms of the same rule."""
+
+    def forward(self, q, k):
+        n = torch.nn.functional.normalize
+        scores = n(q, dim=-1) @ n(k, dim=-1).transpose(-1, -2)
+        other = (q.norm(p=1, dim=-1) + torch.linalg.vector_norm(k, float("inf"), dim=-1)
+                 + torch.linalg.vector_norm(q, 3, dim=-1, keepdim=True).squeeze(3))
+        return scores, other
+
+
+def test_vector_norms():
+    q, k = torch.randn(2, 3, 5, 16), torch.randn(2, 3, 5, 16)
+    check_matches_eager(Norms(), [q, k], 1e-5)
+    check_matches_eager(Norms().to(torch.bfloat16), [q.bfloat16(), k.bfloat16()], 1e-2)
+
+
+class ResizedTable(torch.nn.Module):
+    """BEiT's relative-position bias: a slice of a weight, reshaped, permuted and resized by
+    F.interpolate (an op aotpack has no kernel for), then indexed: all of it on weights, so
+    it folds at build time (was refused: upsample_bilinear2d)."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(3 * 3 + 3, 2))
+
+    def forward(self, x):
+        sub = self.table[:9].reshape(1, 3, 3, 2).permute(0, 3, 1, 2)
+        big = torch.nn.functional.interpolate(sub, size=(5, 5), mode="bilinear")
+        return x + big.permute(0, 2, 3, 1).reshape(25, 2)[:, 0]
+
+
+def test_interpolation_of_a_weight_view_folds():
+    program = check_matches_eager(ResizedTable(), [torch.randn(4, 25)], 1e-6)
+    assert kinds(program) == ["PointwiseOp"]
+
+
+class OddAttention(torch.nn.Module):
+    """Attention shapes the kernel does not take: head dim 8 (MobileViT), values wider than
+    the keys (LeViT, DeepSeek-V3's MLA), with GQA, causal and a bool mask; they were a
+    ValueError traceback from the kernel's compile."""
+
+    def forward(self, q, k, v, v_wide, mask):
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        a = sdpa(q, k, v, is_causal=True, enable_gqa=True)
+        b = sdpa(q, k, v_wide, attn_mask=mask, enable_gqa=True, scale=0.3)
+        return a, b
+
+
+def test_attention_the_kernel_cannot_take_is_written_out():
+    from aotpack.executor import run_reference
+    from aotpack.frontend import to_graph
+    from aotpack.kernels import compile as compile_op
+    from aotpack.passes import compile_graph
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 4, 6, 8), torch.randn(2, 2, 6, 8), torch.randn(2, 2, 6, 8)
+    v_wide, mask = torch.randn(2, 2, 6, 24), torch.rand(2, 1, 6, 6) > 0.3
+    mask[..., 0] = True
+    inputs = [t.bfloat16() if t.is_floating_point() else t for t in (q, k, v, v_wide, mask)]
+    model = OddAttention()
+    program = compile_graph(to_graph(model, inputs))
+    assert "AttentionOp" not in kinds(program) and "BmmOp" in kinds(program)
+    with torch.no_grad():
+        want = model(*inputs)
+    for got, ref in zip(run_reference(program, inputs), want):
+        assert ((got.float() - ref.float()).norm() / ref.float().norm()) < 2e-2
+    for op in program.ops:  # every kernel cross-compiles for sm_90a
+        if type(op).__name__ in ("BmmOp", "SoftmaxOp"):
+            assert compile_op(op)
+
+
+class UpsampleNeck(torch.nn.Module):
+    """An FPN / U-Net neck: conv, nearest upsampling by 2 (and by 3x1), a skip add, conv
+    (upsample_nearest2d was refused)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.out = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        up = torch.nn.functional.interpolate(self.down(x), scale_factor=2, mode="nearest")
+        tall = torch.nn.Upsample(scale_factor=(3, 1))(x[:, :, :2])
+        return self.out(up + x), tall
+
+
+def test_nearest_upsampling_by_whole_factors():
+    torch.manual_seed(0)
+    check_matches_eager(UpsampleNeck().eval(), [torch.randn(2, 8, 6, 6)], 1e-5)
+
+
+class Resizes(torch.nn.Module):
+    """Bilinear resizing of activations (DPT / Depth-Anything, SegFormer heads): to a size, by
+    a factor (whole and not), with aligned corners; was refused (upsample_bilinear2d)."""
+
+    def forward(self, x):
+        f = torch.nn.functional.interpolate
+        return (f(x, size=(9, 13), mode="bilinear"), f(x, scale_factor=2, mode="bilinear"),
+                f(x, size=(7, 3), mode="bilinear", align_corners=True),
+                f(x, scale_factor=1.5, mode="bilinear"))
+
+
+def test_bilinear_resizing_matches_torch():
+    program = check_matches_eager(Resizes(), [torch.randn(2, 3, 5, 6)], 1e-5)
+    assert set(kinds(program)) == {"EmbeddingOp", "PointwiseOp"}  # row gathers, blends
+    check_matches_eager(Resizes().to(torch.bfloat16), [torch.randn(2, 3, 5, 6).bfloat16()],
+                        2e-3)
+
+
+def test_bicubic_resizing_decomposes_and_matches_torch():
+    class Bicubic(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, size=(8, 7), mode="bicubic")
+
+    check_matches_eager(Bicubic(), [torch.randn(1, 2, 4, 5)], 1e-5)
