@@ -389,15 +389,26 @@ def test_reduce_over_trailing_dims_and_everything():
     assert [(op.x.shape, op.out.shape) for op in p.ops] == [((3, 200), (3,)), ((1, 600), (1,))]
 
 
-def test_reduce_over_another_dim_is_a_clear_error():
-    class M(torch.nn.Module):
-        def forward(self, x):
-            return x.sum(0)
+class OtherDims(torch.nn.Module):
+    """Reductions over dims that are not the trailing ones: a leading dim, the middle one,
+    the spatial dims of an NHWC map (ConvNeXt V2's global response norm), argmax over one."""
 
-    # (a sum over a dim of up to 8 is a sum of slices: aten_table._sum_of_slices)
-    with pytest.raises(LoweringError, match=r"cannot lower sum node %sum.*over dim\(s\) \[0\] "
-                                            r".*only reductions over the last dim.*movedim"):
-        compile_graph(to_graph(M(), (torch.randn(16, 8),)))
+    def forward(self, x, nhwc):
+        g = torch.linalg.vector_norm(nhwc, ord=2, dim=(1, 2), keepdim=True)
+        return (x.sum(0), x.amax(1), x.mean((0, 2)), x.argmax(1),
+                nhwc * (g / (g.mean(-1, keepdim=True) + 1e-6)))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.bfloat16, 1e-2), (torch.float32, 1e-4)])
+def test_reduce_over_other_dims_moves_them_last(dtype, tol):
+    x, nhwc = torch.randn(16, 9, 40, dtype=dtype), torch.randn(2, 5, 6, 24, dtype=dtype)
+    p = check_matches_eager(OtherDims(), (x, nhwc), tol)
+    shapes = sorted((tuple(op.x.shape), tuple(op.out.shape)) for op in p.ops
+                    if isinstance(op, ReduceOp))
+    # [kept dims, reduced dims] rows: sum(0) (360, 16), amax(1) and argmax(1) (640, 9),
+    # mean((0, 2)) (9, 640), the norm's sum over H, W (48, 30), its mean over C (2, 24)
+    assert shapes == sorted([((360, 16), (360,)), ((640, 9), (640,)), ((640, 9), (640,)),
+                             ((9, 640), (9,)), ((48, 30), (48,)), ((2, 24), (2,))]), shapes
 
 
 def test_softmax_over_another_dim_is_a_clear_error():

@@ -173,18 +173,27 @@ def lower_reduce(lw, n: Node) -> None:
     if n.op != Op.ARGMAX:  # argmax of ids or of 0/1 flags (CLIP's end token): f32 is exact
         _require_float(lw, n)  # below 2**24
     shape = list(n.inputs[0].shape)
-    rank, dims = len(shape), tuple(n.attrs.dims)
+    rank = len(shape)
+    dims = tuple(sorted(d % rank for d in n.attrs.dims)) if rank else ()
     k = len(dims)
-    if dims != tuple(range(rank - k, rank)):
-        d = dims[0]
-        lw._fail(n, f"{n.op.value} over dim(s) {list(dims)} of a {shape} tensor: only "
-                    f"reductions over the last dim are supported (rewrite it so the reduced "
-                    f"dim comes last, e.g. x.movedim({d}, -1).{n.op.value}(-1), or fold it "
-                    f"into a matmul)")
     if rank == 0:
         k = 0
-    x = _rows(lw, _input(lw, n), k)
+    if dims == tuple(range(rank - k, rank)):
+        x = _rows(lw, _input(lw, n), k)
+    else:  # reduced dims moved last (a copy when that view does not flatten: ConvNeXt V2's
+        x = _dims_last(lw, _input(lw, n), dims)  # norm over H, W of an NHWC map)
     lw.ops.append(ReduceOp(_KIND[n.op], x, _out(lw, n, None)))
+
+
+def _dims_last(lw, v: Value, dims: tuple[int, ...]) -> TensorArg:
+    """[kept dims (in order), reduced dims] of value `v` as [R, C]: the permuted view, or a
+    contiguous copy of it. The kernel's R rows are the output's elements in order."""
+    arg = lw.args[v.name]
+    order = [i for i in range(len(arg.shape)) if i not in dims] + list(dims)
+    moved = TensorArg(arg.storage, arg.dtype, tuple(arg.shape[i] for i in order),
+                      tuple(arg.strides[i] for i in order), arg.offset)
+    flat = merge_2d(moved, len(dims))
+    return flat if flat is not None else merge_2d(lw._materialize(moved, v.name), len(dims))
 
 
 def lower_cumsum(lw, n: Node) -> None:
