@@ -5,11 +5,12 @@ kernels/triton/gemm_norm.py), without a GPU:
   (one and two column chunks, residual add and bias, no norm weight, M of 1 and 3);
 - cross-compiled launches: a two-launch split-K config normalizes in its reduce, other
   configs append the RMSNorm kernel;
-- a decoder model's generation step: the o_proj / down_proj + norm pairs fuse, and the CPU
-  reference of the fused plan matches eager.
+- a decoder model's generation step: the o_proj / down_proj + norm pairs fuse, and the fused
+  plan's CPU reference gives the unfused plan's logits bit for bit.
 """
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 
 import pytest
@@ -145,11 +146,13 @@ def test_split_k_normalizes_in_its_reduce_and_tiles_append_the_norm():
 def test_a_decoder_step_fuses_its_output_projections_with_the_next_norm(tmp_path):
     """Llama's o_proj (+ residual) feeds post_attention_layernorm and down_proj (+ residual)
     the next layer's input_layernorm (the last one: the final norm): two pairs per layer,
-    only the first layer's input norm (after the embedding) stays alone. The CPU reference of
-    the fused plan runs through verify."""
-    transformers = pytest.importorskip("transformers")
+    only the first layer's input norm (after the embedding) stays alone. The fused plan's
+    torch references give the unfused plan's logits exactly (same math, other grouping)."""
+    pytest.importorskip("transformers")
+    from aotpack.executor import new_state, run_reference
     from aotpack.generation.task import GenerationOptions
-    from aotpack.shared_steps import load_program
+    from aotpack.passes.fuse_gemm_norm import fuse_gemm_norm
+    from aotpack.shared_steps import _load_generation
 
     spec = tmp_path / "llama.py"
     spec.write_text(
@@ -160,7 +163,14 @@ def test_a_decoder_step_fuses_its_output_projections_with_the_next_norm(tmp_path
         "        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,\n"
         "        max_position_embeddings=128)\n"
         "    return T.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()\n")
-    program = load_program(f"{spec}:make", generation=GenerationOptions(64, 2))
-    kinds = [type(op).__name__ for op in program.ops]
+    unfused, loaded = _load_generation(f"{spec}:make", (), (), None, GenerationOptions(64, 2))
+    kinds = [type(op).__name__ for op in unfused.ops]
+    assert kinds.count("RMSNormOp") == 7 and "GemmNormOp" not in kinds
+    fused = copy.deepcopy(unfused)
+    fuse_gemm_norm(fused)
+    kinds = [type(op).__name__ for op in fused.ops]
     assert kinds.count("GemmNormOp") == 6 and kinds.count("RMSNormOp") == 1, kinds
-    assert program.summary["kernel_ops"]["GemmNormOp"] == 6
+    assert fused.summary["kernel_ops"]["GemmNormOp"] == 6
+    logits = [run_reference(p, list(loaded.inputs), state=new_state(p))[-1]
+              for p in (unfused, fused)]
+    assert torch.equal(logits[0], logits[1])

@@ -1,6 +1,7 @@
 """Edges that uncovered model families hit (found by trying transformers' RegNet, LeViT,
 SwinV2, BEiT as a new user would): each a tiny module with the same construct, compiled and
 its program (kernel references) compared with eager on the CPU."""
+import pytest
 import torch
 from torch import nn
 
@@ -120,6 +121,47 @@ def test_attention_the_kernel_cannot_take_is_written_out():
     for op in program.ops:  # every kernel cross-compiles for sm_90a
         if type(op).__name__ in ("BmmOp", "SoftmaxOp"):
             assert compile_op(op)
+
+
+class F32ScoresAttention(torch.nn.Module):
+    """GPT-J-style attention at head dim 8 (written out): f32 scores of upcast q and k plus an
+    f32 additive mask, softmax in f32, back to bf16 for the values."""
+
+    def forward(self, q, k, v, bias):
+        s = (q.float() @ k.float().transpose(-1, -2)) * 8 ** -0.5 + bias
+        return s.softmax(-1).to(torch.bfloat16) @ v
+
+
+class MaskedRowsAttention(torch.nn.Module):
+    """sdpa at head dim 8 with a bool mask that hides every key from some queries: torch
+    gives those rows zeros, as the attention kernel does."""
+
+    def forward(self, q, k, v, mask):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("case", ["f32_scores", "masked_rows"])
+def test_written_out_attention_keeps_the_models_dtypes_and_masked_rows(case):
+    from aotpack.executor import run_reference
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 5, 8, dtype=torch.bfloat16) for _ in range(3))
+    if case == "f32_scores":
+        model, extra = F32ScoresAttention(), torch.randn(1, 1, 5, 5)
+    else:
+        model, extra = MaskedRowsAttention(), torch.rand(1, 1, 5, 5) > 0.4
+        extra[..., 2, :] = False  # query 2 sees no key
+    inputs = [q, k, v, extra]
+    program = compile_graph(to_graph(model, inputs))
+    assert "AttentionOp" not in kinds(program)
+    with torch.no_grad():
+        want = model(*inputs).float()
+    got = run_reference(program, inputs)[0].float()
+    assert ((got - want).norm() / want.norm()) < 2e-2
+    if case == "masked_rows":
+        assert torch.equal(got[..., 2, :], torch.zeros_like(got[..., 2, :]))
 
 
 class UpsampleNeck(torch.nn.Module):

@@ -208,6 +208,32 @@ def test_a_cutedsl_winner_is_used_only_with_the_cutedsl_that_compiled_it(compile
         assert got == template.default_config(op, SM90, "triton") and chooser.stale == {key}
 
 
+def test_a_gemm_fused_with_its_norm_uses_the_gemms_record():
+    """A GemmNormOp (a GEMM and the RMSNorm of its output) has a key of its own; without a
+    record of its own it takes the plain GEMM's winner (records measured before the fusion)."""
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import SM90, GemmNormOp, RMSNormOp, contiguous
+    from aotpack.kernels.templates import template_for
+    from aotpack.shared_steps import canonical
+    from aotpack.tuning.apply import TunedChooser
+
+    gemm = canonical(_gemm_op())[0]
+    norm = RMSNormOp(gemm.out, None, contiguous("y", DType.BF16, gemm.out.shape), 1e-5)
+    fused = GemmNormOp(gemm, norm)
+    g_t, f_t = template_for(gemm), template_for(fused)
+    key = keys.problem_keys(gemm, SM90, g_t.name, g_t.sources)[0]
+    assert keys.problem_keys(fused, SM90, f_t.name, f_t.sources)[0] != key
+    winner = dict(g_t.default_config(gemm, SM90, "triton"), num_stages=2)
+    results = {"format": "aotpack-tuning-results", "version": 1, "job_id": "j",
+               "device": {"name": "NVIDIA H200", "driver": 13000}, "problems": [{
+                   "key": key, "desc": "gemm", "info": {"shape_key": "s"},
+                   "candidates": [{"name": "w", "config": winner, "status": "ok",
+                                   "median_us": 10.0}]}]}
+    db = TuningDB()
+    db.import_results(results)
+    assert TunedChooser(db, SM90)(fused, f_t) == winner
+
+
 def test_job_records_the_compilers_of_the_backends_it_compiled(job):
     """Problem info (echoed by the launcher) names CuTeDSL's version where a CuTeDSL candidate
     is in the job, and nothing more for Triton's (in the key)."""

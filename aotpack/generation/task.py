@@ -144,7 +144,7 @@ def check_step(step, inputs) -> None:
         except Exception as e:  # the family's code does not take what the step passes
             raise GenerationTaskError(
                 f"{type(step.model).__name__}: the model's forward failed inside the "
-                f"generation step ({type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+                f"generation step ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
                 f"): the step passes a prepared 4-D mask, position ids and its own cache "
                 f"(docs/generation.md), which this family does not take yet (BLOOM builds "
                 f"its ALiBi from a 2-D mask); please report it") from e

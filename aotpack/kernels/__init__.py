@@ -6,7 +6,7 @@ from __future__ import annotations
 from aotpack.kernels.gemm_template import AUTO_CUTEDSL_MIN_M, GEMM_BACKENDS, check_backend  # noqa: F401
 from aotpack.kernels.spec import KernelOp, Target, SM90
 from aotpack.kernels.templates import (  # noqa: F401
-    BackendCannotCompile, Template, template_for, template_named, templates,
+    BackendCannotCompile, Template, template_for, templates,
 )
 
 

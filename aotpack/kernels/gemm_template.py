@@ -124,6 +124,9 @@ class GemmNormTemplate(Template):
     def fast_limit(self, backend_template):
         return self.gemm.fast_limit(backend_template)
 
+    def tuned_as(self, op):
+        return op.gemm, self.gemm  # records measured for the plain GEMM (norm not fused)
+
     def supports(self, op):
         return self.gemm.supports(op.gemm)
 

@@ -12,8 +12,9 @@ A `Template` says, for its op kind:
  - `reference(op, env)`: the semantics in torch (CPU);
  - `describe(op)`: one line for inspect and tuning jobs.
 A config is a JSON-able dict whose "template" names the backend ("gemm.triton"), the form the
-tuning database stores. Build, tuning, inspect and verify go through `template_for(op)` /
-`template_named(config)` and never dispatch on op types themselves. A new kernel kind is one
+tuning database stores (templates may share a backend's configs: GemmNormOp's are its GEMM's,
+so dispatch is by op, never by config). Build, tuning, inspect and verify go through
+`template_for(op)` and never dispatch on op types themselves. A new kernel kind is one
 module with its kernel plus one Template here (or beside it, registered in `_REGISTRY`).
 
 Templates' own heuristics (this file, gemm_template.py) are outside the tuning key: editing
@@ -72,6 +73,11 @@ class Template:
         shape = "x".join(str(n) for n in getattr(getattr(op, "x", None), "shape", ()))
         name = type(op).__name__.removesuffix("Op").lower()
         return f"{name} {shape} {op.out.dtype.value}" if shape else name
+
+    def tuned_as(self, op: KernelOp):
+        """(op, template) whose tuning record serves `op` when it has none of its own, or
+        None (GemmNormOp: its GEMM's)."""
+        return None
 
     def fast_limit(self, backend_template: str) -> int:
         """How many candidates of one backend `aotpack tune --level fast` measures."""
@@ -346,13 +352,3 @@ def template_for(op: KernelOp) -> Template:
         return _REGISTRY[type(op)]
     except KeyError:
         raise TypeError(f"no kernel template for {type(op).__name__}") from None
-
-
-def template_named(config: dict) -> Template:
-    """The template whose configs look like `config` ({"template": "gemm.cutedsl", ...})."""
-    family = str(config.get("template", "")).split(".")[0]
-    for t in templates():
-        if t.name == family:
-            return t
-    raise ValueError(f"unknown kernel template {config.get('template')!r} "
-                     f"(a tuning database from a newer aotpack?)")

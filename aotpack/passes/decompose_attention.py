@@ -17,6 +17,7 @@ from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
+from aotpack.ir.types import promote
 
 
 def kernel_takes(q: Value, k: Value, v: Value) -> bool:
@@ -54,21 +55,47 @@ def _written_out(b: GraphBuilder, n: Node) -> Value:
                 (k.shape[0], hq, d, t), f"{name}_kt", loc)
     scores = b.emit(Op.MATMUL, [q, kt], O.NoAttrs(), q.dtype, (bsz, hq, s, t),
                     f"{name}_scores", loc)
-    scale = n.attrs.scale if n.attrs.scale is not None else d ** -0.5
-    scores = b.emit(Op.MUL, [scores], O.BinaryAttrs(float(scale)), q.dtype, scores.shape,
-                    f"{name}_scaled", loc)
     seen = _seen_mask(b, n, s, t)
+    # scores, mask and softmax in the wider of q's and a float mask's dtype (an f32 additive
+    # mask beside bf16 q: GPT-J-style attention that asked for f32 scores), p in v's dtype
+    work = promote(q.dtype, seen.dtype) if seen is not None and seen.dtype.is_float else q.dtype
+    if work != q.dtype:
+        scores = b.emit(Op.CAST, [scores], O.CastAttrs(work), work, scores.shape,
+                        f"{name}_wide", loc)
+    scale = n.attrs.scale if n.attrs.scale is not None else d ** -0.5
+    scores = b.emit(Op.MUL, [scores], O.BinaryAttrs(float(scale)), work, scores.shape,
+                    f"{name}_scaled", loc)
     if seen is not None and seen.dtype == DType.BOOL:
-        low = b.add_constant(f"{name}_lowest", _lowest(q.dtype), q.dtype)
-        scores = b.emit(Op.WHERE, [seen, scores, low], O.NoAttrs(), q.dtype, scores.shape,
+        low = b.add_constant(f"{name}_lowest", _lowest(work), work)
+        scores = b.emit(Op.WHERE, [seen, scores, low], O.NoAttrs(), work, scores.shape,
                         f"{name}_masked", loc)
     elif seen is not None:
-        scores = b.emit(Op.ADD, [scores, seen], O.BinaryAttrs(), q.dtype, scores.shape,
+        scores = b.emit(Op.ADD, [scores, seen], O.BinaryAttrs(), work, scores.shape,
                         f"{name}_biased", loc)
-    p = b.emit(Op.SOFTMAX, [scores], O.SoftmaxAttrs(3), q.dtype, scores.shape,
-               f"{name}_p", loc)
-    return b.emit(Op.MATMUL, [p, v], O.NoAttrs(), q.dtype, (bsz, hq, s, v.shape[3]),
+    p = b.emit(Op.SOFTMAX, [scores], O.SoftmaxAttrs(3), work, scores.shape, f"{name}_p", loc)
+    if _may_hide_whole_rows(n) and seen.dtype == DType.BOOL:
+        p = _zero_unseen_rows(b, p, seen, name, loc)
+    if work != v.dtype:
+        p = b.emit(Op.CAST, [p], O.CastAttrs(v.dtype), v.dtype, p.shape, f"{name}_p16", loc)
+    return b.emit(Op.MATMUL, [p, v], O.NoAttrs(), v.dtype, (bsz, hq, s, v.shape[3]),
                   f"{name}_out", loc)
+
+
+def _may_hide_whole_rows(n: Node) -> bool:
+    """A bool mask the model passes may hide every key from a query; the causal and the
+    positional masks never do (each query sees itself)."""
+    return len(n.inputs) == 4 and not n.attrs.positions
+
+
+def _zero_unseen_rows(b: GraphBuilder, p: Value, seen: Value, name, loc) -> Value:
+    """p with the rows that see no key set to 0, as torch's sdpa and the attention kernel give
+    them (the masked softmax alone averages the values there)."""
+    flags = b.emit(Op.CAST, [seen], O.CastAttrs(p.dtype), p.dtype, seen.shape,
+                   f"{name}_seen_f", loc)
+    last = len(seen.shape) - 1
+    row = b.emit(Op.AMAX, [flags], O.ReduceAttrs((last,), True), p.dtype,
+                 seen.shape[:-1] + (1,), f"{name}_any_seen", loc)
+    return b.emit(Op.MUL, [p, row], O.BinaryAttrs(), p.dtype, p.shape, f"{name}_p_seen", loc)
 
 
 def _per_query_head(b: GraphBuilder, x: Value, hq: int, loc) -> Value:

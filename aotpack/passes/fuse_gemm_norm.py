@@ -20,10 +20,14 @@ def fuse_gemm_norm(program):
     """`program` with each fusable (GemmOp, RMSNormOp) pair replaced by one GemmNormOp at the
     GEMM's place (in place; returned)."""
     ops, fused = list(program.ops), 0
+    norms: dict[str, list[int]] = {}  # storage -> the RMSNorms reading it, in order
+    for j, op in enumerate(ops):
+        if isinstance(op, RMSNormOp):
+            norms.setdefault(op.x.storage, []).append(j)
     for i in range(len(ops)):
         if not isinstance(ops[i], GemmOp):
             continue
-        j = _norm_of(ops, i)
+        j = _norm_of(ops, i, norms.get(ops[i].out.storage, ()))
         if j is not None:
             ops[i] = GemmNormOp(ops[i], ops[j])
             ops[j] = None
@@ -38,17 +42,18 @@ def fuse_gemm_norm(program):
     return program
 
 
-def _norm_of(ops: list, i: int) -> int | None:
-    """Index of the RMSNorm that can join the GEMM at `i`, or None."""
+def _norm_of(ops: list, i: int, readers) -> int | None:
+    """Index of the RMSNorm that can join the GEMM at `i` (`readers`: the norms reading its
+    output storage), or None: the first after it, if it reads the whole output and nothing in
+    between writes what it reads or touches what it writes."""
     gemm = ops[i]
-    for j in range(i + 1, len(ops)):
-        op = ops[j]
-        if (isinstance(op, RMSNormOp) and op.x == gemm.out and op.out_scale is None
-                and _weight_ok(op) and op.out.strides[-1] == 1):
-            return j if _movable(ops, i, j) else None
-        if op is not None and gemm.out.storage in _storages(op_outputs(op)):
-            return None  # the output is overwritten before any norm reads it
-    return None
+    j = next((j for j in readers if j > i and ops[j] is not None), None)
+    if j is None:
+        return None
+    norm = ops[j]
+    ok = (norm.x == gemm.out and norm.out_scale is None and _weight_ok(norm)
+          and norm.out.strides[-1] == 1)
+    return j if ok and _movable(ops, i, j) else None
 
 
 def _weight_ok(norm: RMSNormOp) -> bool:

@@ -1,9 +1,10 @@
 """Lowering rules for the row-wise reductions: LAYER_NORM → LayerNormOp, SOFTMAX and
 LOG_SOFTMAX → SoftmaxOp, SUM / MEAN / AMAX / AMIN → ReduceOp. Each kernel reduces the last dim
 of a 2-D view [R, C]: the IR value is viewed as [leading dims merged, reduced dims merged] (a
-copy is made first when the leading dims do not merge into one stride). Reductions over the
-trailing dims (the last one, or several that merge, e.g. x.sum() of a contiguous tensor) lower;
-any other dim is a LoweringError that says how to rewrite the model.
+copy is made first when the leading dims do not merge into one stride). A reduction over other
+dims (SUM / MEAN / AMAX / AMIN / ARGMAX) reads them moved last (`_dims_last`: a copy where that
+is no view); softmax, log-softmax and cumsum over another dim are a LoweringError that says how
+to rewrite the model.
 
 Casts around them are free: the kernels widen on load and compute in f32, so a widening cast
 of the input (bf16 → f32, HF's softmax(x.float())) is read through, and a cast of an f32

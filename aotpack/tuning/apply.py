@@ -36,6 +36,10 @@ class TunedChooser:
             key, shape_key = keys.problem_keys(op, self.target, template.name, template.sources)
             self.tunable.add(key)
             rec = self.db.lookup(key)
+            inner = template.tuned_as(op) if rec is None else None
+            if inner is not None:  # e.g. a GEMM fused with a norm: the GEMM's own record
+                rec = self.db.lookup(keys.problem_keys(inner[0], self.target, inner[1].name,
+                                                       inner[1].sources)[0])
             if rec is not None and not _can_compile(rec["winner"]["config"]):
                 self.missing_backend.add(key)  # a CuTeDSL winner here without CuTeDSL
                 rec = None

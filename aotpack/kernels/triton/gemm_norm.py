@@ -116,8 +116,10 @@ def reduce_norm_plan(op: GemmNormOp, cfg: SplitKConfig) -> KernelPlan:
             "y_ptr": Ptr(op.norm.out), "stride_ym": int_arg(op.norm.out.strides[0]),
             "eps": F32(op.norm.eps), "SPLIT_K": Const(cfg.SPLIT_K), "BLOCK_N": Const(block),
             "CHUNKS": Const(chunks), "HAS_WEIGHT": Const(op.norm.weight is not None)}
-    # WIDE_INDEX comes from the epilogue args (output / operand offsets past 2^31); the
-    # normalized output shares the output's shape, so its offsets fit when those do
+    # 64-bit offsets when the output, an epilogue operand or the normalized output reaches
+    # past 2^31 elements (the last may be a view into a larger buffer)
+    args["WIDE_INDEX"] = Const(args["WIDE_INDEX"].value or
+                               splitk._max_offset(op.norm.out) >= splitk._I32_LIMIT)
     fused = ("splitk_reduce",) + tuple(
         f for f in fused_ops(op.gemm)[1:] if f not in splitk._FP8_TAG) + ("rmsnorm",)
     config = {"kind": "splitk_reduce_norm", "SPLIT_K": cfg.SPLIT_K, "BLOCK_N": block,
