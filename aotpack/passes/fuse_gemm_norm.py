@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 
-from aotpack.kernels.spec import GemmNormOp, GemmOp, RMSNormOp, op_inputs, op_outputs
+from aotpack.kernels.spec import GemmNormOp, GemmOp, RMSNormOp
+from aotpack.passes.op_motion import free_to_move, kernel_op_counts
 
 log = logging.getLogger(__name__)
 
@@ -35,45 +36,22 @@ def fuse_gemm_norm(program):
     program.ops = [op for op in ops if op is not None]
     if fused:
         log.debug("fuse_gemm_norm: %d GEMM + RMSNorm pairs fused", fused)
-        kinds: dict[str, int] = {}  # inspect's count of kernel ops by kind
-        for op in program.ops:
-            kinds[type(op).__name__] = kinds.get(type(op).__name__, 0) + 1
-        program.summary = dict(program.summary or {}, kernel_ops=kinds)
+        program.summary = dict(program.summary or {},
+                               kernel_ops=kernel_op_counts(program.ops))
     return program
 
 
 def _norm_of(ops: list, i: int, readers) -> int | None:
     """Index of the RMSNorm that can join the GEMM at `i` (`readers`: the norms reading its
-    output storage), or None: the first after it, if it reads the whole output and nothing in
-    between writes what it reads or touches what it writes."""
-    gemm = ops[i]
+    output storage), or None: the first after it, if the fused kernel takes the pair and the
+    norm can move up to the GEMM."""
+    from aotpack.kernels.triton import gemm_norm
+
     j = next((j for j in readers if j > i and ops[j] is not None), None)
     if j is None:
         return None
-    norm = ops[j]
-    ok = (norm.x == gemm.out and norm.out_scale is None and _weight_ok(norm)
-          and norm.out.strides[-1] == 1)
-    return j if ok and _movable(ops, i, j) else None
-
-
-def _weight_ok(norm: RMSNormOp) -> bool:
-    n = norm.x.shape[1]
-    return norm.weight is None or (norm.weight.shape == (n,) and norm.weight.strides == (1,))
-
-
-def _movable(ops: list, i: int, j: int) -> bool:
-    """The norm at j may run right after the GEMM at i."""
-    norm = ops[j]
-    reads = _storages(op_inputs(norm))
-    writes = _storages(op_outputs(norm))
-    for op in ops[i + 1:j]:
-        if op is None:
-            continue
-        their_writes = _storages(op_outputs(op))
-        if their_writes & (reads | writes) or _storages(op_inputs(op)) & writes:
-            return False
-    return True
-
-
-def _storages(args) -> set[str]:
-    return {a.storage for a in args}
+    try:  # reads the GEMM's whole output; no FP8 scales; views the kernel takes
+        gemm_norm.check(GemmNormOp(ops[i], ops[j]))
+    except ValueError:
+        return None
+    return j if free_to_move(ops, ops[j], i, j) else None

@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 
 from aotpack.kernels.spec import (
-    AttentionOp, KvWriteOp, RopeOp, ScatterRowsOp, TensorArg, op_inputs, op_outputs,
+    AttentionOp, KvWriteOp, RopeOp, ScatterRowsOp, TensorArg, op_outputs,
 )
+from aotpack.passes.op_motion import free_to_move, reads, writes
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def fuse_kv_write(ops: list, storages: dict) -> list:
 def _writer_before(ops: list, index: int, storage: str):
     """(i, op) of the last op before `index` writing `storage`, or None."""
     for i in range(index - 1, -1, -1):
-        if storage in _writes(ops[i]):
+        if storage in writes(ops[i]):
             return i, ops[i]
     return None
 
@@ -116,8 +117,8 @@ def _match_unrotated(ops: list, att, group: tuple):
 
 def _checked(ops: list, group: tuple, op: KvWriteOp):
     """(group, op) if one kernel can do what the group's ops did, else None."""
-    writes = _writes(op)
-    if _reads(op) & writes or len(writes) != len(op_outputs(op)):
+    written = writes(op)
+    if reads(op) & written or len(written) != len(op_outputs(op)):
         return None  # one kernel reads and writes at once: no operand may be written
     from aotpack.kernels.triton import kv_write
 
@@ -128,16 +129,8 @@ def _checked(ops: list, group: tuple, op: KvWriteOp):
     return group, op
 
 
-def _reads(op) -> set[str]:
-    return {t.storage for t in op_inputs(op)}
-
-
-def _writes(op) -> set[str]:
-    return {t.storage for t in op_outputs(op)}
-
-
 def _writers(ops: list, storage: str) -> list[int]:
-    return [i for i, op in enumerate(ops) if storage in _writes(op)]
+    return [i for i, op in enumerate(ops) if storage in writes(op)]
 
 
 def _token_rows(rot, values) -> bool:
@@ -153,18 +146,11 @@ def _token_rows(rot, values) -> bool:
 
 def _only_reader(ops: list, storage: str, reader: int) -> bool:
     """Nothing but ops[reader] reads `storage`."""
-    return all(i == reader or storage not in _reads(op) for i, op in enumerate(ops))
+    return all(i == reader or storage not in reads(op) for i, op in enumerate(ops))
 
 
 def _nothing_between(ops: list, group: tuple) -> bool:
     """Each op of the group can move to the group's last index: no op between its place and
     there (the group's own aside) writes what it reads, or reads or writes what it writes."""
     last = max(group)
-    for i in group:
-        reads, writes = _reads(ops[i]), _writes(ops[i])
-        for j in range(i + 1, last):
-            if j in group:
-                continue
-            if _writes(ops[j]) & (reads | writes) or _reads(ops[j]) & writes:
-                return False
-    return True
+    return all(free_to_move(ops, ops[i], i, last, skip=group) for i in group)

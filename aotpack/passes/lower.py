@@ -24,6 +24,7 @@ from aotpack.kernels.spec import (
     PointwiseOp, RMSNormOp, RopeOp, TensorArg, contiguous, op_inputs,
 )
 from aotpack.passes.fuse_kv_write import fuse_kv_write
+from aotpack.passes.op_motion import kernel_op_counts
 from aotpack.passes import lower_conv, lower_moe, lower_reductions, lower_state, pointwise as pw
 from aotpack.passes.gemm_chain import Chain, find_chains
 from aotpack.passes.lower_args import (  # noqa: F401  (broadcast_to: lower_conv, tests)
@@ -230,11 +231,8 @@ class _Lowering:
             del self.storages[name]
 
     def _summary(self) -> dict:
-        kinds: dict[str, int] = {}
-        for op in self.ops:
-            kinds[type(op).__name__] = kinds.get(type(op).__name__, 0) + 1
         return {"fused_nodes": len(self.g.nodes), "fused_ops": self.g.count_ops(),
-                "kernel_ops": kinds}
+                "kernel_ops": kernel_op_counts(self.ops)}
 
     def _lower_node(self, n: Node) -> None:
         name = n.output.name

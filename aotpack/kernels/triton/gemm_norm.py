@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from aotpack.ir.sym import subs_tree, upper_bound
+from aotpack.ir.sym import upper_bound
 from aotpack.kernels.spec import SM90, GemmNormOp, Launch, Target, swiglu_group
 from aotpack.kernels.triton import gemm_splitk as splitk
 from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
@@ -152,17 +152,4 @@ def compile(op: GemmNormOp, gemm_launches, cfg, target: Target = SM90) -> list[L
 
 def jit_runner(op: GemmNormOp, env, cfg: SplitKConfig, point: dict | None = None):
     """As gemm_splitk.jit_runner, for the fused form's plans (interpreter or Triton's JIT)."""
-    from aotpack.kernels.triton import _interpret
-    from aotpack.kernels.triton._common import jit_launcher
-
-    op_plans = plans(op, cfg)
-    gemm = op.gemm
-    if point:
-        op_plans = [subs_tree(p, point) for p in op_plans]
-        gemm = subs_tree(gemm, point)
-    env = splitk._env_with_workspace(gemm, env, cfg)
-    if _interpret.in_interpreter_process():
-        _interpret.patch_interpreter()
-        return lambda: [_interpret.run_plan_here(p, env) for p in op_plans]
-    launchers = [jit_launcher(p, env) for p in op_plans]
-    return lambda: [run() for run in launchers]
+    return splitk.plans_runner(plans(op, cfg), op.gemm, env, cfg, point)

@@ -445,10 +445,15 @@ def jit_runner(op: GemmOp, env, cfg: SplitKConfig, point: dict | None = None):
     """A no-argument function running the op's launches through Triton's own launcher (GPU
     tensors in benchmarks) or its interpreter (CPU tensors, in an interpreter process): the
     same plans, arguments and workspace layout the cross-compiled bundle uses."""
+    return plans_runner(plans(op, cfg), op, env, cfg, point)
+
+
+def plans_runner(op_plans: list[KernelPlan], op: GemmOp, env, cfg: SplitKConfig,
+                 point: dict | None = None):
+    """jit_runner for `op_plans`, launches sharing `op`'s workspace (also gemm_norm's)."""
     from aotpack.kernels.triton import _interpret
     from aotpack.kernels.triton._common import jit_launcher
 
-    op_plans = plans(op, cfg)
     if point:  # a symbolic op at one point of its dims
         op_plans = [subs_tree(p, point) for p in op_plans]
         op = subs_tree(op, point)
