@@ -39,7 +39,14 @@ NO_PROGRESS = Knob("AOTPACK_NO_PROGRESS", "set to 1 to hide progress bars (CI lo
 TRITON_CACHE_DIR = Knob("TRITON_CACHE_DIR", "Triton's compile cache (aotpack's default: "
                         "triton/ under AOTPACK_CACHE_DIR)")
 
-ALL: tuple[Knob, ...] = (CACHE_DIR, LIB, RUNTIME_DIR, RUN, LOG, NO_PROGRESS, TRITON_CACHE_DIR)
+DECODE_PREFETCH = Knob("AOTPACK_DECODE_PREFETCH_MIB",
+                       "MiB of its weights a decode (split-K) GEMM asks into L2 while the kernel "
+                       "before it still runs (programmatic dependent launch); 0, the default: "
+                       "PDL without the prefetch (on the H200 a prefetch did not pay, "
+                       "docs/performance.md); off: no PDL", "0")
+
+ALL: tuple[Knob, ...] = (CACHE_DIR, LIB, RUNTIME_DIR, RUN, LOG, NO_PROGRESS, TRITON_CACHE_DIR,
+                         DECODE_PREFETCH)
 
 
 def cache_dir() -> Path:
@@ -108,3 +115,17 @@ def environment(values: dict[str, str]):
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = before
+
+
+def decode_prefetch_bytes() -> int | None:
+    """DECODE_PREFETCH in bytes; None for "off" (no programmatic dependent launch)."""
+    value = DECODE_PREFETCH.get().strip().lower()
+    if value == "off":
+        return None
+    try:
+        mib = float(value)
+    except ValueError:
+        raise ValueError(f"{DECODE_PREFETCH.name}={value!r}: a number of MiB or off") from None
+    if mib < 0:
+        raise ValueError(f"{DECODE_PREFETCH.name}={value!r}: must be >= 0 (or off)")
+    return int(mib * (1 << 20))

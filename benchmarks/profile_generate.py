@@ -4,7 +4,10 @@ torch.profiler (CUPTI sees the kernels of the replayed CUDA graph). Prints the k
 GPU time per step and the step's wall time.
 
     python benchmarks/profile_generate.py .gpu/gen/llama32_1b/model.aotpack [--batch 1]
-        [--prompt 128] [--steps 50] [--json out.json]
+        [--prompt 128] [--steps 50] [--json out.json] [--no-pdl]
+
+With programmatic dependent launch a kernel may start before the one ahead of it ends and then
+wait: per-kernel times overlap, so compare the wall time per step.
 """
 from __future__ import annotations
 
@@ -29,10 +32,12 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--json")
+    ap.add_argument("--no-pdl", action="store_true",
+                    help="launch every kernel after the previous one ends (A/B of PDL)")
     args = ap.parse_args()
     prompts = [[(13 * b + 7 * i + 1) % 1000 for i in range(args.prompt)]
                for b in range(args.batch)]
-    with aotpack.load(args.bundle) as model, model.session() as s:
+    with aotpack.load(args.bundle) as model, model.session(programmatic_launch=not args.no_pdl) as s:
         ids, pos, last = (t.cuda() for t in prefill_inputs(prompts))
         next_ids, _ = s.run([ids, pos, last])
         ids = next_ids.view(-1, 1).clone()
@@ -66,7 +71,8 @@ def main() -> int:
     for name, n, us in table[:25]:
         print(f"{us:9.1f} us  {n:5.1f}x  {name[:100]}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"step_ms": step_ms, "kernels": table}, indent=1))
+        Path(args.json).write_text(json.dumps({"step_ms": step_ms, "kernels": table,
+                                               "pdl": not args.no_pdl}, indent=1))
     return 0
 
 

@@ -147,6 +147,12 @@ CASES = {
                              (5, 96)), a_scale=contiguous("ascale", F32, (5,))),
                      SK.with_(BK=32, SPLIT_K=3)),
     "fp8_ptr_f16": (_fp8(_op(3, k=90, dtype=F16)), SK.with_(TMA=False)),
+    # launched as a programmatic dependent with the L2 prefetch (the weight pointer travels
+    # beside its tensor map; the prefetch is a no-op in the interpreter, the arguments are not)
+    "pdl_prefetch_tma": (_op(5, epilogue=[_bias()]), SK.with_(PDL=True, PREFETCH=2)),
+    "pdl_prefetch_ptr_fp8": (_fp8(_op(3, k=90, dtype=F16)),
+                             SK.with_(TMA=False, PDL=True, PREFETCH=9)),
+    "pdl_wait_only_fixup": (_op(5), SKF.with_(PDL=True)),
     # the heuristic (gemm.config_for): split-K for decode M, adapted to the op (pointer loads)
     "heuristic": (_op(5, 136, 256, [_bias(136)]), None),
     "heuristic_unaligned_k": (_op(3, 72, 90), None),
@@ -226,7 +232,9 @@ def test_compile_llama_decode_shapes(n, k):
     assert count_instructions(listing, "STL") == 0, "register spills"
     if cfg.SPLIT_K == 1:  # direct: the bias is applied by the GEMM kernel itself
         assert len(launches) == 1 and not any(isinstance(s, ScratchSlot) for s in first.args)
-        assert [s.storage for s in first.args if isinstance(s, PtrSlot)] == ["out", "bias"]
+        # the weight's pointer too when its CTAs prefetch it (programmatic dependent launch)
+        assert [s.storage for s in first.args if isinstance(s, PtrSlot)] == \
+            ["b"] * (cfg.PREFETCH > 0) + ["out", "bias"]
         return
     _check_split_launches(op, cfg, launches)
 
@@ -244,7 +252,9 @@ def _check_split_launches(op, cfg, launches):
         assert scratch[0] == [ScratchSlot(nbytes, 256, shared="splitk.partials")]
         assert [s for s in first.args if isinstance(s, CounterSlot)] == \
             [CounterSlot(cdiv(M, cfg.BM) * cdiv(n_acc, unit) * 4)]
-        assert [s.storage for s in first.args if isinstance(s, PtrSlot)][0] == op.out.storage
+        ptrs = [s.storage for s in first.args if isinstance(s, PtrSlot)]
+        assert ptrs[0] == (op.b.storage if cfg.PREFETCH else op.out.storage)  # b: prefetched
+        assert op.out.storage in ptrs
         assert first.kernel.fused_ops[-2:] == ("splitk", "fixup")
         return
     first, second = launches

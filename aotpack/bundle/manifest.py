@@ -104,10 +104,13 @@ def buffers(program, plan, weights: list[WeightRecord]) -> tuple[list[dict], dic
 
 
 def kernel_json(name: str, kernel: CompiledKernel, cubin: int, cubin_sha: str) -> dict:
-    return {"name": name, "entry": kernel.entry, "cubin": cubin, "cubin_sha256": cubin_sha,
-            "block": list(kernel.block), "cluster": list(kernel.cluster), "smem": int(kernel.smem),
-            "backend": kernel.backend, "fused_ops": list(kernel.fused_ops),
-            "config": jsonable(kernel.config)}
+    doc = {"name": name, "entry": kernel.entry, "cubin": cubin, "cubin_sha256": cubin_sha,
+           "block": list(kernel.block), "cluster": list(kernel.cluster), "smem": int(kernel.smem),
+           "backend": kernel.backend, "fused_ops": list(kernel.fused_ops),
+           "config": jsonable(kernel.config)}
+    if kernel.pdl:  # absent means false (manifests of kernels that do not wait stay as they were)
+        doc["pdl"] = True
+    return doc
 
 
 def jsonable(value):

@@ -97,9 +97,12 @@ class GemmTemplate(Template):
             return cute.compile_config(op, cute.default_config(op, **fields), target)
         if config.get("template") != "gemm.triton":
             raise ValueError(f"gemm: not a GEMM config: {config}")
-        from aotpack.kernels.triton import gemm, gemm_configs as gc
+        from aotpack.kernels.triton import gemm, gemm_configs as gc, gemm_heuristic
 
-        return gemm.compile_fitting(op, gc.config_from_dict(fields), target)
+        cfg = gc.config_from_dict(fields)
+        if isinstance(cfg, gc.SplitKConfig):  # PDL and the prefetch are the build's policy
+            cfg = gemm_heuristic.with_prefetch(op, cfg)  # (knobs), not a tuned dimension
+        return gemm.compile_fitting(op, cfg, target)
 
     def describe(self, op):
         (m, k), n = op.a.shape, op.b.shape[0]

@@ -106,6 +106,9 @@ class CompiledKernel:
     backend: str = "triton"
     fused_ops: tuple[str, ...] = ()
     config: dict = field(default_factory=dict, hash=False, compare=False)
+    # launched as a programmatic dependent of the kernel before (kernels/triton/pdl.py): the
+    # kernel waits with griddepcontrol.wait before it reads or writes run-time memory
+    pdl: bool = False
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ class KernelPlan:
     num_stages: int
     fused_ops: tuple[str, ...]
     config: dict = field(default_factory=dict)
+    pdl: bool = False  # launch as a programmatic dependent (the kernel waits: pdl.py)
 
 
 def int_arg(value) -> ArgValue:
@@ -75,7 +76,7 @@ def _specialisation_key(plan: KernelPlan, target: Target) -> tuple:
         else:
             parts.append((name, type(v).__name__))
     return (plan.fn.fn.__module__, plan.fn.fn.__name__, tuple(parts), plan.num_warps,
-            plan.num_stages, target)
+            plan.num_stages, plan.pdl, target)
 
 
 def compile_plan(plan: KernelPlan, target: Target = SM90) -> Launch:
@@ -85,7 +86,7 @@ def compile_plan(plan: KernelPlan, target: Target = SM90) -> Launch:
     if tk is None:
         tk = compile_kernel(plan.fn, plan.args, num_warps=plan.num_warps,
                             num_stages=plan.num_stages, target=target,
-                            fused_ops=plan.fused_ops, config=plan.config)
+                            fused_ops=plan.fused_ops, config=plan.config, pdl=plan.pdl)
         _KERNELS[key] = tk
     return launch(tk, plan.fn, plan.args, plan.grid)
 

@@ -26,8 +26,10 @@ from aotpack.kernels.spec import AttentionOp, TensorArg
 from aotpack.kernels.triton._attention_jit import padded_dim, softmax_fold
 from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Counters, Ptr, cdiv
+from aotpack.kernels.triton.pdl import release_dependents
 
 WORKSPACE = "__attention.partials"
+SHORT_TILES = 4  # one pass of 4 x 64 keys is about the cost of the partials' store and merge
 
 
 @triton.jit
@@ -41,8 +43,9 @@ def attention_fwd_positional_kernel(
     seq_q, seq_kv, sm_scale, window, cnt_ptr,
     HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_VALID: tl.constexpr,
     BLOCK_S: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr,
-    SPLITS: tl.constexpr, FIXUP: tl.constexpr,
+    SPLITS: tl.constexpr, FIXUP: tl.constexpr, SHORT: tl.constexpr,
 ):
+    release_dependents()  # the output projection may start streaming its weights (pdl.py)
     pid = tl.program_id(0)
     batch = (pid // HEADS_KV).to(tl.int64)
     head_kv = (pid % HEADS_KV).to(tl.int64)
@@ -66,10 +69,16 @@ def attention_fwd_positional_kernel(
     if WINDOW:
         lo = tl.maximum(tl.min(tl.where(row_ok, pos, seq_kv)) - window + 1, 0)
         lo = (lo // BLOCK_N) * BLOCK_N
+    single = False
     if SPLITS > 1:  # this program's part of [lo, hi), in whole key tiles
-        part = tl.cdiv(tl.cdiv(hi - lo, BLOCK_N), SPLITS) * BLOCK_N
-        lo = lo + split * part
-        hi = tl.minimum(hi, lo + part)
+        tiles = tl.cdiv(hi - lo, BLOCK_N)
+        # a short range (an early decode step of a long cache) in one pass by part 0: the
+        # others' partials, counter and merge would cost more than the tiles they save
+        single = tiles <= SHORT
+        part = tl.cdiv(tiles, SPLITS) * BLOCK_N
+        hi = tl.where(single, tl.where(split == 0, hi, lo),
+                      tl.minimum(hi, lo + split * part + part))
+        lo = tl.where(single, lo, lo + split * part)
 
     k_base = k_ptr + batch * k_stride_b + head_kv * k_stride_h
     v_base = v_ptr + batch * v_stride_b + head_kv * v_stride_h
@@ -90,7 +99,12 @@ def attention_fwd_positional_kernel(
         acc, row_sum, row_max = softmax_fold(acc, row_sum, row_max,
                                              tl.where(keep, scores, float("-inf")), v)
 
-    if SPLITS == 1:
+    if single:  # part 0 holds every key: store the rows, no partials, no merge
+        out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
+        tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
+                 + s[:, None] * out_stride_s + dims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok & (split == 0))
+    elif SPLITS == 1:
         out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
         tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
                  + s[:, None] * out_stride_s + dims[None, :],
@@ -116,6 +130,7 @@ def combine_kernel(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, se
                    HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
                    D_VALID: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr,
                    SPLITS: tl.constexpr):
+    release_dependents()
     _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q,
              tl.program_id(0), tl.program_id(1), HEADS_KV, GROUP, HEAD_DIM, D_VALID, BLOCK_S,
              ROWS, SPLITS, "")
@@ -190,6 +205,13 @@ def uses_fixup(op: AttentionOp, cfg: dict) -> bool:
     return shape(op, cfg)[2] > 1 and cfg.get("FIXUP", True)
 
 
+def short_tiles(op: AttentionOp, cfg: dict) -> int:
+    """Key tiles up to which a split launch folds the whole range in part 0 and stores the
+    rows itself (only with the fix-up: a separate merge launch would read no partials).
+    H200, Llama-3.2-1B decode at position 128 (3 tiles): see SHORT_TILES."""
+    return SHORT_TILES if uses_fixup(op, cfg) else 0
+
+
 def counters_bytes(op: AttentionOp, cfg: dict):
     """One int32 per (batch, kv head, query block) with the fix-up; 0 without."""
     if not uses_fixup(op, cfg):
@@ -218,12 +240,13 @@ def plans_positional(op: AttentionOp, cfg: dict) -> list[KernelPlan]:
                  "seq_q": int_arg(sq), "seq_kv": int_arg(op.k.shape[2]),
                  "sm_scale": F32(op.scale), "window": int_arg(max(op.window, 1)),
                  "BLOCK_N": Const(cfg["BLOCK_N"]), "WINDOW": Const(op.window > 0),
-                 "FIXUP": Const(uses_fixup(op, cfg)), **common})
+                 "FIXUP": Const(uses_fixup(op, cfg)), "SHORT": Const(short_tiles(op, cfg)),
+                 **common})
     fused = ("attention", "positions") + (("window",) if op.window else ()) + \
         (("gqa",) if hq != hkv else ()) + (("split_kv",) if splits > 1 else ()) + \
         (("fixup",) if uses_fixup(op, cfg) else ())
     config = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": block_s, "SPLITS": splits, "TMA": False,
-              "FIXUP": uses_fixup(op, cfg)}
+              "FIXUP": uses_fixup(op, cfg), "SHORT": short_tiles(op, cfg)}
     grid = (b * hkv, cdiv(sq, block_s), splits)
     first = KernelPlan(attention_fwd_positional_kernel, args, grid, cfg["num_warps"],
                        cfg["num_stages"], fused, config)

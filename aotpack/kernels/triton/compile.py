@@ -133,7 +133,8 @@ def _signature(fn, args: dict[str, ArgValue]) -> tuple[dict, dict, dict]:
 
 def compile_kernel(fn, args: dict[str, ArgValue], *, num_warps: int, num_stages: int,
                    target: Target = SM90, fused_ops: tuple[str, ...] = (),
-                   config: dict | None = None, maxnreg: int | None = None) -> TritonKernel:
+                   config: dict | None = None, maxnreg: int | None = None,
+                   pdl: bool = False) -> TritonKernel:
     """Compile `fn` specialised for `args` (integer args divisible by 16 are specialised as
     such, so shapes are baked in as facts, not values; a symbolic size only when it is a
     multiple of 16 for every value of its dims). Triton caches compiles on disk."""
@@ -158,6 +159,7 @@ def compile_kernel(fn, args: dict[str, ArgValue], *, num_warps: int, num_stages:
         backend="triton",
         fused_ops=tuple(fused_ops),
         config=dict(config or {}, num_warps=num_warps, num_stages=num_stages),
+        pdl=pdl,
     )
     if ck.smem > target.smem_limit:
         raise ValueError(f"{md.name}: needs {ck.smem} B of shared memory, "

@@ -66,6 +66,10 @@ class SplitKConfig:
     # call) the last CTA's serial tail costs more than the launch it saves (852 vs 715 + 99 us
     # per step, benchmarks/results/2026-12-02-h200-decode-fixup.json); a tuning candidate.
     FIXUP: bool = False
+    # launched as a programmatic dependent (kernels/triton/pdl.py): the CTAs may start while
+    # the kernel before runs, request their first PREFETCH weight K tiles into L2, then wait
+    PDL: bool = False
+    PREFETCH: int = 0
 
     def as_dict(self) -> dict:
         return dict(asdict(self), kind="splitk")

@@ -40,12 +40,31 @@ def config_for(op: GemmOp, target: Target = SM90) -> AnyGemmConfig:
         if op.b.dtype is DType.F8E4M3:  # the same bytes per stage as bf16's BK=64; fewer
             # stages. On the H200 (M = 1, Llama-3.2-1B's GEMMs) 5-11 % faster than BK=64.
             cfg = cfg.with_(BK=128, num_stages=min(cfg.num_stages, 4))
-        return gemm_splitk.adapt_config(op, cfg)
+        return with_prefetch(op, gemm_splitk.adapt_config(op, cfg))
     cfg = unflatten_for_erf(op, cfg)
     if op.fp8_activations and cfg.BK < 32:  # an e4m3 wgmma's K
         cfg = cfg.with_(BK=32)
     g = swiglu_group(op)
     return cfg if g is None else swiglu_config(cfg, g, op, target)
+
+
+def with_prefetch(op: GemmOp, cfg: SplitKConfig) -> SplitKConfig:
+    """A decode GEMM launched as a programmatic dependent, each CTA asking its first weight
+    K tiles into L2 while the kernel before (a reduce, a norm, the attention: a few us with
+    HBM mostly idle) still runs: about knobs.DECODE_PREFETCH bytes in all, at least one tile
+    per CTA, at most its run. CTAs of other row blocks ask for the same lines (no more bytes),
+    so the budget is shared by one row block's CTAs."""
+    from aotpack import knobs
+
+    budget = knobs.decode_prefetch_bytes()
+    if budget is None:
+        return cfg.with_(PDL=False, PREFETCH=0)
+    K = op.a.shape[1]
+    ctas = cdiv(op.b.shape[0], cfg.BN) * cfg.SPLIT_K
+    run = cdiv(cdiv(K, cfg.BK), cfg.SPLIT_K)
+    tile_bytes = cfg.BN * cfg.BK * op.b.dtype.nbytes
+    tiles = min(run, max(1, budget // (ctas * tile_bytes))) if budget else 0
+    return cfg.with_(PDL=True, PREFETCH=tiles)
 
 
 def unflatten_for_erf(op: GemmOp, cfg: GemmConfig) -> GemmConfig:

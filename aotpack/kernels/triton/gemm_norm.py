@@ -24,6 +24,7 @@ from aotpack.kernels.triton._common import KernelPlan, compile_plan, int_arg
 from aotpack.kernels.triton.compile import F32, I32, Const, Ptr
 from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import _epilogue_step, fused_ops
+from aotpack.kernels.triton.pdl import release_dependents
 
 MAX_BLOCK_N = 2048  # columns per chunk
 
@@ -45,6 +46,7 @@ def splitk_reduce_norm_kernel(ws_ptr, out_ptr, stride_om, stride_on, M, N, N_acc
                               SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr,
                               CHUNKS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                               WIDE_INDEX: tl.constexpr):
+    release_dependents()  # the next GEMM may start streaming its weights (pdl.py)
     m = tl.program_id(0)
     offs_m = m + tl.arange(0, 1)
     if WIDE_INDEX:

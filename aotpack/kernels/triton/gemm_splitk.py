@@ -36,6 +36,9 @@ from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import (
     MAX_STEPS, _activation, _finish_subtile, check_epilogue, epilogue_steps, fused_ops,
 )
+from aotpack.kernels.triton.pdl import (
+    L2_LINE_BYTES, prefetch_l2, release_dependents, wait_for_producers,
+)
 
 WORKSPACE = "__splitk.partials"  # storage name of the partial sums in plans and torch envs
 SHARED_SCRATCH_KEY = "splitk.partials"  # ScratchSlot.shared of both launches of one op
@@ -62,7 +65,8 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
                   USE_TMA: tl.constexpr, DIRECT: tl.constexpr, WIDE_INDEX: tl.constexpr,
                   FIXUP: tl.constexpr, UNIT: tl.constexpr, SWIGLU_G: tl.constexpr,
                   FIX_M: tl.constexpr, FIX_COLS: tl.constexpr, B_SCALE: tl.constexpr,
-                  A_FP8: tl.constexpr, A_SCALED: tl.constexpr):
+                  A_FP8: tl.constexpr, A_SCALED: tl.constexpr, PDL: tl.constexpr,
+                  PF_LINES: tl.constexpr, PF_STEP: tl.constexpr, PF_COLS: tl.constexpr):
     off_m = tl.program_id(0) * BM
     off_n = tl.program_id(1) * BN
     pid_k = tl.program_id(2)
@@ -72,6 +76,11 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
     per_split = tl.cdiv(k_tiles, SPLIT_K)
     k_lo = pid_k * per_split
     k_hi = tl.minimum(k_lo + per_split, k_tiles)  # a trailing split may be empty: zeros
+    if PDL:  # a programmatic dependent: the run's first weight tiles into L2, then wait
+        if PF_LINES > 0:
+            _prefetch_run(w_ptr, stride_wn, offs_n, N_acc, K, k_lo * BK,
+                          tl.minimum(k_hi * BK, k_lo * BK + PF_COLS), PF_LINES, PF_STEP)
+        wait_for_producers()
     w_rows = w_ptr
     a_rows = a_ptr
     if not USE_TMA:  # row bases once, in 64 bits (the weight may pass 2^31 elements)
@@ -120,6 +129,16 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
                                  S0, S1, S2, S3, S4, SPLIT_K, SWIGLU_G, FIX_M, FIX_COLS,
                                  WIDE_INDEX, ".cg")
                 tl.atomic_xchg(cnt, 0)  # ready for the next launch
+
+
+@triton.jit
+def _prefetch_run(w_ptr, stride_wn, offs_n, N_acc, K, col_lo, col_hi, PF_LINES: tl.constexpr,
+                  PF_STEP: tl.constexpr):
+    """Weight rows offs_n, columns [col_lo, col_hi) into L2, one request per PF_STEP columns
+    (a 128-byte line); rows and columns past the weight are clamped to its last ones."""
+    rows = tl.minimum(offs_n, N_acc - 1).to(tl.int64)
+    cols = tl.minimum(col_lo + tl.arange(0, PF_LINES) * PF_STEP, tl.minimum(col_hi, K) - 1)
+    prefetch_l2(w_ptr + rows[:, None] * stride_wn + tl.maximum(cols, 0)[None, :])
 
 
 @triton.jit
@@ -178,6 +197,7 @@ def splitk_reduce_kernel(ws_ptr, out_ptr, stride_om, stride_on, M, N, N_acc,
                          S3: tl.constexpr, S4: tl.constexpr,
                          SPLIT_K: tl.constexpr, SWIGLU_G: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, WIDE_INDEX: tl.constexpr):
+    release_dependents()  # the next GEMM may start streaming its weights (pdl.py)
     _reduce_tile(ws_ptr, tl.program_id(1) * BLOCK_M, tl.program_id(0) * BLOCK_N, M, N, N_acc,
                  out_ptr, stride_om, stride_on, e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n,
                  e3, e3_m, e3_n, e4, e4_m, e4_n, S0, S1, S2, S3, S4, SPLIT_K, SWIGLU_G,
@@ -226,6 +246,9 @@ def _check_tiles(op: GemmOp, cfg: SplitKConfig, M: int, n_acc: int, K: int) -> N
     if not 1 <= cfg.SPLIT_K <= cdiv(K, cfg.BK):
         raise ValueError(f"gemm split-K: SPLIT_K={cfg.SPLIT_K} must be 1..{cdiv(K, cfg.BK)} "
                          f"(the number of K tiles of {cfg.BK})")
+    if cfg.PREFETCH < 0 or (cfg.PREFETCH and not cfg.PDL):
+        raise ValueError(f"gemm split-K: PREFETCH={cfg.PREFETCH} must be >= 0, and > 0 only "
+                         "with PDL (the prefetch runs while the kernel before does)")
     from aotpack.kernels.triton.gemm import fp8_bk_problem
 
     why = fp8_bk_problem(op, cfg.BK)
@@ -351,12 +374,13 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
     n_acc = op.b.shape[0]
     direct = is_direct(op, cfg)
     fixup = uses_fixup(op, cfg)
+    w_ptr = not cfg.TMA or cfg.PREFETCH > 0  # pointer loads, or the prefetch's addresses
     args = {
         "w_desc": Desc(op.b, (cfg.BN, cfg.BK)) if cfg.TMA else Const(None),
         "a_desc": Desc(op.a, (cfg.BM, cfg.BK)) if cfg.TMA else Const(None),
-        "w_ptr": Const(None) if cfg.TMA else Ptr(op.b),
+        "w_ptr": Ptr(op.b) if w_ptr else Const(None),
         "a_ptr": Const(None) if cfg.TMA else Ptr(op.a),
-        "stride_wn": Const(0) if cfg.TMA else int_arg(op.b.strides[0]),
+        "stride_wn": int_arg(op.b.strides[0]) if w_ptr else Const(0),
         "stride_am": Const(0) if cfg.TMA else int_arg(op.a.strides[0]),
         "M": I32(M), "N_acc": I32(n_acc), "K": I32(K),
         "ws_ptr": Const(None) if direct else _workspace_arg(op, cfg),
@@ -372,6 +396,7 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
         "FIX_M": Const(_fixup_shape(op, cfg)[0]), "FIX_COLS": Const(_fixup_shape(op, cfg)[1]),
         "B_SCALE": Const(op.b_scale is not None),
         "A_FP8": Const(op.quantize_a), "A_SCALED": Const(op.a_scale is not None),
+        **_prefetch_args(op, cfg),
     }
     grid = (cdiv(M, cfg.BM), cdiv(n_acc, cfg.BN), cfg.SPLIT_K)
     if direct or fixup:
@@ -379,7 +404,22 @@ def _partials_plan(op: GemmOp, cfg: SplitKConfig) -> KernelPlan:
     else:
         fused = ("gemm",) + _FP8_TAG * (op.b_scale is not None) + ("splitk_partials",)
     return KernelPlan(splitk_kernel, args, grid, cfg.num_warps, cfg.num_stages, fused,
-                      cfg.as_dict())
+                      cfg.as_dict(), pdl=cfg.PDL)
+
+
+def _prefetch_args(op: GemmOp, cfg: SplitKConfig) -> dict:
+    """PDL and the L2 prefetch of each CTA's first cfg.PREFETCH weight K tiles: one request per
+    128-byte line (PF_STEP columns), PF_LINES a power of two covering PF_COLS columns."""
+    if not (cfg.PDL and cfg.PREFETCH > 0):
+        return {"PDL": Const(cfg.PDL), "PF_LINES": Const(0), "PF_STEP": Const(1),
+                "PF_COLS": Const(0)}
+    step = max(1, L2_LINE_BYTES // op.b.dtype.nbytes)
+    cols = cfg.PREFETCH * cfg.BK
+    lines = 1
+    while lines * step < cols:
+        lines *= 2
+    return {"PDL": Const(True), "PF_LINES": Const(lines), "PF_STEP": Const(step),
+            "PF_COLS": Const(cols)}
 
 
 def reduce_blocks(M) -> tuple[int, int]:

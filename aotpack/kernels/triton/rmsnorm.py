@@ -17,6 +17,7 @@ from aotpack.kernels.triton._common import (
 )
 from aotpack.kernels.triton.compile import F32, Const, Ptr, cdiv
 from aotpack.kernels.triton.fp8 import quantize_rows, row_scales
+from aotpack.kernels.triton.pdl import release_dependents
 
 MAX_COLS = 16384
 
@@ -26,6 +27,7 @@ def rmsnorm_kernel(x_ptr, weight_ptr, out_ptr, x_stride_r, out_stride_r, n_rows,
                    scale_ptr,
                    BLOCK_C: tl.constexpr, ROWS: tl.constexpr, HAS_WEIGHT: tl.constexpr,
                    OUT_FP8: tl.constexpr):
+    release_dependents()  # a decode GEMM reading this norm may start its prefetch (pdl.py)
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_C)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
