@@ -12,6 +12,7 @@ from aotpack.dtypes import DType
 from aotpack.frontend import to_graph
 from aotpack.kernels.spec import Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU
 from aotpack.passes import compile_graph
+from aotpack.passes.fuse_swiglu import GROUP
 from program_checks import check_matches_eager, kinds
 
 BF = torch.bfloat16
@@ -53,10 +54,10 @@ def test_swiglu_becomes_one_gemm(up_first, dtype, tol):
     p = check_matches_eager(model, inputs, tol)
     assert kinds(p) == ["GemmOp", "GemmOp"]
     gate_up, down = p.ops
-    assert gate_up.epilogue == (EpSwiGLU(64),)
+    assert gate_up.epilogue == (EpSwiGLU(GROUP),)
     assert gate_up.b.shape == (384, 128) and gate_up.out.shape == (10, 192)
     assert down.a.storage == gate_up.out.storage
-    w = p.weights[gate_up.b.storage].view(3, 2, 64, 128)
+    w = p.weights[gate_up.b.storage].view(192 // GROUP, 2, GROUP, 128)  # blocks interleaved
     assert torch.equal(w[:, 0].reshape(192, 128), model.gate.weight)
     assert torch.equal(w[:, 1].reshape(192, 128), model.up.weight)
 
@@ -69,7 +70,7 @@ def test_swiglu_then_more_epilogue(tail, steps):
     assert [type(s) for s in p.ops[0].epilogue] == steps
 
 
-@pytest.mark.parametrize("kw", [dict(f=96),  # not a multiple of 64
+@pytest.mark.parametrize("kw", [dict(f=GROUP + 8),  # not a multiple of GROUP
                                 dict(bias=True),  # the bias would come before the SwiGLU
                                 dict(tail="gate_out")])  # silu(gate) has another user
 def test_swiglu_left_unfused(kw):
@@ -92,7 +93,9 @@ def test_swiglu_weight_is_reproducible():
     first = digests()
     assert first == digests() and "gate_up.weight" in first
     model, _ = _model()
-    w = torch.stack((model.gate.weight.view(3, 64, 128), model.up.weight.view(3, 64, 128)), 1)
+    blocks = 192 // GROUP
+    w = torch.stack((model.gate.weight.view(blocks, GROUP, 128),
+                     model.up.weight.view(blocks, GROUP, 128)), 1)
     raw = w.reshape(384, 128).contiguous().view(torch.uint8).numpy().tobytes()
     assert first["gate_up.weight"] == hashlib.sha256(raw).hexdigest()
 

@@ -111,9 +111,16 @@ CASES = {
     # 6 K tiles in 4 splits of 2: the last split is empty and must contribute zeros
     "empty_split": (_op(5), SK.with_(SPLIT_K=4)),
     "empty_split_fixup": (_op(5), SKF.with_(SPLIT_K=4)),
-    # SwiGLU: 2N = 144 interleaved rows in groups of 8 (a BN=64 tile splits pairs: fine, the
-    # pairing happens in the reduce kernel); SPLIT_K = 1 is routed through the reduce too
+    # SwiGLU: 2N = 144 interleaved rows in groups of 8; with SPLIT_K = 1 a BN=64 tile holds
+    # whole gate/up blocks and pairs them in registers (direct, no reduce); split, the reduce
+    # kernel pairs them by indexing
     "swiglu_s1": (_swiglu_op(5, N, K, 8), SK.with_(SPLIT_K=1)),
+    "swiglu_direct_g32_scale_add": (_swiglu_op(16, 96, K, 32, [_scale(96), _add(16, 96)]),
+                                    SK.with_(SPLIT_K=1)),
+    "swiglu_direct_fp8_bn128": (_fp8(_swiglu_op(3, 128, 96, 32, [_add(3, 128)])),
+                                SK.with_(SPLIT_K=1, BN=128)),
+    # blocks of 2 x 64 rows across two 64-row tiles: not direct, the reduce pairs them
+    "swiglu_g64_s1_bn64": (_swiglu_op(3, 128, K, 64), SK.with_(SPLIT_K=1)),
     "swiglu_s3_scale_add": (_swiglu_op(16, N, K, 8, [_scale(), _add(16)]), SK),
     "swiglu_s3_fixup": (_swiglu_op(16, N, K, 8, [_scale(), _add(16)]), SKF),
     "swiglu_g64_m1": (_swiglu_op(1, 128, K, 64, [_scale(1)]), SK.with_(SPLIT_K=2, BN=128)),
@@ -270,6 +277,7 @@ def _check_split_launches(op, cfg, launches):
 def test_compile_swiglu_decode_is_finished_by_the_fixup_or_the_reduce(fixup):
     op = _swiglu_op(16, 14336, 4096, 64, [_scale(14336), _add(16, 14336)])
     cfg = gemm.config_for(op).with_(FIXUP=fixup)
+    cfg = cfg.with_(SPLIT_K=max(2, cfg.SPLIT_K))  # (one split with whole blocks is direct)
     launches = gemm.compile_config(op, cfg, SM90)
     assert len(launches) == (1 if fixup else 2)
     assert launches[0].grid[1] == cdiv(2 * 14336, cfg.BN)
@@ -280,6 +288,19 @@ def test_compile_swiglu_decode_is_finished_by_the_fixup_or_the_reduce(fixup):
                                                 "fixup")
     else:
         assert launches[1].kernel.fused_ops == ("splitk_reduce", "swiglu", "scale_n", "add")
+
+
+def test_compile_swiglu_decode_direct_pairs_in_registers():
+    """SPLIT_K = 1 with whole gate/up blocks per tile: one launch, no workspace, outputs
+    written by the GEMM (N columns, half the accumulator's)."""
+    op = _swiglu_op(1, 8192, 2048, 32, [_add(1, 8192)])
+    cfg = gemm.config_for(op).with_(SPLIT_K=1)
+    assert cfg.BN % 64 == 0 and gemm_splitk.is_direct(op, cfg)
+    (launch,) = gemm.compile_config(op, cfg, SM90)
+    assert not any(isinstance(s, ScratchSlot) for s in launch.args)
+    assert launch.kernel.fused_ops == ("gemm", "swiglu", "add", "splitk")
+    assert {s.storage for s in launch.args if isinstance(s, PtrSlot)} >= {"out", "res"}
+    assert count_instructions(sass_or_skip(launch.kernel.cubin), "STL") == 0, "spills"
 
 
 def test_compile_pointer_loads_and_plan_memory_shares_the_workspace():

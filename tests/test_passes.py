@@ -12,6 +12,7 @@ from aotpack.frontend import to_graph
 from aotpack.ir import Op
 from aotpack.kernels.spec import Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU
 from aotpack.passes import canonicalize, compile_graph
+from aotpack.passes.fuse_swiglu import GROUP
 from aotpack.passes.lower import LoweringError
 from aotpack.passes.pipeline import optimize
 from aotpack.passes.views import View, compose, layout_view
@@ -72,10 +73,10 @@ def test_llama_block_kernel_ops():
         == "x"
     assert norm2.x.storage == o_proj.out.storage
     # SwiGLU: one GEMM over gate/up rows interleaved in blocks of 64 (fuse_swiglu.py)
-    assert gate_up.epilogue == (EpSwiGLU(64),) and gate_up.a.storage == norm2.out.storage
+    assert gate_up.epilogue == (EpSwiGLU(GROUP),) and gate_up.a.storage == norm2.out.storage
     assert gate_up.b.storage == "gate_up.weight" and gate_up.b.shape == (1024, 256)
     assert gate_up.out.shape == (16, 512)
-    w = p.weights["gate_up.weight"].view(8, 2, 64, 256)
+    w = p.weights["gate_up.weight"].view(512 // GROUP, 2, GROUP, 256)
     assert torch.equal(w[:, 0].reshape(512, 256), model.gate_proj.weight)
     assert torch.equal(w[:, 1].reshape(512, 256), model.up_proj.weight)
     assert down.a.storage == gate_up.out.storage and down.out.storage == "out0"

@@ -26,7 +26,10 @@ from aotpack.ir.ops import Op
 from aotpack.passes.canonicalize import dead_code
 from aotpack.passes.fuse_horizontal import fused_name
 
-GROUP = 64  # gate/up block width: 2*GROUP accumulator columns fit every GEMM tile we use
+# gate/up block width: 2 * GROUP accumulator columns fit every GEMM tile we use, the decode
+# split-K's 64-row weight tiles included (those then finish the SwiGLU themselves, no reduce
+# launch); a multiple of 8, so a wgmma accumulator pairs them by register renaming
+GROUP = 32
 
 
 def fuse_swiglu(graph: Graph) -> Graph:

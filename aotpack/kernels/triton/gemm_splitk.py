@@ -34,7 +34,8 @@ from aotpack.kernels.triton.compile import Const, Counters, Desc, I32, Ptr, cdiv
 from aotpack.kernels.triton.fp8 import dot_fp8, quantize_rows, row_scales, widen as _widen
 from aotpack.kernels.triton.gemm_configs import SplitKConfig
 from aotpack.kernels.triton.gemm_epilogue import (
-    MAX_STEPS, _activation, _finish_subtile, check_epilogue, epilogue_steps, fused_ops,
+    MAX_STEPS, _activation, _finish_subtile, _swiglu_pairs, check_epilogue, epilogue_steps,
+    fused_ops,
 )
 from aotpack.kernels.triton.pdl import (
     L2_LINE_BYTES, prefetch_l2, release_dependents, wait_for_producers,
@@ -110,9 +111,16 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
     if B_SCALE:  # dequantize each weight row (linear: partial sums may be scaled one by one)
         acc = acc * tl.load(bs_ptr + offs_n, mask=offs_n < N_acc, other=0.0)[:, None]
     if DIRECT:  # the whole K in this CTA: finish [BM, BN] of the output here
-        _finish_subtile(tl.trans(acc), off_m, off_n, M, N_acc, None, out_ptr, stride_om,
-                        stride_on, S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n,
-                        S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n, BM, BN, WIDE_INDEX, False)
+        if SWIGLU_G > 0:  # whole gate/up blocks in the tile: [BM, BN / 2] outputs
+            _finish_subtile(_swiglu_pairs(tl.trans(acc), BM, BN, SWIGLU_G), off_m, off_n // 2,
+                            M, N, None, out_ptr, stride_om, stride_on, S0, e0, e0_m, e0_n,
+                            S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n,
+                            S4, e4, e4_m, e4_n, BM, BN // 2, WIDE_INDEX, False)
+        else:
+            _finish_subtile(tl.trans(acc), off_m, off_n, M, N_acc, None, out_ptr, stride_om,
+                            stride_on, S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m,
+                            e2_n, S3, e3, e3_m, e3_n, S4, e4, e4_m, e4_n, BM, BN, WIDE_INDEX,
+                            False)
     else:  # partial sums: workspace[pid_k, m, n], n contiguous (what the reduce reads)
         ptrs = ws_ptr + pid_k * M * N_acc + offs_m[None, :] * N_acc + offs_n[:, None]
         tl.store(ptrs, acc, mask=(offs_m[None, :] < M) & (offs_n[:, None] < N_acc))
@@ -285,8 +293,10 @@ def adapt_config(op: GemmOp, cfg: SplitKConfig) -> SplitKConfig:
 
 # ----------------------------------------------------------------------------- plans
 def is_direct(op: GemmOp, cfg: SplitKConfig) -> bool:
-    """One launch that finishes the tiles itself (no partials, no reduce)."""
-    return cfg.SPLIT_K == 1 and swiglu_group(op) is None
+    """One launch that finishes the tiles itself (no partials, no reduce): the whole K in one
+    CTA, and with a SwiGLU whole gate/up blocks in its tile (they pair in registers)."""
+    group = swiglu_group(op)
+    return cfg.SPLIT_K == 1 and (group is None or cfg.BN % (2 * group) == 0)
 
 
 def uses_fixup(op: GemmOp, cfg: SplitKConfig) -> bool:
