@@ -274,9 +274,9 @@ def test_kernels_of_a_step_in_the_interpreter():
     # a long cache: one sequence's last query sees all 600 keys (10 tiles over the parts),
     # the other's a few (most parts empty)
     (4, 0, 1, True, 600), (4, 0, 1, False, 600), (3, 0, 20, True, 600),
-    # the last query sees 256 keys (4 tiles: part 0 folds them all and stores the rows) or
-    # 257 (5 tiles: split and merged); the first sequence's few keys take the one pass
-    (4, 0, 1, True, 256), (4, 0, 1, True, 257), (2, 3, 1, True, 257)])
+    # the last query sees 64 keys (one tile: part 0 folds it and stores the rows, no merge)
+    # or 65 (2 tiles: split and merged); the first sequence's few keys take the one pass
+    (4, 0, 1, True, 64), (4, 0, 1, True, 65), (2, 3, 1, True, 65)])
 def test_positional_attention_kernel_in_the_interpreter(splits, window, seq, fixup, t):
     """Attention over a KV cache read up to each query's position (GQA: 4 query heads per kv
     head; split key ranges merged by the last program of each block, or by the combine
