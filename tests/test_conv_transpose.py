@@ -106,6 +106,20 @@ def test_kernels_interpreted():
     assert sum(check_kernels_interpreted(p, [x]) for p, x in programs) == len(CASES)
 
 
+def test_bias_computed_at_run_time_is_added_after_the_shuffle():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 3, 3, 3))
+            self.b = nn.Parameter(torch.randn(3))
+
+        def forward(self, x):
+            return nn.functional.conv_transpose2d(x, self.w, self.b * x.mean(), stride=2)
+
+    program = check_matches_eager(M().eval(), [torch.randn(2, 4, 5, 5)], 1e-5)
+    assert kinds(program).count("ConvOp") == 1
+
+
 def test_leaky_relu_matches_eager():
     model = nn.Sequential(nn.Conv1d(4, 8, 3), nn.LeakyReLU(0.2), nn.Conv1d(8, 4, 1)).eval()
     program = check_matches_eager(model, [torch.randn(2, 4, 9)], 1e-5)

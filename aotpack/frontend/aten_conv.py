@@ -47,10 +47,10 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
         from aotpack.frontend.aten_conv_transpose import conv_transpose_nchw
 
         weight = cx.constant_value(_constant_weight(cx, w))
-        spatial = len(x.shape) - 2
-        pads = tuple((p, p) for p in _ints(padding, max(spatial, 1)))
-        return conv_transpose_nchw(cx, x, weight, b, stride, pads, output_padding,
-                                   dilation, int(groups))
+        known = cx.constant_value(b) if b is not None else None  # the bias, if a constant
+        pads = tuple((p, p) for p in _ints(padding, max(len(x.shape) - 2, 1)))
+        return conv_transpose_nchw(cx, x, weight, b if known is None else known, stride, pads,
+                                   output_padding, dilation, int(groups))
     if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
         raise Unsupported(f"a {len(x.shape) - 2}-D convolution (Conv1d and Conv2d over a "
                           f"batch are supported)")

@@ -34,8 +34,9 @@ from aotpack.ir.ops import Op
 def conv_transpose_nchw(cx, x: Value, w, b, stride, pads, output_padding, dilation,
                         groups: int) -> Value:
     """ConvTranspose of x [N, C, (H,) W] by the torch weight tensor `w` [C, OC/g, (KH,) KW]:
-    `pads` (lo, hi) cropped off each spatial dim's full output, `b` an [OC] Value or None.
-    Returns the node's (final) value."""
+    `pads` (lo, hi) cropped off each spatial dim's full output; `b` the [OC] bias, a torch
+    tensor (known), a Value (computed at run time) or None. Returns the node's (final) value.
+    (The ONNX frontend's ConvTranspose calls this too.)"""
     spatial = len(x.shape) - 2
     if spatial not in (1, 2) or w.dim() != len(x.shape):
         raise Unsupported(f"a {spatial}-D transposed convolution (ConvTranspose1d and "
@@ -51,11 +52,10 @@ def conv_transpose_nchw(cx, x: Value, w, b, stride, pads, output_padding, dilati
     y = cx.emit(Op.CONV, [_to_channels_last(cx, x), _phase_weight(cx, w, geo, groups)],
                 O.ConvAttrs((1, 1), tuple((a.before, a.after) for a in geo), (1, 1), groups))
     oc = w.shape[1] * groups
-    bias = _phase_bias(cx, b, geo, groups, oc)
-    if bias is not None:  # a constant bias, repeated per phase: the conv's epilogue adds it
-        y = cx.emit(Op.ADD, [y, bias], O.BinaryAttrs())
+    if b is not None and not isinstance(b, Value):  # known: the conv's epilogue adds it
+        y = cx.emit(Op.ADD, [y, _phase_bias(cx, b, geo, groups, oc)], O.BinaryAttrs())
     y = _crop(cx, _shuffle(cx, y, geo, groups, oc), geo)
-    if b is not None and bias is None:
+    if isinstance(b, Value):  # computed at run time: added once the phases are in place
         y = cx.emit(Op.ADD, [y, b], O.BinaryAttrs())
     return _from_channels_last(cx, y, len(x.shape))
 
@@ -66,23 +66,25 @@ def _spatial(x: Value) -> tuple:
 
 class _Axis:
     """One spatial dim's geometry: E (the phase kernel's taps - 1), the zeros before and after
-    x, and the crop [p, p + size) of the shuffled result."""
+    x, and the crop [start, start + size) of the shuffled result."""
 
     def __init__(self, k: int, s: int, pads: tuple[int, int], op: int, d: int, length):
-        (self.p, hi), self.s, self.d = pads, s, d
-        if min(pads) < 0 or op < 0:
-            raise Unsupported(f"negative padding {list(pads)} / output_padding {op}")
+        (lo, hi), self.s, self.d = pads, s, d
         self.reach = d * (k - 1)
         self.taps = self.reach // s + 1
-        self.before = self.taps - 1
-        self.size = (length - 1) * s + self.reach + 1 + op - self.p - hi
-        # Q - L phases past x: enough to cover full[p + size - 1]; never negative (a
+        self.size = (length - 1) * s + self.reach + 1 + op - lo - hi
+        # the first phase computed: the one holding full[lo] (a padding past whole phases
+        # skips them; a negative one, from ONNX's output_shape, starts before x's)
+        first = min(lo // s, self.taps - 1)
+        self.before = self.taps - 1 - first
+        self.start = lo - first * s
+        # phases past x's last: enough to cover full[lo + size - 1]; never negative (a
         # padding that crops into x's own span leaves them computed, then cropped)
         self.after = max(-(-(self.reach + 1 + op - hi) // s) - 1, 0)
 
     def place(self, j: int) -> tuple[int, int]:
         """(phase r, tap u) of kernel tap j."""
-        return (j * self.d) % self.s, self.before - (j * self.d) // self.s
+        return (j * self.d) % self.s, self.taps - 1 - (j * self.d) // self.s
 
 
 def _phase_weight(cx, w, geo, groups: int) -> Value:
@@ -102,14 +104,10 @@ def _phase_weight(cx, w, geo, groups: int) -> Value:
     return cx.add_constant("weight", out.reshape(-1, cg, ah.taps, aw.taps))
 
 
-def _phase_bias(cx, b, geo, groups: int, oc: int):
-    """The bias per phase-conv channel ([g*sh*sw*OCg], each phase a copy) if it is a
-    constant, else None (then added after the shuffle)."""
-    t = cx.constant_value(b) if isinstance(b, Value) else None
-    if t is None:
-        return None
+def _phase_bias(cx, b, geo, groups: int, oc: int) -> Value:
+    """The known bias `b` per phase-conv channel: [g*sh*sw*OCg], each phase a copy."""
     (ah, aw), ocg = geo, oc // groups
-    per = t.reshape(groups, 1, 1, ocg).expand(groups, ah.s, aw.s, ocg)
+    per = b.reshape(groups, 1, 1, ocg).expand(groups, ah.s, aw.s, ocg)
     return cx.add_constant("bias", per.reshape(-1).clone())
 
 
@@ -128,8 +126,9 @@ def _shuffle(cx, y: Value, geo, groups: int, oc: int) -> Value:
 
 
 def _crop(cx, y: Value, geo) -> Value:
-    """full[p : p + size] along H and W of the shuffled [N, H', W', OC] (views)."""
+    """The model's output: [start, start + size) along H and W of the shuffled [N, H', W',
+    OC] (views)."""
     for dim, a in enumerate(geo, start=1):
-        if a.p != 0 or y.shape[dim] != a.size:
-            y = cx.emit(Op.SLICE, [y], O.SliceAttrs(dim, a.p, a.p + a.size, 1))
+        if a.start != 0 or y.shape[dim] != a.size:
+            y = cx.emit(Op.SLICE, [y], O.SliceAttrs(dim, a.start, a.start + a.size, 1))
     return y
