@@ -107,7 +107,32 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
         outs, refs = run(inputs)
         label = "" if point is None else " @ " + " ".join(f"{n}={v}" for n, v in point.items())
         checks += _checks(b.manifest["outputs"], outs, refs, model, inputs, tolerance, label)
+        notes += _vacuous(b.manifest["outputs"], refs, label, notes)
     return VerifyReport(reference, seed, tolerance, checks, notes)
+
+
+def _vacuous(outputs, refs, label: str, notes: list[str]) -> list[str]:
+    """Warnings for floating outputs whose eager reference is all zeros or one constant (not
+    repeated for an output already named in `notes`): any implementation that writes that
+    constant passes, so the check says nothing (a classifier whose last ReLU clips every logit
+    of a randomly initialised model to 0)."""
+    found = []
+    for spec, ref in zip(outputs, refs):
+        name = spec["name"]
+        if not ref.is_floating_point() or ref.numel() < 2 \
+                or any(f"output {name} " in n for n in notes):
+            continue
+        first = ref.reshape(-1)[0]
+        if not bool((ref == first).all()):
+            continue
+        what = "all zeros" if float(first) == 0 else f"constant (every element {float(first):g})"
+        msg = (f"output {name} of the eager reference is {what}{label}: the comparison is "
+               f"vacuous (any bundle that writes that value passes). Make the model's output "
+               f"vary: random initialisation often leaves a final ReLU or a zero-initialised "
+               f"head constant; load trained weights, or re-initialise them in the factory")
+        warnings.warn(msg, stacklevel=3)
+        found.append(msg)
+    return found
 
 
 def _checks(outputs, outs, refs, model, inputs, tolerance, label: str) -> list[OutputCheck]:

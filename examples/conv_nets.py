@@ -1,6 +1,7 @@
 """Small convolutional networks in plain torch (torchvision does not import next to the CPU
 torch here): the shapes of ResNet-18, a MobileNetV2 inverted residual, a ConvNeXt block, a
-squeeze-excitation block, a Conv1d audio stem; and factories of full models: the torchvision
+squeeze-excitation block, a Conv1d audio stem, a U-Net and a HiFi-GAN-like vocoder (transposed
+convolutions); and factories of full models: the torchvision
 classifiers (`make_vision`: torchvision's own where it imports, else examples/vision_nets.py),
 transformers' Whisper encoder and wav2vec2 (tiny random-init configs). Used by
 tests/test_conv.py, tests/test_conv_models.py and benchmarks/bench_conv.py, and buildable:
@@ -145,6 +146,63 @@ class AudioStem(nn.Module):
         return x.permute(0, 2, 1)
 
 
+def _double_conv(cin, cout):
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                         nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+
+class UNet(nn.Module):
+    """A two-level U-Net: the decoder upsamples by ConvTranspose2d — kernel == stride (the
+    usual 2x2/2) and overlapping windows (4x4/2, padding 1, as DCGAN generators) — then
+    concatenates the encoder's skip along the channels."""
+
+    def __init__(self, c=3, w=16, classes=2):
+        super().__init__()
+        self.down1, self.down2 = _double_conv(c, w), _double_conv(w, 2 * w)
+        self.mid = _double_conv(2 * w, 4 * w)
+        self.up2 = nn.ConvTranspose2d(4 * w, 2 * w, 2, stride=2)
+        self.dec2 = _double_conv(4 * w, 2 * w)
+        self.up1 = nn.ConvTranspose2d(2 * w, w, 4, stride=2, padding=1)
+        self.dec1 = _double_conv(2 * w, w)
+        self.head = nn.Conv2d(w, classes, 1)
+
+    def forward(self, x):
+        a = self.down1(x)
+        b = self.down2(F.max_pool2d(a, 2))
+        y = self.mid(F.max_pool2d(b, 2))
+        y = self.dec2(torch.cat([self.up2(y), b], 1))
+        y = self.dec1(torch.cat([self.up1(y), a], 1))
+        return self.head(y)
+
+
+class VocoderStage(nn.Module):
+    """HiFi-GAN's upsampling stage: leaky ReLU, ConvTranspose1d with a kernel twice its
+    stride, and a residual dilated Conv1d."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.up = nn.ConvTranspose1d(cin, cout, 2 * stride, stride, padding=stride // 2)
+        self.res = nn.Conv1d(cout, cout, 3, padding=3, dilation=3)
+
+    def forward(self, x):
+        x = self.up(F.leaky_relu(x, 0.1))
+        return x + self.res(F.leaky_relu(x, 0.1))
+
+
+class Vocoder(nn.Module):
+    """Mel frames [B, mels, T] to a waveform [B, 1, 64 T] (8x, 4x, 2x upsampling)."""
+
+    def __init__(self, mels=16, w=32):
+        super().__init__()
+        self.pre = nn.Conv1d(mels, w, 7, padding=3)
+        self.stages = nn.Sequential(VocoderStage(w, w // 2, 8), VocoderStage(w // 2, w // 4, 4),
+                                    VocoderStage(w // 4, w // 8, 2))
+        self.post = nn.Conv1d(w // 8, 1, 7, padding=3)
+
+    def forward(self, mel):
+        return torch.tanh(self.post(F.leaky_relu(self.stages(self.pre(mel)))))
+
+
 def nets():
     """name -> (factory, example input shape)."""
     return {
@@ -153,6 +211,8 @@ def nets():
         "convnext_block": (ConvNeXtBlock, (2, 32, 8, 8)),
         "squeeze_excitation": (SqueezeExcitation, (2, 32, 8, 8)),
         "audio_stem": (AudioStem, (2, 16, 20)),
+        "unet": (UNet, (2, 3, 16, 16)),
+        "vocoder": (Vocoder, (2, 16, 6)),
     }
 
 
@@ -161,6 +221,19 @@ def make(name: str, dtype=torch.float32):
     torch.manual_seed(0)
     model = randomize_batch_norms(factory()).eval().to(dtype)
     return model, torch.randn(shape).to(dtype)
+
+
+def make_unet(batch: int = 1, size: int = 64, dtype=torch.float32):
+    """(model, example inputs): the U-Net of nets() at size x size (a multiple of 4)."""
+    torch.manual_seed(0)
+    return (randomize_batch_norms(UNet()).eval().to(dtype),
+            (torch.randn(batch, 3, size, size).to(dtype),))
+
+
+def make_vocoder(batch: int = 1, frames: int = 32, dtype=torch.float32):
+    """(model, example inputs): the vocoder of nets(), `frames` mel frames."""
+    torch.manual_seed(0)
+    return Vocoder().eval().to(dtype), (torch.randn(batch, 16, frames).to(dtype),)
 
 
 def make_resnet18(batch: int = 1, size: int = 224, width: int = 64, classes: int = 1000,

@@ -25,7 +25,8 @@ ARGUMENTS = {
     "Slice": {1, 2, 3, 4}, "Gather": {1}, "ReduceMean": {1}, "ReduceSum": {1},
     "ReduceMax": {1}, "ReduceMin": {1}, "ConstantOfShape": {0}, "Where": {0},
     "Dropout": {1, 2}, "Trilu": {1}, "Range": {0, 1, 2},
-    "Conv": {1, 2}, "BatchNormalization": {1, 2, 3, 4}, "Clip": {1, 2},
+    "Conv": {1, 2}, "ConvTranspose": {1, 2}, "BatchNormalization": {1, 2, 3, 4},
+    "Clip": {1, 2},
 }
 
 

@@ -279,9 +279,10 @@ def _refused(model, x, *words):
         assert w in str(e.value), str(e.value)
 
 
-def test_conv_transpose_is_refused():
-    _refused(nn.ConvTranspose2d(4, 4, 2, 2).eval(), torch.randn(1, 4, 4, 4), "transposed",
-             "convolution")
+def test_3d_conv_transpose_is_refused():
+    """(1-D and 2-D ones compile: tests/test_conv_transpose.py.)"""
+    _refused(nn.ConvTranspose3d(4, 4, 2, 2).eval(), torch.randn(1, 4, 4, 4, 4),
+             "3-D transposed convolution")
 
 
 def test_training_batch_norm_is_refused():

@@ -215,18 +215,18 @@ def test_patch_embedding_conv_and_all_true_mask_translate():
     assert rel_err(run_graph(g, [y])[0], model(y)) < 1e-5
 
 
-def test_transposed_convolutions_are_refused_clearly():
-    """(Other convolutions compile: tests/test_conv.py.)"""
+def test_3d_transposed_convolutions_are_refused_clearly():
+    """(1-D and 2-D ones compile: tests/test_conv_transpose.py.)"""
     class Conv(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.c = torch.nn.ConvTranspose2d(3, 8, kernel_size=2, stride=2)
+            self.c = torch.nn.ConvTranspose3d(3, 8, kernel_size=2, stride=2)
 
         def forward(self, x):
             return self.c(x)
 
-    with pytest.raises(UnsupportedOpError, match="transposed convolution"):
-        to_graph(Conv(), (torch.randn(1, 3, 8, 8),))
+    with pytest.raises(UnsupportedOpError, match="3-D transposed convolution"):
+        to_graph(Conv(), (torch.randn(1, 3, 4, 8, 8),))
 
 
 class BufferMask(torch.nn.Module):

@@ -1,5 +1,5 @@
 """ONNX convolutional networks: Conv (strides, asymmetric pads, auto_pad, dilations, groups,
-depthwise; 1-D and 2-D), BatchNormalization folded into the conv, MaxPool / AveragePool
+depthwise; 1-D and 2-D), ConvTranspose, BatchNormalization folded into the conv, MaxPool / AveragePool
 (asymmetric pads, ceil_mode, count_include_pad), global pooling, Flatten, Clip (ReLU6),
 HardSigmoid / HardSwish: hand-made graphs against onnxruntime, and ResNet-18 / MobileNetV2
 shapes exported with torch.onnx.export against onnxruntime and the PyTorch build's kernels."""
@@ -67,6 +67,37 @@ def test_conv_geometry_matches_onnxruntime(tmp_path, name):
     program = _check(_conv_model(x_shape, w_shape, bias=name != "pointwise", **attrs),
                      tmp_path, tol=1e-5)
     assert "ConvOp" in _kinds(program)
+
+
+def _conv_transpose_model(x_shape, w_shape, **attrs):
+    rng = np.random.RandomState(0)
+    oc = w_shape[1] * attrs.get("group", 1)
+    inits = [("w", rng.randn(*w_shape).astype(np.float32)),
+             ("b", rng.randn(oc).astype(np.float32))]
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    return _net([node], [_v("x", list(x_shape))], inits)
+
+
+CONV_TRANSPOSES = {  # (onnx's backend node tests cover the plain forms)
+    "asymmetric_pads": ((2, 4, 5, 6), (4, 6, 4, 3), dict(strides=[2, 3], pads=[0, 1, 2, 0])),
+    "output_shape": ((1, 4, 3, 3), (4, 2, 3, 3), dict(strides=[3, 2], output_shape=[8, 6])),
+    "same_upper": ((1, 4, 3, 4), (4, 2, 4, 5), dict(strides=[3, 2], auto_pad="SAME_UPPER")),
+    "same_lower_grouped": ((2, 4, 5, 5), (4, 3, 3, 3), dict(strides=[2, 2], group=2,
+                                                            auto_pad="SAME_LOWER")),
+    "dilated_output_padding": ((2, 4, 5, 6), (4, 3, 3, 2), dict(
+        strides=[2, 2], dilations=[2, 3], output_padding=[1, 0], pads=[1, 1, 1, 1])),
+    "1d_hifigan": ((2, 8, 7), (8, 4, 16), dict(strides=[8], pads=[4, 4])),
+}
+
+
+@pytest.mark.parametrize("name", list(CONV_TRANSPOSES))
+def test_conv_transpose_matches_onnxruntime(tmp_path, name):
+    """ConvTranspose: frontend/aten_conv_transpose.py's phase convolution, with ONNX's
+    asymmetric pads and the pads output_shape / auto_pad imply (an output_shape past the full
+    output, which onnxruntime refuses: onnx's node test test_convtranspose_output_shape)."""
+    x_shape, w_shape, attrs = CONV_TRANSPOSES[name]
+    program = _check(_conv_transpose_model(x_shape, w_shape, **attrs), tmp_path, tol=1e-5)
+    assert _kinds(program).count("ConvOp") == 1
 
 
 def test_conv_dynamic_batch(tmp_path):
@@ -190,6 +221,11 @@ def test_hard_sigmoid_and_hard_swish(tmp_path):
     ("run-time weight", [helper.make_node("Relu", ["x"], ["w"]),
                          helper.make_node("Conv", ["x", "w"], ["y"])], [2, 2, 1, 1], [],
      "weight"),
+    ("3-D transposed conv", [helper.make_node("ConvTranspose", ["x", "w"], ["y"])],
+     [1, 2, 3, 4, 5], [("w", np.ones((2, 2, 1, 1, 1), np.float32))], "not 3-D"),
+    ("same pads past the kernel", [helper.make_node("ConvTranspose", ["x", "w"], ["y"],
+                                                    strides=[3, 3], auto_pad="SAME_UPPER")],
+     [1, 2, 3, 3], [("w", np.ones((2, 2, 1, 1), np.float32))], "explicit pads"),
     ("dilated pool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2],
                                        dilations=[2, 2])], [1, 2, 6, 6], [], "dilations"),
     ("run-time clip bound", [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),

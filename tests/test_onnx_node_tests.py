@@ -37,6 +37,8 @@ SKIPS = {
         "an output with no elements: aotpack outputs non-empty tensors",
     r"^test_identity_(sequence|opt)$": "sequence and optional inputs: tensors only",
     r"^test_(average|max)pool_3d": "3-D pooling: pooling kernels cover 1-D and 2-D images",
+    r"^test_convtranspose_3d$": "3-D transposed convolution: convolutions cover 1-D and 2-D "
+                                "images",
     r"^test_(average|max)pool_2d_dilations$": "dilated pooling windows: windows are dense",
     r"^test_maxpool_with_argmax": "MaxPool's Indices output (argmax positions)",
     r"^test_batchnorm_.*_training_mode$": "training-mode BatchNormalization (batch statistics "

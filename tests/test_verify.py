@@ -50,6 +50,9 @@ def setup(monkeypatch, tmp_path):
     passes = types.ModuleType("aotpack.passes")
     passes.compile_graph = lambda graph: _program(model, state["corrupt"], state["other"])
     import aotpack.frontend.prepare  # noqa: F401 — the real one: with no options, a no-op
+    # (precision.py imports it from the real passes package, which the stand-in replaces:
+    # imported first, it is found in sys.modules also when this file runs alone)
+    import aotpack.passes.fuse_gemm_norm  # noqa: F401
     monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
     monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
     import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules
@@ -95,6 +98,38 @@ def test_changed_model_file_warns(setup):
     with pytest.warns(UserWarning, match="changed since the bundle was built"):
         report = verify(bundle, spec, reference="cpu")
     assert report.passed and report.warnings
+
+
+def test_an_all_zero_reference_warns(setup):
+    """A ReLU that clips every output of the (randomly initialised) model to 0: any bundle
+    writing zeros would pass, so verify says the comparison is vacuous (it still passes)."""
+    from aotpack.cli.main import app
+    from aotpack.shared_steps import file_sha256
+
+    bundle, spec, _ = setup
+    model = sys.modules["aotpack.frontend"].load_spec(spec).model
+    with torch.no_grad():
+        model[0].bias.fill_(-1e3)
+    write_bundle(bundle, _program(model), MemoryPlan(0, {}, {}, []), target=SM90,
+                 provenance={"source_sha256": file_sha256(bundle.parent / "model.py")})
+    with pytest.warns(UserWarning, match="all zeros"):
+        report = verify(bundle, spec, reference="cpu")
+    assert report.passed and len(report.warnings) == 1 and "vacuous" in report.warnings[0]
+    result = CliRunner().invoke(app, ["verify", str(bundle), "--model", spec,
+                                      "--reference", "cpu"])
+    assert result.exit_code == 0 and "vacuous" in result.output, result.output
+
+
+def test_constant_references_are_named_once():
+    from aotpack.verify import _vacuous
+
+    outputs = [{"name": n} for n in ("a", "b", "c", "d")]
+    refs = [torch.full((2, 3), 0.5), torch.randn(2, 3), torch.zeros(4, dtype=torch.int64),
+            torch.zeros(1)]  # varying, integer, or a single element: nothing to say
+    with pytest.warns(UserWarning):
+        (msg,) = _vacuous(outputs, refs, " @ B=2", [])
+    assert "output a " in msg and "every element 0.5" in msg and "@ B=2" in msg
+    assert _vacuous(outputs, refs, " @ B=3", [msg]) == []  # said once per output
 
 
 def test_cli_verify_exit_codes(setup):

@@ -1,5 +1,6 @@
-"""aten → IR rules for convolutional networks: convolution, batch norm (eval), pooling, zero
-padding, and the hard activations (relu6, hardswish, hardsigmoid, hardtanh, clamp).
+"""aten → IR rules for convolutional networks: convolution (transposed: aten_conv_transpose.py),
+batch norm (eval), pooling, zero padding, and the hard activations (relu6, hardswish,
+hardsigmoid, hardtanh, clamp, leaky_relu).
 
 CONV and POOL compute on channels-last tensors ([N, H, W, C]); each rule here wraps one in the
 permutes that keep the model's own NCHW (NCL) semantics, and passes/channels_last.py later moves
@@ -42,10 +43,14 @@ def _ints(v, n: int) -> tuple[int, ...]:
 
 
 def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
-    if transposed:
-        raise Unsupported("transposed convolution (ConvTranspose1d/2d is not supported yet: "
-                          "write it as an upsample followed by a convolution, or keep it "
-                          "outside the packaged model)")
+    if transposed:  # one ordinary convolution + a pixel shuffle (aten_conv_transpose.py)
+        from aotpack.frontend.aten_conv_transpose import conv_transpose_nchw
+
+        weight = cx.constant_value(_constant_weight(cx, w))
+        known = cx.constant_value(b) if b is not None else None  # the bias, if a constant
+        pads = tuple((p, p) for p in _ints(padding, max(len(x.shape) - 2, 1)))
+        return conv_transpose_nchw(cx, x, weight, b if known is None else known, stride, pads,
+                                   output_padding, dilation, int(groups))
     if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
         raise Unsupported(f"a {len(x.shape) - 2}-D convolution (Conv1d and Conv2d over a "
                           f"batch are supported)")
@@ -326,6 +331,15 @@ def _clamp_tensor(cx, x, lo=None, hi=None):
     return out
 
 
+def _leaky_relu(cx, x, slope=0.01):
+    """leaky_relu (HiFi-GAN's vocoder stages, GAN discriminators) as where(x > 0, x, x *
+    slope): elementwise ops the pointwise fusion compiles into one kernel, exact for any
+    slope."""
+    positive = cx.emit(Op.GT, [x], O.BinaryAttrs(0.0))
+    scaled = cx.emit(Op.MUL, [x], O.BinaryAttrs(float(slope)))
+    return cx.emit(Op.WHERE, [positive, x, scaled], O.NoAttrs(), final=True)
+
+
 def _unary(op: Op):
     return lambda cx, x: cx.emit(op, [x], O.NoAttrs(), final=True)
 
@@ -336,6 +350,10 @@ RULES = {
         _convolution(cx, x, w, b, s, p, d, False, 0, g),
     "aten.conv2d.default": lambda cx, x, w, b=None, s=1, p=0, d=1, g=1:
         _convolution(cx, x, w, b, s, p, d, False, 0, g),
+    "aten.conv_transpose1d.default": lambda cx, x, w, b=None, s=1, p=0, op=0, g=1, d=1:
+        _convolution(cx, x, w, b, s, p, d, True, op, g),
+    "aten.conv_transpose2d.input": lambda cx, x, w, b=None, s=1, p=0, op=0, g=1, d=1:
+        _convolution(cx, x, w, b, s, p, d, True, op, g),
     "aten.constant_pad_nd.default": _constant_pad,
     "aten._native_batch_norm_legit_no_training.default": _batch_norm_eval,
     "aten._native_batch_norm_legit.default": _batch_norm_training,
@@ -349,7 +367,7 @@ RULES = {
     "aten.as_strided.default": _as_strided,
     "aten.hardtanh.default": _hardtanh, "aten.clamp.default": _clamp,
     "aten.clamp.Tensor": _clamp_tensor,
-    "aten.relu6.default": _unary(Op.RELU6),
+    "aten.relu6.default": _unary(Op.RELU6), "aten.leaky_relu.default": _leaky_relu,
     "aten.hardswish.default": _unary(Op.HARDSWISH),
     "aten.hardsigmoid.default": _unary(Op.HARDSIGMOID),
 }

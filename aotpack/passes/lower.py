@@ -257,7 +257,7 @@ class _Lowering:
         else:
             self._fail(n, "no kernel op implements it (supported after fusion: linear/matmul "
                           "+ epilogue, embedding, sdpa, rms_norm, layer_norm, (log_)softmax, "
-                          "last-dim sum/mean/amax/amin, rope, elementwise, cat, views, conv, pool)")
+                          "sum/mean/amax/amin, cumsum, rope, elementwise, cat, views, conv, pool)")
 
     def _fail(self, n: Node, why: str):
         raise LoweringError(f"cannot lower {n.op.value} node %{n.output.name} "

@@ -3,8 +3,10 @@ LOG_SOFTMAX → SoftmaxOp, SUM / MEAN / AMAX / AMIN → ReduceOp. Each kernel re
 of a 2-D view [R, C]: the IR value is viewed as [leading dims merged, reduced dims merged] (a
 copy is made first when the leading dims do not merge into one stride). A reduction over other
 dims (SUM / MEAN / AMAX / AMIN / ARGMAX) reads them moved last (`_dims_last`: a copy where that
-is no view); softmax, log-softmax and cumsum over another dim are a LoweringError that says how
-to rewrite the model.
+is no view). Softmax, log-softmax and cumsum over another dim read it moved last the same way
+and write their result with that dim last too (`_moved_out`): an intermediate is stored in that
+order and its users read it through the permuted strides; a destination whose layout is fixed
+(a graph output, a cat slice) that the moved view does not flatten gets a copy after the kernel.
 
 Casts around them are free: the kernels widen on load and compute in f32, so a widening cast
 of the input (bf16 → f32, HF's softmax(x.float())) is read through, and a cast of an f32
@@ -19,7 +21,9 @@ from dataclasses import dataclass, field
 from aotpack.dtypes import DType
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
-from aotpack.kernels.spec import LayerNormOp, ReduceOp, ScanOp, SoftmaxOp, TensorArg
+from aotpack.kernels.spec import (LayerNormOp, ReduceOp, ScanOp, SoftmaxOp, TensorArg,
+                                  contiguous)
+from aotpack.program import Storage
 
 _KIND = {Op.SUM: "sum", Op.MEAN: "mean", Op.AMAX: "amax", Op.AMIN: "amin",
          Op.ARGMAX: "argmax"}
@@ -116,9 +120,30 @@ def out_ncols(n: Node) -> int | None:
     return 1 if n.op in (Op.SOFTMAX, Op.LOG_SOFTMAX) else None
 
 
+def moved_dim(n: Node) -> int | None:
+    """The dim a softmax / log-softmax / cumsum runs over when it is not the last (the kernel
+    then reads and writes it moved last), else None."""
+    rank = len(n.inputs[0].shape)
+    if n.op not in (Op.SOFTMAX, Op.LOG_SOFTMAX, Op.CUMSUM) or rank < 2:
+        return None
+    dim = n.attrs.dim % rank
+    return None if dim == rank - 1 else dim
+
+
+def _moved(arg: TensorArg, dim: int) -> TensorArg:
+    """`arg` with `dim` moved last (a permuted view: strides follow the dims)."""
+    order = [i for i in range(len(arg.shape)) if i != dim] + [dim]
+    return TensorArg(arg.storage, arg.dtype, tuple(arg.shape[i] for i in order),
+                     tuple(arg.strides[i] for i in order), arg.offset)
+
+
 def writes_view(n: Node, dest: TensorArg) -> bool:
     """Whether `n`'s kernel can write its result straight into `dest` (e.g. a cat slice):
-    the view flattens as the kernel writes it, rows with unit inner stride."""
+    the view flattens as the kernel writes it, rows with unit inner stride (over a moved dim:
+    any column stride, the softmax and scan kernels take one)."""
+    dim = moved_dim(n)
+    if dim is not None:
+        return merge_2d(_moved(dest, dim), 1) is not None
     ncols = out_ncols(n)
     if ncols is None:
         return merge_1d(dest) is not None
@@ -130,13 +155,52 @@ def _out(lw, n: Node, ncols: int | None) -> TensorArg:
     """The storage the kernel writes, as [R, C] (ncols given) or [R] (ncols None): the
     node's value, or the value of its absorbed output cast."""
     cast = lw.fused_casts.out_cast.get(n.output.name)
-    out = lw._new_storage(n.output if cast is None else cast.output)
+    out = lw._new_storage(_written(lw, n))
     if cast is not None:
         lw.args[n.output.name] = out
     arg = merge_1d(out) if ncols is None else merge_2d(out, ncols)
     if arg is None:  # only a preset (in-place) destination could be like this
         lw._fail(n, f"its output view {out.shape} / {out.strides} does not flatten")
     return arg
+
+
+def _written(lw, n: Node) -> Value:
+    """The value n's kernel writes: n's own, or its absorbed output cast's."""
+    cast = lw.fused_casts.out_cast.get(n.output.name)
+    return n.output if cast is None else cast.output
+
+
+def _moved_out(lw, n: Node, dim: int):
+    """([R, C] the kernel writes with `dim` last, None or (src, dst) to copy after it) for a
+    softmax / cumsum over a dim that is not the last."""
+    v = _written(lw, n)
+    order = [i for i in range(len(v.shape)) if i != dim] + [dim]
+    moved_shape = tuple(v.shape[i] for i in order)
+    if v.name not in lw.preset and v.name not in lw.out_storage:
+        # an intermediate: stored with `dim` last, the value is the permuted view of it (its
+        # users read through strides, as they read any permute), so nothing is copied back
+        lw.storages[v.name] = Storage(v.name, "intermediate", v.dtype, moved_shape)
+        store = contiguous(v.name, v.dtype, moved_shape)
+        lw.args[v.name] = lw.args[n.output.name] = _unmoved(store, dim)
+        return merge_2d(store, 1), None
+    dest = lw._new_storage(v)  # a fixed layout: written in place if the moved view flattens
+    lw.args[n.output.name] = dest
+    flat = merge_2d(_moved(dest, dim), 1)
+    if flat is not None:
+        return flat, None
+    name = lw._fresh_storage_name(f"{v.name}_moved")
+    lw.storages[name] = Storage(name, "intermediate", v.dtype, moved_shape)
+    tmp = contiguous(name, v.dtype, moved_shape)
+    return merge_2d(tmp, 1), (_unmoved(tmp, dim), dest)
+
+
+def _unmoved(arg: TensorArg, dim: int) -> TensorArg:
+    """The inverse of _moved: `arg`'s last dim put back at `dim`."""
+    rank = len(arg.shape)
+    order = list(range(rank - 1))
+    order.insert(dim, rank - 1)
+    return TensorArg(arg.storage, arg.dtype, tuple(arg.shape[i] for i in order),
+                     tuple(arg.strides[i] for i in order), arg.offset)
 
 
 def _require_float(lw, n: Node) -> None:
@@ -160,14 +224,17 @@ def lower_layer_norm(lw, n: Node) -> None:
 
 def lower_softmax(lw, n: Node) -> None:
     _require_float(lw, n)
-    shape = list(n.inputs[0].shape)
-    name = n.op.value
-    if not shape or n.attrs.dim != len(shape) - 1:
-        lw._fail(n, f"{name} over dim {n.attrs.dim} of a {shape} tensor: only {name} over "
-                    f"the last dim is supported (move the dim last: x.transpose({n.attrs.dim}, "
-                    f"-1).{name}(-1).transpose({n.attrs.dim}, -1))")
-    x = _rows(lw, _input(lw, n), 1)
-    lw.ops.append(SoftmaxOp(x, _out(lw, n, 1), float(n.attrs.scale), n.op == Op.LOG_SOFTMAX))
+    if not n.inputs[0].shape:
+        lw._fail(n, f"{n.op.value} of a 0-d tensor (give it at least one dim)")
+    dim = moved_dim(n)
+    if dim is None:
+        x, out, copy_back = _rows(lw, _input(lw, n), 1), _out(lw, n, 1), None
+    else:  # over another dim: moved last (softmax(dim=1) of an NCHW map, of [B, S, S] keys)
+        x = _dims_last(lw, _input(lw, n), (dim,))
+        out, copy_back = _moved_out(lw, n, dim)
+    lw.ops.append(SoftmaxOp(x, out, float(n.attrs.scale), n.op == Op.LOG_SOFTMAX))
+    if copy_back is not None:
+        lw._copy(*copy_back)
 
 
 def lower_reduce(lw, n: Node) -> None:
@@ -198,13 +265,15 @@ def _dims_last(lw, v: Value, dims: tuple[int, ...]) -> TensorArg:
 
 
 def lower_cumsum(lw, n: Node) -> None:
-    shape = list(n.inputs[0].shape)
-    if n.attrs.dim != len(shape) - 1:
-        lw._fail(n, f"cumsum over dim {n.attrs.dim} of a {shape} tensor: only the last dim is "
-                    f"supported (x.movedim({n.attrs.dim}, -1).cumsum(-1).movedim(-1, "
-                    f"{n.attrs.dim}))")
-    x = _rows(lw, n.inputs[0], 1)
-    lw.ops.append(ScanOp(x, _out(lw, n, 1)))
+    dim = moved_dim(n)
+    if dim is None:
+        x, out, copy_back = _rows(lw, n.inputs[0], 1), _out(lw, n, 1), None
+    else:  # over another dim (a cumsum over the sequence of [B, S, D]): moved last
+        x = _dims_last(lw, n.inputs[0], (dim,))
+        out, copy_back = _moved_out(lw, n, dim)
+    lw.ops.append(ScanOp(x, out))
+    if copy_back is not None:
+        lw._copy(*copy_back)
 
 
 RULES = {Op.LAYER_NORM: lower_layer_norm, Op.CUMSUM: lower_cumsum, Op.SOFTMAX: lower_softmax,

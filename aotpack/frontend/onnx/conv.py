@@ -1,6 +1,7 @@
 """ONNX operators of convolutional networks → the IR the torch frontend emits for them
-(frontend/aten_conv.py, whose helpers these rules call): Conv, BatchNormalization (inference),
-MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, Clip, HardSigmoid, HardSwish.
+(frontend/aten_conv.py and aten_conv_transpose.py, whose helpers these rules call): Conv,
+ConvTranspose, BatchNormalization (inference), MaxPool, AveragePool, GlobalAveragePool,
+GlobalMaxPool, Clip, HardSigmoid, HardSwish.
 
 CONV and POOL compute channels-last between permutes, so passes/channels_last.py,
 fold_conv_bn.py and the conv lowering apply to ONNX models as they do to PyTorch ones.
@@ -19,6 +20,7 @@ import numpy as np
 
 from aotpack.frontend.aten_conv import (_clamp, _from_channels_last, _to_channels_last,
                                         batch_norm_affine, convolution_nchw, fill_block)
+from aotpack.frontend.aten_conv_transpose import conv_transpose_nchw
 from aotpack.frontend.aten_table import Unsupported
 from aotpack.frontend.onnx.host import is_symbolic_array
 from aotpack.ir import ops as O
@@ -82,6 +84,58 @@ def _conv(cx, n, ins):
     bias = cx.tensor(ins[2]) if len(ins) > 2 and ins[2] is not None else None
     return convolution_nchw(cx, x, cx.tensor(ins[1]), bias, strides, pads, dilation,
                             int(cx.attr("group", 1)))
+
+
+def _conv_transpose(cx, n, ins):
+    """ConvTranspose: frontend/aten_conv_transpose.py's phase convolution + shuffle, with
+    ONNX's pads (begin, end), or pads derived from output_shape / auto_pad SAME_*."""
+    from aotpack.frontend.onnx.translate import to_torch
+
+    x = cx.tensor(ins[0])
+    spatial = _spatial(x, "transposed convolution")
+    w = to_torch(_known(ins[1], "transposed convolution weight"))
+    kernel = [int(k) for k in cx.attr("kernel_shape", w.shape[2:])]
+    if tuple(kernel) != tuple(w.shape[2:]):
+        raise Unsupported(f"kernel_shape {kernel} unlike the weight's {list(w.shape[2:])}")
+    strides = [int(v) for v in cx.attr("strides", [1] * spatial)]
+    dilation = [int(v) for v in cx.attr("dilations", [1] * spatial)]
+    extra = [int(v) for v in cx.attr("output_padding", [0] * spatial)]
+    pads = _transposed_pads(cx, x, kernel, strides, dilation, extra)
+    bias = None
+    if len(ins) > 2 and ins[2] is not None:
+        known = isinstance(ins[2], np.ndarray) and not is_symbolic_array(ins[2])
+        bias = to_torch(ins[2]) if known else cx.tensor(ins[2])
+    return conv_transpose_nchw(cx, x, w, bias, strides, pads, extra, dilation,
+                               int(cx.attr("group", 1)))
+
+
+def _transposed_pads(cx, x: Value, kernel, strides, dilation, extra) -> tuple:
+    """((begin, end) per spatial dim) cropped off the full output: `pads`, or the total
+    that output_shape (auto_pad SAME_*: input size x stride) leaves, split as ONNX says
+    (SAME_UPPER puts the odd one at the end, otherwise at the beginning)."""
+    spatial = len(x.shape) - 2
+    auto = cx.attr("auto_pad", "NOTSET")
+    shape = cx.attr("output_shape", None)
+    if shape is None and auto in ("NOTSET", "VALID"):
+        pads = [int(p) for p in cx.attr("pads", [0] * 2 * spatial)] if auto == "NOTSET" \
+            else [0] * 2 * spatial
+        return tuple((pads[i], pads[i + spatial]) for i in range(spatial))
+    if shape is None and auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise Unsupported(f"auto_pad={auto!r}")
+    pairs = []
+    for i, (size, k, s, d, op) in enumerate(zip(x.shape[2:], kernel, strides, dilation, extra)):
+        out = size * s if shape is None else int(list(shape)[-spatial:][i])
+        total = s * (size - 1) + op + d * (k - 1) + 1 - out
+        if is_symbolic(total):
+            raise Unsupported(f"an output size set by output_shape or auto_pad={auto} over "
+                              f"the dynamic input size {size} (export with a static size)")
+        if total < 0 and shape is None:  # (with output_shape: zeros + bias past x's reach)
+            raise Unsupported(f"auto_pad={auto} with a kernel that reaches less than the "
+                              f"stride (onnxruntime gives the full output, the ONNX spec "
+                              f"input size x stride): give explicit pads")
+        small = total // 2
+        pairs.append((small, total - small) if auto == "SAME_UPPER" else (total - small, small))
+    return tuple(pairs)
 
 
 def _batch_norm(cx, n, ins):
@@ -252,7 +306,7 @@ def hard_swish_of(cx, a, b):
 
 
 CONV_RULES = {
-    "Conv": _conv, "BatchNormalization": _batch_norm,
+    "Conv": _conv, "ConvTranspose": _conv_transpose, "BatchNormalization": _batch_norm,
     "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global_pool("avg"), "GlobalMaxPool": _global_pool("max"),
     "Clip": _clip, "HardSigmoid": _hard_sigmoid,
