@@ -37,7 +37,8 @@ def main() -> int:
     args = ap.parse_args()
     prompts = [[(13 * b + 7 * i + 1) % 1000 for i in range(args.prompt)]
                for b in range(args.batch)]
-    with aotpack.load(args.bundle) as model, model.session(programmatic_launch=not args.no_pdl) as s:
+    with aotpack.load(args.bundle) as model, \
+            model.session(programmatic_launch=not args.no_pdl) as s:
         ids, pos, last = (t.cuda() for t in prefill_inputs(prompts))
         next_ids, _ = s.run([ids, pos, last])
         ids = next_ids.view(-1, 1).clone()

@@ -1,6 +1,6 @@
 """ONNX convolutional networks: Conv (strides, asymmetric pads, auto_pad, dilations, groups,
-depthwise; 1-D and 2-D), ConvTranspose, BatchNormalization folded into the conv, MaxPool / AveragePool
-(asymmetric pads, ceil_mode, count_include_pad), global pooling, Flatten, Clip (ReLU6),
+depthwise; 1-D and 2-D), ConvTranspose, BatchNormalization folded into the conv, MaxPool /
+AveragePool (asymmetric pads, ceil_mode, count_include_pad), global pooling, Flatten, Clip (ReLU6),
 HardSigmoid / HardSwish: hand-made graphs against onnxruntime, and ResNet-18 / MobileNetV2
 shapes exported with torch.onnx.export against onnxruntime and the PyTorch build's kernels."""
 import sys
