@@ -1,5 +1,5 @@
 """Generation steps of causal-LM families with their own attention code (no sdpa dispatch:
-GPT-J, CodeGen, MPT) and of GPT-NeoX: greedy ids identical to transformers' generate in
+GPT-J, CodeGen, MPT, BLOOM's ALiBi) and of GPT-NeoX: greedy ids identical to transformers' generate in
 float32 (CPU reference). Such models add the mask to their scores (or fill where it is
 nonzero), so the step hands them transformers' additive eager mask; the compiler reads that
 form back as the positions (attention_positions._additive_of). A family whose forward fails
@@ -28,6 +28,9 @@ FAMILIES = {
     "gpt_neox": lambda: T.GPTNeoXForCausalLM(T.GPTNeoXConfig(
         vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, max_position_embeddings=128)),
+    # ALiBi built from a 2-D padding mask (the step gives it the cache slots' positions)
+    "bloom": lambda: T.BloomForCausalLM(T.BloomConfig(hidden_size=64, n_layer=2, n_head=4,
+                                                      vocab_size=96)),
 }
 
 
@@ -54,11 +57,21 @@ def test_eager_attention_in_bf16_is_the_positional_kernel(family):
     assert attention[0].q.dtype.value == "bf16"
 
 
+class _TwoDMaskOnly(T.LlamaModel):
+    """A decoder that, like BLOOM before the step built its ALiBi, unpacks a 2-D mask."""
+
+    def forward(self, *args, attention_mask=None, **kwargs):
+        batch, keys = attention_mask.shape
+        return super().forward(*args, **kwargs)
+
+
 def test_family_failing_under_the_step_is_refused_in_one_line():
     torch.manual_seed(0)
-    model = T.BloomForCausalLM(T.BloomConfig(hidden_size=64, n_layer=2, n_head=4,
-                                             vocab_size=96)).eval()
-    with pytest.raises(GenerationTaskError, match="BloomForCausalLM: the model's forward "
+    model = T.LlamaForCausalLM(T.LlamaConfig(vocab_size=96, hidden_size=64,
+                                             intermediate_size=96, num_hidden_layers=2,
+                                             num_attention_heads=4)).eval()
+    model.model = _TwoDMaskOnly(model.config).eval()
+    with pytest.raises(GenerationTaskError, match="LlamaForCausalLM: the model's forward "
                                                   "failed inside the generation step"):
         prepare_generation(LoadedModel(model, None), GenerationOptions(32, 2), None)
 

@@ -14,6 +14,7 @@ prepared 4-D mask) or a plain module following aotpack's convention
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -95,9 +96,10 @@ class GenerationStep(nn.Module):
     def _hf_hidden(self, input_ids, positions, view):
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else \
             self.model.model
-        out = decoder(input_ids=input_ids, position_ids=positions,
-                      attention_mask=self._hf_mask(view), past_key_values=view,
-                      use_cache=True, cache_position=positions[0])
+        mask = self._hf_mask(view)
+        with _alibi_of_cache_slots(decoder, mask):
+            out = decoder(input_ids=input_ids, position_ids=positions, attention_mask=mask,
+                          past_key_values=view, use_cache=True, cache_position=positions[0])
         return out[0] if isinstance(out, tuple) else out.last_hidden_state
 
     def _hf_mask(self, view):
@@ -162,6 +164,28 @@ class _ShapeProbe:
                 return key, value
 
         return Recording(self, positions)
+
+
+@contextmanager
+def _alibi_of_cache_slots(decoder: nn.Module, mask):
+    """BLOOM-style models build their ALiBi bias from a 2-D padding mask ([B, keys]: slope x
+    the key's index among the unmasked ones) before their layers read the 4-D mask. The step
+    hands them the prepared 4-D mask, so their `build_alibi_tensor` is given, for the call, a
+    mask of ones over the cache's slots: slope x slot, the key's position (the cache keeps
+    token t of a sequence in slot t), and padding or future slots are hidden by the 4-D mask.
+    Their own function computes it, so the slopes are exactly theirs."""
+    build = getattr(decoder, "build_alibi_tensor", None)
+    if build is None or not isinstance(mask, torch.Tensor) or mask.dim() != 4:
+        yield
+        return
+    def of_slots(attention_mask, num_heads, dtype):  # noqa: E306 (the model's signature)
+        ones = torch.ones(mask.shape[0], mask.shape[-1], dtype=torch.long, device=mask.device)
+        return build(ones, num_heads, dtype)
+    decoder.build_alibi_tensor = of_slots  # an instance attribute over the class's method
+    try:
+        yield
+    finally:
+        del decoder.build_alibi_tensor
 
 
 def example_inputs(max_batch: int, max_seq_len: int, vocab: int):

@@ -146,8 +146,8 @@ def check_step(step, inputs) -> None:
                 f"{type(step.model).__name__}: the model's forward failed inside the "
                 f"generation step ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
                 f"): the step passes a prepared 4-D mask, position ids and its own cache "
-                f"(docs/generation.md), which this family does not take yet (BLOOM builds "
-                f"its ALiBi from a 2-D mask); please report it") from e
+                f"(docs/generation.md), which this family does not take yet; please report "
+                f"it (a static build, without --task text-generation, may still work)") from e
         for b in range(ids.shape[0]):
             length = int(last[b]) - b * seq + 1
             want = step.model(ids[b:b + 1, :length]).logits[0, -1].float()
