@@ -93,3 +93,23 @@ def test_latent_attention_caches_what_the_layers_hand_it():
     got = generate(_stepper(_program(model)), PROMPTS, 6)
     for prompt, ids in zip(PROMPTS, got):
         assert ids == _hf_greedy(model, prompt, 6), prompt
+
+
+def test_attention_soft_capping_is_kept():
+    """Gemma-2's attn_logit_softcapping (tanh of the scores) exists only in its eager
+    attention (sdpa has no cap): the step keeps that attention, and the ids are those of the
+    eager model (they differ from the uncapped model's on this draw: scaled projections)."""
+    torch.manual_seed(0)
+    model = T.Gemma2ForCausalLM(T.Gemma2Config(
+        vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+        max_position_embeddings=128, attn_logit_softcapping=1.0)).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj):
+                proj.weight.mul_(10)  # scores far past the cap
+    model.set_attn_implementation("eager")
+    want = [_hf_greedy(model, prompt, 8) for prompt in PROMPTS]
+    got = generate(_stepper(_program(model)), PROMPTS, 8)
+    assert got == want
+    assert model.config._attn_implementation == "eager"

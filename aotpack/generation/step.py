@@ -127,7 +127,8 @@ class GenerationStep(nn.Module):
         dtype's lowest value elsewhere: transformers' eager mask) for models with their own
         attention code (GPT-J, CodeGen, MPT add it to the scores or fill where it is
         nonzero: a bool mask there is wrong, not refused)."""
-        if getattr(self.model, "_supports_sdpa", True):
+        eager = getattr(_config(self.model), "_attn_implementation", None) == "eager"
+        if getattr(self.model, "_supports_sdpa", True) and not eager:
             return mask
         dtype = _float_dtype(self.model)
         return torch.zeros((), dtype=dtype).masked_fill(~mask, torch.finfo(dtype).min)

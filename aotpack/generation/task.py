@@ -166,8 +166,14 @@ def check_step(step, inputs) -> None:
 
 
 def _use_sdpa(model) -> None:
-    """transformers models attend through torch's sdpa (the op the frontend fuses)."""
+    """transformers models attend through torch's sdpa (the op the frontend fuses), except
+    those whose attention soft-caps its scores (Gemma-2's attn_logit_softcapping): sdpa has no
+    cap, so they keep their eager attention (written out: batched matmuls)."""
     config = getattr(model, "config", None)
+    if getattr(config, "attn_logit_softcapping", None) is not None:
+        if getattr(config, "_attn_implementation", None) != "eager":
+            model.set_attn_implementation("eager")
+        return
     if config is not None and hasattr(config, "_attn_implementation"):
         try:
             model.set_attn_implementation("sdpa")
