@@ -72,3 +72,19 @@ def test_moved_dim_kernels_interpreted():
     x = torch.randn(1, 3, 6, 5, dtype=torch.bfloat16)
     p = compile_graph(to_graph(MovedDims(), (x,)))
     assert check_kernels_interpreted(p, [x], kinds=(SoftmaxOp, ScanOp)) == 5
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+def test_a_view_merging_the_moved_dim_reads_a_copy(dtype, tol):
+    """softmax over dim 1 stored with that dim last, then a reshape that merges it with its
+    neighbour (no strided view of that layout): the view reads a contiguous copy."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(12, 5)
+
+        def forward(self, x):
+            return self.fc(torch.softmax(x, 1).flatten(1)), torch.softmax(x, 1).reshape(2, 12) * 2
+
+    torch.manual_seed(0)
+    check_matches_eager(M().to(dtype).eval(), (torch.randn(2, 3, 4, dtype=dtype),), tol)

@@ -237,7 +237,7 @@ class _Lowering:
     def _lower_node(self, n: Node) -> None:
         name = n.output.name
         if n.op == Op.AS_STRIDED and name not in self.chain_of:
-            self.args[name] = self._view(self.args[n.inputs[0].name], n.attrs)
+            self.args[name] = self._view_or_copy(self.args[n.inputs[0].name], n)
         elif name in self.chains:
             if n.op == Op.CONV:
                 lower_conv.lower_conv(self, self.chains[name])
@@ -288,6 +288,17 @@ class _Lowering:
         if v is None:
             raise LoweringError(f"view {attrs} of {base} is not strided")
         return TensorArg(base.storage, base.dtype, v.shape, v.strides, v.offset)
+
+    def _view_or_copy(self, base: TensorArg, n: Node) -> TensorArg:
+        """The view node `n` of `base`; of a contiguous copy of it where `base` is laid out so
+        that the view is no strided view of it (e.g. a softmax over a middle dim is stored
+        with that dim last, and a reshape merges it with its neighbour)."""
+        try:
+            return self._view(base, n.attrs)
+        except LoweringError:
+            if base.is_contiguous():
+                raise
+        return self._view(self._materialize(base, n.inputs[0].name), n.attrs)
 
     def _copy(self, src: TensorArg, dst: TensorArg) -> None:
         self.ops.append(PointwiseOp((src,), pw.identity_expr(), dst))
