@@ -126,6 +126,6 @@ def decode_prefetch_bytes() -> int | None:
         mib = float(value)
     except ValueError:
         raise ValueError(f"{DECODE_PREFETCH.name}={value!r}: a number of MiB or off") from None
-    if mib < 0:
-        raise ValueError(f"{DECODE_PREFETCH.name}={value!r}: must be >= 0 (or off)")
+    if not 0 <= mib < 1 << 20:  # also nan and inf
+        raise ValueError(f"{DECODE_PREFETCH.name}={value!r}: must be 0 .. 2^20 MiB (or off)")
     return int(mib * (1 << 20))

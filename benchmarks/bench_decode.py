@@ -38,6 +38,7 @@ from aotpack.kernels.spec import EpSwiGLU, GemmOp, contiguous  # noqa: E402
 from aotpack.kernels.triton import gemm  # noqa: E402
 from aotpack.kernels.triton.gemm_configs import SplitKConfig, splitk_label  # noqa: E402
 from aotpack.kernels.triton.gemm_heuristic import candidate_configs  # noqa: E402
+from aotpack.passes.fuse_swiglu import GROUP  # noqa: E402
 
 COPY_CEILING = 4.26e12  # bytes/s, device-to-device copy measured on the H200
 MAX_REL_ERR = 1e-2
@@ -81,7 +82,7 @@ class Problem:
                     "b": torch.randn(N_acc * K, device=DEVICE, dtype=torch.bfloat16,
                                      generator=g) * 0.02,
                     "out": torch.empty(M * N, device=DEVICE, dtype=torch.bfloat16)}
-        epilogue = (EpSwiGLU(64),) if swiglu else ()
+        epilogue = (EpSwiGLU(GROUP),) if swiglu else ()
         self.op = GemmOp(contiguous("a", bf, (M, K)), contiguous("b", bf, (N_acc, K)),
                          contiguous("out", bf, (M, N)), epilogue)
         self.shape, self.swiglu, self.N, self.fp8 = (M, N_acc, K), swiglu, N, fp8
@@ -110,13 +111,13 @@ class Problem:
         return rel, unwritten
 
 
-def _swiglu_f32(acc, group: int = 64):
+def _swiglu_f32(acc, group: int = GROUP):
     m, n_acc = acc.shape
     pairs = acc.reshape(m, n_acc // (2 * group), 2, group)
     return (torch.nn.functional.silu(pairs[:, :, 0]) * pairs[:, :, 1]).reshape(m, n_acc // 2)
 
 
-def _torch_swiglu(a, w, group: int = 64):
+def _torch_swiglu(a, w, group: int = GROUP):
     # what eager PyTorch would run: one matmul, then silu(gate) * up on the bf16 result
     return _swiglu_f32(torch.matmul(a, w.T), group)
 

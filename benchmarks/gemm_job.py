@@ -35,6 +35,7 @@ def gemm_ops():
     """(label, GemmOp, extra torch work of the unfused baseline) for every benchmarked shape."""
     from aotpack.dtypes import DType
     from aotpack.kernels.spec import Act, EpAct, EpBias, EpSwiGLU, GemmOp, contiguous
+    from aotpack.passes.fuse_swiglu import GROUP
 
     bf = DType.BF16
     ops = []
@@ -49,7 +50,7 @@ def gemm_ops():
         (EpBias(contiguous("bias", bf, (n,))), EpAct(Act.GELU_TANH))), "bias_gelu"))
     ops.append((f"swiglu {m}x{n}x{k}", GemmOp(
         contiguous("a", bf, (m, k)), contiguous("b", bf, (2 * n, k)), contiguous("c", bf, (m, n)),
-        (EpSwiGLU(64),)), "swiglu"))
+        (EpSwiGLU(GROUP),)), "swiglu"))
     return ops
 
 

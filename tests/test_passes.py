@@ -235,12 +235,12 @@ def test_cat_inputs_are_written_in_place():
 
 
 def test_unsupported_kernel_is_a_clear_error():
-    class Softmax(torch.nn.Module):  # softmax over the last dim lowers; over dim 0 not
+    class IntSum(torch.nn.Module):  # the reduction kernels compute in f32
         def forward(self, x):
-            return x.softmax(0)
+            return x.sum(-1)
 
-    with pytest.raises(LoweringError, match="softmax.*only softmax over the last dim"):
-        compile_graph(to_graph(Softmax(), (torch.randn(2, 3),)))
+    with pytest.raises(LoweringError, match="cannot lower sum.*cast to float first"):
+        compile_graph(to_graph(IntSum(), (torch.randint(0, 4, (4, 8)),)))
 
 
 # ----------------------------------------------------------------------------- canonicalize

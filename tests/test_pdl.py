@@ -98,7 +98,7 @@ def test_knob_off_is_the_kernel_without_pdl(monkeypatch):
     assert count_instructions(listing, "CCTL.E.PF2") == 0
 
 
-@pytest.mark.parametrize("value", ["-1", "lots"])
+@pytest.mark.parametrize("value", ["-1", "lots", "inf", "nan"])
 def test_bad_knob_values_are_refused(value, monkeypatch):
     monkeypatch.setenv(KNOB, value)
     with pytest.raises(ValueError, match=KNOB):

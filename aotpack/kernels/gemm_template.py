@@ -175,6 +175,7 @@ def _triton_candidates(op: GemmOp, target: Target) -> list[dict]:
         if gemm.supports_config(op, cfg) is not None:
             continue
         d = {"template": "gemm.triton", **cfg.as_dict()}
+        d.pop("PDL", None), d.pop("PREFETCH", None)  # build policy (compile sets them)
         if d not in out:
             out.append(d)
     return out
@@ -212,7 +213,7 @@ def _cutedsl_candidates(op: GemmOp) -> list[dict]:
     # fills 64 of 132 SMs, 64x64 fills 128), with no split-K partials to write and reduce.
     g = swiglu_group(op) or 0
     # 224 = 14336 / 64 and 192 = 6144 / 32: whole waves of 64-row tiles for unfused GEMMs of
-    # Llama-3 widths (a fused SwiGLU keeps tiles that hold whole gate/up pairs of 64).
+    # Llama-3 widths (a fused SwiGLU keeps tiles that hold whole gate/up pairs).
     narrow = [(tm, 64, c) for tm in (64, 128) for c in ((1, 1), (2, 1), (1, 2))]
     narrow += [(64, tn, c) for tn in (224, 192) for c in ((1, 1), (2, 1))]
     if out and op.out.shape[0] <= 128:

@@ -28,7 +28,8 @@ from aotpack.passes.fuse_horizontal import fused_name
 
 # gate/up block width: 2 * GROUP accumulator columns fit every GEMM tile we use, the decode
 # split-K's 64-row weight tiles included (those then finish the SwiGLU themselves, no reduce
-# launch); a multiple of 8, so a wgmma accumulator pairs them by register renaming
+# launch); a multiple of 8, so the tile GEMMs' wgmma accumulator pairs them by register
+# renaming (the swapped split-K one pairs them through shared memory)
 GROUP = 32
 
 

@@ -94,7 +94,9 @@ def find_problems(program: Program, target: Target, *, level: str,
 
 # ----------------------------------------------------------------------------- compiling
 def _cache_path(key: str, config: dict) -> Path:
-    name = keys.digest({"key": key, "config": config})
+    # the decode prefetch knob changes what GemmTemplate.compile makes of a split-K config
+    name = keys.digest({"key": key, "config": config,
+                        "decode_prefetch": knobs.decode_prefetch_bytes()})
     return knobs.cache_dir() / "tuning" / name[:2] / f"{name}.pkl"
 
 

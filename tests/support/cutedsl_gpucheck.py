@@ -25,6 +25,7 @@ import sys
 import time
 
 from aotpack.dtypes import DType
+from aotpack.passes.fuse_swiglu import GROUP
 from aotpack.kernels.cutedsl.slots import pack
 from aotpack.kernels.spec import (
     Act, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, FastDivmodSlot, GemmOp, IntSlot,
@@ -60,7 +61,7 @@ EPILOGUES = [(), ("bias",), ("gelu_tanh",), ("gelu_erf",), ("silu",), ("relu",),
 # tiles: the last one holds one real and one zero-filled pair)
 SWIGLU_EPILOGUES = [("swiglu",), ("swiglu", "scale_n", "add")]
 SWIGLU_SHAPES = [(1000, 3008, 520), (77, 320, 136), (8, 1088, 72), (2000, 3008, 520)]
-SWIGLU_GROUP = 64
+SWIGLU_GROUP = GROUP  # as the passes fuse it
 TILES = [(128, 256, 1, 1, True), (128, 128, 1, 1, True), (64, 128, 1, 1, True),
          (128, 128, 2, 1, True), (128, 128, 1, 2, False), (64, 256, 1, 2, True),
          # decode-sized M (tuning/space.py): narrow tiles, and 224 = 14336 / 64

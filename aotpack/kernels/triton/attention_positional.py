@@ -76,9 +76,10 @@ def attention_fwd_positional_kernel(
     single = False
     if SPLITS > 1:  # this program's part of [lo, hi), in whole key tiles
         tiles = tl.cdiv(hi - lo, BLOCK_N)
-        # a short range (an early decode step of a long cache) in one pass by part 0: the
-        # others' partials, counter and merge would cost more than the tiles they save
-        single = tiles <= SHORT
+        # a range of at most SHORT tiles (an early decode step of a long cache) in one pass
+        # by part 0: no partials, counter or merge (SHORT_TILES says why only one tile)
+        if SHORT > 0:
+            single = tiles <= SHORT
         part = tl.cdiv(tiles, SPLITS) * BLOCK_N
         hi = tl.where(single, tl.where(split == 0, hi, lo),
                       tl.minimum(hi, lo + split * part + part))

@@ -111,7 +111,8 @@ def splitk_kernel(w_desc, a_desc, w_ptr, a_ptr, stride_wn, stride_am, M, N_acc, 
     if B_SCALE:  # dequantize each weight row (linear: partial sums may be scaled one by one)
         acc = acc * tl.load(bs_ptr + offs_n, mask=offs_n < N_acc, other=0.0)[:, None]
     if DIRECT:  # the whole K in this CTA: finish [BM, BN] of the output here
-        if SWIGLU_G > 0:  # whole gate/up blocks in the tile: [BM, BN / 2] outputs
+        if SWIGLU_G > 0:  # whole gate/up blocks in the tile: [BM, BN / 2] outputs (gate and
+            # up rows sit in other warps of the swapped accumulator: paired through smem)
             _finish_subtile(_swiglu_pairs(tl.trans(acc), BM, BN, SWIGLU_G), off_m, off_n // 2,
                             M, N, None, out_ptr, stride_om, stride_on, S0, e0, e0_m, e0_n,
                             S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n,
@@ -294,7 +295,7 @@ def adapt_config(op: GemmOp, cfg: SplitKConfig) -> SplitKConfig:
 # ----------------------------------------------------------------------------- plans
 def is_direct(op: GemmOp, cfg: SplitKConfig) -> bool:
     """One launch that finishes the tiles itself (no partials, no reduce): the whole K in one
-    CTA, and with a SwiGLU whole gate/up blocks in its tile (they pair in registers)."""
+    CTA, and with a SwiGLU whole gate/up blocks in its tile (paired in the CTA)."""
     group = swiglu_group(op)
     return cfg.SPLIT_K == 1 and (group is None or cfg.BN % (2 * group) == 0)
 
