@@ -241,3 +241,13 @@ def test_verify_finds_the_model_its_build_recorded(tmp_path, monkeypatch):
     result = _run("verify", ".", "--reference", "cpu")
     assert result.exit_code == 2 and "'m.py:make', which is not in the current folder" in \
         _words(result.output), result.output
+
+
+def test_a_factory_that_raises_is_one_line(tmp_path):
+    """An exception inside the user's factory: one line naming it and where it was raised."""
+    model = tmp_path / "m.py"
+    model.write_text("def helper():\n    raise RuntimeError('no weights here')\n"
+                     "def make():\n    return helper()\n")
+    result = _run("build", f"{model}:make", "-o", tmp_path / "out")
+    _assert_friendly(result, "raised RuntimeError: no weights here", f"{model}:2")
+    assert not (tmp_path / "out").exists()

@@ -257,8 +257,12 @@ def build(
               f"{result.kernels} kernels ({result.compiled_ops} distinct compiles), arena "
               f"{report.human_bytes(result.arena_bytes)}")
     if (result.out_dir / "aotpack-run").is_file():
-        how = ("--generate 64 --prompt-ids 1,2,3  (prompt ids: your tokenizer's)"
-               if generation is not None else "--bench 100")
+        how = "--bench 100"
+        if generation is not None:  # prompt + new tokens - 1 must fit the cache
+            prompt = min(3, generation.max_seq_len - 1)
+            new = min(64, generation.max_seq_len - prompt + 1)
+            ids = ",".join(str(i) for i in range(1, prompt + 1))
+            how = f"--generate {new} --prompt-ids {ids}  (prompt ids: your tokenizer's)"
         out.print(f"run it on the GPU machine: cd {escape(str(result.out_dir))} && "
                   f"./aotpack-run model.aotpack {how}")
 

@@ -96,8 +96,22 @@ def _load_factory(path: Path, fn: str):
     if not callable(factory):
         have = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_"))
         raise ModelLoadError(f"{path} has no function {fn!r} (callables there: {have})")
-    result = factory()
+    try:
+        result = factory()
+    except Exception as e:  # the user's code: where it raised, in one line
+        raise ModelLoadError(f"{path}:{fn}() raised {type(e).__name__}: {e} "
+                             f"({_where_raised(e, path)})") from e
     return _check_factory_result(result, f"{path}:{fn}")
+
+
+def _where_raised(e: BaseException, path: Path) -> str:
+    """The deepest line of `path` in e's traceback (else the deepest line at all)."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    mine = [f for f in frames if Path(f.filename).resolve() == path.resolve()]
+    f = (mine or frames)[-1] if frames else None
+    return f"{f.filename}:{f.lineno}" if f else "no traceback"
 
 
 def _check_factory_result(result, where: str) -> LoadedModel:
