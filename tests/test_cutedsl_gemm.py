@@ -22,6 +22,7 @@ if not build.available():
 build.import_cutlass()
 
 from aotpack.dtypes import DType  # noqa: E402
+from aotpack.passes.fuse_swiglu import GROUP  # noqa: E402
 from aotpack.kernels.cutedsl import compile as cc  # noqa: E402
 from aotpack.kernels.sass import find_cuobjdump  # noqa: E402
 from aotpack.kernels.cutedsl.slots import fastdivmod, pack  # noqa: E402
@@ -288,10 +289,10 @@ def test_supports_scale_and_swiglu():
     assert cc.supports(op) is None
     assert cc.epilogue_kinds(op) == ("scale_n", "add")
     cfg = cc.default_config(op)
-    assert cfg.swiglu_group == 64 and cfg.out_tile_n == cfg.tile_n // 2
-    assert len(cc.candidates(op)) == 12  # 128 and 256 tiles both hold whole pairs of 64
+    assert cfg.swiglu_group == GROUP and cfg.out_tile_n == cfg.tile_n // 2  # as fused
+    assert len(cc.candidates(op)) == 12  # 128 and 256 tiles both hold whole pairs
     assert cc.epilogue_kinds(_op(8, 64, 64, ("scale", "bias"))) == ("scale", "bias")
-    assert "SwiGLU" in cc.supports(_op(1000, 3000, 520, ("swiglu",)))  # 3000 % 64 != 0
+    assert "SwiGLU" in cc.supports(_op(1000, 3000, 520, ("swiglu",)))  # 3000 % (2 G) != 0
     from aotpack.kernels.spec import EpScale, EpSwiGLU, GemmOp, contiguous
 
     bad = _op(8, 128, 64, ("bias",))

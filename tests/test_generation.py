@@ -341,7 +341,7 @@ def test_build_inspect_and_verify_a_generation_bundle(tmp_path):
                           "--dtype", "bf16", "-o", str(out), "--no-progress"],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert "--generate 64" in run.stdout
+    assert "--generate 30 --prompt-ids 1,2,3" in run.stdout  # fits --max-seq-len 32
     m = read_bundle(out / "model.aotpack").manifest
     assert [s["shape"] for s in m["state"]] == [[3, 32, 2, 16]] * 4
     assert m["generation"] == {"max_batch": 3, "max_seq_len": 32, "vocab_size": 96,
