@@ -79,7 +79,7 @@ class GemmTemplate(Template):
             return _cute_dict(cute.default_config(op))
         from aotpack.kernels.triton import gemm
 
-        return {"template": "gemm.triton", **gemm.config_for(op, target).as_dict()}
+        return _triton_dict(gemm.config_for(op, target))
 
     def candidates(self, op, target, backend="auto"):
         triton = _triton_candidates(op, target) if backend in ("triton", "auto") else []
@@ -161,6 +161,14 @@ def _cute_dict(cfg) -> dict:
             "raster_along_m": cfg.raster_along_m, "swizzle": cfg.swizzle}
 
 
+def _triton_dict(cfg) -> dict:
+    """A Triton GEMM config as a tuning/config dict, without PDL and PREFETCH: those are the
+    build's policy (compile sets them), so the heuristic is one candidate, not two."""
+    d = {"template": "gemm.triton", **cfg.as_dict()}
+    d.pop("PDL", None), d.pop("PREFETCH", None)
+    return d
+
+
 def _triton_candidates(op: GemmOp, target: Target) -> list[dict]:
     from aotpack.kernels.triton import gemm, gemm_heuristic as gh
 
@@ -174,8 +182,7 @@ def _triton_candidates(op: GemmOp, target: Target) -> list[dict]:
     for cfg in [heuristic] + rest[:2] + _splitk_extras(M, N, K) + rest[2:]:
         if gemm.supports_config(op, cfg) is not None:
             continue
-        d = {"template": "gemm.triton", **cfg.as_dict()}
-        d.pop("PDL", None), d.pop("PREFETCH", None)  # build policy (compile sets them)
+        d = _triton_dict(cfg)
         if d not in out:
             out.append(d)
     return out

@@ -426,9 +426,7 @@ def _prefetch_args(op: GemmOp, cfg: SplitKConfig) -> dict:
                 "PF_COLS": Const(0)}
     step = max(1, L2_LINE_BYTES // op.b.dtype.nbytes)
     cols = cfg.PREFETCH * cfg.BK
-    lines = 1
-    while lines * step < cols:
-        lines *= 2
+    lines = triton.next_power_of_2(cdiv(cols, step))
     return {"PDL": Const(True), "PF_LINES": Const(lines), "PF_STEP": Const(step),
             "PF_COLS": Const(cols)}
 
