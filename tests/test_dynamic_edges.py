@@ -2,7 +2,8 @@
 fix): a kernel's index width follows its sizes' ranges, tables computed from the dims are
 compared bit for bit, a complete CuTeDSL config is not decided again on a symbolic M, split-K
 scratch is sized for its bucket, --dynamic ties dims of other inputs only, a bucket's
-representative lies inside the bucket, and the build-host check visits every bucket."""
+representative lies inside the bucket, the build-host check visits every bucket, and strided
+convs in a row take dynamic image sizes (a floor of a floor is torch's single floor)."""
 import sys
 from pathlib import Path
 
@@ -114,3 +115,44 @@ def test_the_build_host_check_visits_every_bucket(tmp_path, monkeypatch):
     assert len(ranges) >= 3 and len(labels) >= 2 + len(ranges)
     for lo, hi in ranges:
         assert any(f"bucket {lo}..{hi}" in label for label in labels)
+
+
+class _TwoStridedConvs(torch.nn.Module):
+    """Two stride-2 convs: the second's output size is a floor of a floor of H."""
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.b = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x))).mean(dim=(2, 3))
+
+
+def _two_convs_dims():
+    return ({0: torch.export.Dim("B", min=1, max=4), 2: torch.export.Dim("H", min=16, max=64),
+             3: torch.export.Dim("W", min=16, max=64)},)
+
+
+def test_strided_convs_in_a_row_take_dynamic_image_sizes():
+    torch.manual_seed(0)
+    model = _TwoStridedConvs().eval()
+    program = compile_graph(to_graph(model, (torch.randn(2, 3, 32, 32),), _two_convs_dims()))
+    assert program.dynamic
+    for shape in [(1, 3, 16, 16), (3, 3, 33, 47), (4, 3, 64, 17)]:
+        x = torch.randn(shape)
+        (got,) = run_reference(program, [x])
+        with torch.no_grad():
+            assert torch.allclose(got, model(x), atol=1e-4, rtol=1e-4), shape
+
+
+def test_a_size_aotpack_cannot_prove_equal_is_named_as_its_own_limit(monkeypatch):
+    """Without the nested-floor rewrite the two forms of the second conv's size differ: the
+    refusal must say it is a size aotpack cannot prove equal, not an unsupported op."""
+    from aotpack.errors import UserError
+    from aotpack.ir import sym
+
+    monkeypatch.setattr(sym, "_nested_floor", lambda a: None)
+    with pytest.raises(UserError) as e:
+        to_graph(_TwoStridedConvs().eval(), (torch.randn(2, 3, 32, 32),), _two_convs_dims())
+    text = str(e.value)
+    assert "cannot prove the two equal" in text and "not supported" not in text, text

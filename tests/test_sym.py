@@ -110,3 +110,21 @@ def test_subs_with_dims_and_partial_points():
 def test_parse_refuses_bad_text(text, why):
     with pytest.raises(ValueError, match=re.escape(why)):
         parse(text, SYMS)
+
+
+def test_nested_floors_reach_torchs_single_floor():
+    """Two strided convs in a row: floor((floor((H+1)/2) + 1) / 2) must be the very Expr torch
+    writes, floor((H+3)/4), or the frontend sees two sizes it cannot prove equal."""
+    H = symbol("H", 32, 128)
+    assert floordiv(floordiv(H + 1, 2) + 1, 2) == floordiv(H + 3, 4)
+    assert floordiv(floordiv(H - 1, 2) + 1, 2) == floordiv(H + 1, 4)
+    for a, b, p, c in [(3, 2, 1, 2), (0, 3, 2, 5), (7, 4, -1, 3), (1, 2, 0, 2)]:
+        nested = floordiv(floordiv(H + a, b) + p, c)
+        single = floordiv(H + a + p * b, b * c)
+        assert nested == single, (nested, single)
+        for h in range(32, 129):
+            assert subs(nested, {"H": h}) == ((h + a) // b + p) // c
+    # floor(n/m) appearing elsewhere in the sum is not of the form: left alone, still exact
+    mixed = floordiv(floordiv(H, 2) * H + floordiv(H, 2), 3)
+    for h in (32, 77, 128):
+        assert subs(mixed, {"H": h}) == ((h // 2) * h + h // 2) // 3

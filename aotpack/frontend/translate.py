@@ -20,7 +20,7 @@ from aotpack.frontend.symbolic import (LazyConstants, SymbolError, SymbolTable, 
                                        table_at_maxima)
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
 from aotpack.ir.infer import infer
-from aotpack.ir.sym import SymbolicError
+from aotpack.ir.sym import SymbolicError, is_symbolic
 
 RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULES,
          **SORT_RULES, **WRITE_RULES, **NORM_RULES,
@@ -539,6 +539,7 @@ class _Translator:
         if final:
             want = self._new_value(name, self.fx_node.meta["val"], check_only=True)
             if want.type != value.type:
+                _check_sizes_only(value, want)
                 mixed = sorted({v.dtype.value for v in inputs if v.dtype.is_float})
                 hint = (f" (its inputs mix {' and '.join(mixed)}: give the inputs the weights' "
                         f"dtype, or cast the whole model with --dtype bf16)"
@@ -591,3 +592,12 @@ def _OpOverload():
     return torch._ops.OpOverload
 
 
+def _check_sizes_only(ours: Value, torch_says: Value) -> None:
+    """A type that differs from torch's only in a size expression is aotpack's own limit (two
+    forms of one size it cannot prove equal), not a user's unsupported op: say so."""
+    if ours.dtype != torch_says.dtype or len(ours.shape) != len(torch_says.shape):
+        return
+    for a, b in zip(ours.shape, torch_says.shape):
+        if a != b and (is_symbolic(a) or is_symbolic(b)):
+            raise SymbolicError(f"aotpack computes the size {a} where torch has {b} and cannot "
+                                f"prove the two equal over the dims' ranges")

@@ -309,6 +309,10 @@ def floordiv(a: Dim, b: Dim) -> Dim:
         return a // b
     if b == 1:
         return a
+    nested = _nested_floor(a)
+    if nested is not None:  # floor((floor(n/m) + p) / b) = floor((n + p*m) / (m*b))
+        n, m, p = nested
+        return floordiv(n + p * m, m * b)
     q, r = _split_by(a, b)
     if isinstance(r, int):
         return q + r // b
@@ -316,6 +320,23 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     if lo // b == hi // b:
         return q + lo // b
     return q + Expr._atom(_Fn("floordiv", (r, b)))
+
+
+def _nested_floor(a: Expr):
+    """(n, m, p) when a = floor(n / m) + p with m an int and p free of that floor (coefficient
+    1): two strided convs or pools in a row give floor((floor(n/m) + p) / b), which torch
+    writes as the single floor((n + p*m) / (m*b)); both must reach one canonical form."""
+    floors = [(m, c) for m, c in a.terms if len(m) == 1 and m[0][1] == 1
+              and isinstance(m[0][0], _Fn) and m[0][0].fn == "floordiv"
+              and isinstance(m[0][0].args[1], int)]
+    if len(floors) != 1 or floors[0][1] != 1:
+        return None
+    (fn_monomial, _), = floors
+    atom = fn_monomial[0][0]
+    if any(x == atom for m, _ in a.terms if m != fn_monomial for x, _ in m):
+        return None  # floor(n/m) * S + floor(n/m): not of that form
+    rest = Expr._make({m: c for m, c in a.terms if m != fn_monomial})
+    return atom.args[0], atom.args[1], rest
 
 
 def cdiv(a: Dim, b: Dim) -> Dim:
