@@ -97,27 +97,29 @@ class MemoryPlan:
 
 
 def bind_symbols(signature, symbols, shapes) -> dict[str, int]:
-    """Bind each symbol from the first input dim that is exactly that symbol, then check every
-    dim and range (docs/manifest.md, "Binding a shape"). `signature`: [(input name, shape)]."""
-    from aotpack.ir.sym import Expr, subs
+    """Bind each symbol from the first input dim that is exactly that symbol, or where none is,
+    from the first that is k*S + c (a derived dim); then check every dim and range
+    (docs/manifest.md, "Binding a shape"). `signature`: [(input name, shape)]."""
+    from aotpack.ir.sym import subs
 
     if len(shapes) != len(signature):
         raise ShapeError(f"expected {len(signature)} inputs, got {len(shapes)}")
-    env: dict[str, int] = {}
-    where: dict[str, str] = {}
-    by_name = {s.name: s for s in symbols}
     for (name, dims), shape in zip(signature, shapes):
         if len(shape) != len(dims):
             raise ShapeError(f"input {name!r} has rank {len(shape)}, expected {len(dims)} "
                              f"({_fmt(dims)})")
-        for k, (d, v) in enumerate(zip(dims, shape)):
-            if isinstance(d, Expr) and str(d) in by_name and str(d) not in env:
-                s = by_name[str(d)]
-                if not s.lo <= v <= s.hi:
-                    raise ShapeError(f"input {name!r} dim {k} is {v}, outside the range "
-                                     f"{s.lo}..{s.hi} of {s.name}")
-                env[s.name] = v
-                where[s.name] = f"input {name!r} dim {k}"
+    env: dict[str, int] = {}
+    where: dict[str, str] = {}
+    by_name = {s.name: s for s in symbols}
+    for exact in (True, False):
+        for (name, dims), shape in zip(signature, shapes):
+            for k, (d, v) in enumerate(zip(dims, shape)):
+                bound = _binds(d, exact)
+                if bound is None or bound[0].name not in by_name or bound[0].name in env:
+                    continue
+                env[bound[0].name] = _bound_value(by_name[bound[0].name], bound, d, v,
+                                                  f"input {name!r} dim {k}")
+                where[bound[0].name] = f"input {name!r} dim {k}"
     for (name, dims), shape in zip(signature, shapes):
         for k, (d, v) in enumerate(zip(dims, shape)):
             want = subs(d, env)
@@ -125,6 +127,29 @@ def bind_symbols(signature, symbols, shapes) -> dict[str, int]:
                 why = f" ({d} = {want}, as {where[str(d)]} says)" if str(d) in where else ""
                 raise ShapeError(f"input {name!r} dim {k} is {v} but must be {want}{why}")
     return env
+
+
+def _binds(d, exact: bool):
+    """(symbol, k, c) when the dim `d` binds a symbol: exactly it, or (second pass) k*S + c."""
+    from aotpack.ir.sym import affine_symbol
+
+    bound = affine_symbol(d)
+    if bound is None or (exact and bound[1:] != (1, 0)):
+        return None
+    return bound
+
+
+def _bound_value(s, bound, d, v: int, where: str) -> int:
+    _, k, c = bound
+    if (k, c) == (1, 0):
+        if not s.lo <= v <= s.hi:
+            raise ShapeError(f"{where} is {v}, outside the range {s.lo}..{s.hi} of {s.name}")
+        return v
+    if (v - c) % k or not s.lo <= (v - c) // k <= s.hi:
+        raise ShapeError(f"{where} is {v}, which is not {d} for a whole {s.name} in "
+                         f"{s.lo}..{s.hi} (the sizes {k * s.lo + c}, {k * (s.lo + 1) + c}, ... "
+                         f"{k * s.hi + c})")
+    return (v - c) // k
 
 
 def _fmt(dims) -> str:

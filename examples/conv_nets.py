@@ -230,6 +230,16 @@ def make_unet(batch: int = 1, size: int = 64, dtype=torch.float32):
             (torch.randn(batch, 3, size, size).to(dtype),))
 
 
+def make_unet_dynamic(max_batch: int = 4, max_side: int = 256, dtype=torch.float32):
+    """The U-Net for any batch in 1..max_batch and any image height and width that are
+    multiples of 16 in 32..max_side: each side is a torch.export derived Dim, 16*h, as
+    torch asks for a net that halves and doubles the sides (the bundle reads h from it)."""
+    model, (x,) = make_unet(batch=2, size=64, dtype=dtype)
+    h, w = (torch.export.Dim(n, min=2, max=max_side // 16) for n in ("h", "w"))
+    return model, (x,), ({0: torch.export.Dim("B", min=1, max=max_batch), 2: 16 * h,
+                          3: 16 * w},)
+
+
 def make_vocoder(batch: int = 1, frames: int = 32, dtype=torch.float32):
     """(model, example inputs): the vocoder of nets(), `frames` mel frames."""
     torch.manual_seed(0)

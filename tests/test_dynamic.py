@@ -137,8 +137,8 @@ def test_dims_declared_twice_or_in_two_places_are_refused():
 
 def test_dims_the_model_restricts_are_refused_with_the_reason():
     """torch.export's own refusal (a dim the code needs even) is an UnsupportedOpError that
-    says why; its suggested fix (a dim derived from another, 2*_S) is refused because the
-    runtime binds dims from inputs that are exactly a dim."""
+    says why; its suggested fix (a dim derived from another, 2*half) is taken: the dim is
+    half, which the runtime reads back from the input's size (and refuses an odd size)."""
     class Even(torch.nn.Module):
         def forward(self, x):
             torch._check(x.shape[1] % 2 == 0)
@@ -148,8 +148,10 @@ def test_dims_the_model_restricts_are_refused_with_the_reason():
     with pytest.raises(UnsupportedOpError, match="(?s)refused the dynamic dims.*% 2"):
         to_graph(Even(), (torch.randn(2, 8),), ({1: S},))
     half = torch.export.Dim("half", min=1, max=32)
-    with pytest.raises(UnsupportedOpError, match="every dynamic dim to be an input dim"):
-        to_graph(Even(), (torch.randn(2, 8),), ({1: 2 * half},))
+    program = compile_graph(to_graph(Even(), (torch.randn(2, 8),), ({1: 2 * half},)))
+    assert program.bind([(2, 10)]) == {"half": 5}
+    with pytest.raises(ShapeError, match="is 9, which is not 2\\*half"):
+        program.bind([(2, 9)])
 
 
 def test_window_mask_is_not_taken_for_causal():
@@ -342,7 +344,7 @@ def test_dynamic_bundle_is_a_checked_v2_manifest(tmp_path, monkeypatch, caplog):
     assert [s["name"] for s in doc["dynamic"]["symbols"]] == ["B", "S"]
     assert doc["dynamic"]["variants"] and doc["dynamic"]["arena_bytes_example"] <= m["arena_bytes"]
     broken = copy.deepcopy(m)
-    broken["inputs"][0]["shape"] = ["2*B", "S", 64]  # B no longer bindable from an input
+    broken["inputs"][0]["shape"] = ["B/2", "S", 64]  # B no longer bindable from an input
     with pytest.raises(BundleError, match="no input's dim on its own"):
         mf.check(broken)
     broken = json.loads(json.dumps(m).replace('"B*S"', '"B*S*Q"', 1))

@@ -208,3 +208,21 @@ def test_bicubic_resizing_decomposes_and_matches_torch():
             return torch.nn.functional.interpolate(x, size=(8, 7), mode="bicubic")
 
     check_matches_eager(Bicubic(), [torch.randn(1, 2, 4, 5)], 1e-5)
+
+
+class _TwoInputs(nn.Module):
+    def forward(self, a, b):
+        return a + 2 * b
+
+
+def test_example_inputs_that_alias_stay_separate_inputs():
+    """`[torch.randn(4)] * 2` as example inputs: torch.export traces aliased inputs as one
+    (the first unused), so the program computed 3*b; aliased examples are cloned first."""
+    from aotpack.executor import run_reference
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    program = compile_graph(to_graph(_TwoInputs(), [torch.randn(4)] * 2))
+    a, b = torch.randn(4), torch.randn(4)
+    (got,) = run_reference(program, [a, b])
+    assert torch.allclose(got, a + 2 * b)

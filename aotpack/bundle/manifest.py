@@ -192,11 +192,12 @@ def _check(m: dict, where: str) -> None:
         schema_generation.check_generation(m)
     if m.get("version") == VERSION_DYNAMIC:
         symbols = parse_symbols(m, where)
-        named = {d for e in m.get("inputs", []) for d in e.get("shape", [])}
+        named = _bound_symbols(m, symbols)
         for name in symbols:
             if name not in named:
-                raise BundleError(f"{where}: symbol {name!r} is no input's dim on its own: the "
-                                  f"runtime could not bind it from the input shapes")
+                raise BundleError(f"{where}: symbol {name!r} is no input's dim on its own (nor "
+                                  f"k*{name} + c): the runtime could not bind it from the "
+                                  f"input shapes")
         for label, point in _check_points(m, symbols):
             _check_static(at_point(m, symbols, point, where), f"{where} ({label})")
         return
@@ -205,6 +206,24 @@ def _check(m: dict, where: str) -> None:
                           f"versions {VERSION} and {VERSION_DYNAMIC}: rebuild the bundle with "
                           f"this aotpack")
     _check_static(m, where)
+
+
+def _bound_symbols(m: dict, symbols: dict) -> set[str]:
+    """The symbols some input dim binds at run time: the dim is the symbol, or k*S + c."""
+    from aotpack.ir.sym import affine_symbol
+    from aotpack.ir.sym_parse import parse
+
+    out = set()
+    for e in m.get("inputs", []):
+        for d in e.get("shape", []):
+            if isinstance(d, str):
+                try:
+                    bound = affine_symbol(parse(d, symbols))
+                except ValueError:
+                    continue  # a bad expression: reported where the dims are checked
+                if bound is not None:
+                    out.add(bound[0].name)
+    return out
 
 
 def _check_static(m: dict, where: str) -> None:

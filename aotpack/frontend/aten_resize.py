@@ -1,7 +1,9 @@
 """aten → IR rules for resizing. Nearest-neighbour upsampling by whole factors
-(`F.interpolate(x, scale_factor=2)`, `nn.Upsample`: FPN, U-Net and YOLO necks) is a
+(`F.interpolate(x, scale_factor=2)`, `nn.Upsample`: FPN, U-Net and YOLO necks; static
+sizes, or dynamic ones the factor divides exactly, 4*h -> 8*h) is a
 broadcast, one copy kernel: x [N, C, H, W] viewed as [N, C, H, 1, W, 1], expanded to
-[N, C, H, sh, W, sw] and viewed as [N, C, H·sh, W·sw]. Bilinear: `_bilinear`. Nearest by
+[N, C, H, sh, W, sw] and viewed as [N, C, H·sh, W·sw]. Bilinear: `_bilinear` (dynamic sizes by
+whole factors: `_upsample_axis`). Nearest by
 other ratios is refused (bicubic reaches the frontend decomposed by torch's export); on weights
 alone any resize folds (translate._fold_constant_call).
 """
@@ -20,18 +22,26 @@ def _nearest(spatial: int):
             raise Unsupported("resizing a Python value")
         out = cx.out_shape()
         ins, outs = tuple(x.shape[-spatial:]), tuple(out[-spatial:])
-        if not all(isinstance(d, int) for d in ins + outs) or any(
-                o % i for i, o in zip(ins, outs)):
+        factors = [_whole_factor(i, o) for i, o in zip(ins, outs)]
+        if None in factors:
             raise Unsupported(f"nearest resizing {list(ins)} -> {list(outs)} (only by whole "
-                              f"factors of static sizes)")
+                              f"factors, the same at every size the dims allow)")
         lead = tuple(x.shape[:-spatial])
         split = lead + tuple(d for i in ins for d in (i, 1))
-        wide = lead + tuple(d for i, o in zip(ins, outs) for d in (i, o // i))
+        wide = lead + tuple(d for i, f in zip(ins, factors) for d in (i, f))
         v = cx.emit(Op.VIEW, [x], O.ViewAttrs(split))
         e = cx.emit(Op.EXPAND, [v], O.ExpandAttrs(wide))
         c = cx.emit(Op.COPY, [e], O.NoAttrs())
         return cx.emit(Op.VIEW, [c], O.ViewAttrs(tuple(out)), final=True)
     return rule
+
+
+def _whole_factor(size, new):
+    """f with new == f * size for every value of the dims (4*h -> 8*h: 2), else None."""
+    from aotpack.ir.sym import term_quotient
+
+    f = term_quotient(new, size)
+    return f if isinstance(f, int) and f >= 1 and f * size == new else None
 
 
 RULES = {
@@ -49,14 +59,49 @@ def _bilinear(cx, x, output_size=None, align_corners=False, scale_factors=None):
     if not isinstance(x, Value) or len(x.shape) != 4:
         raise Unsupported("bilinear resizing of other than a 4-D tensor")
     out = tuple(cx.out_shape())
-    if not all(isinstance(d, int) for d in tuple(x.shape[2:]) + out[2:]):
-        raise Unsupported("bilinear resizing of dynamic sizes")
     wide = x if x.dtype == DType.F32 else cx.emit(Op.CAST, [x], O.CastAttrs(DType.F32))
+    if not all(isinstance(d, int) for d in tuple(x.shape[2:]) + out[2:]):
+        factors = [_whole_factor(x.shape[a], out[a]) for a in (2, 3)]
+        if align_corners or None in factors:
+            raise Unsupported("bilinear resizing of dynamic sizes other than by whole factors "
+                              "with align_corners=False (export with static image sizes)")
+        for axis, factor in zip((2, 3), factors):
+            wide = _upsample_axis(cx, wide, axis, factor)
+        return cx.emit(Op.CAST, [wide], O.CastAttrs(x.dtype), final=True)
     for axis in (2, 3):
         scale = scale_factors[axis - 2] if scale_factors else None
         i0, i1, w1 = _taps(x.shape[axis], out[axis], bool(align_corners), scale)
         wide = _blend(cx, wide, axis, i0, i1, w1)
     return cx.emit(Op.CAST, [wide], O.CastAttrs(x.dtype), final=True)
+
+
+def _upsample_axis(cx, x: Value, axis: int, factor: int) -> Value:
+    """Bilinear upsampling by a whole factor along `axis` for any size n: output row
+    factor*j + r reads rows j + floor(d) and j + floor(d) + 1 at the weight d - floor(d),
+    d = (r + 0.5)/factor - 0.5, the same for every j; torch's clamps at the two borders are
+    the input with its first and last rows repeated (n + 2 rows). Slices, one weighted sum per
+    r, then the rows interleaved: no table that depends on n."""
+    import math
+
+    if factor == 1:
+        return x
+    n = x.shape[axis]
+    first = cx.emit(Op.SLICE, [x], O.SliceAttrs(axis, 0, 1, 1))
+    last = cx.emit(Op.SLICE, [x], O.SliceAttrs(axis, n - 1, n, 1))
+    padded = cx.emit(Op.CAT, [first, x, last], O.DimAttrs((axis,)))
+    rows = []
+    for r in range(factor):
+        d = (r + 0.5) / factor - 0.5
+        lo = math.floor(d)
+        w = d - lo
+        a = cx.emit(Op.SLICE, [padded], O.SliceAttrs(axis, 1 + lo, 1 + lo + n, 1))
+        b = cx.emit(Op.SLICE, [padded], O.SliceAttrs(axis, 2 + lo, 2 + lo + n, 1))
+        y = cx.emit(Op.ADD, [cx.emit(Op.MUL, [a], O.BinaryAttrs(scalar=1.0 - w)),
+                             cx.emit(Op.MUL, [b], O.BinaryAttrs(scalar=w))], O.BinaryAttrs())
+        rows.append(cx.emit(Op.UNSQUEEZE, [y], O.DimAttrs((axis + 1,))))
+    both = cx.emit(Op.CAT, rows, O.DimAttrs((axis + 1,)))
+    shape = tuple(x.shape[:axis]) + (n * factor,) + tuple(x.shape[axis + 1:])
+    return cx.emit(Op.VIEW, [both], O.ViewAttrs(shape))
 
 
 def _taps(size: int, new: int, align_corners: bool, scale_factor):

@@ -62,42 +62,56 @@ class SymbolTable:
         placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"
                         and n.name in ep.graph_signature.user_inputs]
         taken: set[str] = set()
-        for i, node in enumerate(placeholders):
-            shape = getattr(node.meta.get("val"), "shape", ())
-            for d, size in enumerate(shape):
-                if _is_symint(size) and not isinstance(size.node.expr, sympy.Symbol):
-                    for s in size.node.expr.free_symbols:  # 4*s75: s75 no input has alone
-                        self.derived.setdefault(str(s), f"dim {d} of input {node.name!r} "
-                                                        f"is {size.node.expr}")
-                if not _is_symint(size) or not isinstance(size.node.expr, sympy.Symbol):
-                    continue
-                tname = str(size.node.expr)
-                if tname in self.by_torch:
-                    continue
-                declared = dim_names.get((node.name, d))
-                name = _clean_name(declared or f"{node.name}_{d}")
-                vr = ranges.get(tname)
-                same = self._declared_twice(declared, name, vr)
-                if same is not None:  # one torch.export.Dim on two inputs: one symbol
-                    self.by_torch[tname] = same
-                    continue
-                while name in taken:
-                    name += "_"
-                taken.add(name)
-                lo, hi = (int(vr.lower), vr.upper) if vr is not None else (1, None)
-                if hi is None or not isinstance(hi, (int, sympy.Integer)) or hi == sympy.oo \
-                        or str(hi) in ("int_oo", "oo"):
-                    raise SymbolError(
-                        f"dim {d} of input {node.name!r} is dynamic with no upper bound: aotpack "
-                        f"plans memory for the largest shape, so give it a maximum "
-                        f"(--dynamic {node.name}.{d}=1..N, or torch.export.Dim(..., max=N))")
-                self.by_torch[tname] = Sym(name, max(lo, 1), int(hi))
-                self.sources[name] = (node.name, d)
-                if example_inputs is not None and i < len(example_inputs):
-                    self.examples[name] = int(example_inputs[i].shape[d])
-                else:
-                    self.examples[name] = int(size.node.hint) if size.node.hint is not None \
-                        else max(lo, 1)
+        dims = [(i, node, d, size) for i, node in enumerate(placeholders)
+                for d, size in enumerate(getattr(node.meta.get("val"), "shape", ()))
+                if _is_symint(size)]
+        # dims that are a symbol first, then derived ones (16*s75: s75 read as (dim - c)/k)
+        for exact in (True, False):
+            for i, node, d, size in dims:
+                if isinstance(size.node.expr, sympy.Symbol) == exact:
+                    self._add_dim(i, node, d, size, dim_names, ranges, taken, example_inputs)
+
+    def _add_dim(self, i, node, d, size, dim_names, ranges, taken, example_inputs) -> None:
+        """The symbol of input `node`'s dim d: torch's symbol itself, or the one symbol of a
+        derived dim k*s + c (its Dim's root)."""
+        import sympy
+
+        expr = size.node.expr
+        k, c = 1, 0
+        if not isinstance(expr, sympy.Symbol):
+            affine = _affine(expr)
+            if affine is None:
+                for s in expr.free_symbols:  # s75 // 2, s75*s76: not readable from the dim
+                    self.derived.setdefault(str(s), f"dim {d} of input {node.name!r} is {expr}")
+                return
+            expr, k, c = affine
+        tname = str(expr)
+        if tname in self.by_torch:
+            return
+        declared = dim_names.get((node.name, d))
+        name = _clean_name(declared or f"{node.name}_{d}")
+        vr = ranges.get(tname)
+        same = self._declared_twice(declared, name, vr)
+        if same is not None:  # one torch.export.Dim on two inputs: one symbol
+            self.by_torch[tname] = same
+            return
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        lo, hi = (int(vr.lower), vr.upper) if vr is not None else (1, None)
+        if hi is None or not isinstance(hi, (int, sympy.Integer)) or hi == sympy.oo \
+                or str(hi) in ("int_oo", "oo"):
+            raise SymbolError(
+                f"dim {d} of input {node.name!r} is dynamic with no upper bound: aotpack "
+                f"plans memory for the largest shape, so give it a maximum "
+                f"(--dynamic {node.name}.{d}=1..N, or torch.export.Dim(..., max=N))")
+        self.by_torch[tname] = Sym(name, max(lo, 1), int(hi))
+        self.sources[name] = (node.name, d)
+        if example_inputs is not None and i < len(example_inputs):
+            size_now = int(example_inputs[i].shape[d])
+        else:
+            size_now = int(size.node.hint) if size.node.hint is not None else k * max(lo, 1) + c
+        self.examples[name] = (size_now - c) // k
 
     def _declared_twice(self, declared, name: str, vr) -> Sym | None:
         """The symbol already made for the Dim `declared`, when another input's dim had the
@@ -177,6 +191,23 @@ class SymbolTable:
     def torch_env(self, point: Mapping[str, int]) -> dict:
         """sympy substitutions {torch symbol: value} for an aotpack point."""
         return {self._sympy[t]: point[s.name] for t, s in self.by_torch.items()}
+
+
+def _affine(expr):
+    """(s, k, c) when the sympy expression is k*s + c (one symbol, integer k >= 1, integer c):
+    a derived Dim the runtime can read s back from."""
+    import sympy
+
+    if len(expr.free_symbols) != 1:
+        return None
+    (s,) = expr.free_symbols
+    poly = sympy.Poly(expr, s) if expr.is_polynomial(s) else None
+    if poly is None or poly.degree() != 1:
+        return None
+    k, c = poly.all_coeffs()
+    if not (k.is_Integer and c.is_Integer and k >= 1):
+        return None
+    return s, int(k), int(c)
 
 
 def probe_points(syms: list[Sym]) -> list[dict[str, int]]:

@@ -2,6 +2,7 @@
 ops our kernels implement, then translate node by node with aten_table.RULES."""
 from __future__ import annotations
 
+import contextlib
 import re
 
 from aotpack.dtypes import DType
@@ -10,6 +11,7 @@ from aotpack.frontend.aten_logic import RULES as LOGIC_RULES
 from aotpack.frontend.aten_moe import RULES as MOE_RULES, Uninitialized
 from aotpack.frontend.aten_norms import RULES as NORM_RULES
 from aotpack.frontend.aten_resize import RULES as RESIZE_RULES
+from aotpack.frontend.aten_math import RULES as MATH_RULES
 from aotpack.frontend.aten_scatter import RULES as SCATTER_RULES
 from aotpack.frontend.aten_sort import RULES as SORT_RULES
 from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
@@ -24,7 +26,7 @@ from aotpack.ir.sym import SymbolicError, is_symbolic
 
 RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULES,
          **SORT_RULES, **WRITE_RULES, **NORM_RULES,
-         **RESIZE_RULES}
+         **RESIZE_RULES, **MATH_RULES}
 
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
 # integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
@@ -61,8 +63,8 @@ def export(model, example_inputs, dynamic_shapes=None):
         ep = model
     else:
         try:
-            with quiet_torch_logs():
-                ep = torch.export.export(model, tuple(example_inputs),
+            with quiet_torch_logs(), _every_user_frame():
+                ep = torch.export.export(model, _unaliased(example_inputs),
                                          dynamic_shapes=dynamic_shapes, strict=False)
         except torch._dynamo.exc.UserError as e:  # the dims do not fit the model's code
             raise UnsupportedOpError(f"torch.export refused the dynamic dims: {e}") from None
@@ -77,8 +79,7 @@ def export(model, example_inputs, dynamic_shapes=None):
                     if "DataDependent" in type(e).__name__ + str(e) else "")
             raise ModelLoadError(f"torch.export could not run the model on its example "
                                  f"inputs ({shapes}): {type(e).__name__}: "
-                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                                 f"{hint}") from e
+                                 f"{_first_sentences(str(e))}{hint}") from e
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)
@@ -104,6 +105,58 @@ def to_graph(model_or_ep, example_inputs, dynamic_shapes=None) -> Graph:
     return _Translator(ep, table).run()
 
 
+@contextlib.contextmanager
+def _every_user_frame():
+    """torch.export's non-strict tracer keeps only the `forward` frames of each node's stack:
+    an op inside a helper function (or a library's `_forward_impl`) pointed at the call in
+    forward. Keep the frames below forward too (torch's own are still dropped), so a refusal
+    names the line that holds the op."""
+    import torch.fx.proxy as proxy
+
+    original = getattr(proxy.TracerBase, "_filter_traceback_frames", None)
+    if original is None:  # another torch: its own frames, as before
+        yield
+        return
+
+    def below_forward_too(self, summary):
+        saved = getattr(self, "_record_forward_stack_traces_only", False)
+        self._record_forward_stack_traces_only = False
+        try:
+            return original(self, summary)
+        finally:
+            self._record_forward_stack_traces_only = saved
+
+    proxy.TracerBase._filter_traceback_frames = below_forward_too
+    try:
+        yield
+    finally:
+        proxy.TracerBase._filter_traceback_frames = original
+
+
+def _unaliased(example_inputs) -> tuple:
+    """The example inputs with every tensor that shares memory with an earlier one cloned: a
+    factory's `[torch.randn(2, 16)] * 3` is three inputs to the user, but torch.export traces
+    aliased inputs as one (the others unused), which the bundle's separate inputs are not."""
+    import torch
+
+    seen, out = set(), []
+    for t in example_inputs:
+        if isinstance(t, torch.Tensor) and t.numel():
+            key = t.untyped_storage().data_ptr()
+            t = t.clone() if key in seen else t
+            seen.add(key)
+        out.append(t)
+    return tuple(out)
+
+
+def _first_sentences(text: str, limit: int = 600) -> str:
+    """torch's message up to its first blank line (its explanation, not the stack or the
+    suggested-fix listing), on one line, at most `limit` characters."""
+    head = text.strip().split("\n\n")[0]
+    one = " ".join(line.strip() for line in head.splitlines() if line.strip())
+    return one if len(one) <= limit else one[:limit - 3] + "..."
+
+
 def dim_names(ep, dynamic_shapes) -> dict[tuple[str, int], str]:
     """{(input name, dim): the torch.export.Dim's name} from a dynamic_shapes spec (a tuple
     in input order, or a dict by argument name)."""
@@ -118,7 +171,8 @@ def dim_names(ep, dynamic_shapes) -> dict[tuple[str, int], str]:
     for name, spec in zip(inputs, per_input):
         items = spec.items() if isinstance(spec, dict) else enumerate(spec or ())
         for d, dim in items:
-            label = getattr(dim, "__name__", None)
+            root = getattr(dim, "root", None)  # a derived Dim (16*h) names its symbol h
+            label = getattr(root if root is not None else dim, "__name__", None)
             if label:
                 out[(name, int(d))] = label
     return out
@@ -522,11 +576,9 @@ class _Translator:
     def _error(self, what: str) -> UnsupportedOpError:
         n = self.fx_node
         loc = source_loc(n)
-        supported = ", ".join(sorted({k.split(".")[1] for k in RULES if k.startswith("aten.")}))
         return UnsupportedOpError(
             f"{what}.\n  node: {n.name} = {n.target}(...)\n  source: {loc}\n"
-            f"  Rewrite that line with supported operators or open an issue.\n"
-            f"  Supported aten operators: {supported}")
+            f"  Rewrite that line with supported operators or open an issue.{_near(n)}")
 
     # -------------------------------------------------------------- used by the rules
     def emit(self, op, inputs, attrs, final: bool = False) -> Value:
@@ -590,6 +642,21 @@ def _OpOverload():
     import torch
 
     return torch._ops.OpOverload
+
+
+def _near(fx_node) -> str:
+    """For an operator aotpack has no rule for: the supported ones with similar names (the
+    whole list, ~150 names, buried the message)."""
+    import difflib
+
+    target = str(fx_node.target)
+    if target in RULES or not target.startswith("aten."):
+        return ""
+    names = sorted({k.split(".")[1] for k in RULES if k.startswith("aten.")})
+    close = difflib.get_close_matches(target.split(".")[1], names, n=4, cutoff=0.6)
+    return (f"\n  Supported aten operators with similar names: {', '.join(close)} (all "
+            f"{len(names)}: python -m aotpack.frontend.ops)" if close else
+            f"\n  (the {len(names)} supported aten operators: python -m aotpack.frontend.ops)")
 
 
 def _check_sizes_only(ours: Value, torch_says: Value) -> None:

@@ -183,6 +183,10 @@ def _build():
         Op.GELU: lambda a, x: F.gelu(x, approximate=a.approximate),
         Op.RELU6: lambda a, x: F.relu6(x), Op.HARDSWISH: lambda a, x: F.hardswish(x),
         Op.HARDSIGMOID: lambda a, x: F.hardsigmoid(x), Op.CONV: _conv, Op.POOL: _pool,
+        Op.ERF: lambda a, x: x.erf(), Op.LOG1P: lambda a, x: x.log1p(),
+        Op.EXPM1: lambda a, x: x.expm1(), Op.SIGN: lambda a, x: x.sign(),
+        Op.FLOOR: lambda a, x: x.floor(), Op.CEIL: lambda a, x: x.ceil(),
+        Op.TRUNC: lambda a, x: x.trunc(), Op.ROUND: lambda a, x: x.round(),
         Op.CAST: lambda a, x: x.to(a.dtype.to_torch()),
         **{op: _binary(_tensors(fn)) for op, fn in (
             (Op.EQ, T.eq), (Op.NE, T.ne), (Op.LT, T.lt), (Op.LE, T.le), (Op.GT, T.gt),

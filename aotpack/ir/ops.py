@@ -47,6 +47,14 @@ class Op(enum.Enum):
     RELU6 = "relu6"  # min(max(x, 0), 6)
     HARDSWISH = "hardswish"  # x * relu6(x + 3) / 6
     HARDSIGMOID = "hardsigmoid"  # relu6(x + 3) / 6
+    ERF = "erf"
+    LOG1P = "log1p"  # log(1 + x), exact for small x
+    EXPM1 = "expm1"  # exp(x) - 1, exact for small x
+    SIGN = "sign"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    TRUNC = "trunc"
+    ROUND = "round"  # half to even, as torch.round
     CAST = "cast"
     # comparisons (bool results; a scalar operand in BinaryAttrs), logic on bools, selection
     EQ = "eq"
@@ -110,7 +118,8 @@ class Op(enum.Enum):
 
 BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MAX, Op.MIN, Op.POW)
 UNARY = (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.ABS, Op.SIN, Op.COS, Op.TANH,
-         Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.RELU6, Op.HARDSWISH, Op.HARDSIGMOID)
+         Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.RELU6, Op.HARDSWISH, Op.HARDSIGMOID,
+         Op.ERF, Op.LOG1P, Op.EXPM1, Op.SIGN, Op.FLOOR, Op.CEIL, Op.TRUNC, Op.ROUND)
 COMPARE = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
 LOGIC = (Op.AND, Op.OR)
 ELEMENTWISE = BINARY + UNARY + (Op.CAST,) + COMPARE + LOGIC + (Op.NOT, Op.WHERE)

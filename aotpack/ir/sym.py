@@ -282,6 +282,20 @@ def symbol(name: str, lo: int, hi: int) -> Expr:
     return Expr._atom(Sym(name, lo, hi))
 
 
+def affine_symbol(x: Dim) -> tuple[Sym, int, int] | None:
+    """(S, k, c) when x is k*S + c for one symbol S and an integer k >= 1, else None: an input
+    dim of that form (a torch.export derived Dim, 16*h) binds S at run time."""
+    if not isinstance(x, Expr):
+        return None
+    linear = [(m, c) for m, c in x.terms if m != ()]
+    if len(linear) != 1 or linear[0][1] < 1:
+        return None
+    (monomial, k), = linear
+    if len(monomial) != 1 or monomial[0][1] != 1 or not isinstance(monomial[0][0], Sym):
+        return None
+    return monomial[0][0], k, dict(x.terms).get((), 0)
+
+
 def is_symbolic(x) -> bool:
     return isinstance(x, Expr)
 
@@ -571,6 +585,29 @@ def bounds(x: Dim) -> tuple[int, int]:
                 mlo, mhi = min(corners), max(corners)
         tlo, thi = sorted((c * mlo, c * mhi))
         lo, hi = lo + tlo, hi + thi
+    return _split_bounds(x, lo, hi)
+
+
+def _split_bounds(x: Expr, lo: int, hi: int) -> tuple[int, int]:
+    """(lo, hi) narrowed by writing x = s*q + r for each symbol s that several terms share
+    (to the first power): W - 1 - H*W is W*(1 - H) - 1, below 0 wherever H >= 1, which the
+    term-by-term sum cannot see. Every form encloses x, so their intersection does too."""
+    if len(x.terms) > 12:
+        return lo, hi
+    shared: dict = {}
+    for m, _ in x.terms:
+        for atom, p in m:
+            if isinstance(atom, Sym):
+                shared.setdefault(atom, []).append(p)
+    for s in sorted(shared, key=lambda a: a.key()):
+        if len(shared[s]) < 2 or any(p != 1 for p in shared[s]):
+            continue
+        inside = Expr._make({tuple(ap for ap in m if ap[0] != s): c
+                             for m, c in x.terms if (s, 1) in m})
+        rest = Expr._make({m: c for m, c in x.terms if (s, 1) not in m})
+        (qlo, qhi), (rlo, rhi) = bounds(inside), bounds(rest)
+        corners = (s.lo * qlo, s.lo * qhi, s.hi * qlo, s.hi * qhi)
+        lo, hi = max(lo, min(corners) + rlo), min(hi, max(corners) + rhi)
     return lo, hi
 
 

@@ -16,7 +16,9 @@ _UNARY_FN = {
     Op.NEG: "neg", Op.EXP: "exp", Op.LOG: "log", Op.SQRT: "sqrt", Op.RSQRT: "rsqrt",
     Op.RECIP: "recip", Op.ABS: "abs", Op.SIN: "sin", Op.COS: "cos", Op.TANH: "tanh",
     Op.SIGMOID: "sigmoid", Op.RELU: "relu", Op.SILU: "silu", Op.RELU6: "relu6",
-    Op.HARDSWISH: "hardswish", Op.HARDSIGMOID: "hardsigmoid",
+    Op.HARDSWISH: "hardswish", Op.HARDSIGMOID: "hardsigmoid", Op.ERF: "erf", Op.LOG1P: "log1p",
+    Op.EXPM1: "expm1", Op.SIGN: "sign", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.TRUNC: "trunc",
+    Op.ROUND: "round",
 }
 _BINARY_FN = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.DIV: "div", Op.FLOORDIV: "floordiv", Op.MAX: "max",
               Op.MIN: "min", Op.POW: "pow", Op.EQ: "eq", Op.NE: "ne", Op.LT: "lt",

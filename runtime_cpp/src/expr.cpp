@@ -28,10 +28,13 @@ class ExprParser {
       if (in.op == Expr::Op::Sym) e_.used_.push_back(int(in.arg));
     std::sort(e_.used_.begin(), e_.used_.end());
     e_.used_.erase(std::unique(e_.used_.begin(), e_.used_.end()), e_.used_.end());
+    find_affine();
     return std::move(e_);
   }
 
  private:
+  void find_affine();
+
   // Nesting (parentheses, unary minus, min/max) bounds the parser's recursion on hostile input.
   static constexpr int kMaxNesting = 48;
 
@@ -168,6 +171,72 @@ class ExprParser {
   int height_ = 0;
   Expr e_;
 };
+
+// Runs the program on values of the form k*S + c (S one symbol, or none: a constant) and
+// keeps the result when it is that form with k >= 1. Anything else (two symbols, S*S, a
+// division or min/max of S, an overflow) is not affine.
+void ExprParser::find_affine() {
+  struct Lin {
+    int sym;  // -1: a constant
+    int64_t k, c;
+  };
+  Lin st[Expr::kMaxStack];
+  int n = 0;
+  for (const auto& in : e_.code_) {
+    if (in.op == Expr::Op::Const || in.op == Expr::Op::Sym) {
+      st[n++] = in.op == Expr::Op::Const ? Lin{-1, 0, in.arg} : Lin{int(in.arg), 1, 0};
+      continue;
+    }
+    bool ok = true;
+    if (in.op == Expr::Op::Neg) {
+      Lin& a = st[n - 1];
+      ok = !__builtin_sub_overflow(int64_t(0), a.k, &a.k) &&
+           !__builtin_sub_overflow(int64_t(0), a.c, &a.c);
+      if (!ok) return;
+      continue;
+    }
+    Lin b = st[--n], &a = st[n - 1];
+    if (a.sym >= 0 && b.sym >= 0 && a.sym != b.sym) return;
+    int sym = a.sym >= 0 ? a.sym : b.sym;
+    switch (in.op) {
+      case Expr::Op::Add:
+      case Expr::Op::Sub:
+        if (in.op == Expr::Op::Sub) {
+          ok = !__builtin_sub_overflow(int64_t(0), b.k, &b.k) &&
+               !__builtin_sub_overflow(int64_t(0), b.c, &b.c);
+        }
+        ok = ok && !__builtin_add_overflow(a.k, b.k, &a.k) && !__builtin_add_overflow(a.c, b.c, &a.c);
+        break;
+      case Expr::Op::Mul: {
+        if (a.sym >= 0 && b.sym >= 0) return;  // S*S
+        const Lin& lin = a.sym >= 0 ? a : b;
+        int64_t f = a.sym >= 0 ? b.c : a.c;
+        Lin r{sym, 0, 0};
+        ok = !__builtin_mul_overflow(lin.k, f, &r.k) && !__builtin_mul_overflow(lin.c, f, &r.c);
+        a = r;
+        break;
+      }
+      default:  // / % min max: affine only between constants
+        if (sym >= 0) return;
+        {
+          const char* why = nullptr;
+          int64_t v = 0;
+          Expr pair;
+          pair.code_ = {{Expr::Op::Const, a.c}, {Expr::Op::Const, b.c}, in};
+          why = pair.eval(nullptr, &v);
+          if (why) return;
+          a.c = v;
+        }
+    }
+    if (!ok) return;
+    a.sym = a.k == 0 ? -1 : sym;
+  }
+  if (n == 1 && st[0].sym >= 0 && st[0].k >= 1) {
+    e_.affine_ = st[0].sym;
+    e_.affine_k_ = st[0].k;
+    e_.affine_c_ = st[0].c;
+  }
+}
 
 Expr Expr::compile(const std::string& text, const std::vector<std::string>& symbols,
                    const std::string& where) {

@@ -46,6 +46,15 @@ class Expr {
   // The symbol index when the expression is one symbol and nothing else ("S", " (S) "),
   // else -1. Such input dims bind their symbol at run time.
   int single_symbol() const { return single_; }
+  // When the expression is k*S + c for one symbol S, an integer k >= 1 and any integer c
+  // ("16*h", "2*S + 1", "S"): S's index, with k and c in *k and *c; else -1. An input dim of
+  // that form binds S (as (dim - c) / k) when no input dim is S itself (a torch.export
+  // derived Dim: a U-Net's image side 16*h).
+  int affine_symbol(int64_t* k, int64_t* c) const {
+    *k = affine_k_;
+    *c = affine_c_;
+    return affine_;
+  }
   // Indices of the symbols the expression reads, ascending, each once (for messages).
   const std::vector<int>& symbols_used() const { return used_; }
 
@@ -60,6 +69,8 @@ class Expr {
   std::string text_;
   std::vector<Instr> code_;
   int single_ = -1;
+  int affine_ = -1;
+  int64_t affine_k_ = 0, affine_c_ = 0;
   std::vector<int> used_;
 };
 

@@ -151,8 +151,13 @@ struct Manifest {
   // that allocation's size.
   std::vector<uint64_t> state_offsets;
   uint64_t state_bytes = 0;
-  // Where symbol s is read from at run time: input binders[s].first, dim binders[s].second.
-  std::vector<std::pair<uint32_t, uint32_t>> binders;
+  // Where symbol s is read from at run time: dim `dim` of input `input`, whose size is
+  // scale*s + offset (scale 1, offset 0 when the dim is the symbol itself).
+  struct Binder {
+    uint32_t input = UINT32_MAX, dim = 0;
+    int64_t scale = 1, offset = 0;
+  };
+  std::vector<Binder> binders;
   // The validated plans with every symbol at its min / at its max (one and the same plan
   // when the manifest has no symbols: then it is the plan of every run).
   std::shared_ptr<const ShapePlan> min_plan, max_plan;

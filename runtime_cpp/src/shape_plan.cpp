@@ -133,8 +133,8 @@ void eval_steps(const Evaluator& ev, ShapePlan& p) {
 
 std::string source_of(const Manifest& m, size_t s, const int64_t* syms) {
   const auto& b = m.binders[s];
-  return cat(m.symbols[s].name, " = ", syms[s], " from input '", m.inputs[b.first].name,
-             "' dim ", b.second);
+  return cat(m.symbols[s].name, " = ", syms[s], " from input '", m.inputs[b.input].name,
+             "' dim ", b.dim);
 }
 
 [[noreturn]] void dim_mismatch(const Manifest& m, const ShapePlan& p, size_t i, size_t k,
@@ -148,7 +148,7 @@ std::string source_of(const Manifest& m, size_t s, const int64_t* syms) {
   if (int s = x.single_symbol(); s >= 0) {
     const auto& b = m.binders[size_t(s)];
     fail(AOTPACK_INVALID_ARGUMENT, head, " but must equal ", m.symbols[size_t(s)].name, " = ",
-         want, " (as input '", m.inputs[b.first].name, "' dim ", b.second, " says)");
+         want, " (as input '", m.inputs[b.input].name, "' dim ", b.dim, " says)");
   }
   std::string why;
   for (int s : x.symbols_used()) why += cat(why.empty() ? "" : ", ", source_of(m, size_t(s), p.symbols.data()));
@@ -236,12 +236,26 @@ void bind_symbols(const Manifest& m, const aotpack_shape* shapes, int64_t* syms)
   for (size_t s = 0; s < m.symbols.size(); ++s) {
     const auto& b = m.binders[s];
     const SymbolSpec& sym = m.symbols[s];
-    int64_t v = shapes[b.first].dims[b.second];
-    if (v < sym.min || v > sym.max)
-      fail(AOTPACK_INVALID_ARGUMENT, "input '", m.inputs[b.first].name, "' dim ", b.second,
-           " is ", v, ", outside the range ", sym.min, "..", sym.max, " of symbol ", sym.name,
-           " (the bundle was built for that range)");
-    syms[s] = v;
+    const int64_t dim = shapes[b.input].dims[b.dim];
+    const std::string& input = m.inputs[b.input].name;
+    if (b.scale == 1 && b.offset == 0) {
+      if (dim < sym.min || dim > sym.max)
+        fail(AOTPACK_INVALID_ARGUMENT, "input '", input, "' dim ", b.dim, " is ", dim,
+             ", outside the range ", sym.min, "..", sym.max, " of symbol ", sym.name,
+             " (the bundle was built for that range)");
+      syms[s] = dim;
+      continue;
+    }
+    // a derived dim scale*S + offset: S = (dim - offset) / scale, which must be whole
+    int64_t rest = 0;
+    if (__builtin_sub_overflow(dim, b.offset, &rest) || floor_mod(rest, b.scale) != 0 ||
+        floor_div(rest, b.scale) < sym.min || floor_div(rest, b.scale) > sym.max)
+      fail(AOTPACK_INVALID_ARGUMENT, "input '", input, "' dim ", b.dim, " is ", dim,
+           ", which is not ", m.exprs[size_t(m.inputs[b.input].dims[b.dim].expr)].text(),
+           " for a whole ", sym.name, " in ", sym.min, "..", sym.max, " (the sizes ",
+           b.scale * sym.min + b.offset, ", ", b.scale * (sym.min + 1) + b.offset, ", ... ",
+           b.scale * sym.max + b.offset, "; the bundle was built for them)");
+    syms[s] = floor_div(rest, b.scale);
   }
 }
 

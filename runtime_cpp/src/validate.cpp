@@ -142,22 +142,28 @@ void validate_names(const std::vector<TensorSpec>& list, const char* what) {
       bad(what, cat("duplicate name '", t.name, "'"));
 }
 
-// v2: each symbol is read at run time from the first input dim that is exactly its name.
+// v2: each symbol is read at run time from the first input dim that is exactly its name, or,
+// when none is, from the first input dim that is k*S + c (a derived dim: 16*h).
 void find_binders(Manifest& m) {
-  m.binders.assign(m.symbols.size(), {UINT32_MAX, 0});
-  for (size_t i = 0; i < m.inputs.size(); ++i)
-    for (size_t k = 0; k < m.inputs[i].dims.size(); ++k) {
-      const IntExpr& d = m.inputs[i].dims[k];
-      int s = d.is_const() ? -1 : m.exprs[size_t(d.expr)].single_symbol();
-      if (s >= 0 && m.binders[size_t(s)].first == UINT32_MAX)
-        m.binders[size_t(s)] = {uint32_t(i), uint32_t(k)};
-    }
+  m.binders.assign(m.symbols.size(), Manifest::Binder{});
+  for (bool exact : {true, false})
+    for (size_t i = 0; i < m.inputs.size(); ++i)
+      for (size_t k = 0; k < m.inputs[i].dims.size(); ++k) {
+        const IntExpr& d = m.inputs[i].dims[k];
+        if (d.is_const()) continue;
+        int64_t scale = 1, offset = 0;
+        const Expr& e = m.exprs[size_t(d.expr)];
+        int s = exact ? e.single_symbol() : e.affine_symbol(&scale, &offset);
+        if (s >= 0 && m.binders[size_t(s)].input == UINT32_MAX)
+          m.binders[size_t(s)] = {uint32_t(i), uint32_t(k), scale, offset};
+      }
   for (size_t s = 0; s < m.symbols.size(); ++s)
-    if (m.binders[s].first == UINT32_MAX)
+    if (m.binders[s].input == UINT32_MAX)
       bad(cat("symbols[", s, "]"),
           cat("symbol '", m.symbols[s].name, "' is not the whole of any input dim, so a run "
               "cannot tell its value (some input's shape must list \"", m.symbols[s].name,
-              "\" itself as a dim); the bundle is malformed: rebuild it"));
+              "\" itself, or k*", m.symbols[s].name, " + c, as a dim); the bundle is "
+              "malformed: rebuild it"));
 }
 
 // Tensor-map rules on the evaluated strides, offset and extent.

@@ -123,6 +123,22 @@ TEST(expr_unknown_symbol) {
   EXPECT(has(compile_error("b"), "unknown symbol 'b'"));  // names are case-sensitive
 }
 
+// k*S + c with k >= 1 (a derived input dim binds S from it); anything else is not affine.
+TEST(expr_affine_symbol) {
+  struct Case { const char* text; int sym; int64_t k, c; };
+  for (Case c : {Case{"16*S", 1, 16, 0}, Case{"2*S + 1", 1, 2, 1}, Case{"S", 1, 1, 0},
+                 Case{"(S + 3)*4 - 2", 1, 4, 10}, Case{"S - S + B", 0, 1, 0},
+                 Case{"S + 4/2", 1, 1, 2}, Case{"-(-S) * 3", 1, 3, 0}, Case{"S/2", -1, 0, 0},
+                 Case{"S*S", -1, 0, 0}, Case{"B*S", -1, 0, 0}, Case{"40 - S", -1, 0, 0},
+                 Case{"3", -1, 0, 0}, Case{"0*S + 5", -1, 0, 0}, Case{"min(S, 4)", -1, 0, 0},
+                 Case{"S + B", -1, 0, 0}, Case{"S*4611686018427387904*4", -1, 0, 0}}) {
+    int64_t k = 0, off = 0;
+    int sym = Expr::compile(c.text, kNames, "t").affine_symbol(&k, &off);
+    EXPECT(sym == c.sym);
+    if (sym >= 0) EXPECT(k == c.k && off == c.c);
+  }
+}
+
 TEST(expr_single_symbol_and_uses) {
   EXPECT(Expr::compile("S", kNames, "t").single_symbol() == 1);
   EXPECT(Expr::compile(" ( S ) ", kNames, "t").single_symbol() == 1);

@@ -178,6 +178,29 @@ TEST(fake_dyn_output_shapes) {
              "input 'x' dim 0 is 5, expected 4"));
 }
 
+// A symbol no input dim is by itself is read from a dim k*S + c (a torch.export derived Dim,
+// a U-Net's image side 16*h): S = (dim - c) / k, refused where that is not whole or in range.
+TEST(fake_dyn_derived_dim_binds_its_symbol) {
+  TestBundle b = TestBundle::dynamic();
+  const char* h = R"({"name": "H", "min": 2, "max": 8, "example": 3})";
+  at(b.manifest, "symbols").items.push_back(aotpack::json::parse(h, std::strlen(h), "h"));
+  at(at(at(at(b.manifest, "inputs"), 1), "shape"), 1) = jstr("16*H + 1");
+  aotpack::Model model(b.write(make_temp_dir("dynderived")));
+  EXPECT(model.output_shapes({{3, 64}, {3, 33}})[0] == aotpack::Shape({3, 64}));
+  EXPECT(model.output_shapes({{3, 64}, {3, 129}})[0] == aotpack::Shape({3, 64}));
+  const char* want = "input 'aux' dim 1 is {}, which is not 16*H + 1 for a whole H in 2..8 "
+                     "(the sizes 33, 49, ... 129; the bundle was built for them)";
+  for (int64_t bad : {34, 17, 145, 0, -15}) {
+    std::string text = want;
+    text.replace(text.find("{}"), 2, std::to_string(bad));
+    EXPECT(has(invalid_argument([&] { model.output_shapes({{3, 64}, {3, bad}}); }), text));
+  }
+  Buffers t;
+  aotpack::Session session(model);
+  session.run(t.ins(), {{5, 64}, {5, 81}}, t.outs());
+  EXPECT(t.correct(b, 5));
+}
+
 // Each shape runs the step group its `when` selects (B <= 8: dyn_small, grid B; above:
 // dyn_big, grid (B + 7)/8), with the evaluated n and tensor map, with and without graphs.
 TEST(fake_dyn_when_selects_steps) {

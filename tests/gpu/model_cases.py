@@ -219,6 +219,39 @@ def vit():
     return model, (x,), ({0: torch.export.Dim("B", min=1, max=64)},)
 
 
+def unet_dynamic():
+    """examples/conv_nets.py's U-Net (ConvTranspose up, skip cats) in bf16 for any batch in
+    1..4 and sides 16*h, 16*w in 32..128 (derived Dims: the runtime reads h, w back)."""
+    import conv_nets
+
+    model, inputs, dims = conv_nets.make_unet_dynamic(max_batch=4, max_side=128,
+                                                      dtype=torch.bfloat16)
+    return model, inputs, dims
+
+
+def upsample_dynamic():
+    """An FPN-style neck at any image size: a stride-2 conv, then bilinear (x2) and nearest
+    (x2) upsampling of dynamic sides added to the skip, bf16."""
+    import torch.nn.functional as F
+
+    class Neck(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+            self.lat = torch.nn.Conv2d(16, 8, 1)
+
+        def forward(self, x):
+            y = self.lat(torch.relu(self.down(x)))
+            return (F.interpolate(y, scale_factor=2, mode="bilinear"),
+                    x + F.interpolate(y, scale_factor=2, mode="nearest"))
+
+    h, w = (torch.export.Dim(n, min=1, max=48) for n in ("h", "w"))
+    x = torch.randn(2, 8, 32, 48, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(0)  # torch's own init: the convs' outputs are not small next to x
+    return (Neck().eval().to(torch.bfloat16), (x.to(torch.bfloat16),),
+            ({0: torch.export.Dim("B", min=1, max=4), 2: 2 * h, 3: 2 * w},))
+
+
 _HERE = "tests/gpu/model_cases.py"
 MODELS = [
     ModelCase("mlp_dynamic", f"{_HERE}:mlp_dynamic"),
@@ -239,4 +272,6 @@ MODELS = [
     ModelCase("gpt2_padded", f"{_HERE}:gpt2_padded"),
     ModelCase("phi_d80", f"{_HERE}:phi_d80"),
     ModelCase("clip_text", f"{_HERE}:clip_text"),
+    ModelCase("unet_dynamic", f"{_HERE}:unet_dynamic"),
+    ModelCase("upsample_dynamic", f"{_HERE}:upsample_dynamic"),
 ]

@@ -28,6 +28,10 @@ UNARY = {
     "relu6": "tl.minimum(tl.maximum({0}, 0.0), 6.0)",
     "hardswish": "({0} * (tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) * (1.0 / 6.0)))",
     "hardsigmoid": "(tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) * (1.0 / 6.0))",
+    "erf": "tl.erf({0})", "log1p": "_log1p({0})", "expm1": "_expm1({0})",
+    "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, {0}))",  # 0 and NaN stay
+    "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
+    "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))", "round": "_round_even({0})",
 }
 BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
@@ -73,6 +77,33 @@ def _sigmoid(x):
 @triton.jit
 def _gelu_tanh(x):
     return 0.5 * x * (1.0 + _tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+@triton.jit
+def _log1p(x):
+    # Kahan: log(u) * x / (u - 1) with u = 1 + x rounded cancels the rounding of u
+    u = 1.0 + x
+    d = u - 1.0
+    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+
+
+@triton.jit
+def _expm1(x):
+    # Kahan: (u - 1) * x / log(u) with u = exp(x); exp(x) - 1 where it cannot cancel
+    u = tl.exp(x)
+    lu = tl.log(u)
+    small = (u == 1.0) | (lu == 0.0)
+    near = (u - 1.0) * (x / tl.where(small, 1.0, lu))
+    return tl.where(small, x, tl.where(tl.abs(x) < 0.5, near, u - 1.0))
+
+
+@triton.jit
+def _round_even(x):
+    # half to even, as torch.round: floor(x + 0.5), one less where that is an odd tie
+    r = tl.floor(x + 0.5)
+    tie = (r - x) == 0.5
+    odd = (r - 2.0 * tl.floor(r * 0.5)) == 1.0
+    return tl.where(tie & odd, r - 1.0, r)
 
 
 @triton.jit

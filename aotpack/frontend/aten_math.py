@@ -1,0 +1,209 @@
+"""aten → IR rules for the rest of torch's elementwise math and small reductions that models
+use beside the core set: erf (GELU written out, `0.5 * x * (1 + erf(x / sqrt(2)))`), log1p /
+expm1 (softplus, Mish, logsigmoid, CELU, ELU/SELU), sign, rounding, isnan, fmod, min over a dim
+with its index, any/all, and the views flip, diagonal and unfold (bidirectional RNNs, einsum
+traces, patch extraction).
+
+Functions with an IR op of their own (erf, log1p, expm1, sign, floor, ceil, trunc, round) are one
+node; the others are written with them (elu = where(x > 0, x, alpha * expm1(x))), so the
+pointwise fusion pass sees ordinary elementwise nodes.
+"""
+from __future__ import annotations
+
+import math
+
+from aotpack.dtypes import DType
+from aotpack.frontend.aten_table import Unsupported, binary
+from aotpack.ir import ops as O
+from aotpack.ir.graph import Value
+from aotpack.ir.ops import Op
+
+
+def _value(x, what: str) -> Value:
+    if not isinstance(x, Value):
+        raise Unsupported(f"{what} of a Python value")
+    return x
+
+
+def _float_unary(op: Op, integer_identity: bool = False):
+    """`op` on floats; on integers torch's rounding functions return the input."""
+    def rule(cx, x):
+        x = _value(x, op.value)
+        if integer_identity and not x.dtype.is_float:
+            return cx.emit(Op.COPY, [x], O.NoAttrs(), final=True)
+        return cx.emit(op, [x], O.NoAttrs(), final=True)
+    return rule
+
+
+def _scaled(cx, x: Value, factor: float, final: bool = False) -> Value:
+    return cx.emit(Op.MUL, [x], O.BinaryAttrs(float(factor)), final=final)
+
+
+def _erfc(cx, x):
+    erf = cx.emit(Op.ERF, [_value(x, "erfc")], O.NoAttrs())
+    return cx.emit(Op.SUB, [erf], O.BinaryAttrs(1.0, scalar_first=True), final=True)
+
+
+def _log_base(base: float):
+    def rule(cx, x):
+        return _scaled(cx, cx.emit(Op.LOG, [_value(x, "log")], O.NoAttrs()),
+                       1.0 / math.log(base), final=True)
+    return rule
+
+
+def _exp2(cx, x):
+    return cx.emit(Op.EXP, [_scaled(cx, _value(x, "exp2"), math.log(2.0))], O.NoAttrs(),
+                   final=True)
+
+
+def _elu(cx, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    """scale * (x if x > 0 else alpha * expm1(input_scale * x)): ELU, SELU, CELU."""
+    x = _value(x, "elu")
+    inner = _scaled(cx, x, input_scale) if input_scale != 1.0 else x
+    neg = _scaled(cx, cx.emit(Op.EXPM1, [inner], O.NoAttrs()), alpha * scale)
+    pos = _scaled(cx, x, scale) if scale != 1.0 else x
+    positive = cx.emit(Op.GT, [x], O.BinaryAttrs(0.0))
+    return cx.emit(Op.WHERE, [positive, pos, neg], O.NoAttrs(), final=True)
+
+
+def _hyperbolic(sign: float):
+    """sinh (sign -1) and cosh (sign 1): (exp(x) + sign * exp(-x)) / 2."""
+    def rule(cx, x):
+        x = _value(x, "sinh/cosh")
+        up = cx.emit(Op.EXP, [x], O.NoAttrs())
+        down = cx.emit(Op.EXP, [cx.emit(Op.NEG, [x], O.NoAttrs())], O.NoAttrs())
+        total = cx.emit(Op.ADD if sign > 0 else Op.SUB, [up, down], O.BinaryAttrs())
+        return _scaled(cx, total, 0.5, final=True)
+    return rule
+
+
+def _tan(cx, x):
+    x = _value(x, "tan")
+    return cx.emit(Op.DIV, [cx.emit(Op.SIN, [x], O.NoAttrs()), cx.emit(Op.COS, [x], O.NoAttrs())],
+                   O.BinaryAttrs(), final=True)
+
+
+def _isnan(cx, x):
+    x = _value(x, "isnan")
+    return cx.emit(Op.NE, [x, x], O.BinaryAttrs(), final=True)  # NaN is the one x != x
+
+
+def _fmod(cx, x, y):
+    """x - trunc(x / y) * y: C's remainder (the sign of x), torch.fmod."""
+    x = _value(x, "fmod")
+    if not x.dtype.is_float:
+        raise Unsupported("fmod of integers")
+    quotient = cx.emit(Op.TRUNC, [binary(cx, Op.DIV, x, y)], O.NoAttrs())
+    return binary(cx, Op.SUB, x, binary(cx, Op.MUL, quotient, y), final=True)
+
+
+def _min_dim(cx, x, dim, keepdim=False):
+    """min over a dim with its index: amin, and argmax of -x (the first of equal minima)."""
+    x = _value(x, "min")
+    dim = dim + len(x.shape) if dim < 0 else dim
+    attrs = O.ReduceAttrs((dim,), bool(keepdim))
+    negated = cx.emit(Op.NEG, [x], O.NoAttrs())
+    return [cx.emit(Op.AMIN, [x], attrs), cx.emit(Op.ARGMAX, [negated], attrs)]
+
+
+def _any(cx, x, dims=None, keepdim=False):
+    """any over dims: the largest of (x != 0), a bool (one_hot's range check, masks)."""
+    x = _value(x, "any")
+    rank = len(x.shape)
+    dims = [dims] if isinstance(dims, int) else list(dims or range(rank))
+    dims = tuple(sorted(d + rank if d < 0 else d for d in dims)) or tuple(range(rank))
+    nonzero = cx.emit(Op.NE, [x], O.BinaryAttrs(0)) if x.dtype != DType.BOOL else x
+    as_float = cx.emit(Op.CAST, [nonzero], O.CastAttrs(DType.F32))  # the reductions' type
+    most = cx.emit(Op.AMAX, [as_float], O.ReduceAttrs(dims, bool(keepdim)))
+    return cx.emit(Op.NE, [most], O.BinaryAttrs(0), final=True)
+
+
+def _flip(cx, x, dims):
+    """x reversed along `dims` (static sizes): a row gather by reversed constant indices per
+    dim, leading dims kept by aranges (the bidirectional LSTM/GRU's backward direction)."""
+    import torch
+
+    from aotpack.frontend.aten_logic import leading_grid, rows_table
+
+    x = _value(x, "flip")
+    rank = len(x.shape)
+    dims = sorted({d + rank if d < 0 else d for d in dims})
+    dims = [d for d in dims if x.shape[d] != 1]
+    if any(not isinstance(x.shape[d], int) for d in dims):
+        raise Unsupported("flip along a dynamic dim")
+    if not dims:
+        return cx.emit(Op.COPY, [x], O.NoAttrs(), final=True)
+    for i, d in enumerate(dims):
+        reversed_ids = cx.add_constant("reversed", torch.arange(x.shape[d] - 1, -1, -1))
+        table, flat = rows_table(cx, x, leading_grid(cx, x, d, [reversed_ids]))
+        rows = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
+        x = cx.emit(Op.VIEW, [rows], O.ViewAttrs(tuple(x.shape)), final=i == len(dims) - 1)
+    return x
+
+
+def _strided_view(cx, x: Value, shape, strides, offset: int) -> Value:
+    attrs = O.StridedAttrs(tuple(shape), tuple(strides), offset)
+    return cx.emit(Op.AS_STRIDED, [x], attrs, final=True)
+
+
+def _diagonal(cx, x, offset=0, dim1=0, dim2=1):
+    """The diagonal of dims dim1, dim2 as a strided view (stride of dim1 + stride of dim2),
+    moved to the last dim as torch does."""
+    from aotpack.ir.types import contiguous_strides
+
+    x = _value(x, "diagonal")
+    rank = len(x.shape)
+    dim1, dim2 = (d + rank if d < 0 else d for d in (dim1, dim2))
+    n1, n2 = x.shape[dim1], x.shape[dim2]
+    if not (isinstance(n1, int) and isinstance(n2, int)):
+        raise Unsupported("diagonal of dynamic dims")
+    length = max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))
+    strides = contiguous_strides(tuple(x.shape))
+    start = (max(offset, 0) * strides[dim2] - min(offset, 0) * strides[dim1])
+    keep = [k for k in range(rank) if k not in (dim1, dim2)]
+    shape = [x.shape[k] for k in keep] + [length]
+    view_strides = [strides[k] for k in keep] + [strides[dim1] + strides[dim2]]
+    return _strided_view(cx, x, shape, view_strides, start)
+
+
+def _unfold(cx, x, dim, size, step):
+    """Tensor.unfold: windows of `size` every `step` along `dim`, a strided view with the
+    window as a new last dim."""
+    from aotpack.ir.types import contiguous_strides
+
+    x = _value(x, "unfold")
+    rank = max(len(x.shape), 1)
+    dim = dim + rank if dim < 0 else dim
+    n = x.shape[dim] if x.shape else 1
+    if not isinstance(n, int):
+        raise Unsupported("unfold along a dynamic dim")
+    strides = contiguous_strides(tuple(x.shape))
+    shape = list(x.shape)
+    shape[dim] = (n - size) // step + 1
+    view_strides = list(strides)
+    view_strides[dim] = strides[dim] * step
+    return _strided_view(cx, x, shape + [size], view_strides + [strides[dim]], 0)
+
+
+RULES = {
+    "aten.erf.default": _float_unary(Op.ERF), "aten.erfc.default": _erfc,
+    "aten.log1p.default": _float_unary(Op.LOG1P), "aten.expm1.default": _float_unary(Op.EXPM1),
+    "aten.sign.default": _float_unary(Op.SIGN),
+    "aten.floor.default": _float_unary(Op.FLOOR, integer_identity=True),
+    "aten.ceil.default": _float_unary(Op.CEIL, integer_identity=True),
+    "aten.trunc.default": _float_unary(Op.TRUNC, integer_identity=True),
+    "aten.round.default": _float_unary(Op.ROUND, integer_identity=True),
+    "aten.log2.default": _log_base(2.0), "aten.log10.default": _log_base(10.0),
+    "aten.exp2.default": _exp2, "aten.elu.default": _elu,
+    "aten.sinh.default": _hyperbolic(-1.0), "aten.cosh.default": _hyperbolic(1.0),
+    "aten.tan.default": _tan, "aten.isnan.default": _isnan,
+    "aten.fmod.Scalar": _fmod, "aten.fmod.Tensor": _fmod,
+    "aten.min.dim": _min_dim,
+    "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
+    "aten.flip.default": _flip, "aten.diagonal.default": _diagonal,
+    "aten.unfold.default": _unfold,
+    # a data check inside torch's own code (one_hot's class range): not run in a bundle, as
+    # torch._check and _assert_scalar are not
+    "aten._assert_async.msg": lambda cx, *args, **kwargs: None,
+    "aten._assert_async.default": lambda cx, *args, **kwargs: None,
+}

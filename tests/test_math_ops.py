@@ -1,0 +1,116 @@
+"""torch's elementwise math beyond the core set (erf, log1p, expm1, sign, rounding, isnan,
+fmod and what torch writes with them: ELU/SELU/CELU, softplus, Mish, logsigmoid, GELU written
+with erf), min over a dim, any/all, and the views flip/diagonal/unfold: each program (kernel
+references) equals eager on the CPU, and the pointwise kernels of the new functions run in
+Triton's interpreter against their references, at the values where the formulas are delicate
+(tiny, negative, ties at .5, NaN)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from aotpack.executor import run_reference
+from aotpack.frontend import to_graph
+from aotpack.kernels.spec import PointwiseOp
+from aotpack.passes import compile_graph
+from conv_checks import check_kernels_interpreted
+from program_checks import kinds
+
+# values where log1p/expm1/round/sign are easy to get wrong
+DELICATE = torch.tensor([0.0, -0.0, 1e-8, -1e-8, 1e-4, -0.3, 0.49, 0.5, 1.5, 2.5, -0.5, -2.5,
+                         3.7, -30.0, 25.0, 88.0, float("nan")])
+
+FUNCTIONS = {
+    "erf": torch.erf, "erfc": torch.erfc, "log1p": lambda x: torch.log1p(x.abs()),
+    "expm1": torch.expm1, "sign": torch.sign, "floor": torch.floor, "ceil": torch.ceil,
+    "trunc": torch.trunc, "round": torch.round, "log2": lambda x: torch.log2(x.abs() + 1),
+    "exp2": lambda x: torch.exp2(x.clamp(max=20)), "elu": F.elu, "selu": F.selu, "celu": F.celu,
+    "softplus": F.softplus, "mish": F.mish, "logsigmoid": F.logsigmoid,
+    "gelu_by_erf": lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2))),
+    "sinh": lambda x: torch.sinh(x.clamp(-20, 20)), "cosh": lambda x: torch.cosh(x.clamp(-20, 20)),
+    "tan": lambda x: torch.tan(x.clamp(-1.4, 1.4)), "isnan": torch.isnan,
+    "nan_to_num": torch.nan_to_num, "fmod": lambda x: torch.fmod(x, 0.7),
+    "softshrink": F.softshrink, "heaviside": lambda x: torch.heaviside(x, torch.tensor(0.5)),
+}
+
+
+class _Apply(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_elementwise_math_matches_eager_and_runs_in_its_kernel(name):
+    model = _Apply(FUNCTIONS[name])
+    x = torch.cat([DELICATE, torch.randn(47) * 3]).reshape(4, 16)
+    x = torch.where(x.isnan(), 0.0, x) if name not in ("isnan", "nan_to_num", "sign") else x
+    program = compile_graph(to_graph(model, (x,)))
+    (got,) = run_reference(program, [x])
+    want = model(x)
+    assert got.dtype == want.dtype
+    assert torch.allclose(got.double(), want.double(), rtol=1e-5, atol=1e-6, equal_nan=True)
+    if name not in ("isnan", "nan_to_num", "sign"):  # NaN-free inputs: the kernels too
+        assert check_kernels_interpreted(program, [x], tol=1e-5, kinds=(PointwiseOp,))
+
+
+def test_bf16_elementwise_math_rounds_once():
+    x = (torch.randn(8, 64) * 2).to(torch.bfloat16)
+    model = _Apply(lambda t: F.mish(t) + torch.erf(t))
+    program = compile_graph(to_graph(model, (x,)))
+    (got,) = run_reference(program, [x])
+    assert (got.float() - model(x).float()).abs().max() <= 0.04
+
+
+REDUCTIONS_AND_VIEWS = {
+    "min_dim": (lambda x: torch.min(x, -1), (3, 5, 7)),
+    "min_dim_keep": (lambda x: torch.min(x, 1, keepdim=True), (3, 5, 7)),
+    "any": (lambda x: (x > 1).any(-1), (3, 5, 7)),
+    "all": (lambda x: (x > -1).all(1), (3, 5, 7)),
+    "flip_time": (lambda x: x.flip(1) * 2, (3, 5, 7)),
+    "flip_two": (lambda x: x.flip(0, 2), (3, 5, 7)),
+    "diagonal": (lambda x: x.diagonal(dim1=-2, dim2=-1) + 1, (3, 6, 6)),
+    "diagonal_offset": (lambda x: x.diagonal(offset=1, dim1=0, dim2=2) + 1, (4, 5, 6)),
+    "trace_einsum": (lambda x: torch.einsum("bii->b", x), (3, 6, 6)),
+    "unfold": (lambda x: x.unfold(-1, 3, 2) * 1, (2, 4, 9)),
+    "one_hot": (lambda x: F.one_hot((x > 0).long() + (x > 1).long(), 3), (4, 6)),
+}
+
+
+@pytest.mark.parametrize("name", list(REDUCTIONS_AND_VIEWS))
+def test_reductions_and_views_match_eager(name):
+    fn, shape = REDUCTIONS_AND_VIEWS[name]
+    model = _Apply(fn)
+    x = torch.randn(shape)
+    x[0, 1] = x[0, 0]  # ties: the first index wins
+    program = compile_graph(to_graph(model, (x,)))
+    got = run_reference(program, [x])
+    want = model(x)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and torch.equal(g, w), name
+
+
+def test_bidirectional_lstm_matches_eager():
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(8, 16, num_layers=2, batch_first=True, bidirectional=True).eval()
+    model = _Apply(lambda x: lstm(x)[0])
+    x = torch.randn(2, 6, 8)
+    program = compile_graph(to_graph(model, (x,)))
+    x = torch.randn(2, 6, 8)
+    (got,) = run_reference(program, [x])
+    with torch.no_grad():
+        assert torch.allclose(got, model(x), atol=1e-5)
+    assert "EmbeddingOp" in kinds(program)  # the backward direction's reversed gather
+
+
+def test_flip_of_a_dynamic_dim_is_refused_by_name():
+    from aotpack.errors import UserError
+
+    dims = ({1: torch.export.Dim("T", min=2, max=16)},)
+    with pytest.raises(UserError, match="flip along a dynamic dim"):
+        to_graph(_Apply(lambda x: x.flip(1)), (torch.randn(2, 8),), dims)
