@@ -199,8 +199,9 @@ def batch_norm_affine(cx, x: Value, w, b, m, v, eps: float) -> Value:
     c = x.shape[1]
     shape = (c,) + (1,) * (len(x.shape) - 2)
     dtype = x.dtype.to_torch()
-    s = cx.add_constant("bn_scale", scale.to(dtype).reshape(shape))
-    t = cx.add_constant("bn_shift", shift.to(dtype).reshape(shape))
+    # the f64 values travel along: folded into a conv, they are rounded once, with the weights
+    s = cx.add_constant("bn_scale", scale.to(dtype).reshape(shape), scale.reshape(shape))
+    t = cx.add_constant("bn_shift", shift.to(dtype).reshape(shape), shift.reshape(shape))
     y = cx.emit(Op.MUL, [x, s], O.BinaryAttrs())
     return cx.emit(Op.ADD, [y, t], O.BinaryAttrs())
 

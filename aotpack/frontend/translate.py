@@ -600,10 +600,11 @@ class _Translator:
         self._append(Node(op, tuple(inputs), attrs, (value,), source_loc(self.fx_node)))
         return value
 
-    def add_constant(self, name: str, tensor) -> Value:
-        """A constant computed by a rule (batch norm's scale and shift)."""
+    def add_constant(self, name: str, tensor, exact=None) -> Value:
+        """A constant computed by a rule (batch norm's scale and shift; `exact`: its value
+        before rounding, see Constant)."""
         value = self._new_value(f"{self.fx_node.name}_{name}", tensor.contiguous())
-        self.constants[value.name] = Constant(value, tensor.contiguous())
+        self.constants[value.name] = Constant(value, tensor.contiguous(), exact)
         self.computed.add(value.name)
         return value
 

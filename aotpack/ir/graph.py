@@ -81,6 +81,9 @@ class Constant:
 
     value: Value
     tensor: Any
+    # the value before it was rounded to `value`'s dtype (a batch norm's scale and shift, in
+    # f64): a pass that computes with it (folding into a conv's weights) rounds once, at its end
+    exact: Any = None
 
 
 @dataclass(frozen=True)

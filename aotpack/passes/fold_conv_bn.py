@@ -29,8 +29,9 @@ def fold_conv_bn(graph: Graph) -> Graph:
     return _rewrite(graph, plans, producers)
 
 
-def constant_tensor(v: Value, graph: Graph, producers):
-    """The tensor of a constant, or of views of one (replayed); None if computed at run time."""
+def constant_tensor(v: Value, graph: Graph, producers, exact: bool = False):
+    """The tensor of a constant, or of views of one (replayed); None if computed at run time.
+    `exact`: the constant's value before rounding where the frontend kept it."""
     from aotpack.ir.interpret import eval_node
 
     chain = []
@@ -40,7 +41,8 @@ def constant_tensor(v: Value, graph: Graph, producers):
             return None
         chain.append(n)
         v = n.inputs[0]
-    t = graph.constants[v.name].tensor
+    const = graph.constants[v.name]
+    t = const.exact if exact and const.exact is not None else const.tensor
     if t.is_meta:
         return None
     for n in reversed(chain):
@@ -64,10 +66,10 @@ def _channel_vector(n: Node, x: Value, graph, producers, oc: int):
         dims.pop(0)
     if dims not in ([oc], []):
         return None
-    t = constant_tensor(other, graph, producers)
+    t = constant_tensor(other, graph, producers, exact=True)
     if t is None:
         return None
-    return t.float().reshape(-1).expand(oc).clone()
+    return t.double().reshape(-1).expand(oc).clone()
 
 
 def _plan(conv: Node, graph, users, producers, outputs):
@@ -110,15 +112,15 @@ def _rewrite(graph, plans, producers) -> Graph:
             b.keep(n)
             continue
         w, steps = plans[n.output.name]
-        scale = torch.ones(w.shape[0])
-        shift = torch.zeros(w.shape[0])
+        scale = torch.ones(w.shape[0], dtype=torch.float64)
+        shift = torch.zeros(w.shape[0], dtype=torch.float64)
         for kind, _, vec in steps:
             if kind == "scale":
                 scale, shift = scale * vec, shift * vec
             else:
                 shift = shift + vec
         w_dtype = n.inputs[1].dtype
-        new_w = (w.float() * scale.reshape(-1, 1, 1, 1)).to(w_dtype.to_torch()).contiguous()
+        new_w = (w.double() * scale.reshape(-1, 1, 1, 1)).to(w_dtype.to_torch()).contiguous()
         wv = b.add_constant(f"{n.inputs[1].name}.folded", new_w, w_dtype)
         x = b.get(n.inputs[0])
         b.release(n.output.name)

@@ -332,6 +332,7 @@ def compare_outputs(names, outs, refs, module, inputs, label: str) -> list[str]:
         if not check.ok or not row_ok:
             failures.append(f"{where}: rel error {check.rel_error:.3g} (max abs "
                             f"{check.max_abs_error:.3g}), worst row {row:.3g}"
+                            + (f" (eager's {row_eager:.3g})" if row_eager is not None else "")
                             + (f"; vs float32: ours {check.rel_error_f32:.3g}, eager "
                                f"{check.eager_rel_error_f32:.3g}"
                                if check.rel_error_f32 is not None else ""))

@@ -265,12 +265,13 @@ class OnnxTranslator:
         base = self.tensor(one.reshape((1,) * len(shape)))
         return self.emit_named(Op.EXPAND, [base], ExpandAttrs(shape), f"{v.name}_fill")
 
-    def add_constant(self, name: str, tensor) -> Value:
-        """A constant a rule computes (batch norm's scale and shift, a pool's divisor map)."""
+    def add_constant(self, name: str, tensor, exact=None) -> Value:
+        """A constant a rule computes (batch norm's scale and shift, a pool's divisor map;
+        `exact`: its value before rounding, see Constant)."""
         t = tensor.contiguous()
         value = Value(self._fresh(f"{self._base()}_{name}"), DType.from_torch(t.dtype),
                       tuple(t.shape))
-        self.constants[value.name] = Constant(value, t)
+        self.constants[value.name] = Constant(value, t, exact)
         return value
 
     def emit(self, op: Op, inputs, attrs, final: bool = False) -> Value:
