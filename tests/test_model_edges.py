@@ -226,3 +226,76 @@ def test_example_inputs_that_alias_stay_separate_inputs():
     a, b = torch.randn(4), torch.randn(4)
     (got,) = run_reference(program, [a, b])
     assert torch.allclose(got, a + 2 * b)
+
+
+class _TimeShift(nn.Module):
+    """RWKV's time shift: ZeroPad2d((0, 0, 1, -1)), one row of zeros in front and the last
+    row cropped (a negative pad, was refused)."""
+
+    def __init__(self, pad=(0, 0, 1, -1)):
+        super().__init__()
+        self.shift = nn.ZeroPad2d(pad)
+
+    def forward(self, x):
+        return self.shift(x) * 2
+
+
+@pytest.mark.parametrize("pad", [(0, 0, 1, -1), (-1, 2, 0, 0), (0, 0, -2, -1)])
+def test_negative_pads_crop(pad):
+    check_matches_eager(_TimeShift(pad), [torch.randn(2, 8, 16)], 1e-6)
+
+
+def test_f32_linears_run_as_convolutions_on_tf32():
+    """The GEMM template runs bf16/f16; an f32 model's linears (bias, ReLU, residual fused)
+    lower to 1x1 convolutions, whose kernel runs f32 on tf32 tensor cores, instead of being
+    refused. Their kernels match the f32 references within tf32's precision."""
+    from conv_checks import check_kernels_interpreted
+    from aotpack.kernels.spec import ConvOp
+
+    class Mlp(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = nn.Linear(32, 64), nn.Linear(64, 32)
+
+        def forward(self, x):
+            return x + self.down(torch.relu(self.up(x)))
+
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 32)
+    program = check_matches_eager(Mlp().eval(), [x], 1e-6)
+    assert kinds(program).count("ConvOp") == 2 and "GemmOp" not in kinds(program)
+    conv = next(op for op in program.ops if isinstance(op, ConvOp))
+    assert conv.kernel == (1, 1) and conv.x.shape == (15, 1, 1, 32)
+    assert check_kernels_interpreted(program, [x], tol=2e-3, kinds=(ConvOp,)) == 2
+
+
+class _FloatBounds(nn.Module):
+    """Funnel's relative positions: arange with bounds read from a tensor (.item())."""
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[1]).float()
+        return x + torch.arange(pos[-1], pos[0] - 1, -1).float()
+
+
+class _Spectrum(nn.Module):
+    """FNet's Fourier mixing: complex tensors."""
+
+    def forward(self, x):
+        return torch.fft.fftn(x, dim=(1, 2)).real
+
+
+@pytest.mark.parametrize("model, x, words", [
+    (_FloatBounds(), torch.randn(2, 8), ["aten.arange", "read from tensor values at run time",
+                                         "test_model_edges.py"]),
+    (_Spectrum(), torch.randn(2, 8, 16), ["complex64", "node:", "test_model_edges.py"]),
+])
+def test_what_a_rule_was_not_written_for_is_a_one_line_refusal(model, x, words):
+    """Were a sympy TypeError (an assert on .item() values) and a ValueError (no complex
+    dtype) with a traceback; now the refusal with node and source line."""
+    from aotpack.errors import UserError
+    from aotpack.frontend import to_graph
+
+    with pytest.raises(UserError) as e:
+        to_graph(model, [x])
+    for w in words:
+        assert w in str(e.value), str(e.value)

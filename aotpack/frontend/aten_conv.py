@@ -138,10 +138,17 @@ def _constant_pad(cx, x, pad, value=0.0):
     """Zero (or constant) padding as a cat with constant blocks; remembered so that a
     convolution reading it folds the zeros into its own padding instead (padding='same' with
     an even kernel exports as constant_pad_nd + convolution)."""
-    if len(pad) % 2 or any(p < 0 for p in pad):
-        raise Unsupported(f"pad {list(pad)} (cropping by a negative pad)")
+    if len(pad) % 2:
+        raise Unsupported(f"pad {list(pad)} (an odd number of entries)")
     rank = len(x.shape)
     pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last dim first
+    for i, (lo, hi) in enumerate(pairs):  # a negative pad crops (RWKV's time shift: (1, -1))
+        if lo < 0 or hi < 0:
+            dim, size = rank - 1 - i, x.shape[rank - 1 - i]
+            x = cx.emit(Op.SLICE, [x], O.SliceAttrs(dim, max(-lo, 0), size + min(hi, 0), 1))
+    pairs = [(max(lo, 0), max(hi, 0)) for lo, hi in pairs]
+    if not any(lo or hi for lo, hi in pairs):
+        return cx.emit(Op.COPY, [x], O.NoAttrs())
     out = x
     for i, (lo, hi) in enumerate(pairs):
         dim = rank - 1 - i

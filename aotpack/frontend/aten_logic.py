@@ -193,6 +193,9 @@ def _index(cx, x, indices):
         if got is None:  # an index computed at run time: a row gather
             return _gather_rows(cx, x, [indices[k] for k in picked], picked)
         samples.append(got)
+    probed = [s for s in samples if len(s) > 1]
+    if probed:  # a static constant beside indices that follow the dims: the same at each point
+        samples = [s if len(s) > 1 else [(p, s[0][1]) for p, _ in probed[0]] for s in samples]
     if len(samples[0]) == 1 and any(not isinstance(x.shape[k], int) for k in picked):
         # static constants along a dynamic dim: no size to check the steps against
         if any(bool((s[0][1] < 0).any()) for s in samples):

@@ -28,6 +28,8 @@ RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULE
          **SORT_RULES, **WRITE_RULES, **NORM_RULES,
          **RESIZE_RULES, **MATH_RULES}
 
+# tensor factories: constants folded at translation when their arguments are known
+_FACTORIES = {"arange", "full", "zeros", "ones", "linspace", "logspace", "scalar_tensor"}
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
 # integer/bool results (masks, ids) are evaluated on the host up to this; one over _FOLD_LIMIT
 # that is still read when translation ends is refused (_check_large_index_constants), so this
@@ -330,6 +332,10 @@ class _Translator:
         if self._fold_constant_call(n, computed_only=rule is not None):
             return
         if rule is None:
+            if str(n.target).split(".")[1] in _FACTORIES:  # folds, unless its arguments do not
+                raise self._error(f"{n.target} with arguments read from tensor values at run "
+                                  f"time (.item(), a 0-d tensor) is not supported: compute "
+                                  f"them from sizes or Python numbers")
             raise self._error(f"operator {n.target} is not supported")
         args = self._map(n.args)
         kwargs = self._map(n.kwargs)
@@ -346,6 +352,11 @@ class _Translator:
         except (SymbolError, SymbolicError) as e:
             raise self._error(f"{n.target}: {e}; narrow the dims' ranges or keep this dim "
                               f"static") from None
+        except (ValueError, KeyError, IndexError, NotImplementedError) as e:
+            # a rule meeting what it was not written for (a complex dtype, an odd argument):
+            # the user's one-line refusal with the node and the line, not a traceback
+            raise self._error(f"{n.target} cannot be translated ({type(e).__name__}: "
+                              f"{e})") from None
 
     def _guard(self, n) -> None:
         """A condition on the dims the model's code asserts (torch.export records it): kept
@@ -359,7 +370,10 @@ class _Translator:
         expr = cond.node.expr
         text = self.table.rename(str(expr))
         for point in self.table.probe_points():
-            if not bool(expr.xreplace(self.table.torch_env(point))):
+            held = expr.xreplace(self.table.torch_env(point))
+            if held.free_symbols:  # on values computed at run time (.item()): not a dims'
+                return             # condition; a size that depends on them is refused later
+            if not bool(held):
                 raise self._error(
                     f"the model requires {text} (a condition torch.export recorded), which "
                     f"does not hold at dims {point}: a bundle checks ranges only; narrow the "

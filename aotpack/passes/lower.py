@@ -335,7 +335,8 @@ class _Lowering:
         epilogue = self._epilogue(chain)
         out = self._new_storage(chain.end)
         out2d = _flatten_2d(out)
-        self.ops.append(GemmOp(a_arg, b_arg, out2d, tuple(epilogue)))
+        op = GemmOp(a_arg, b_arg, out2d, tuple(epilogue))
+        self.ops.append(lower_conv.f32_gemm_as_conv(op) or op)
 
     def _epilogue(self, chain: Chain) -> list:
         """The epilogue steps of a GEMM or CONV chain (a linear's own bias first)."""

@@ -16,6 +16,7 @@ block goes. The pool, the FCs and the gate stay kernels of their own: the gate a
 the second FC's epilogue; the pool has its own streaming kernel (triton/pool.py)."""
 from __future__ import annotations
 
+from aotpack.dtypes import DType
 from aotpack.ir.graph import Node, Value
 from aotpack.ir.ops import Op
 from aotpack.kernels.spec import ConvOp, GemmOp, PoolOp, TensorArg
@@ -128,6 +129,24 @@ def _pointwise_gemm_operand(x, w_arg, attrs, kernel):
         return None
     probe = GemmOp(a, w_arg, a)  # supports() looks at the operands' dtypes only
     return a if GemmTemplate().supports(probe) is None else None
+
+
+def f32_gemm_as_conv(op: GemmOp) -> ConvOp | None:
+    """An f32 GEMM as a 1x1 convolution over M pixels, or None. The GEMM template runs bf16
+    and f16 only; the implicit-GEMM conv kernel runs f32 on tf32 tensor cores (10-bit
+    mantissa, f32 accumulation: about 1e-3 relative, as torch with allow_tf32), with the same
+    epilogue, so an f32 model's linears build instead of being refused. SwiGLU-paired and
+    FP8-scaled GEMMs are not f32."""
+    from aotpack.kernels.spec import swiglu_group
+
+    if {op.a.dtype, op.b.dtype} != {DType.F32} or swiglu_group(op) or op.b_scale is not None \
+            or op.a_scale is not None or not op.b.is_contiguous() or op.a.strides[1] != 1:
+        return None
+    m, k = op.a.shape
+    rows = op.a.strides[0]
+    x = TensorArg(op.a.storage, op.a.dtype, (m, 1, 1, k), (rows, rows, rows, 1), op.a.offset)
+    return ConvOp(x, op.b, op.out, (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1), 1, (1, 1),
+                  op.epilogue)
 
 
 def _flatten_rows(arg):

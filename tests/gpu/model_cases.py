@@ -271,6 +271,30 @@ def math_functions():
     return (Math(), (x.to(torch.bfloat16),), ({0: torch.export.Dim("R", min=1, max=512)},))
 
 
+def transformer_f32():
+    """torch.nn.TransformerEncoder in f32 (its linears as 1x1 convs on tf32 tensor cores) with a
+    run-time padding mask, batch 1..8, sequence 2..64, and a linear head on the mean."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+    class Classifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder, self.head = encoder, torch.nn.Linear(64, 10)
+
+        def forward(self, x, pad):
+            # the first position always attends (random masks would pad whole rows: NaN)
+            pad = pad & (torch.arange(x.shape[1], device=x.device) > 0)
+            return self.head(self.encoder(x, src_key_padding_mask=pad).mean(1))
+
+    x = torch.randn(2, 12, 64, generator=torch.Generator().manual_seed(1))
+    pad = torch.zeros(2, 12, dtype=torch.bool)
+    pad[1, 9:] = True
+    dims = {0: torch.export.Dim("B", min=1, max=8), 1: torch.export.Dim("T", min=2, max=64)}
+    return Classifier().eval(), (x, pad), (dims, dims)
+
+
 _HERE = "tests/gpu/model_cases.py"
 MODELS = [
     ModelCase("mlp_dynamic", f"{_HERE}:mlp_dynamic"),
@@ -294,4 +318,5 @@ MODELS = [
     ModelCase("unet_dynamic", f"{_HERE}:unet_dynamic"),
     ModelCase("upsample_dynamic", f"{_HERE}:upsample_dynamic"),
     ModelCase("math_functions", f"{_HERE}:math_functions"),
+    ModelCase("transformer_f32", f"{_HERE}:transformer_f32"),
 ]
