@@ -114,3 +114,19 @@ def test_flip_of_a_dynamic_dim_is_refused_by_name():
     dims = ({1: torch.export.Dim("T", min=2, max=16)},)
     with pytest.raises(UserError, match="flip along a dynamic dim"):
         to_graph(_Apply(lambda x: x.flip(1)), (torch.randn(2, 8),), dims)
+
+
+@pytest.mark.parametrize("form", [
+    lambda x: x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0))),
+    lambda x: 0.5 * x * (1 + torch.erf(x * 0.7071067811865476)),
+    lambda x: x * (0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))),
+])
+def test_gelu_written_with_erf_is_the_gemm_epilogue(form):
+    """BERT's original gelu and ESM's: recognised as GELU, fused into the linear before it."""
+    lin = torch.nn.Linear(32, 64).to(torch.bfloat16)
+    model = _Apply(lambda x: form(lin(x)))
+    x = torch.randn(4, 32).to(torch.bfloat16)
+    program = compile_graph(to_graph(model, (x,)))
+    assert kinds(program) == ["GemmOp"], kinds(program)
+    (got,) = run_reference(program, [x])
+    assert (got.float() - model(x).float()).abs().max() < 0.05

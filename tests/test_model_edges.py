@@ -299,3 +299,36 @@ def test_what_a_rule_was_not_written_for_is_a_one_line_refusal(model, x, words):
         to_graph(model, [x])
     for w in words:
         assert w in str(e.value), str(e.value)
+
+
+class _AdaptivePool(nn.Module):
+    def __init__(self, out):
+        super().__init__()
+        self.out = out
+
+    def forward(self, x):
+        return torch.nn.functional.adaptive_avg_pool2d(x, self.out) * 2
+
+
+@pytest.mark.parametrize("shape, out", [((2, 8, 32, 32), 7), ((2, 8, 32, 20), (3, 6)),
+                                        ((1, 8, 15, 15), 6)])
+def test_adaptive_average_pooling_to_sizes_that_do_not_divide(shape, out):
+    """VGG's 7x7 head on a 32x32 map, PSPNet's bins: overlapping blocks of unequal sizes
+    (were refused), two GEMMs by constant averaging matrices."""
+    program = check_matches_eager(_AdaptivePool(out), [torch.randn(shape)], 1e-5)
+    assert "PoolOp" not in kinds(program)
+
+
+@pytest.mark.parametrize("norm, shape", [
+    (nn.InstanceNorm2d(8, affine=True), (2, 8, 6, 6)), (nn.InstanceNorm2d(8), (3, 8, 5, 7)),
+    (nn.InstanceNorm1d(4, affine=True), (2, 4, 9)),
+    (nn.BatchNorm2d(8, track_running_stats=False), (3, 8, 4, 4))])
+def test_norms_over_the_inputs_own_statistics(norm, shape):
+    """InstanceNorm (style transfer, GAN generators) and BatchNorm without running stats
+    export as _native_batch_norm_legit.no_stats (was refused): a LayerNorm per channel."""
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in norm.parameters():
+            p.normal_()
+    program = check_matches_eager(norm.eval(), [torch.randn(shape)], 1e-5)
+    assert "LayerNormOp" in kinds(program)

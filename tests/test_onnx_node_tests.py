@@ -26,7 +26,6 @@ SKIPS = {
     r"^test_where_(long_)?example$":
         "Where choosing between two run-time tensors: no select kernel (a known condition "
         "with a known fill, the attention-mask form, is supported)",
-    r"^test_erf$": "Erf outside the GELU pattern: no erf kernel",
     r"^test_slice_neg_steps$": "Slice with a negative step: no reversed views in the IR",
     r"^test_training_dropout": "training-mode Dropout (random): aotpack compiles inference",
     r"^test_reduce_(max|min)_(empty_set|bool_inputs)":

@@ -281,10 +281,31 @@ def _adaptive_avg_pool(cx, x, output_size):
     if not (isinstance(h, int) and isinstance(w, int)):
         raise Unsupported(f"adaptive pooling over a dynamic image size {h}x{w}")
     if h % oh or w % ow:
-        raise Unsupported(f"adaptive average pooling of {h}x{w} to {oh}x{ow} (only sizes that "
-                          f"divide evenly are supported)")
+        return _adaptive_by_matrices(cx, x, oh, ow)
     kernel = (h // oh, w // ow)
     return _pool(cx, x, O.PoolAttrs("avg", kernel, kernel))
+
+
+def _adaptive_by_matrices(cx, x, oh: int, ow: int):
+    """Adaptive average pooling to a size that does not divide the input (VGG's 7x7 head on
+    other image sizes, PSPNet's pyramid): cells average overlapping blocks of unequal sizes,
+    a linear map per axis, x @ Pw^T then (.)ᵀ @ Ph^T with constant averaging matrices (two
+    GEMMs over the pixels)."""
+    import torch
+
+    def averaging(size: int, out: int):  # [size, out]: column i averages torch's block i
+        m = torch.zeros(size, out, dtype=torch.float64)
+        for i in range(out):
+            lo, hi = (i * size) // out, -(-(i + 1) * size // out)
+            m[lo:hi, i] = 1.0 / (hi - lo)
+        return m.to(x.dtype.to_torch())
+
+    h, w = x.shape[2:]
+    n, c = x.shape[:2]
+    y = cx.emit(Op.MATMUL, [x, cx.add_constant("pool_w", averaging(w, ow))], O.NoAttrs())
+    y = cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((0, 1, 3, 2)))  # [N, C, OW, H]
+    y = cx.emit(Op.MATMUL, [y, cx.add_constant("pool_h", averaging(h, oh))], O.NoAttrs())
+    return cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((0, 1, 3, 2)), final=True)
 
 
 def _as_strided(cx, x, size, stride, offset=None):

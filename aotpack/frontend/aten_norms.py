@@ -40,4 +40,30 @@ def _vector_norm(cx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return cx.emit(Op.CAST, [norm], O.CastAttrs(out_dtype), final=True)
 
 
-RULES = {"aten.linalg_vector_norm.default": _vector_norm}
+def _batch_stats_norm(cx, x, weight, bias, training, momentum, eps):
+    """Batch norm over the input's own statistics (no running ones): InstanceNorm, which torch
+    exports as this over [1, N*C, H, W], and BatchNorm(track_running_stats=False). Each
+    channel (dim 1) normalized over every other dim: a LayerNorm over [C, rest] (the channel
+    dim moved first when the batch is not 1), then the per-channel affine map."""
+    if not isinstance(x, Value) or not x.dtype.is_float or len(x.shape) < 2:
+        raise Unsupported("a batch-statistics norm of other than a float [N, C, ...] tensor")
+    shape = tuple(x.shape)
+    c = shape[1]
+    y = x if shape[0] == 1 else cx.emit(Op.PERMUTE, [x], O.PermuteAttrs(
+        (1, 0) + tuple(range(2, len(shape)))))
+    moved = tuple(y.shape)
+    flat = cx.emit(Op.VIEW, [y], O.ViewAttrs((c, math.prod(moved) // c)))
+    y = cx.emit(Op.LAYER_NORM, [flat], O.NormAttrs(float(eps), 1))
+    y = cx.emit(Op.VIEW, [y], O.ViewAttrs(moved))
+    if shape[0] != 1:
+        y = cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((1, 0) + tuple(range(2, len(shape)))))
+    per_channel = (c,) + (1,) * (len(shape) - 2)
+    for param, op in ((weight, Op.MUL), (bias, Op.ADD)):
+        if param is not None:
+            y = cx.emit(op, [y, cx.emit(Op.VIEW, [param], O.ViewAttrs(per_channel))],
+                        O.BinaryAttrs())
+    return [y, None, None]  # (out, mean, rstd)
+
+
+RULES = {"aten.linalg_vector_norm.default": _vector_norm,
+         "aten._native_batch_norm_legit.no_stats": _batch_stats_norm}

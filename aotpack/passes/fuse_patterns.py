@@ -11,6 +11,8 @@ and replace them by one IR node.
   once at the store: the same numbers, without two cast kernels)
 - GELU, tanh form written out (GPT-2's gelu_new): 0.5 * x * (1 + tanh(sqrt(2/pi) * (x +
   0.044715 * x³))) → GELU(x, tanh) (one f32 evaluation instead of eight rounded steps)
+- GELU, erf form written out (BERT's original, ESM): x * 0.5 * (1 + erf(x / sqrt(2))) →
+  GELU(x) (then a GEMM epilogue like any GELU)
 - GQA by repetition (HF repeat_kv: k[:, :, None].expand(..).reshape(..), repeat_interleave):
   sdpa(q, repeat(k), repeat(v)) → sdpa(q, k, v, gqa) — the repeated copies disappear
 Unused leftovers are removed by dead_code."""
@@ -37,6 +39,7 @@ def fuse_patterns(graph: Graph) -> Graph:
     graph = fuse_rope(graph)
     graph = _rewrite(graph, _match_softmax_scale)
     graph = _rewrite(graph, _match_gelu_tanh)
+    graph = _rewrite(graph, _match_gelu_erf)
     graph = _rewrite(graph, _match_upcast_norm)
     graph = _fold_repeat_kv(graph)
     return dead_code(graph).verify()
@@ -104,6 +107,36 @@ def _match_gelu_tanh(n: Node, producers):
                 and not pw.attrs.scalar_first):
             return Op.GELU, [x], O.GeluAttrs("tanh")
     return None
+
+
+def _match_gelu_erf(n: Node, producers):
+    """n = (0.5 * x) * (1 + erf(x / sqrt(2) | x * 1/sqrt(2))), or x * (0.5 * (1 + erf(..)))
+    (either operand order)."""
+    if n.op != Op.MUL or not _tensor_binary(n):
+        return None
+    for a, b in (n.inputs, n.inputs[::-1]):
+        x = _scaled(a, producers, 0.5)
+        one_plus = b
+        if x is None:  # x * (0.5 * (1 + erf(..)))
+            x, one_plus = a, _scaled(b, producers, 0.5)
+        add1 = one_plus is not None and _prod(one_plus, producers, Op.ADD)
+        if not add1 or add1.attrs.scalar != 1.0 or x.type != n.output.type:
+            continue
+        erf = _prod(add1.inputs[0], producers, Op.ERF)
+        inner = erf and erf.inputs[0]
+        if inner and (_scaled(inner, producers, 0.7071067811865476) == x
+                      or _divided(inner, producers, 1.4142135623730951) == x):
+            return Op.GELU, [x], O.GeluAttrs("none")
+    return None
+
+
+def _divided(v: Value, producers, c: float) -> Value | None:
+    """x if v = x / c, c to 1e-4 relative."""
+    n = _prod(v, producers, Op.DIV)
+    if n is None or n.attrs.scalar is None or n.attrs.scalar_first \
+            or abs(n.attrs.scalar - c) > 1e-4 * abs(c):
+        return None
+    return n.inputs[0]
 
 
 def _prod(v: Value, producers, op: Op) -> Node | None:

@@ -110,8 +110,8 @@ def _gelu(cx, n, ins):
 
 
 def _erf(cx, n, ins):
-    raise Unsupported("Erf outside the GELU pattern x * 0.5 * (1 + Erf(x / sqrt(2))) (aotpack "
-                      "has no erf kernel; GELU written that way is recognised)")
+    """Erf outside the GELU pattern (frontend/onnx/patterns.py turns that one into GELU)."""
+    return cx.emit(Op.ERF, [cx.tensor(ins[0])], O.NoAttrs())
 
 
 def _matmul(cx, n, ins):
@@ -314,6 +314,8 @@ RULES = {
     "Log": _unary(Op.LOG), "Tanh": _unary(Op.TANH), "Sigmoid": _unary(Op.SIGMOID),
     "Relu": _unary(Op.RELU), "Neg": _unary(Op.NEG), "Abs": _unary(Op.ABS),
     "Sin": _unary(Op.SIN), "Cos": _unary(Op.COS), "Gelu": _gelu, "Erf": _erf,
+    "Sign": _unary(Op.SIGN), "Floor": _unary(Op.FLOOR), "Ceil": _unary(Op.CEIL),
+    "Round": _unary(Op.ROUND),
     "MatMul": _matmul, "Gemm": _gemm, "Softmax": _softmax(Op.SOFTMAX),
     "LogSoftmax": _softmax(Op.LOG_SOFTMAX), "LayerNormalization": _layer_norm,
     **{k: _reduce for k in _REDUCE},
