@@ -273,7 +273,8 @@ def math_functions():
 
 def transformer_f32():
     """torch.nn.TransformerEncoder in f32 (its linears as 1x1 convs on tf32 tensor cores) with a
-    run-time padding mask, batch 1..8, sequence 2..64, and a linear head on the mean."""
+    run-time padding mask, batch 1..8, and a linear head on the mean. The sequence is static:
+    torch 2.11's export refuses it dynamic (a guard min(T, 4T) == T); 2.13's takes it."""
     torch.manual_seed(0)
     layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
     encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
@@ -291,7 +292,7 @@ def transformer_f32():
     x = torch.randn(2, 12, 64, generator=torch.Generator().manual_seed(1))
     pad = torch.zeros(2, 12, dtype=torch.bool)
     pad[1, 9:] = True
-    dims = {0: torch.export.Dim("B", min=1, max=8), 1: torch.export.Dim("T", min=2, max=64)}
+    dims = {0: torch.export.Dim("B", min=1, max=8)}
     return Classifier().eval(), (x, pad), (dims, dims)
 
 
