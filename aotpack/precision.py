@@ -77,11 +77,23 @@ def _quantize(program, precision: str | None):
         raise PrecisionError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
     report = quantize_weights(program, activations=precision == "fp8")
     if report.quantized == 0:
-        kept = "; ".join(f"{n} x {why}" for why, n in report.skipped.items()) or "no GEMMs"
+        kept = "; ".join(f"{n} x {why}" for why, n in report.skipped.items()) or (
+            "its linears are f32, run as tf32 convolutions" if _has_f32_linears(program)
+            else "no GEMMs")
         raise PrecisionError(f"--precision {precision}: no GEMM of this model can take FP8 "
                              f"weights ({kept}); an f32 model needs --dtype bf16 first")
     report.mode = precision
     return report
+
+
+def _has_f32_linears(program) -> bool:
+    """f32 GEMMs lower to 1x1 convolutions (lower_conv.f32_gemm_as_conv): a ConvOp that is
+    one, with an f32 weight."""
+    from aotpack.dtypes import DType
+    from aotpack.kernels.spec import ConvOp
+
+    return any(isinstance(op, ConvOp) and op.kernel == (1, 1) and op.x.shape[1:3] == (1, 1)
+               and op.w.dtype == DType.F32 for op in program.ops)
 
 
 def float32_copy_bytes(model) -> int:

@@ -20,6 +20,7 @@ scripts/make-weights, which reruns the passes on another machine, reproduces the
 """
 from __future__ import annotations
 
+from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
@@ -99,6 +100,8 @@ def _pair(graph: Graph, gate: Node, up: Node, mul: Node):
         return None
     n = wg.shape[0]
     same = wg.shape == wu.shape and wg.dtype == wu.dtype == h.dtype
+    # f32 GEMMs run as 1x1 convs (lower_conv.f32_gemm_as_conv), which pair no SwiGLU halves
+    same = same and h.dtype in (DType.BF16, DType.F16)
     types_kept = gate.output.type == up.output.type == mul.output.type  # no promotion
     if not same or not types_kept or not isinstance(n, int) or n % GROUP:
         return None
