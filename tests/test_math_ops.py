@@ -130,3 +130,32 @@ def test_gelu_written_with_erf_is_the_gemm_epilogue(form):
     assert kinds(program) == ["GemmOp"], kinds(program)
     (got,) = run_reference(program, [x])
     assert (got.float() - model(x).float()).abs().max() < 0.05
+
+
+MORE = {
+    "argmin": (lambda x: x.argmin(-1), (3, 7)),
+    "var_mean": (lambda x: torch.var_mean(x, -1)[0] + torch.var_mean(x, -1)[1], (3, 7)),
+    "xor": (lambda x: torch.logical_xor(x > 0, x > 1), (3, 7)),
+    "bitwise_xor": (lambda x: (x > 0) ^ (x > 1), (3, 7)),
+    "count": (lambda x: (x > 0).sum(-1), (3, 7)),
+    "count_nonzero": (lambda x: torch.count_nonzero(x > 0.5, -1), (3, 7)),
+    "hypot": (lambda x: torch.hypot(x, x + 1), (3, 7)),
+    "adaptive_max": (lambda x: F.adaptive_max_pool2d(x, 2), (2, 3, 8, 8)),
+    "nearest_any_ratio": (lambda x: F.interpolate(x, size=(5, 7), mode="nearest"), (2, 3, 4, 4)),
+    "nearest_down": (lambda x: F.interpolate(x, size=(3, 2), mode="nearest"), (2, 3, 7, 5)),
+    "nearest_by_1_5": (lambda x: F.interpolate(x, scale_factor=1.5, mode="nearest"),
+                       (2, 3, 4, 6)),
+}
+
+
+@pytest.mark.parametrize("name", list(MORE))
+def test_more_ops_match_eager(name):
+    fn, shape = MORE[name]
+    model = _Apply(fn)
+    x = torch.randn(shape)
+    x.view(-1)[1] = x.view(-1)[0]  # a tie
+    program = compile_graph(to_graph(model, (x,)))
+    (got,) = run_reference(program, [x])
+    want = model(x)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.allclose(got.double(), want.double(), atol=1e-6), name

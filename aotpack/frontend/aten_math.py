@@ -118,6 +118,71 @@ def _any(cx, x, dims=None, keepdim=False):
     return cx.emit(Op.NE, [most], O.BinaryAttrs(0), final=True)
 
 
+def _argmin(cx, x, dim=None, keepdim=False):
+    """argmin: argmax of -x (the first of equal minima, as torch)."""
+    x = _value(x, "argmin")
+    if dim is None:
+        raise Unsupported("argmin over all dims (give dim)")
+    dim = dim + len(x.shape) if dim < 0 else dim
+    negated = cx.emit(Op.NEG, [x], O.NoAttrs())
+    return cx.emit(Op.ARGMAX, [negated], O.ReduceAttrs((dim,), bool(keepdim)), final=True)
+
+
+def _var_mean(cx, x, dims=None, *, correction=None, keepdim=False):
+    """(var, mean) over dims: mean, centre, square, reduce (as aten_table's var)."""
+    from aotpack.frontend.aten_table import _reduce_dims
+
+    x = _value(x, "var_mean")
+    dims = _reduce_dims(dims, len(x.shape))
+    n = 1
+    for d in dims:
+        if not isinstance(x.shape[d], int):
+            raise Unsupported("a symbolic reduced dim")
+        n *= x.shape[d]
+    correction = 1 if correction is None else correction
+    if n - correction <= 0:
+        raise Unsupported(f"correction={correction} over {n} elements")
+    centre = cx.emit(Op.MEAN, [x], O.ReduceAttrs(dims, True))
+    centred = cx.emit(Op.SUB, [x, centre], O.BinaryAttrs())
+    total = cx.emit(Op.SUM, [cx.emit(Op.MUL, [centred, centred], O.BinaryAttrs())],
+                    O.ReduceAttrs(dims, bool(keepdim)))
+    var = cx.emit(Op.MUL, [total], O.BinaryAttrs(1.0 / (n - correction)))
+    mean = cx.emit(Op.MEAN, [x], O.ReduceAttrs(dims, bool(keepdim)))
+    return [var, mean]
+
+
+def _xor(cx, a, b):
+    """xor of bools: a != b."""
+    if not (isinstance(a, Value) and isinstance(b, Value)) or a.dtype != DType.BOOL \
+            or b.dtype != DType.BOOL:
+        raise Unsupported("xor of other than two bool tensors")
+    return cx.emit(Op.NE, [a, b], O.BinaryAttrs(), final=True)
+
+
+def _hypot(cx, a, b):
+    a, b = _value(a, "hypot"), _value(b, "hypot")
+    squares = cx.emit(Op.ADD, [cx.emit(Op.MUL, [a, a], O.BinaryAttrs()),
+                               cx.emit(Op.MUL, [b, b], O.BinaryAttrs())], O.BinaryAttrs())
+    return cx.emit(Op.SQRT, [squares], O.NoAttrs(), final=True)
+
+
+def _adaptive_max_pool(cx, x, output_size):
+    """Adaptive max pooling where each output cell takes an equal block (the input a whole
+    multiple of the output): a max pool; its indices output is not computed."""
+    x = _value(x, "adaptive max pooling")
+    if len(x.shape) != 4 or not all(isinstance(d, int) for d in x.shape[2:]):
+        raise Unsupported("adaptive max pooling of other than a static [N, C, H, W]")
+    h, w = x.shape[2:]
+    oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
+    if h % oh or w % ow:
+        raise Unsupported(f"adaptive max pooling of {h}x{w} to {oh}x{ow} (only sizes that "
+                          f"divide evenly)")
+    from aotpack.frontend.aten_conv import _pool
+
+    kernel = (h // oh, w // ow)
+    return [_pool(cx, x, O.PoolAttrs("max", kernel, kernel), False), None]
+
+
 def _flip(cx, x, dims):
     """x reversed along `dims` (static sizes): a row gather by reversed constant indices per
     dim, leading dims kept by aranges (the bidirectional LSTM/GRU's backward direction)."""
@@ -201,7 +266,10 @@ RULES = {
     "aten.min.dim": _min_dim,
     "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
     "aten.flip.default": _flip, "aten.diagonal.default": _diagonal,
-    "aten.unfold.default": _unfold,
+    "aten.unfold.default": _unfold, "aten.argmin.default": _argmin,
+    "aten.var_mean.correction": _var_mean, "aten.logical_xor.default": _xor,
+    "aten.bitwise_xor.Tensor": _xor, "aten.hypot.default": _hypot,
+    "aten.adaptive_max_pool2d.default": _adaptive_max_pool,
     # a data check inside torch's own code (one_hot's class range): not run in a bundle, as
     # torch._check and _assert_scalar are not
     "aten._assert_async.msg": lambda cx, *args, **kwargs: None,

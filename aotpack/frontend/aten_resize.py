@@ -23,9 +23,11 @@ def _nearest(spatial: int):
         out = cx.out_shape()
         ins, outs = tuple(x.shape[-spatial:]), tuple(out[-spatial:])
         factors = [_whole_factor(i, o) for i, o in zip(ins, outs)]
+        if None in factors and all(isinstance(d, int) for d in ins + outs):
+            return _nearest_gather(cx, x, spatial, ins, outs, scale_factors)
         if None in factors:
-            raise Unsupported(f"nearest resizing {list(ins)} -> {list(outs)} (only by whole "
-                              f"factors, the same at every size the dims allow)")
+            raise Unsupported(f"nearest resizing {list(ins)} -> {list(outs)} (on dynamic "
+                              f"sides only by whole factors)")
         lead = tuple(x.shape[:-spatial])
         split = lead + tuple(d for i in ins for d in (i, 1))
         wide = lead + tuple(d for i, f in zip(ins, factors) for d in (i, f))
@@ -34,6 +36,30 @@ def _nearest(spatial: int):
         c = cx.emit(Op.COPY, [e], O.NoAttrs())
         return cx.emit(Op.VIEW, [c], O.ViewAttrs(tuple(out)), final=True)
     return rule
+
+
+def _nearest_gather(cx, x: Value, spatial: int, ins, outs, scale_factors):
+    """Nearest resizing of static sides by any ratio: per axis, the source row of output row
+    j is min(floor(j * s), n - 1), s = 1 / scale_factor when given, else n / new (torch's
+    rule); a row gather by those constant indices."""
+    import torch
+
+    from aotpack.frontend.aten_logic import leading_grid, rows_table
+
+    rank = len(x.shape)
+    for k, (n, new) in enumerate(zip(ins, outs)):
+        axis = rank - spatial + k
+        if n == new:
+            continue
+        scale = 1.0 / scale_factors[k] if scale_factors else n / new
+        j = torch.arange(new, dtype=torch.float64)
+        src = (j * scale).floor().long().clamp(max=n - 1)
+        ids = cx.add_constant("rows", src.contiguous())
+        table, flat = rows_table(cx, x, leading_grid(cx, x, axis, [ids]))
+        rows = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
+        shape = tuple(x.shape[:axis]) + (new,) + tuple(x.shape[axis + 1:])
+        x = cx.emit(Op.VIEW, [rows], O.ViewAttrs(shape))
+    return cx.emit(Op.COPY, [x], O.NoAttrs(), final=True)
 
 
 def _whole_factor(size, new):

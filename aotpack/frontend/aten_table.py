@@ -129,6 +129,10 @@ def _reduce(op: Op):
         if dtype is not None:
             x = _to_copy(cx, x, dtype) if dtype != x.dtype.to_torch() else x
         dims = _reduce_dims(dims, len(x.shape))
+        if op == Op.SUM and x.dtype == DType.BOOL:  # a count: exact in f32 up to 2**24
+            wide = cx.emit(Op.CAST, [x], O.CastAttrs(DType.F32))
+            total = cx.emit(op, [wide], O.ReduceAttrs(dims, bool(keepdim)))
+            return cx.emit(Op.CAST, [total], O.CastAttrs(DType.I64), final=True)
         if op == Op.SUM and _few_inner(x, dims):
             return _sum_of_slices(cx, x, dims[0], keepdim)
         return cx.emit(op, [x], O.ReduceAttrs(dims, bool(keepdim)), final=True)
