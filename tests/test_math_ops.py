@@ -159,3 +159,32 @@ def test_more_ops_match_eager(name):
     want = model(x)
     assert got.dtype == want.dtype and got.shape == want.shape
     assert torch.allclose(got.double(), want.double(), atol=1e-6), name
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_embedding_bags_of_one_length(mode, dynamic):
+    """nn.EmbeddingBag on 2-D ids (fastText, DLRM's sparse features): a lookup reduced per
+    bag, for any batch when it is dynamic; bags of run-time lengths (1-D ids with offsets)
+    are refused by name."""
+    torch.manual_seed(0)
+    bag = torch.nn.EmbeddingBag(50, 8, mode=mode)
+    model = _Apply(lambda ids: bag(ids) * 2)
+    dims = ({0: torch.export.Dim("B", min=1, max=16)},) if dynamic else None
+    program = compile_graph(to_graph(model, (torch.randint(0, 50, (3, 4)),), dims))
+    ids = torch.randint(0, 50, (5 if dynamic else 3, 4))
+    (got,) = run_reference(program, [ids])
+    assert torch.allclose(got, model(ids), atol=1e-6)
+
+
+def test_embedding_bags_of_run_time_lengths_are_refused():
+    from aotpack.errors import UserError
+
+    bag = torch.nn.EmbeddingBag(50, 8)
+
+    class Offsets(torch.nn.Module):
+        def forward(self, ids, offsets):
+            return bag(ids, offsets)
+
+    with pytest.raises(UserError, match="offsets computed at run time"):
+        to_graph(Offsets(), (torch.randint(0, 50, (10,)), torch.tensor([0, 3, 7])))

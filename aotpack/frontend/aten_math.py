@@ -183,6 +183,46 @@ def _adaptive_max_pool(cx, x, output_size):
     return [_pool(cx, x, O.PoolAttrs("max", kernel, kernel), False), None]
 
 
+def _embedding_bag(cx, weight, indices, offsets, scale_grad_by_freq=False, mode=0,
+                   sparse=False, per_sample_weights=None, include_last_offset=False,
+                   padding_idx=None):
+    """nn.EmbeddingBag of bags of one length (2-D ids, which torch flattens with offsets
+    arange(0, B*L, L)): an embedding lookup viewed [B, L, D] and reduced over the bag (sum,
+    mean, max; per-sample weights with sum). Bags of run-time lengths are refused."""
+    import torch
+
+    from aotpack.ir.sym import floordiv
+
+    samples = cx.constant_samples(offsets) if isinstance(offsets, Value) else None
+    if samples is None:
+        raise Unsupported("embedding bags with offsets computed at run time (bags of "
+                          "run-time lengths)")
+    if padding_idx is not None and padding_idx >= 0:
+        raise Unsupported("embedding bags with a padding_idx")
+    steps = set()
+    for _, t in samples:
+        t = t.reshape(-1).long()
+        step = int(t[1] - t[0]) if t.numel() > 1 else None
+        if int(t[0]) != 0 or (step is not None and not bool(
+                (t == step * torch.arange(t.numel())).all())):
+            raise Unsupported("embedding bags of different lengths")
+        steps.add(step)
+    steps.discard(None)
+    length = steps.pop() if len(steps) == 1 else indices.shape[0] if not steps else None
+    if length is None or include_last_offset:
+        raise Unsupported("embedding bags of different lengths (or include_last_offset)")
+    rows = cx.emit(Op.EMBEDDING, [weight, indices], O.NoAttrs())  # [B*L, D]
+    if per_sample_weights is not None:
+        if mode != 0:
+            raise Unsupported("per-sample weights with a mode other than sum")
+        scale = cx.emit(Op.UNSQUEEZE, [per_sample_weights], O.DimAttrs((1,)))
+        rows = cx.emit(Op.MUL, [rows, scale], O.BinaryAttrs())
+    bags = floordiv(indices.shape[0], length)
+    rows = cx.emit(Op.VIEW, [rows], O.ViewAttrs((bags, length, weight.shape[1])))
+    op = {0: Op.SUM, 1: Op.MEAN, 2: Op.AMAX}[int(mode)]
+    return [cx.emit(op, [rows], O.ReduceAttrs((1,), False)), None, None, None]
+
+
 def _flip(cx, x, dims):
     """x reversed along `dims` (static sizes): a row gather by reversed constant indices per
     dim, leading dims kept by aranges (the bidirectional LSTM/GRU's backward direction)."""
@@ -270,6 +310,8 @@ RULES = {
     "aten.var_mean.correction": _var_mean, "aten.logical_xor.default": _xor,
     "aten.bitwise_xor.Tensor": _xor, "aten.hypot.default": _hypot,
     "aten.adaptive_max_pool2d.default": _adaptive_max_pool,
+    "aten._embedding_bag.default": _embedding_bag,
+    "aten._embedding_bag_forward_only.default": _embedding_bag,
     # a data check inside torch's own code (one_hot's class range): not run in a bundle, as
     # torch._check and _assert_scalar are not
     "aten._assert_async.msg": lambda cx, *args, **kwargs: None,
