@@ -51,9 +51,14 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
         pads = tuple((p, p) for p in _ints(padding, max(len(x.shape) - 2, 1)))
         return conv_transpose_nchw(cx, x, weight, b if known is None else known, stride, pads,
                                    output_padding, dilation, int(groups))
+    if len(x.shape) == 5 and len(w.shape) == 5:
+        from aotpack.frontend.aten_conv3d import conv3d_nchw
+
+        return conv3d_nchw(cx, x, _constant_weight(cx, w), b, stride, padding, dilation,
+                           int(groups))
     if len(x.shape) not in (3, 4) or len(w.shape) != len(x.shape):
-        raise Unsupported(f"a {len(x.shape) - 2}-D convolution (Conv1d and Conv2d over a "
-                          f"batch are supported)")
+        raise Unsupported(f"a {len(x.shape) - 2}-D convolution (Conv1d, Conv2d and Conv3d "
+                          f"over a batch are supported)")
     w = _constant_weight(cx, w)
     spatial = len(x.shape) - 2
     stride, dilation = _ints(stride, spatial), _ints(dilation, spatial)
@@ -65,14 +70,16 @@ def _convolution(cx, x, w, b, stride, padding, dilation, transposed, output_padd
     return convolution_nchw(cx, x, w, b, stride, pads, dilation, groups)
 
 
-def convolution_nchw(cx, x: Value, w: Value, b, stride, pads, dilation, groups) -> Value:
+def convolution_nchw(cx, x: Value, w: Value, b, stride, pads, dilation, groups,
+                     final: bool = True) -> Value:
     """A 1-D or 2-D convolution of x [N, C, (H,) W] by a known weight, `pads` (lo, hi) zeros
-    per spatial dim: CONV between the channels-last permutes (the ONNX frontend's Conv too)."""
+    per spatial dim: CONV between the channels-last permutes (the ONNX frontend's Conv too).
+    `final`: the result is the fx node's value (not a step of a 3-D convolution)."""
     spatial = len(x.shape) - 2
     stride, dilation = tuple(stride), tuple(dilation)
     if spatial == 2 and not any(map(any, pads)) and not _is_channels_last(cx, x) \
             and _is_patch_embedding(x, w, stride, (0, 0), dilation, groups):
-        return _conv2d(cx, x, w, b, stride, 0, dilation, groups)  # one GEMM: fast
+        return _conv2d(cx, x, w, b, stride, 0, dilation, groups, final)  # one GEMM: fast
     if spatial == 1:
         stride, dilation, pads = (1,) + stride, (1,) + dilation, ((0, 0),) + tuple(pads)
         oc, cg, k = w.shape
@@ -81,7 +88,7 @@ def convolution_nchw(cx, x: Value, w: Value, b, stride, pads, dilation, groups) 
     y = cx.emit(Op.CONV, [_to_channels_last(cx, x), w], attrs)
     if b is not None:
         y = cx.emit(Op.ADD, [y, b], O.BinaryAttrs())
-    return _from_channels_last(cx, y, len(x.shape))
+    return _from_channels_last(cx, y, len(x.shape), final)
 
 
 def _constant_weight(cx, w: Value) -> Value:

@@ -288,7 +288,7 @@ def _mask_kind_at(t, seq_q: int, seq_k: int) -> str | None:
     return None
 
 
-def _conv2d(cx, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+def _conv2d(cx, x, w, b=None, stride=1, padding=0, dilation=1, groups=1, final=True):
     """(aten_conv.py sends this case here.) Patch embedding (ViT): kernel == stride, no padding, dilation or groups, image a whole
     number of patches. It is a GEMM over patches: x [B, C, H, W] → patches [B·H/p·W/p, C·p·q]
     (a view, a permute and one copy), times the weight viewed [oc, C·p·q], (+ bias), back to
@@ -308,7 +308,7 @@ def _conv2d(cx, x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     wv = cx.emit(Op.VIEW, [w], O.ViewAttrs((oc, C * p * q)))
     y = cx.emit(Op.LINEAR, [t, wv] + ([b] if b is not None else []), O.NoAttrs())
     y = cx.emit(Op.VIEW, [y], O.ViewAttrs((B, hp, wq, oc)))
-    return cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((0, 3, 1, 2)), final=True)
+    return cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((0, 3, 1, 2)), final=final)
 
 
 def _pair(v) -> tuple:
