@@ -9,7 +9,10 @@ import warnings
 from pathlib import Path
 from typing import Optional
 
+import sys
+
 import typer
+import typer.rich_utils
 from rich.console import Console
 from rich.markup import escape
 
@@ -22,6 +25,10 @@ app = typer.Typer(
     help="Ahead-of-time packaging of PyTorch models for NVIDIA GPUs: one bundle file with "
          "weights, cubins and an execution plan, run by a small C++ runtime with only the driver.",
 )
+# --help piped or captured (no terminal to measure) renders at rich's 80 columns, where the
+# option table's description column is ~24 characters: give it room (TERMINAL_WIDTH wins)
+if typer.rich_utils.MAX_WIDTH is None and not sys.stdout.isatty():
+    typer.rich_utils.MAX_WIDTH = 120
 err = Console(stderr=True)
 out = Console()
 
@@ -98,8 +105,9 @@ INPUT_HELP = ("an example input, repeatable: NAME=SHAPE[:DTYPE], dims joined by 
               "(attention_mask=batch,seq). Needed for a model.pt; for other models it replaces "
               "that input's example.")
 BUNDLE_HELP = "a model.aotpack file, or the folder `aotpack build` wrote"
-DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first (a model "
-              "saved in f32: GEMMs and attention run in bf16 or f16)")
+DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first: the fast "
+              "path (without it an f32 model builds as it is, its linears and convolutions "
+              "on tf32 tensor cores)")
 DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
                 "(input_ids.1=1..4096) or NAME.DIM=LABEL:LO..HI to name it (input_ids.0=batch:1..64)"
                 "; NAME.DIM=LABEL makes another input's dim the same one. Other inputs' dims of "
