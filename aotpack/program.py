@@ -146,9 +146,10 @@ def _bound_value(s, bound, d, v: int, where: str) -> int:
             raise ShapeError(f"{where} is {v}, outside the range {s.lo}..{s.hi} of {s.name}")
         return v
     if (v - c) % k or not s.lo <= (v - c) // k <= s.hi:
+        sizes = [k * x + c for x in range(s.lo, min(s.lo + 2, s.hi + 1))]
+        listed = ", ".join(map(str, sizes)) + (f", ... {k * s.hi + c}" if s.hi > s.lo + 1 else "")
         raise ShapeError(f"{where} is {v}, which is not {d} for a whole {s.name} in "
-                         f"{s.lo}..{s.hi} (the sizes {k * s.lo + c}, {k * (s.lo + 1) + c}, ... "
-                         f"{k * s.hi + c})")
+                         f"{s.lo}..{s.hi} (the size{'s' if s.hi > s.lo else ''} {listed})")
     return (v - c) // k
 
 

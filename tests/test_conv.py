@@ -82,8 +82,8 @@ def _conv_model(module, pad=None):
 def test_conv_geometries_match_eager(name, module, shape):
     program = check_matches_eager(_conv_model(module), [torch.randn(shape)], 1e-5)
     kind = Counter(kinds(program))
-    if name == "patch_embedding":
-        assert kind["GemmOp"] == 1 and "ConvOp" not in kind  # the fast GEMM path is kept
+    if name == "patch_embedding":  # the GEMM path is kept (f32: a 1x1 conv on tf32)
+        assert kind["ConvOp"] == 1 and "GemmOp" not in kind
     else:
         assert kind["ConvOp"] == 1
         conv = next(op for op in program.ops if isinstance(op, ConvOp))
@@ -110,12 +110,13 @@ def test_nets_match_eager(name):
 
 def test_resnet18_plan():
     """BN folded (no multiply left), every conv's epilogue fused (bias, relu, shortcut add),
-    pooling kernels, 20 convs + 2 pools + 1 GEMM = 23 launches."""
+    pooling kernels, 20 convs + 2 pools + the classifier = 23 launches (in f32 the classifier
+    GEMM is a 1x1 conv on tf32 too)."""
     model, x = conv_nets.make("resnet18")
     graph = optimize(to_graph(model, [x]))
     assert not any(n.op == Op.MUL for n in graph.nodes)
     program = compile_graph(to_graph(model, [x]))
-    assert Counter(kinds(program)) == {"ConvOp": 20, "PoolOp": 2, "GemmOp": 1}
+    assert Counter(kinds(program)) == {"ConvOp": 21, "PoolOp": 2}
     convs = [op for op in program.ops if isinstance(op, ConvOp)]
     adds = [op for op in convs if any(type(s).__name__ == "EpAdd" for s in op.epilogue)]
     assert len(adds) == 8  # one shortcut per basic block
@@ -290,8 +291,25 @@ def test_training_batch_norm_is_refused():
              torch.randn(2, 3, 8, 8), "eval")
 
 
-def test_uneven_adaptive_pool_is_refused():
-    _refused(nn.AdaptiveAvgPool2d(3).eval(), torch.randn(1, 4, 7, 7), "adaptive", "7x7")
+def test_uneven_adaptive_max_pool_is_refused():
+    _refused(nn.AdaptiveMaxPool2d(3).eval(), torch.randn(1, 4, 7, 7), "adaptive", "7x7")
+
+
+def test_batch_norm_folds_from_its_exact_statistics():
+    """The folded weight is (w * scale) rounded once from f64 (Constant.exact, carried
+    through the channels-last rewrite): it was rounded twice (scale to bf16 first)."""
+    torch.manual_seed(0)
+    conv, bn = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+    with torch.no_grad():
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.uniform_(0.5, 1.5)
+    model = nn.Sequential(conv, bn).eval().to(torch.bfloat16)
+    program = compile_graph(to_graph(model, [torch.randn(1, 3, 8, 8).to(torch.bfloat16)]))
+    (op,) = [o for o in program.ops if isinstance(o, ConvOp)]
+    scale = (bn.weight.double() / (bn.running_var.double() + bn.eps).sqrt())
+    want = (conv.weight.double() * scale[:, None, None, None]).to(torch.bfloat16)
+    got = program.weights[op.w.storage].reshape(8, 3, 3, 3)  # packed (oc, kh, kw, c)
+    assert torch.equal(got, want.permute(0, 2, 3, 1).reshape(8, 3, 3, 3))
 
 
 def test_f32_conv_runs_on_tf32_tensor_cores():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from aotpack.dtypes import DType
-from aotpack.frontend.aten_table import Unsupported, binary
+from aotpack.frontend.aten_table import Unsupported
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
@@ -44,16 +44,9 @@ def _erfc(cx, x):
     return cx.emit(Op.SUB, [erf], O.BinaryAttrs(1.0, scalar_first=True), final=True)
 
 
-def _log_base(base: float):
-    def rule(cx, x):
-        return _scaled(cx, cx.emit(Op.LOG, [_value(x, "log")], O.NoAttrs()),
-                       1.0 / math.log(base), final=True)
-    return rule
-
-
-def _exp2(cx, x):
-    return cx.emit(Op.EXP, [_scaled(cx, _value(x, "exp2"), math.log(2.0))], O.NoAttrs(),
-                   final=True)
+def _log10(cx, x):
+    return _scaled(cx, cx.emit(Op.LOG2, [_value(x, "log10")], O.NoAttrs()),
+                   math.log10(2.0), final=True)
 
 
 def _elu(cx, x, alpha=1.0, scale=1.0, input_scale=1.0):
@@ -67,11 +60,13 @@ def _elu(cx, x, alpha=1.0, scale=1.0, input_scale=1.0):
 
 
 def _hyperbolic(sign: float):
-    """sinh (sign -1) and cosh (sign 1): (exp(x) + sign * exp(-x)) / 2."""
+    """sinh (sign -1): (expm1(x) - expm1(-x)) / 2, exact near 0; cosh (sign 1): (exp(x) +
+    exp(-x)) / 2."""
     def rule(cx, x):
         x = _value(x, "sinh/cosh")
-        up = cx.emit(Op.EXP, [x], O.NoAttrs())
-        down = cx.emit(Op.EXP, [cx.emit(Op.NEG, [x], O.NoAttrs())], O.NoAttrs())
+        fn = Op.EXP if sign > 0 else Op.EXPM1
+        up = cx.emit(fn, [x], O.NoAttrs())
+        down = cx.emit(fn, [cx.emit(Op.NEG, [x], O.NoAttrs())], O.NoAttrs())
         total = cx.emit(Op.ADD if sign > 0 else Op.SUB, [up, down], O.BinaryAttrs())
         return _scaled(cx, total, 0.5, final=True)
     return rule
@@ -89,17 +84,18 @@ def _isnan(cx, x):
 
 
 def _fmod(cx, x, y):
-    """x - trunc(x / y) * y: C's remainder (the sign of x), torch.fmod."""
-    x = _value(x, "fmod")
-    if not x.dtype.is_float:
-        raise Unsupported("fmod of integers")
-    quotient = cx.emit(Op.TRUNC, [binary(cx, Op.DIV, x, y)], O.NoAttrs())
-    return binary(cx, Op.SUB, x, binary(cx, Op.MUL, quotient, y), final=True)
+    """Refused, like remainder of floats: x - trunc(x / y) * y computed in f32 is off by up to
+    y where x / y rounds onto an integer (fmod(5.0, 0.1) gives 0, torch 0.0999999), and an
+    exact one needs a fused multiply-add the kernel references do not model."""
+    raise Unsupported("fmod (exact only with a fused multiply-add; compute it from integers, "
+                      "or outside the model)")
 
 
 def _min_dim(cx, x, dim, keepdim=False):
     """min over a dim with its index: amin, and argmax of -x (the first of equal minima)."""
     x = _value(x, "min")
+    if not x.dtype.is_float:  # -x of an unsigned or the most negative integer is no order
+        raise Unsupported("min over a dim of integers, with its index")
     dim = dim + len(x.shape) if dim < 0 else dim
     attrs = O.ReduceAttrs((dim,), bool(keepdim))
     negated = cx.emit(Op.NEG, [x], O.NoAttrs())
@@ -121,6 +117,8 @@ def _any(cx, x, dims=None, keepdim=False):
 def _argmin(cx, x, dim=None, keepdim=False):
     """argmin: argmax of -x (the first of equal minima, as torch)."""
     x = _value(x, "argmin")
+    if not x.dtype.is_float:  # argmax(-x): -x of an unsigned or the most negative int fails
+        raise Unsupported("argmin of integers")
     if dim is None:
         raise Unsupported("argmin over all dims (give dim)")
     dim = dim + len(x.shape) if dim < 0 else dim
@@ -298,8 +296,8 @@ RULES = {
     "aten.ceil.default": _float_unary(Op.CEIL, integer_identity=True),
     "aten.trunc.default": _float_unary(Op.TRUNC, integer_identity=True),
     "aten.round.default": _float_unary(Op.ROUND, integer_identity=True),
-    "aten.log2.default": _log_base(2.0), "aten.log10.default": _log_base(10.0),
-    "aten.exp2.default": _exp2, "aten.elu.default": _elu,
+    "aten.log2.default": _float_unary(Op.LOG2), "aten.log10.default": _log10,
+    "aten.exp2.default": _float_unary(Op.EXP2), "aten.elu.default": _elu,
     "aten.sinh.default": _hyperbolic(-1.0), "aten.cosh.default": _hyperbolic(1.0),
     "aten.tan.default": _tan, "aten.isnan.default": _isnan,
     "aten.fmod.Scalar": _fmod, "aten.fmod.Tensor": _fmod,

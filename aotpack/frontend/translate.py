@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_conv import RULES as CONV_RULES
@@ -115,24 +116,36 @@ def _every_user_frame():
     names the line that holds the op."""
     import torch.fx.proxy as proxy
 
-    original = getattr(proxy.TracerBase, "_filter_traceback_frames", None)
-    if original is None:  # another torch: its own frames, as before
-        yield
-        return
-
-    def below_forward_too(self, summary):
-        saved = getattr(self, "_record_forward_stack_traces_only", False)
-        self._record_forward_stack_traces_only = False
-        try:
-            return original(self, summary)
-        finally:
-            self._record_forward_stack_traces_only = saved
-
-    proxy.TracerBase._filter_traceback_frames = below_forward_too
+    with _FRAMES_LOCK:  # one patch for all threads exporting at once, removed by the last
+        global _FRAMES_DEPTH, _FRAMES_ORIGINAL
+        if _FRAMES_DEPTH == 0:
+            _FRAMES_ORIGINAL = getattr(proxy.TracerBase, "_filter_traceback_frames", None)
+            if _FRAMES_ORIGINAL is not None:
+                proxy.TracerBase._filter_traceback_frames = _below_forward_too
+        _FRAMES_DEPTH += 1
     try:
         yield
     finally:
-        proxy.TracerBase._filter_traceback_frames = original
+        with _FRAMES_LOCK:
+            _FRAMES_DEPTH -= 1
+            if _FRAMES_DEPTH == 0 and _FRAMES_ORIGINAL is not None:
+                proxy.TracerBase._filter_traceback_frames = _FRAMES_ORIGINAL
+
+
+_FRAMES_LOCK = threading.Lock()
+_FRAMES_DEPTH = 0
+_FRAMES_ORIGINAL = None
+
+
+def _below_forward_too(self, summary):
+    """torch's frame filter with its forward-frames-only switch off (another torch without the
+    switch: the attribute is ignored)."""
+    saved = getattr(self, "_record_forward_stack_traces_only", False)
+    self._record_forward_stack_traces_only = False
+    try:
+        return _FRAMES_ORIGINAL(self, summary)
+    finally:
+        self._record_forward_stack_traces_only = saved
 
 
 def _unaliased(example_inputs) -> tuple:
@@ -332,7 +345,8 @@ class _Translator:
         if self._fold_constant_call(n, computed_only=rule is not None):
             return
         if rule is None:
-            if str(n.target).split(".")[1] in _FACTORIES:  # folds, unless its arguments do not
+            parts = str(n.target).split(".")  # (higher-order ops' names have no dots)
+            if len(parts) == 3 and parts[1] in _FACTORIES:  # folds, unless its arguments do not
                 raise self._error(f"{n.target} with arguments read from tensor values at run "
                                   f"time (.item(), a 0-d tensor) is not supported: compute "
                                   f"them from sizes or Python numbers")

@@ -232,9 +232,9 @@ class GraphBuilder:
         self.nodes.append(Node(op, tuple(self.get(v) for v in inputs), attrs, (out,), loc))
         return out
 
-    def add_constant(self, name: str, tensor, dtype: DType) -> Value:
+    def add_constant(self, name: str, tensor, dtype: DType, exact=None) -> Value:
         value = Value(self.fresh(name), dtype, tuple(tensor.shape))
-        self.constants[value.name] = Constant(value, tensor)
+        self.constants[value.name] = Constant(value, tensor, exact)
         return value
 
     def finish(self) -> Graph:

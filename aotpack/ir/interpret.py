@@ -184,6 +184,7 @@ def _build():
         Op.RELU6: lambda a, x: F.relu6(x), Op.HARDSWISH: lambda a, x: F.hardswish(x),
         Op.HARDSIGMOID: lambda a, x: F.hardsigmoid(x), Op.CONV: _conv, Op.POOL: _pool,
         Op.ERF: lambda a, x: x.erf(), Op.LOG1P: lambda a, x: x.log1p(),
+        Op.LOG2: lambda a, x: x.log2(), Op.EXP2: lambda a, x: x.exp2(),
         Op.EXPM1: lambda a, x: x.expm1(), Op.SIGN: lambda a, x: x.sign(),
         Op.FLOOR: lambda a, x: x.floor(), Op.CEIL: lambda a, x: x.ceil(),
         Op.TRUNC: lambda a, x: x.trunc(), Op.ROUND: lambda a, x: x.round(),

@@ -48,6 +48,8 @@ class Op(enum.Enum):
     HARDSWISH = "hardswish"  # x * relu6(x + 3) / 6
     HARDSIGMOID = "hardsigmoid"  # relu6(x + 3) / 6
     ERF = "erf"
+    LOG2 = "log2"
+    EXP2 = "exp2"
     LOG1P = "log1p"  # log(1 + x), exact for small x
     EXPM1 = "expm1"  # exp(x) - 1, exact for small x
     SIGN = "sign"
@@ -119,7 +121,7 @@ class Op(enum.Enum):
 BINARY = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MAX, Op.MIN, Op.POW)
 UNARY = (Op.NEG, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.RECIP, Op.ABS, Op.SIN, Op.COS, Op.TANH,
          Op.SIGMOID, Op.RELU, Op.SILU, Op.GELU, Op.RELU6, Op.HARDSWISH, Op.HARDSIGMOID,
-         Op.ERF, Op.LOG1P, Op.EXPM1, Op.SIGN, Op.FLOOR, Op.CEIL, Op.TRUNC, Op.ROUND)
+         Op.ERF, Op.LOG2, Op.EXP2, Op.LOG1P, Op.EXPM1, Op.SIGN, Op.FLOOR, Op.CEIL, Op.TRUNC, Op.ROUND)
 COMPARE = (Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE)
 LOGIC = (Op.AND, Op.OR)
 ELEMENTWISE = BINARY + UNARY + (Op.CAST,) + COMPARE + LOGIC + (Op.NOT, Op.WHERE)

@@ -113,7 +113,9 @@ class _Propagation:
         c = self.b.constants.get(v.name)
         if c is not None and not c.tensor.is_meta and c.tensor.numel() <= _SMALL_CONSTANT:
             t = c.tensor.reshape(shape).permute(perm).contiguous()
-            return self.b.add_constant(f"{v.name}_cl", t, v.dtype)
+            exact = None if c.exact is None else \
+                c.exact.reshape(shape).permute(perm).contiguous()  # for fold_conv_bn
+            return self.b.add_constant(f"{v.name}_cl", t, v.dtype, exact)
         if not is_static(shape) and len(v.shape) != r:
             return None
         if len(v.shape) != r:

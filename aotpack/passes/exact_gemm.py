@@ -7,7 +7,8 @@ kernels accumulate in f32, so `linear(cast_f32(a16), cast_f32(w16))` equals
 `cast_f32(linear(a16, w16))` computed with an f32 output (the cast is the GEMM's output
 dtype: gemm_chain's "cast" step, no rounding to 16 bits in between). Only the order of the
 additions differs, as between any two GEMM kernels. An f32 operand that is not such an upcast
-(computed in f32) keeps the GEMM f32: refused by the GEMM template with what to do.
+(computed in f32) keeps the GEMM f32: in a 16-bit model refused by the GEMM template with what
+to do; in an f32 model a tf32 1x1 convolution (lower_conv.f32_gemm_as_conv).
 """
 from __future__ import annotations
 

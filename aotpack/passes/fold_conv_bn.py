@@ -3,7 +3,8 @@
 CONV → [+ bias b] → * s → [+ t], with b, s, t constants per output channel (shape [OC] after
 leading ones, or s a Python number) and every intermediate read only by the next, becomes
 CONV with weight w * s → + (b * s + t): batch norm costs nothing at run time. The products are
-computed in f32 (f64 for the statistics, in the frontend) and stored in the weight's dtype.
+computed in f64 from the statistics' exact values (Constant.exact, kept by the frontend and
+channels_last) and rounded once, to the weight's dtype.
 Runs after canonicalize (constants are plain; a weight may be reached through a view of a
 constant, e.g. a Conv1d's weight viewed as [OC, C, 1, K]).
 """

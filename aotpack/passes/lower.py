@@ -336,7 +336,17 @@ class _Lowering:
         out = self._new_storage(chain.end)
         out2d = _flatten_2d(out)
         op = GemmOp(a_arg, b_arg, out2d, tuple(epilogue))
-        self.ops.append(lower_conv.f32_gemm_as_conv(op) or op)
+        self.ops.append(op if self._sixteen_bit() else lower_conv.f32_gemm_as_conv(op) or op)
+
+    def _sixteen_bit(self) -> bool:
+        """The model computes in bf16/f16 (a weight or input of that dtype). An f32 GEMM in such
+        a model (an MoE router over an f32 norm) wants f32 products, which tf32 is not (a
+        near-tie may pick another expert): it stays a GEMM, which the template refuses with
+        what to do, rather than turning into a tf32 convolution."""
+        if not hasattr(self, "_narrow"):
+            values = [c.value for c in self.g.constants.values()] + list(self.g.inputs)
+            self._narrow = any(v.dtype in (DType.BF16, DType.F16) for v in values)
+        return self._narrow
 
     def _epilogue(self, chain: Chain) -> list:
         """The epilogue steps of a GEMM or CONV chain (a linear's own bias first)."""

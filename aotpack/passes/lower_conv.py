@@ -132,11 +132,12 @@ def _pointwise_gemm_operand(x, w_arg, attrs, kernel):
 
 
 def f32_gemm_as_conv(op: GemmOp) -> ConvOp | None:
-    """An f32 GEMM as a 1x1 convolution over M pixels, or None. The GEMM template runs bf16
-    and f16 only; the implicit-GEMM conv kernel runs f32 on tf32 tensor cores (10-bit
-    mantissa, f32 accumulation: about 1e-3 relative, as torch with allow_tf32), with the same
-    epilogue, so an f32 model's linears build instead of being refused. SwiGLU-paired and
-    FP8-scaled GEMMs are not f32."""
+    """An f32 GEMM of an f32 model as a 1x1 convolution over M pixels, or None. The GEMM
+    template runs bf16 and f16 only; the implicit-GEMM conv kernel runs f32 on tf32 tensor
+    cores (10-bit mantissa, f32 accumulation: about 1e-3 relative, what torch gives with
+    torch.backends.cuda.matmul.allow_tf32, not its default full f32), with the same epilogue,
+    so an f32 model's linears build instead of being refused. SwiGLU-paired and FP8-scaled
+    GEMMs are not f32."""
     from aotpack.kernels.spec import swiglu_group
 
     if {op.a.dtype, op.b.dtype} != {DType.F32} or swiglu_group(op) or op.b_scale is not None \

@@ -17,6 +17,7 @@ _UNARY_FN = {
     Op.RECIP: "recip", Op.ABS: "abs", Op.SIN: "sin", Op.COS: "cos", Op.TANH: "tanh",
     Op.SIGMOID: "sigmoid", Op.RELU: "relu", Op.SILU: "silu", Op.RELU6: "relu6",
     Op.HARDSWISH: "hardswish", Op.HARDSIGMOID: "hardsigmoid", Op.ERF: "erf", Op.LOG1P: "log1p",
+    Op.LOG2: "log2", Op.EXP2: "exp2",
     Op.EXPM1: "expm1", Op.SIGN: "sign", Op.FLOOR: "floor", Op.CEIL: "ceil", Op.TRUNC: "trunc",
     Op.ROUND: "round",
 }

@@ -228,6 +228,15 @@ std::shared_ptr<const ShapePlan> build_shape_plan(const Manifest& m, const int64
   }
 }
 
+// " (the sizes 32, 48, ... 128" of a derived dim scale*S + offset: the first two and the last
+// (each evaluated at load, so no overflow; one size when the range is one value).
+static std::string sizes_of(const Manifest::Binder& b, const SymbolSpec& s) {
+  auto at = [&](int64_t v) { return b.scale * v + b.offset; };
+  if (s.min == s.max) return cat(" (the size ", at(s.min));
+  if (s.max - s.min == 1) return cat(" (the sizes ", at(s.min), ", ", at(s.max));
+  return cat(" (the sizes ", at(s.min), ", ", at(s.min + 1), ", ... ", at(s.max));
+}
+
 void bind_symbols(const Manifest& m, const aotpack_shape* shapes, int64_t* syms) {
   for (size_t i = 0; i < m.inputs.size(); ++i)
     if (shapes[i].rank != int32_t(m.inputs[i].dims.size()))
@@ -252,9 +261,8 @@ void bind_symbols(const Manifest& m, const aotpack_shape* shapes, int64_t* syms)
         floor_div(rest, b.scale) < sym.min || floor_div(rest, b.scale) > sym.max)
       fail(AOTPACK_INVALID_ARGUMENT, "input '", input, "' dim ", b.dim, " is ", dim,
            ", which is not ", m.exprs[size_t(m.inputs[b.input].dims[b.dim].expr)].text(),
-           " for a whole ", sym.name, " in ", sym.min, "..", sym.max, " (the sizes ",
-           b.scale * sym.min + b.offset, ", ", b.scale * (sym.min + 1) + b.offset, ", ... ",
-           b.scale * sym.max + b.offset, "; the bundle was built for them)");
+           " for a whole ", sym.name, " in ", sym.min, "..", sym.max, sizes_of(b, sym),
+           "; the bundle was built for them)");
     syms[s] = floor_div(rest, b.scale);
   }
 }

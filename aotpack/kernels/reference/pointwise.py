@@ -15,6 +15,7 @@ def _unary(fn: str, x):
         "sigmoid": torch.sigmoid, "relu": F.relu, "silu": F.silu, "abs": torch.abs,
         "recip": torch.reciprocal, "relu6": F.relu6, "hardswish": F.hardswish,
         "hardsigmoid": F.hardsigmoid, "erf": torch.erf, "log1p": torch.log1p,
+        "log2": torch.log2, "exp2": torch.exp2,
         "expm1": torch.expm1, "sign": torch.sign, "floor": torch.floor, "ceil": torch.ceil,
         "trunc": torch.trunc, "round": torch.round,
         "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
@@ -41,7 +42,7 @@ def _binary(fn: str, a, b):
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "silu",
          "abs", "recip", "gelu_tanh", "gelu_erf", "relu6", "hardswish", "hardsigmoid", "not",
-         "erf", "log1p", "expm1", "sign", "floor", "ceil", "trunc", "round")
+         "erf", "log2", "exp2", "log1p", "expm1", "sign", "floor", "ceil", "trunc", "round")
 BINARY = ("add", "sub", "mul", "div", "floordiv", "max", "min", "pow", "eq", "ne", "lt", "le",
           "gt", "ge", "and", "or")
 

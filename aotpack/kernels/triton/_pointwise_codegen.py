@@ -29,7 +29,8 @@ UNARY = {
     "hardswish": "({0} * (tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) * (1.0 / 6.0)))",
     "hardsigmoid": "(tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) * (1.0 / 6.0))",
     "erf": "tl.erf({0})", "log1p": "_log1p({0})", "expm1": "_expm1({0})",
-    "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, {0}))",  # 0 and NaN stay
+    "log2": "tl.log2({0})", "exp2": "tl.exp2({0})",
+    "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",  # NaN and -0: 0, as torch
     "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))", "round": "_round_even({0})",
 }
@@ -84,7 +85,8 @@ def _log1p(x):
     # Kahan: log(u) * x / (u - 1) with u = 1 + x rounded cancels the rounding of u
     u = 1.0 + x
     d = u - 1.0
-    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    y = tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    return tl.where(x == float("inf"), x, y)  # inf / inf above
 
 
 @triton.jit
@@ -103,7 +105,8 @@ def _round_even(x):
     r = tl.floor(x + 0.5)
     tie = (r - x) == 0.5
     odd = (r - 2.0 * tl.floor(r * 0.5)) == 1.0
-    return tl.where(tie & odd, r - 1.0, r)
+    # from 2**23 up every f32 is an integer (and x + 0.5 would round to even)
+    return tl.where(tl.abs(x) >= 8388608.0, x, tl.where(tie & odd, r - 1.0, r))
 
 
 @triton.jit
