@@ -332,3 +332,16 @@ def test_norms_over_the_inputs_own_statistics(norm, shape):
             p.normal_()
     program = check_matches_eager(norm.eval(), [torch.randn(shape)], 1e-5)
     assert "LayerNormOp" in kinds(program)
+
+
+class _Reversed(nn.Module):
+    """x[:, [2, 1, 0]]: BGR to RGB. A descending constant index stepped evenly was made a
+    view with a negative stride, which no kernel or reference reads: a row gather now."""
+
+    def forward(self, x):
+        return x[:, [2, 1, 0]] * 2 + x[..., [3, 2, 1, 0]]
+
+
+def test_descending_constant_indices_are_a_gather():
+    program = check_matches_eager(_Reversed(), [torch.randn(2, 3, 4, 4)], 1e-6)
+    assert "EmbeddingOp" in kinds(program)

@@ -210,7 +210,9 @@ def _index(cx, x, indices):
         tensors = torch.broadcast_tensors(*(s[j][1] for s in samples))
         sizes = [_at(x.shape[k], point) for k in picked]
         fit = [_affine(t.long(), size) for t, size in zip(tensors, sizes)]
-        if any(f is None for f in fit):
+        if any(f is not None and any(a is not None and a < 0 for a in f[1]) for f in fit):
+            fit = [None]  # a descending index (x[:, [2, 1, 0]], BGR to RGB): no view has
+            #               negative strides, so a row gather
             if len(samples[0]) > 1:
                 raise Unsupported("index tensors that follow the dims' sizes and do not step "
                                   "evenly through them")
