@@ -127,25 +127,12 @@ def _argmin(cx, x, dim=None, keepdim=False):
 
 
 def _var_mean(cx, x, dims=None, *, correction=None, keepdim=False):
-    """(var, mean) over dims: mean, centre, square, reduce (as aten_table's var)."""
-    from aotpack.frontend.aten_table import _reduce_dims
+    """(var, mean) over dims."""
+    from aotpack.frontend.aten_table import _reduce_dims, variance
 
     x = _value(x, "var_mean")
-    dims = _reduce_dims(dims, len(x.shape))
-    n = 1
-    for d in dims:
-        if not isinstance(x.shape[d], int):
-            raise Unsupported("a symbolic reduced dim")
-        n *= x.shape[d]
-    correction = 1 if correction is None else correction
-    if n - correction <= 0:
-        raise Unsupported(f"correction={correction} over {n} elements")
-    centre = cx.emit(Op.MEAN, [x], O.ReduceAttrs(dims, True))
-    centred = cx.emit(Op.SUB, [x, centre], O.BinaryAttrs())
-    total = cx.emit(Op.SUM, [cx.emit(Op.MUL, [centred, centred], O.BinaryAttrs())],
-                    O.ReduceAttrs(dims, bool(keepdim)))
-    var = cx.emit(Op.MUL, [total], O.BinaryAttrs(1.0 / (n - correction)))
-    mean = cx.emit(Op.MEAN, [x], O.ReduceAttrs(dims, bool(keepdim)))
+    var = variance(cx, x, dims, correction, keepdim)
+    mean = cx.emit(Op.MEAN, [x], O.ReduceAttrs(_reduce_dims(dims, len(x.shape)), bool(keepdim)))
     return [var, mean]
 
 

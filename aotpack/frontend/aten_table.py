@@ -169,26 +169,29 @@ def _var(sqrt: bool):
     """var / std as mean, centre, square, reduce: the reduction kernels run it (and a written-out
     LayerNorm over var(unbiased=False) is still recognised by fuse_patterns)."""
     def rule(cx, x, dims=None, *, correction=None, keepdim=False):
-        dims = _reduce_dims(dims, len(x.shape))
-        n = 1
-        for d in dims:
-            if not isinstance(x.shape[d], int):
-                raise Unsupported("a symbolic reduced dim")
-            n *= x.shape[d]
-        correction = 1 if correction is None else correction
-        if n - correction <= 0:
-            raise Unsupported(f"correction={correction} over {n} elements")
-        mean = cx.emit(Op.MEAN, [x], O.ReduceAttrs(dims, True))
-        centred = cx.emit(Op.SUB, [x, mean], O.BinaryAttrs())
-        square = cx.emit(Op.MUL, [centred, centred], O.BinaryAttrs())
-        if correction == 0:
-            var = cx.emit(Op.MEAN, [square], O.ReduceAttrs(dims, bool(keepdim)), final=not sqrt)
-        else:
-            total = cx.emit(Op.SUM, [square], O.ReduceAttrs(dims, bool(keepdim)))
-            var = cx.emit(Op.MUL, [total], O.BinaryAttrs(1.0 / (n - correction)),
-                          final=not sqrt)
+        var = variance(cx, x, dims, correction, keepdim, final=not sqrt)
         return cx.emit(Op.SQRT, [var], O.NoAttrs(), final=True) if sqrt else var
     return rule
+
+
+def variance(cx, x, dims, correction, keepdim, final: bool = False) -> Value:
+    """x's variance over dims (torch's correction, default 1): mean, centre, square, reduce."""
+    dims = _reduce_dims(dims, len(x.shape))
+    n = 1
+    for d in dims:
+        if not isinstance(x.shape[d], int):
+            raise Unsupported("a symbolic reduced dim")
+        n *= x.shape[d]
+    correction = 1 if correction is None else correction
+    if n - correction <= 0:
+        raise Unsupported(f"correction={correction} over {n} elements")
+    mean = cx.emit(Op.MEAN, [x], O.ReduceAttrs(dims, True))
+    centred = cx.emit(Op.SUB, [x, mean], O.BinaryAttrs())
+    square = cx.emit(Op.MUL, [centred, centred], O.BinaryAttrs())
+    if correction == 0:
+        return cx.emit(Op.MEAN, [square], O.ReduceAttrs(dims, bool(keepdim)), final=final)
+    total = cx.emit(Op.SUM, [square], O.ReduceAttrs(dims, bool(keepdim)))
+    return cx.emit(Op.MUL, [total], O.BinaryAttrs(1.0 / (n - correction)), final=final)
 
 
 def _softmax(op: Op):
