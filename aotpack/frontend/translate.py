@@ -369,8 +369,12 @@ class _Translator:
         except (ValueError, KeyError, IndexError, NotImplementedError) as e:
             # a rule meeting what it was not written for (a complex dtype, an odd argument):
             # the user's one-line refusal with the node and the line, not a traceback
+            hint = ("; values computed from constants are evaluated at the dims' maxima: a "
+                    "table (positions) indexed past its end means a range larger than the "
+                    "model allows, so lower that maximum"
+                    if isinstance(e, IndexError) and self.table.symbols else "")
             raise self._error(f"{n.target} cannot be translated ({type(e).__name__}: "
-                              f"{e})") from None
+                              f"{e}){hint}") from None
 
     def _guard(self, n) -> None:
         """A condition on the dims the model's code asserts (torch.export records it): kept
