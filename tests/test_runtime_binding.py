@@ -385,7 +385,7 @@ def test_check_file_v2(tmp_path, change, code, needle):
     m = manifest_v2()
     if change == "unbindable":
         m["symbols"].append({"name": "T", "min": 1, "max": 8})
-        m["inputs"][1]["shape"][1] = "2*T"
+        m["inputs"][1]["shape"][1] = "T/2"  # (2*T would bind T: a derived dim)
     elif change == "expr_in_block":
         m["kernels"][0]["block"][0] = "B"
     elif change == "unknown_symbol":

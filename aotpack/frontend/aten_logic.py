@@ -213,6 +213,7 @@ def _index(cx, x, indices):
         if any(f is not None and any(a is not None and a < 0 for a in f[1]) for f in fit):
             fit = [None]  # a descending index (x[:, [2, 1, 0]], BGR to RGB): no view has
             #               negative strides, so a row gather
+        if any(f is None for f in fit):
             if len(samples[0]) > 1:
                 raise Unsupported("index tensors that follow the dims' sizes and do not step "
                                   "evenly through them")
