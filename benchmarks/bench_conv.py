@@ -114,6 +114,21 @@ def kernel_times(fn, reps: int = 5) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def kernel_trace(fn) -> list:
+    """[kernel name, GPU µs] of each launch of one forward, in launch order: the bundle's steps
+    share kernel names (depthwise_kernel, gemm_kernel), so per-step times need the order."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    events.sort(key=lambda e: e.time_range.start)
+    return [[e.name, round(e.device_time_total, 1)] for e in events]
+
+
 def copy_ms(nbytes: int) -> float:
     """A device copy reading and writing `nbytes` in all: the depthwise convs' floor."""
     src = torch.empty(max(1, nbytes // 4), dtype=torch.uint8, device="cuda")
@@ -196,6 +211,7 @@ def run_aotpack(model, x, row, name, batch, tmp: Path, tune: str, kernel_report:
     fn = lambda: session.run([xn], out)[0]  # noqa: E731
     if kernel_report:
         row["kernel_ms"] = kernel_times(fn)
+        row["kernel_trace_us"] = kernel_trace(fn)
         dw = depthwise_bytes(model, x)
         if dw:
             row["depthwise_mib"] = round(dw / 2**20, 1)

@@ -356,3 +356,24 @@ def test_gpu_resnet18_bundle_matches_eager(tmp_path, batch):
     with torch.no_grad():
         want = model.cuda()(x.cuda())
     assert rel_err(got.float().cpu(), want.float().cpu()) < 3e-2
+
+
+def test_depthwise_rows_of_8_times_odd_channels_load_whole_vectors():
+    """72 channels (MobileNetV3, EfficientNet): a row starts 144 bytes after the last, so the
+    kernel must know the stride is a multiple of 8 (Triton's JIT only knows 16) to load 16-byte
+    vectors; without it every load was a scalar one and the registers spilled. A 5x5 window
+    loops over its rows at run time (all 25 tiles unrolled spilled too)."""
+    from aotpack.kernels.triton import conv as conv_kernels
+    from program_checks import sass_or_skip
+    from support.sass import count_instructions
+
+    model = nn.Sequential(nn.Conv2d(16, 72, 1), nn.ReLU(),
+                          nn.Conv2d(72, 72, 5, padding=2, groups=72), nn.ReLU())
+    model = model.eval().to(torch.bfloat16)
+    program = compile_graph(to_graph(model, [torch.randn(4, 16, 28, 28).to(torch.bfloat16)]))
+    (op,) = [o for o in program.ops if isinstance(o, ConvOp) and o.depthwise]
+    assert op.x.strides[2] == 72 and op.x.strides[3] == 1  # channels-last, rows of 72
+    listing = sass_or_skip(conv_kernels.compile(op)[0].kernel.cubin)
+    assert count_instructions(listing, "STL") == 0 and count_instructions(listing, "LDL") == 0
+    assert count_instructions(listing, "LDG.E.U16") == 0
+    assert count_instructions(listing, "LDG.E.128") > 0

@@ -296,6 +296,17 @@ def transformer_f32():
     return Classifier().eval(), (x, pad), (dims, dims)
 
 
+def mobilenet_v3():
+    """MobileNetV3-Large (examples/vision_nets.py) at 96x96, bf16, batch 1..4: depthwise convs
+    over 8*odd channels (72, 120, 200, 184: rows whose 16-byte loads need the kernel to know
+    the stride divides by 8; they spilled without), squeeze-excitation gates, hardswish."""
+    import conv_nets
+
+    model, (x,) = conv_nets.make_vision("mobilenet_v3_large", batch=2, size=96,
+                                        source="plain")
+    return model, (x,), ({0: torch.export.Dim("B", min=1, max=4)},)
+
+
 _HERE = "tests/gpu/model_cases.py"
 MODELS = [
     ModelCase("mlp_dynamic", f"{_HERE}:mlp_dynamic"),
@@ -320,4 +331,5 @@ MODELS = [
     ModelCase("upsample_dynamic", f"{_HERE}:upsample_dynamic"),
     ModelCase("math_functions", f"{_HERE}:math_functions"),
     ModelCase("transformer_f32", f"{_HERE}:transformer_f32"),
+    ModelCase("mobilenet_v3", f"{_HERE}:mobilenet_v3", cpu_verify=False),  # 1 min on 2 cores
 ]

@@ -15,7 +15,7 @@ from aotpack.ir.sym import bounds, divisible, subs_tree
 from aotpack.kernels.spec import COUNTERS, SM90, Launch, Target, TensorArg
 from aotpack.kernels.triton.compile import (
     F32, I32, I64, ArgValue, Const, Counters, Desc, Ptr, Scratch, TritonKernel, compile_kernel,
-    launch,
+    int_divisibility, launch,
 )
 
 _I32_MAX = 2**31 - 1
@@ -59,8 +59,8 @@ _KERNELS: dict[tuple, TritonKernel] = {}
 
 
 def _specialisation_key(plan: KernelPlan, target: Target) -> tuple:
-    """What decides the cubin: argument kinds, constexpr values, 16-divisibility of ints and
-    pointer offsets (compile.py specialises those), options and target."""
+    """What decides the cubin: argument kinds, constexpr values, the divisibility of ints and
+    of pointer offsets (compile.py specialises those), options and target."""
     parts = []
     for name, v in plan.args.items():
         if isinstance(v, Const):
@@ -72,7 +72,7 @@ def _specialisation_key(plan: KernelPlan, target: Target) -> tuple:
         elif isinstance(v, Desc):
             parts.append((name, "d", v.arg.dtype.value, tuple(v.block)))
         elif isinstance(v, I32):
-            parts.append((name, "i32", divisible(v.value, 16) and v.value != 0))
+            parts.append((name, "i32", int_divisibility(v.value)))
         else:
             parts.append((name, type(v).__name__))
     return (plan.fn.fn.__module__, plan.fn.fn.__name__, tuple(parts), plan.num_warps,
@@ -132,6 +132,28 @@ def jit_launcher(plan: KernelPlan, env):
     kernel = plan.fn[plan.grid]
     options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages}
     return lambda: kernel(**kwargs, **options)
+
+
+def aot_launcher(plan: KernelPlan, env, target: Target = SM90):
+    """As jit_launcher, but the kernel is compiled as the bundle compiles it (compile.py's
+    signature: the facts about integer arguments the JIT would not specialise on, such as a
+    divisibility of 8), so a benchmark times the bundle's own code."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from aotpack.kernels.triton.compile import _signature
+
+    sig, constexprs, attrs = _signature(plan.fn, plan.args)
+    major, minor = target.cc
+    compiled = triton.compile(
+        ASTSource(fn=plan.fn, signature=sig, constexprs=constexprs, attrs=attrs),
+        target=GPUTarget("cuda", major * 10 + minor, 32),
+        options={"num_warps": plan.num_warps, "num_stages": plan.num_stages})
+    kwargs = torch_args(plan, env)
+    args = [kwargs[name] for name in plan.fn.arg_names]
+    runner = compiled[tuple(plan.grid)]
+    return lambda: runner(*args)
 
 
 def run_plan(plan: KernelPlan, env) -> None:

@@ -143,6 +143,22 @@ def conv_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow,
 
 
 @triton.jit
+def _depthwise_row(acc, x_rows, x_cols, w_ptr, offs_c, m_ok, c_ok, ih0, iw0, kh, H, W, C, sx_h,
+                   sx_w, KW: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr):
+    """acc + the taps of window row kh."""
+    ih = ih0 + kh * DH
+    h_ok = m_ok & (ih >= 0) & (ih < H)
+    for kw in tl.static_range(KW):
+        iw = iw0 + kw * DW
+        ok = h_ok & (iw >= 0) & (iw < W)
+        xv = tl.load((x_rows + ih * sx_h + iw * sx_w)[:, None] + x_cols[None, :],
+                     mask=ok[:, None] & c_ok[None, :], other=0.0)
+        wv = tl.load(w_ptr + (kh * KW + kw) * C + offs_c, mask=c_ok, other=0.0)
+        acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+    return acc
+
+
+@triton.jit
 def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, s_ow, s_oc,
                      M, H, W, OH, OW, C,
                      e0, e0_m, e0_n, e1, e1_m, e1_n, e2, e2_m, e2_n, e3, e3_m, e3_n,
@@ -151,7 +167,8 @@ def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, 
                      S4: tl.constexpr,
                      KH: tl.constexpr, KW: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
                      PT: tl.constexpr, PL: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr,
-                     BP: tl.constexpr, BC: tl.constexpr, WIDE_INDEX: tl.constexpr):
+                     BP: tl.constexpr, BC: tl.constexpr, WIDE_INDEX: tl.constexpr,
+                     ROW_LOOP: tl.constexpr):
     offs_m = tl.program_id(0) * BP + tl.arange(0, BP)
     offs_c = tl.program_id(1) * BC + tl.arange(0, BC)
     if WIDE_INDEX:
@@ -163,16 +180,16 @@ def depthwise_kernel(x_ptr, w_ptr, out_ptr, sx_n, sx_h, sx_w, sx_c, s_on, s_oh, 
     x_rows = x_ptr + n * sx_n
     x_cols = offs_c * sx_c
     acc = tl.zeros((BP, BC), dtype=tl.float32)
-    for kh in tl.static_range(KH):
-        ih = ih0 + kh * DH
-        h_ok = m_ok & (ih >= 0) & (ih < H)
-        for kw in tl.static_range(KW):
-            iw = iw0 + kw * DW
-            ok = h_ok & (iw >= 0) & (iw < W)
-            xv = tl.load((x_rows + ih * sx_h + iw * sx_w)[:, None] + x_cols[None, :],
-                         mask=ok[:, None] & c_ok[None, :], other=0.0)
-            wv = tl.load(w_ptr + (kh * KW + kw) * C + offs_c, mask=c_ok, other=0.0)
-            acc += xv.to(tl.float32) * wv.to(tl.float32)[None, :]
+    if ROW_LOOP:
+        # a run-time loop over the window's rows: the compiler cannot hoist every tap's load
+        # to the top (KH*KW tiles live at once spill at 5x5 and wide tiles)
+        for kh in range(KH):
+            acc = _depthwise_row(acc, x_rows, x_cols, w_ptr, offs_c, m_ok, c_ok, ih0, iw0, kh,
+                                 H, W, C, sx_h, sx_w, KW, DH, DW)
+    else:
+        for kh in tl.static_range(KH):
+            acc = _depthwise_row(acc, x_rows, x_cols, w_ptr, offs_c, m_ok, c_ok, ih0, iw0, kh,
+                                 H, W, C, sx_h, sx_w, KW, DH, DW)
     _finish(acc, offs_m, offs_c, M, C, out_ptr, OH, OW, s_on, s_oh, s_ow, s_oc,
             S0, e0, e0_m, e0_n, S1, e1, e1_m, e1_n, S2, e2, e2_m, e2_n, S3, e3, e3_m, e3_n,
             S4, e4, e4_m, e4_n)
@@ -270,7 +287,8 @@ def plan(op: ConvOp, config: dict | None = None) -> KernelPlan:
     m, oc = op.rows, op.out_channels
     c = op.x.shape[3]
     if op.depthwise:
-        args.update({"C": int_arg(c), "BP": Const(cfg["BP"]), "BC": Const(cfg["BC"])})
+        args.update({"C": int_arg(c), "BP": Const(cfg["BP"]), "BC": Const(cfg["BC"]),
+                     "ROW_LOOP": Const(cfg.get("ROW_LOOP", False))})
         grid = (cdiv(m, cfg["BP"]), cdiv(c, cfg["BC"]), 1)
         return KernelPlan(depthwise_kernel, args, grid, cfg["num_warps"], cfg["num_stages"],
                           ("depthwise_conv",) + _fused(op), cfg)

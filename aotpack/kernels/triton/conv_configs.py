@@ -23,6 +23,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_DW_TILE = 2048  # depthwise: pixels x channels per program of 4 warps
+
+
 def _channel_block(c: int) -> int:
     """Depthwise channels per program: the widest of 64/32/16 that leaves at most 1/8 of its
     lanes idle (C=96: 32, not 64 with a half-empty second block; C=72: 16). Narrow blocks
@@ -38,11 +41,16 @@ def default_config(op: ConvOp, target: Target) -> dict:
     c = op.x.shape[3]
     if op.depthwise:
         bc = _channel_block(c)
-        bp = (64 if m >= 4096 else 32) * 64 // bc  # the same [pixels x channels] tile size
+        # 2048 elements per 128 threads (16 each): measured on the H200 (bench_depthwise.py,
+        # MobileNetV3/EfficientNet-B0 at batch 32) within 10 % of the best candidate, where
+        # 4096 was up to 1.6x and 8192 (64 per thread) spilled, 7-35x slower
+        bp = _DW_TILE // bc
         # a small image (batch 1, the last stages) would leave SMs idle: narrower programs
         while _cdiv(m, bp) * _cdiv(c, bc) < target.sm_count and (bc > 32 or bp > 16):
             bc, bp = (bc // 2, bp) if bc > 32 else (bc, bp // 2)
-        return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2}
+        # the window's rows looped at run time: a tuning candidate (faster for some 5x5 convs,
+        # slower for others); unrolled whole is the better default at 16 elements per thread
+        return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2, "ROW_LOOP": False}
     cg, ocg = c // op.groups, op.out_channels // op.groups
     flat = cg < 16
     bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
@@ -63,9 +71,14 @@ def candidate_configs(op: ConvOp, target: Target) -> list[dict]:
     base = default_config(op, target)
     out = [base]
     if op.depthwise:
-        variants = [{"BP": 64}, {"BP": 16}, {"BC": min(128, base["BC"] * 2)}, {"BC": 32},
-                    {"BC": 64, "BP": 64}, {"BC": 16, "BP": 128},
-                    {"num_warps": 8, "BP": 64}, {"BP": 128, "num_warps": 8}]
+        bp, bc = base["BP"], base["BC"]
+        half, quarter = max(16, bp // 2), max(16, bp // 4)
+        # at most 32 elements per thread: 64 spilled (bench_depthwise.py)
+        variants = [{"ROW_LOOP": True}, {"BP": half}, {"BP": quarter},
+                    {"BP": half, "ROW_LOOP": True}, {"BP": bp * 2, "num_warps": 8},
+                    {"BP": bp * 2, "num_warps": 8, "ROW_LOOP": True},
+                    {"BC": max(16, bc // 2), "BP": bp * 2}, {"BC": min(128, bc * 2), "BP": half},
+                    {"BP": 64, "BC": 16, "num_warps": 8}]
     else:
         variants = [{"BM": 128, "BN": 128, "num_warps": 8, "num_stages": 3},
                     {"BM": 64, "BN": 128, "num_warps": 4, "num_stages": 4},

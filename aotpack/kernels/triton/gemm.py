@@ -27,7 +27,7 @@ from aotpack.ir.sym import (
 )
 from aotpack.kernels.spec import SM90, GemmOp, Launch, Target, TensorArg, swiglu_group
 from aotpack.kernels.triton.compile import (
-    Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, launch,
+    Const, Desc, I32, I64, Ptr, cdiv, compile_kernel, int_divisibility, launch,
 )
 from aotpack.kernels.triton import gemm_splitk
 from aotpack.kernels.triton.fp8 import dot_fp8, quantize_rows, row_scales, widen as _widen
@@ -320,7 +320,7 @@ def _arg_key(v) -> tuple:
     if isinstance(v, Desc):
         return ("desc", v.arg.dtype, tuple(v.block))
     if isinstance(v, I32):
-        return ("i32", divisible(v.value, 16) and v.value != 0)
+        return ("i32", int_divisibility(v.value))
     return (type(v).__name__,)
 
 
