@@ -62,7 +62,7 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description="bench_conv.py results → docs/performance.md")
     ap.add_argument("results", type=Path)
-    ap.add_argument("--block", default=None, help="conv-resnet18 | conv-families")
+    ap.add_argument("--block", default=None, help="conv-resnet18 | conv-families | conv-depthwise")
     ap.add_argument("--doc", type=Path, default=doc_tables.PERFORMANCE)
     args = ap.parse_args(argv)
     block = args.block or "conv-" + args.results.stem.split("-conv-", 1)[-1]

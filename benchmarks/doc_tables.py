@@ -213,7 +213,8 @@ def summary_table(sources, doc: Path) -> str:
 
 RENDERERS = {"bench": _bench, "generate": _table_of("generate_report"),
              "dynamic": _table_of("dynamic_report"), "conv-resnet18": _table_of("conv_report"),
-             "conv-families": _table_of("conv_report"), "summary": summary_table}
+             "conv-families": _table_of("conv_report"), "conv-depthwise": _table_of("conv_report"),
+             "summary": summary_table}
 
 
 def render(name: str, sources, doc: Path) -> str:
