@@ -70,3 +70,48 @@ def test_conv3d_with_a_dynamic_batch_and_a_refused_dynamic_time():
     dims = ({2: torch.export.Dim("T", min=2, max=16)},)
     with pytest.raises(UserError, match="dynamic time dim"):
         to_graph(model, (torch.randn(shape),), dims)
+
+
+POOLS = {
+    "max_1x3x3_s2_stem": torch.nn.MaxPool3d((1, 3, 3), (1, 2, 2), (0, 1, 1)),
+    "max_3_s2_p1": torch.nn.MaxPool3d(3, 2, 1),
+    "max_2": torch.nn.MaxPool3d(2),
+    "max_ceil_past_the_end": torch.nn.MaxPool3d(3, 2, 0, ceil_mode=True),
+    "max_ceil_padded": torch.nn.MaxPool3d((3, 2, 2), (2, 2, 2), (1, 0, 0), ceil_mode=True),
+    "avg_2": torch.nn.AvgPool3d(2),
+    "avg_3_s2_p1": torch.nn.AvgPool3d(3, 2, 1),
+    "avg_spatial_pad_excluded": torch.nn.AvgPool3d((1, 3, 3), 1, (0, 1, 1),
+                                                   count_include_pad=False),
+    "adaptive_global": torch.nn.AdaptiveAvgPool3d(1),
+}
+
+
+class _ConvPool(torch.nn.Module):
+    """A conv first (so the pool's input is a computed tensor, some of it negative)."""
+
+    def __init__(self, pool):
+        super().__init__()
+        self.conv, self.pool = torch.nn.Conv3d(3, 8, 3, padding=1), pool
+
+    def forward(self, x):
+        return self.pool(self.conv(x))
+
+
+@pytest.mark.parametrize("name", list(POOLS))
+def test_pool3d_geometries_match_eager(name):
+    """3-D max / average pooling (I3D, S3D, video ResNets) as 2-D pools of each temporal tap's
+    frames, combined by max or mean; time 6 so ceil_mode adds a window past the end."""
+    torch.manual_seed(0)
+    check_matches_eager(_ConvPool(POOLS[name]).eval(), [torch.randn(2, 3, 6, 9, 9)], 1e-5)
+
+
+@pytest.mark.parametrize("pool,why", [
+    (torch.nn.AvgPool3d(3, 2, 0, ceil_mode=True), "ceil_mode whose last window"),
+    (torch.nn.AvgPool3d(3, 1, 1, count_include_pad=False), "count_include_pad=False"),
+    (torch.nn.MaxPool3d(3, 1, 1, dilation=2), "dilation"),
+])
+def test_pool3d_forms_torch_averages_otherwise_are_refused(pool, why):
+    from aotpack.frontend import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match=why):
+        compile_graph(to_graph(_ConvPool(pool).eval(), [torch.randn(1, 3, 6, 8, 8)]))

@@ -434,3 +434,13 @@ def test_saved_class_found_beside_the_file_or_named_as_main(tmp_path):
     subprocess.run([sys.executable, str(script)], check=True, cwd=tmp_path)
     with pytest.raises(ModelLoadError, match=r"defined in the script that saved it \(__main__\)"):
         load_spec(str(tmp_path / "main.pt"))
+
+
+def test_a_tuple_of_example_inputs_nested_once_too_often_is_named_not_a_crash():
+    """[(x,)] where (x,) was meant: the refusal names the nesting instead of failing on
+    tuple.shape while it formats the message."""
+    from aotpack.frontend import to_graph
+
+    with pytest.raises(ModelLoadError, match=r"example inputs \(\(\(2, 4\) float32\)\): "
+                                             r"TypeError"):
+        to_graph(torch.nn.Linear(4, 4), [(torch.randn(2, 4),)])

@@ -307,7 +307,7 @@ def test_compile_pointer_loads_and_plan_memory_shares_the_workspace():
     from aotpack.passes.plan_memory import plan_memory
     from aotpack.program import Program, Storage
 
-    op = _op(16, 4096, 4100, [_bias(4096)])  # K*2 B = 8200: not a TMA row pitch
+    op = _op(16, 4096, 4097, [_bias(4096)])  # K*2 B = 8194: not a TMA row pitch
     cfg = gemm.config_for(op).with_(FIXUP=False)
     assert not cfg.TMA and cfg.SPLIT_K > 1
     launches = gemm.compile_config(op, cfg, SM90)
@@ -315,6 +315,11 @@ def test_compile_pointer_loads_and_plan_memory_shares_the_workspace():
     listing = sass_or_skip(launches[0].kernel.cubin)
     # rows of unknown alignment: plain loads (Triton pipelines only >= 4-byte-aligned cp.async)
     assert count_instructions(listing, "HGMMA") > 0 and count_instructions(listing, "LDG") > 0
+    assert count_instructions(listing, "LDGSTS") == 0
+    # rows 8200 bytes apart (K = 4100, a multiple of 4): the kernel is told, and pipelines its
+    # 8-byte loads with cp.async (compile.py passes divisibility 4, not only 16)
+    four = gemm.compile_config(_op(16, 4096, 4100, [_bias(4096)]), cfg, SM90)[0]
+    assert count_instructions(sass_or_skip(four.kernel.cubin), "LDGSTS") > 0
     aligned = gemm.compile_config(_op(16, 4096, 4096), cfg.with_(TMA=False), SM90)[0]
     # a cp.async pipeline
     assert count_instructions(sass_or_skip(aligned.kernel.cubin), "LDGSTS") > 0

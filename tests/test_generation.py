@@ -456,11 +456,12 @@ def test_cache_masks_become_positions(family, windows):
     (passes/attention_positions.py): every attention reads positions, not a mask, with the
     sliding window of its layer."""
     model = _model(family)
-    if family == "gemma2":  # a capped attention stays written out (no AttentionOp yet)
-        model.config.attn_logit_softcapping = None
     attention = [op for op in _program(model).ops if type(op).__name__ == "AttentionOp"]
     assert [op.kv_limit is not None and op.mask is None for op in attention] == [True] * 2
     assert [op.window for op in attention] == windows
+    # Gemma-2's eager attention soft-caps its scores: fused all the same, the cap in the op
+    cap = model.config.attn_logit_softcapping if family == "gemma2" else 0.0
+    assert [op.softcap for op in attention] == [cap] * 2 and (family != "gemma2" or cap > 0)
 
 
 def test_max_batch_one_builds():

@@ -273,9 +273,9 @@ def _max_pool_with_indices(cx, *args, **kwargs):
 
 
 def _avg_pool(cx, x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
-              divisor_override=None):
+              divisor_override=None, final=True):
     return _pool(cx, x, _pool_attrs(x, "avg", kernel, stride, padding, ceil_mode,
-                                    count_include_pad, divisor_override))
+                                    count_include_pad, divisor_override), final)
 
 
 def _adaptive_avg_pool(cx, x, output_size):

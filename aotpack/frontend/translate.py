@@ -8,6 +8,7 @@ import threading
 
 from aotpack.dtypes import DType
 from aotpack.frontend.aten_conv import RULES as CONV_RULES
+from aotpack.frontend.aten_conv3d import RULES as CONV3D_RULES
 from aotpack.frontend.aten_logic import RULES as LOGIC_RULES
 from aotpack.frontend.aten_moe import RULES as MOE_RULES, Uninitialized
 from aotpack.frontend.aten_norms import RULES as NORM_RULES
@@ -27,7 +28,7 @@ from aotpack.ir.sym import SymbolicError, is_symbolic
 
 RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULES,
          **SORT_RULES, **WRITE_RULES, **NORM_RULES,
-         **RESIZE_RULES, **MATH_RULES}
+         **RESIZE_RULES, **MATH_RULES, **CONV3D_RULES}
 
 # tensor factories: constants folded at translation when their arguments are known
 _FACTORIES = {"arange", "full", "zeros", "ones", "linspace", "logspace", "scalar_tensor"}
@@ -74,8 +75,7 @@ def export(model, example_inputs, dynamic_shapes=None):
         except (RuntimeError, AssertionError, TypeError, ValueError, IndexError) as e:
             # the model's own code failed on these example inputs (shapes that do not fit,
             # a wrong dtype, missing arguments): the user's to fix, said as torch says it
-            shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
-                               for t in example_inputs)
+            shapes = ", ".join(_described(t) for t in example_inputs)
             hint = ("; sizes that depend on the data (a loop over the experts that were hit) "
                     "cannot be exported: for transformers' mixture-of-experts blocks built on "
                     "their own, pass experts_implementation='grouped_mm' in the config"
@@ -87,6 +87,15 @@ def export(model, example_inputs, dynamic_shapes=None):
     for op in kept_ops():
         table.pop(op, None)
     return ep.run_decompositions(table)
+
+
+def _described(x) -> str:
+    """An example input as the refusal names it: shape and dtype (nested: each element)."""
+    if isinstance(x, (tuple, list)):
+        return "(" + ", ".join(_described(t) for t in x) + ")"
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"
+    return type(x).__name__
 
 
 def to_graph(model_or_ep, example_inputs, dynamic_shapes=None) -> Graph:

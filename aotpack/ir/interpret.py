@@ -42,6 +42,8 @@ def _binary(fn):
 def _sdpa(a, q, k, v, mask=None):
     import torch.nn.functional as F
 
+    if a.softcap > 0:
+        return _capped_sdpa(a, q, k, v, mask)
     if mask is not None and a.positions:
         from aotpack.kernels.reference.attention import positional_mask
 
@@ -54,6 +56,29 @@ def _sdpa(a, q, k, v, mask=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                           is_causal=a.causal and mask is None, scale=a.scale,
                                           enable_gqa=a.gqa)
+
+
+def _capped_sdpa(a, q, k, v, mask):
+    """Soft-capped attention (sdpa has no cap), in f32: as the written-out eager attention."""
+    import torch
+
+    from aotpack.kernels.reference.attention import capped, positional_mask
+
+    if a.gqa:
+        k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+    scale = a.scale if a.scale is not None else q.shape[-1] ** -0.5
+    scores = capped((q.float() @ k.float().transpose(-1, -2)) * scale, a.softcap)
+    s, t = scores.shape[-2:]
+    if a.causal:
+        scores = scores.masked_fill(~torch.ones(s, t, dtype=torch.bool).tril(), float("-inf"))
+    if mask is not None:
+        if a.positions:
+            mask = positional_mask(mask, a.window, t)
+        scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
+                  else scores + mask.float())
+    seen = (scores != float("-inf")).any(-1, keepdim=True)
+    probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
+    return (probs @ v.float()).to(q.dtype)
 
 
 def _rope(a, x, cos, sin):

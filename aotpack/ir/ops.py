@@ -221,6 +221,9 @@ class SdpaAttrs:
     # passes/fuse_attention.py makes it from a mask computed that way (a KV cache's)
     positions: bool = False
     window: int = 0
+    # > 0: the scaled scores are soft-capped before the mask, softcap * tanh(scores / softcap)
+    # (Gemma-2's attn_logit_softcapping); passes/fuse_attention.py finds it written out
+    softcap: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -198,6 +198,8 @@ class AttentionOp:
     # (b, s) iff t <= kv_limit[b, s] (and t > kv_limit[b, s] - window when window > 0)
     kv_limit: TensorArg | None = None
     window: int = 0
+    # > 0: scores = softcap * tanh(q k^T * scale / softcap) before the masks (Gemma-2)
+    softcap: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,8 @@ class AttentionTemplate(Template):
         mask = "" if op.mask is None else f" mask={op.mask.dtype.value}"
         if op.kv_limit is not None:
             mask = " positions" + (f" window={op.window}" if op.window else "")
+        if op.softcap > 0:
+            mask += f" softcap={op.softcap:g}"
         return (f"attention B={b} Hq={hq} Hkv={op.k.shape[1]} Sq={sq} Skv={op.k.shape[2]} "
                 f"D={d}{' causal' if op.causal else ''}{mask}")
 

@@ -5,7 +5,8 @@ head dim. Other shapes occur in real models: head dim 8 (MobileViT's small stage
 wider than the keys (LeViT: 16 vs 8; DeepSeek-V3's MLA: 128 vs 192). Those SDPA nodes are
 written out here instead, as eager attention computes them:
 
-    softmax(q @ k^T * scale [masked]) @ v        (k, v repeated per query head for GQA)
+    softmax([cap] (q @ k^T * scale) [masked]) @ v   (k, v repeated per query head for GQA;
+                                                     cap: softcap * tanh(x / softcap))
 
 on the batched-matmul and softmax kernels: correct at any head dims, slower than the fused
 kernel. A causal flag becomes a constant mask (static query and key counts), positions the
@@ -65,6 +66,13 @@ def _written_out(b: GraphBuilder, n: Node) -> Value:
     scale = n.attrs.scale if n.attrs.scale is not None else d ** -0.5
     scores = b.emit(Op.MUL, [scores], O.BinaryAttrs(float(scale)), work, scores.shape,
                     f"{name}_scaled", loc)
+    if n.attrs.softcap > 0:  # softcap * tanh(scores / softcap)
+        cap = float(n.attrs.softcap)
+        scores = b.emit(Op.MUL, [scores], O.BinaryAttrs(1.0 / cap), work, scores.shape,
+                        f"{name}_uncapped", loc)
+        scores = b.emit(Op.TANH, [scores], O.NoAttrs(), work, scores.shape, f"{name}_tanh", loc)
+        scores = b.emit(Op.MUL, [scores], O.BinaryAttrs(cap), work, scores.shape,
+                        f"{name}_capped", loc)
     if seen is not None and seen.dtype == DType.BOOL:
         low = b.add_constant(f"{name}_lowest", _lowest(work), work)
         scores = b.emit(Op.WHERE, [seen, scores, low], O.NoAttrs(), work, scores.shape,

@@ -1,13 +1,17 @@
 """Attention written out → SDPA, on canonical IR (after fuse_patterns).
 
 ONNX exports and eager attention (transformers' attn_implementation="eager") compute
-    matmul(softmax([cast f32] (matmul(q, k^T) [* c | / c] [+ mask])) [cast], v)
+    matmul(softmax([cast f32] ([cap *] [tanh(] matmul(q, k^T) [* c | / c] [)] [+ mask]))
+           [cast], v)
 which would need a batched activation × activation GEMM that no kernel implements. It is the
 attention kernel's job: the chain becomes SDPA(q, k, v, scale = c · the softmax's own scale),
 with k the transposed view of k^T (a view, no copy). q, k^T and v are [B, H, S, D],
 [B, H, D, T], [B, H, T, Dv] with equal B and H (heads repeated for GQA are folded after by
 fuse_patterns._fold_repeat_kv). A positive scalar factor on q or on k^T that only the product
 reads (torch's sdpa export multiplies each by √scale) joins the SDPA scale.
+
+A tanh between the product and the mask is a soft cap (Gemma-2's attn_logit_softcapping:
+cap * tanh(scores * c / cap)): SDPA's softcap attribute, the factors inside the tanh its scale.
 
 A constant mask (through views) is classified as the torch frontend classifies an sdpa mask
 (aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern becomes
@@ -56,7 +60,7 @@ def fuse_attention(graph: Graph) -> Graph:
         if match is None:
             b.keep(n)
             continue
-        q, kt, v, causal, scale, mask, narrow = match
+        q, kt, v, causal, scale, mask, narrow, softcap = match
         if narrow:
             q, kt = (_narrowed(b, x, producers, n) for x in (q, kt))
         split = None if mask is None else _causal_part(graph, mask, producers, q.shape[2],
@@ -66,7 +70,7 @@ def fuse_attention(graph: Graph) -> Graph:
                 without_causal[mask.name] = _rebuild(b, *split)
             mask, causal = without_causal[mask.name], True
         k = _untransposed(b, kt, producers, n)
-        attrs = O.SdpaAttrs(causal, scale, False)
+        attrs = O.SdpaAttrs(causal, scale, False, softcap=float(softcap))
         ins = (b.get(q), k, b.get(v)) + ((b.get(mask),) if mask is not None else ())
         sdpa = Node(Op.SDPA, ins, attrs, n.outputs, n.loc)
         if mask is None or causal or not rewrite_positional(graph, b, sdpa, producers):
@@ -114,6 +118,14 @@ def _match(graph, n: Node, producers, users, outputs):
                 a, c = c, a
             mask = c
             node = single(a)
+    softcap = 0.0
+    if node is not None and node.op == Op.TANH and scale > 0:
+        # soft-capped scores (Gemma-2): cap * tanh(s * c), the cap being what multiplied the
+        # tanh (the mask, if any, is added after it: scale_outside_mask checks it stays 1)
+        softcap, scale, node = scale, 1.0, single(node.inputs[0])
+        while node is not None and (scalar_factor(node) or 0) > 0:
+            scale *= scalar_factor(node)
+            node = single(node.inputs[0])
     if node is None or node.op != Op.MATMUL:
         return None
     # a positive scalar on q or on k^T read only here joins the scale (torch's sdpa export
@@ -121,6 +133,8 @@ def _match(graph, n: Node, producers, users, outputs):
     q, q_scale = _unscaled(node.inputs[0], single)
     kt, k_scale = _unscaled(node.inputs[1], single)
     scale *= q_scale * k_scale
+    # the op's scale multiplies q k^T before the cap: softcap * tanh(q k^T * scale / softcap)
+    scale *= softcap if softcap else 1.0
     narrow = all(_upcast(x, v, single) is not None for x in (q, kt))
     if not _shapes_ok(q, kt, v, n.output, narrow):
         return None
@@ -141,7 +155,7 @@ def _match(graph, n: Node, producers, users, outputs):
             if not _mask_operand_ok(mask, scores, scale_outside_mask):
                 return None
             operand = mask
-    return q, kt, v, causal, float(scale), operand, narrow
+    return q, kt, v, causal, float(scale), operand, narrow, softcap
 
 
 def _mask_operand_ok(mask: Value, scores: tuple, scale_outside: float) -> bool:

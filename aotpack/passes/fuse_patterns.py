@@ -18,6 +18,8 @@ and replace them by one IR node.
 Unused leftovers are removed by dead_code."""
 from __future__ import annotations
 
+import dataclasses
+
 from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
@@ -300,7 +302,7 @@ def _fold_repeat_kv(graph: Graph) -> Graph:
                                                             view.offset),
                      base.dtype, view.shape, f"{old.name}_kv", n.loc)
               for (base, view), old in ((k, n.inputs[1]), (v, n.inputs[2]))]
-        attrs = O.SdpaAttrs(n.attrs.causal, n.attrs.scale, True)
+        attrs = dataclasses.replace(n.attrs, gqa=True)  # positions, window, cap kept
         mask = tuple(b.get(m) for m in n.inputs[3:])
         b.nodes.append(Node(Op.SDPA, (b.get(n.inputs[0]), *kv, *mask), attrs, n.outputs, n.loc))
     return b.finish()

@@ -437,7 +437,7 @@ class _Lowering:
             mask = broadcast_to(self.args[n.inputs[3].name], scores)
         out = self._new_storage(n.output)
         self.ops.append(AttentionOp(q, k, v, out, n.attrs.causal, float(scale), mask,
-                                    positions, n.attrs.window))
+                                    positions, n.attrs.window, float(n.attrs.softcap)))
 
     def _lower_bmm(self, n: Node) -> None:
         """A matmul of two operands with batch dims (gemm_chain.is_batched_matmul): both

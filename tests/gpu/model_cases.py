@@ -296,6 +296,19 @@ def transformer_f32():
     return Classifier().eval(), (x, pad), (dims, dims)
 
 
+def gemma2_capped():
+    """Gemma-2's eager attention: scores soft-capped (attn_logit_softcapping 5: the cap in the
+    attention kernel, masked kernel without a mask on the global layer), a sliding window of 6
+    on the other, GQA. Static shapes: torch 2.11 refuses its mask code with a dynamic S."""
+    from transformers import Gemma2Config, Gemma2Model
+
+    cfg = Gemma2Config(**_SMALL, num_key_value_heads=2, head_dim=32, sliding_window=6,
+                       attn_logit_softcapping=5.0, use_cache=False,
+                       attn_implementation="eager")
+    model, inputs, _ = _text(Gemma2Model(cfg))
+    return model, inputs
+
+
 def mobilenet_v3():
     """MobileNetV3-Large (examples/vision_nets.py) at 96x96, bf16, batch 1..4: depthwise convs
     over 8*odd channels (72, 120, 200, 184: rows whose 16-byte loads need the kernel to know
@@ -332,4 +345,5 @@ MODELS = [
     ModelCase("math_functions", f"{_HERE}:math_functions"),
     ModelCase("transformer_f32", f"{_HERE}:transformer_f32"),
     ModelCase("mobilenet_v3", f"{_HERE}:mobilenet_v3", cpu_verify=False),  # 1 min on 2 cores
+    ModelCase("gemma2_capped", f"{_HERE}:gemma2_capped", dynamic=False),
 ]

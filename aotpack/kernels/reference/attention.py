@@ -13,7 +13,7 @@ def reference(op: AttentionOp, env) -> None:
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    scores = (q @ k.transpose(-1, -2)) * op.scale
+    scores = capped((q @ k.transpose(-1, -2)) * op.scale, op.softcap)
     if op.causal:
         s, t = scores.shape[-2:]
         mask = torch.ones(s, t, dtype=torch.bool, device=scores.device).tril()
@@ -29,6 +29,13 @@ def reference(op: AttentionOp, env) -> None:
     seen = (scores != float("-inf")).any(-1, keepdim=True)
     probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
     write(env, op.out, probs @ v)
+
+
+def capped(scores, softcap: float):
+    """softcap * tanh(scores / softcap) (Gemma-2's attention logits), or scores if 0."""
+    import torch
+
+    return softcap * torch.tanh(scores / softcap) if softcap > 0 else scores
 
 
 def positional_mask(positions, window: int, keys: int):

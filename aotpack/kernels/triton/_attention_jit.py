@@ -23,6 +23,16 @@ def program_rows(HEADS_Q: tl.constexpr, GROUP: tl.constexpr, BLOCK_M: tl.constex
 
 
 @triton.jit
+def capped(scores, softcap):
+    """softcap * tanh(scores / softcap) (Gemma-2's soft-capped logits), tanh from exp2 of a
+    non-positive argument (nothing overflows; no libdevice: runs in the interpreter)."""
+    x = scores / softcap
+    t = tl.exp2(-2.8853900817779268 * tl.abs(x))  # exp(-2|x|) in (0, 1]
+    y = (1.0 - t) / (1.0 + t)
+    return softcap * tl.where(x < 0, -y, y)
+
+
+@triton.jit
 def softmax_fold(acc, row_sum, row_max, scores, v):
     """Fold one key tile's scores (natural units, -inf where hidden) and values into the
     online softmax (acc, row_sum, row_max). A row with no visible key so far subtracts 0, not

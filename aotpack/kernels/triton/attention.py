@@ -245,9 +245,9 @@ def candidate_configs(op: AttentionOp) -> list[dict]:
 
 
 def tma_possible(op: AttentionOp) -> bool:
-    """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides (and no mask:
-    the masked kernel loads through pointers)."""
-    if op.mask is not None or padded_dim(op.q.shape[3]) != op.q.shape[3]:
+    """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides (and no mask
+    or soft cap: the masked kernel loads through pointers)."""
+    if op.mask is not None or op.softcap > 0 or padded_dim(op.q.shape[3]) != op.q.shape[3]:
         return False
     for t in (op.q, op.k, op.v, op.out):
         nbytes = t.dtype.nbytes
@@ -272,6 +272,8 @@ def _check(op: AttentionOp) -> None:
         raise ValueError("attention: no keys (S_kv = 0)")
     if not op.scale > 0:  # the unmasked loop scales the row max: needs a positive scale
         raise ValueError(f"attention: scale must be positive, got {op.scale}")
+    if op.softcap < 0:
+        raise ValueError(f"attention: soft cap must be positive (or 0: none), got {op.softcap}")
     for name in ("q", "k", "v", "out"):
         require_unit_inner_stride(f"attention {name}", getattr(op, name))
     if op.mask is not None:  # i32 offsets within one (batch, head) of the mask
@@ -292,7 +294,7 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:  # the causal split puts the diagonal on a key tile edge
         raise ValueError(f"attention: BLOCK_M {cfg['BLOCK_M']} not a multiple of "
                          f"BLOCK_N {cfg['BLOCK_N']}")
-    if op.mask is not None:
+    if op.mask is not None or (op.softcap > 0 and op.kv_limit is None):
         return plan_masked(op, cfg)
     if op.kv_limit is not None:
         plans = positional.plans_positional(op, cfg)

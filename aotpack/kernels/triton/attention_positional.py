@@ -23,7 +23,7 @@ import triton.language as tl
 
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import AttentionOp, TensorArg
-from aotpack.kernels.triton._attention_jit import padded_dim, softmax_fold
+from aotpack.kernels.triton._attention_jit import capped, padded_dim, softmax_fold
 from aotpack.kernels.triton._common import KernelPlan, int_arg, strides_args
 from aotpack.kernels.triton.compile import F32, Const, Counters, Ptr, cdiv
 from aotpack.kernels.triton.pdl import release_dependents
@@ -44,10 +44,10 @@ def attention_fwd_positional_kernel(
     v_stride_b, v_stride_h, v_stride_s,
     out_stride_b, out_stride_h, out_stride_s,
     pos_stride_b, pos_stride_s,
-    seq_q, seq_kv, sm_scale, window, cnt_ptr,
+    seq_q, seq_kv, sm_scale, window, cnt_ptr, softcap,
     HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_VALID: tl.constexpr,
     BLOCK_S: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr,
-    SPLITS: tl.constexpr, FIXUP: tl.constexpr, SHORT: tl.constexpr,
+    SPLITS: tl.constexpr, FIXUP: tl.constexpr, SHORT: tl.constexpr, SOFTCAP: tl.constexpr,
 ):
     release_dependents()  # the output projection may start streaming its weights (pdl.py)
     pid = tl.program_id(0)
@@ -98,6 +98,8 @@ def attention_fwd_positional_kernel(
         v = tl.load(v_base + cols[:, None] * v_stride_s + dims[None, :], mask=in_range,
                     other=0.0)
         scores = tl.dot(q, tl.trans(k)) * sm_scale
+        if SOFTCAP:  # Gemma-2: softcap * tanh(scores / softcap), before the mask
+            scores = capped(scores, softcap)
         keep = (cols[None, :] <= pos[:, None]) & (cols[None, :] < seq_kv)
         if WINDOW:
             keep = keep & (cols[None, :] > pos[:, None] - window)
@@ -243,10 +245,12 @@ def plans_positional(op: AttentionOp, cfg: dict) -> list[KernelPlan]:
                  "pos_stride_s": int_arg(op.kv_limit.strides[1]),
                  "seq_q": int_arg(sq), "seq_kv": int_arg(op.k.shape[2]),
                  "sm_scale": F32(op.scale), "window": int_arg(max(op.window, 1)),
+                 "softcap": F32(op.softcap), "SOFTCAP": Const(op.softcap > 0),
                  "BLOCK_N": Const(cfg["BLOCK_N"]), "WINDOW": Const(op.window > 0),
                  "FIXUP": Const(uses_fixup(op, cfg)), "SHORT": Const(short_tiles(op, cfg)),
                  **common})
     fused = ("attention", "positions") + (("window",) if op.window else ()) + \
+        (("softcap",) if op.softcap > 0 else ()) + \
         (("gqa",) if hq != hkv else ()) + (("split_kv",) if splits > 1 else ()) + \
         (("fixup",) if uses_fixup(op, cfg) else ())
     config = {"BLOCK_N": cfg["BLOCK_N"], "BLOCK_S": block_s, "SPLITS": splits, "TMA": False,
