@@ -9,7 +9,7 @@ from aotpack.executor import run_reference
 from aotpack.frontend import to_graph
 from aotpack.frontend.translate import UnsupportedOpError
 from aotpack.passes import compile_graph
-from program_checks import kinds, rel_err
+from program_checks import check_matches_eager, kinds, rel_err
 
 
 class FillEmpty(torch.nn.Module):
@@ -137,3 +137,32 @@ def test_deepseek_v3_matches_eager():
         want = model(fresh)
     (got,) = run_reference(program, [fresh])
     assert rel_err(got, want) < 2e-2
+
+
+class _Circular(torch.nn.Module):
+    def __init__(self, pad):
+        super().__init__()
+        self.pad = pad
+
+    def forward(self, x):
+        return torch.nn.functional.pad(x, self.pad, mode="circular") * 2
+
+
+@pytest.mark.parametrize("pad,shape", [((1, 2, 1, 1), (2, 3, 6, 7)), ((2, 2), (2, 3, 9)),
+                                       ((1, 1, 1, 1, 1, 1), (1, 2, 4, 5, 6)),
+                                       ((0, 3, 2, 0), (2, 3, 6, 7))])
+def test_circular_pad_matches_eager(pad, shape):
+    """F.pad(mode="circular") exports as torch.empty, the input copied into the middle along
+    two dims, then each border copied from the opposite side of the buffer itself: writes the
+    one-dim bookkeeping cannot follow, made a tensor (unwritten elements zeros) first."""
+    torch.manual_seed(0)
+    check_matches_eager(_Circular(pad), [torch.randn(*shape)], 0.0)
+
+
+def test_conv_with_circular_padding_mode_matches_eager():
+    """nn.Conv2d(padding_mode="circular") (climate and physics nets) pads with F.pad."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, padding_mode="circular"),
+                                torch.nn.ReLU()).eval()
+    program = check_matches_eager(model, [torch.randn(2, 3, 8, 8)], 1e-5)
+    assert "ConvOp" in kinds(program)

@@ -8,8 +8,11 @@ Into a computed tensor, a write is a concatenation of the slices it keeps around
 (one copy kernel). Into torch.empty (DeepSeek-V3's keys: `k = kv.new_empty(...)`, then
 `k[..., :n].copy_(k_nope)` and `k[..., n:].copy_(k_rot)`) the buffer is PartlyWritten: the
 parts written so far, along one dim; the write that covers all of it makes it a concatenation
-of its parts. Slicing such a buffer gives a written part, or uninitialised memory that only a
-write's destination (copy's first operand) may be; reading it otherwise is refused.
+of its parts. Slicing such a buffer gives a written part (or a slice of one), or uninitialised
+memory that only a write's destination (copy's first operand) may be; reading it otherwise is
+refused. Writes that the one-dim bookkeeping cannot follow (F.pad's circular mode: the middle
+written along two dims, then the borders copied from it) make the buffer a tensor first, its
+unwritten elements zeros: torch.empty's contents are undefined, so any value is what it holds.
 """
 from __future__ import annotations
 
@@ -61,6 +64,10 @@ def _slice_any(cx, x, dim=0, start=None, end=None, step=1):
         part = x.parts.get((attrs.start, attrs.end))
         if part is not None:
             return part
+        for (lo, hi), value in x.parts.items():  # inside one written part: a slice of it
+            if isinstance(attrs.start, int) and isinstance(attrs.end, int) \
+                    and lo <= attrs.start and attrs.end <= hi:
+                return _slice(cx, value, attrs.dim, attrs.start - lo, attrs.end - lo)
     return Uninitialized(cx.out_shape())
 
 
@@ -78,14 +85,44 @@ class _Shaped:
 
 
 def _slice_scatter(cx, base, src, dim=0, start=None, end=None, step=1):
-    if not isinstance(src, Value):
-        raise Unsupported("writing uninitialised memory (torch.empty) into a slice")
     if step != 1:
         raise Unsupported(f"a write into a slice of step {step}")
+    if isinstance(src, PartlyWritten):
+        src = _materialized(cx, src, _arg_dtype(cx, 1))
+    elif not isinstance(src, Value):
+        raise Unsupported("writing uninitialised memory (torch.empty) into a slice")
     attrs = _slice_attrs(_Shaped(base), dim, start, end, step)
+    if isinstance(base, PartlyWritten) and base.dim != attrs.dim:  # two dims: as a tensor
+        base = _materialized(cx, base, _arg_dtype(cx, 0))
     if isinstance(base, Value):
         return _into_tensor(cx, base, src, attrs)
     return _into_empty(cx, base, src, attrs)
+
+
+def _arg_dtype(cx, i: int):
+    from aotpack.dtypes import DType
+
+    return DType.from_torch(cx.fx_node.args[i].meta["val"].dtype)
+
+
+def _materialized(cx, x: PartlyWritten, dtype) -> Value:
+    """The parts written so far, zeros between them (uninitialised memory: any value is it)."""
+    import torch
+
+    pieces, at, size = [], 0, x.shape_[x.dim]
+    for lo, hi in sorted(x.parts) + [(size, size)]:
+        if lo > at:
+            shape = tuple(lo - at if i == x.dim else d for i, d in enumerate(x.shape_))
+            zero = cx.add_constant("unwritten", torch.zeros((), dtype=dtype.to_torch()))
+            pieces.append(cx.emit(Op.EXPAND, [zero], O.ExpandAttrs(shape)))
+        if hi > lo:
+            part = x.parts[(lo, hi)]
+            pieces.append(part if part.dtype == dtype else
+                          cx.emit(Op.CAST, [part], O.CastAttrs(dtype)))
+        at = hi
+    if len(pieces) == 1:
+        return cx.emit(Op.COPY, pieces, O.NoAttrs())
+    return cx.emit(Op.CAT, pieces, O.DimAttrs((x.dim,)))
 
 
 def _select_scatter(cx, base, src, dim, index):

@@ -1,8 +1,8 @@
 """Attention the kernel does not take, as batched matmul / softmax / batched matmul.
 
-The attention kernel computes head dims 16..256 (multiples of 8) with values of the queries'
-head dim. Other shapes occur in real models: head dim 8 (MobileViT's small stages), values
-wider than the keys (LeViT: 16 vs 8; DeepSeek-V3's MLA: 128 vs 192). Those SDPA nodes are
+The attention kernel computes head dims 16..256 (multiples of 8), the values' too (another
+width than the keys': DeepSeek-V3's MLA, 128 against 192, runs the masked kernel). Other shapes
+occur in real models: head dim 8 (MobileViT's small stages, LeViT's keys). Those SDPA nodes are
 written out here instead, as eager attention computes them:
 
     softmax([cap] (q @ k^T * scale) [masked]) @ v   (k, v repeated per query head for GQA;
@@ -22,9 +22,11 @@ from aotpack.ir.types import promote
 
 
 def kernel_takes(q: Value, k: Value, v: Value) -> bool:
-    """The attention kernel's head dims (kernels/triton/attention.py: _check)."""
-    d = q.shape[3]
-    return isinstance(d, int) and 16 <= d <= 256 and d % 8 == 0 and v.shape[3] == d
+    """The attention kernel's head dims (kernels/triton/attention.py: _check): keys' and
+    values' each 16..256, a multiple of 8 (values of another width than the keys run the
+    masked kernel)."""
+    return all(isinstance(d, int) and 16 <= d <= 256 and d % 8 == 0
+               for d in (q.shape[3], v.shape[3]))
 
 
 def decompose_attention(graph: Graph) -> Graph:

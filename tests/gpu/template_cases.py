@@ -346,6 +346,51 @@ def make_attention_mask_bias_gqa_d128():
     return _masked((1, 8, "S", "T"), BF16, d=128, hq=8, hkv=2, b=1)
 
 
+def make_attention_mla_d192_dv128():
+    """DeepSeek-V3's MLA shape: keys of 192 (padded to a 256-wide tile), values of 128, causal;
+    the masked kernel without a mask."""
+    torch.manual_seed(0)
+    s = torch.export.Dim("S", min=1, max=MAX_SEQ)
+    q, k = (torch.randn(1, 4, 33, 192, dtype=BF16) for _ in range(2))
+    v = torch.randn(1, 4, 33, 128, dtype=BF16)
+    return Attention(True, 192 ** -0.5).eval(), (q, k, v), ({2: s}, {2: s}, {2: s})
+
+
+class CappedAttention(nn.Module):
+    """Gemma-2's eager attention written out: scores soft-capped by tanh, then an optional
+    additive mask, an f32 softmax (the masked kernel's cap; MASK_KIND 0 without a mask)."""
+
+    def __init__(self, cap: float):
+        super().__init__()
+        self.cap = cap
+
+    def forward(self, q, k, v, mask=None):
+        group = q.shape[1] // k.shape[1]
+        k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+        scores = torch.matmul(q, k.transpose(2, 3)) * q.shape[-1] ** -0.5
+        scores = torch.tanh(scores / self.cap) * self.cap
+        if mask is not None:
+            scores = scores + mask
+        return torch.matmul(torch.softmax(scores, -1, dtype=torch.float32).to(q.dtype), v)
+
+
+def make_attention_softcap_gqa_d128():
+    torch.manual_seed(0)
+    s, t = torch.export.Dim("S", min=1, max=MAX_SEQ), torch.export.Dim("T", min=1, max=MAX_SEQ)
+    q = torch.randn(1, 8, 33, 128, dtype=BF16) * 4  # scores the cap bends
+    kv = [torch.randn(1, 2, 45, 128, dtype=BF16) for _ in range(2)]
+    return CappedAttention(3.0).eval(), (q, *kv), ({2: s}, {2: t}, {2: t})
+
+
+def make_attention_softcap_mask_d64():
+    torch.manual_seed(0)
+    s, t = torch.export.Dim("S", min=1, max=MAX_SEQ), torch.export.Dim("T", min=1, max=MAX_SEQ)
+    q = torch.randn(2, 4, 33, 64, dtype=BF16) * 4
+    kv = [torch.randn(2, 4, 45, 64, dtype=BF16) for _ in range(2)]
+    mask = torch.randn(2, 1, 33, 45).to(BF16)
+    return CappedAttention(5.0).eval(), (q, *kv, mask), ({2: s}, {2: t}, {2: t}, {2: s, 3: t})
+
+
 # --------------------------------------------------------------------------- row-wise ops
 class RowOp(nn.Module):
     def __init__(self, kind: str, c: int):
@@ -586,6 +631,11 @@ CASES = [
                                                        "T": (1, 129, 1000, MAX_SEQ)}),
     Case("attention_mask_bias_gqa_d128", _ATTN + ("mask",), {"S": (1, 129, MAX_SEQ),
                                                              "T": (7, 1000)}),
+    Case("attention_mla_d192_dv128", _ATTN + ("causal",), {"S": (1, 77, 1000, MAX_SEQ)}),
+    Case("attention_softcap_gqa_d128", _ATTN + ("softcap",), {"S": (1, 77, MAX_SEQ),
+                                                               "T": (1, 129, 1000)}),
+    Case("attention_softcap_mask_d64", _ATTN + ("mask", "softcap"), {"S": (1, 129, MAX_SEQ),
+                                                                     "T": (7, 1000)}),
     Case("rmsnorm", ("rmsnorm",)),
     Case("rmsnorm_ragged", ("rmsnorm",)),
     Case("layernorm", ("layernorm",)),

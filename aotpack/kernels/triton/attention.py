@@ -247,7 +247,8 @@ def candidate_configs(op: AttentionOp) -> list[dict]:
 def tma_possible(op: AttentionOp) -> bool:
     """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides (and no mask
     or soft cap: the masked kernel loads through pointers)."""
-    if op.mask is not None or op.softcap > 0 or padded_dim(op.q.shape[3]) != op.q.shape[3]:
+    if op.mask is not None or op.softcap > 0 or padded_dim(op.q.shape[3]) != op.q.shape[3] \
+            or op.v.shape[3] != op.q.shape[3]:
         return False
     for t in (op.q, op.k, op.v, op.out):
         nbytes = t.dtype.nbytes
@@ -260,14 +261,17 @@ def tma_possible(op: AttentionOp) -> bool:
 def _check(op: AttentionOp) -> None:
     b, hq, sq, d = op.q.shape
     bk, hkv, skv, dk = op.k.shape
-    if op.v.shape != op.k.shape or op.out.shape != op.q.shape or (bk, dk) != (b, d):
+    dv = op.v.shape[3]
+    if op.v.shape[:3] != op.k.shape[:3] or op.out.shape != op.q.shape[:3] + (dv,) \
+            or (bk, dk) != (b, d):
         raise ValueError(f"attention: incompatible shapes q{op.q.shape} k{op.k.shape} "
                          f"v{op.v.shape} out{op.out.shape}")
     if hq % hkv:
         raise ValueError(f"attention: {hq} query heads not a multiple of {hkv} kv heads")
-    if not 16 <= d <= 256 or d % 8:
-        raise ValueError(f"attention: head dim {d} not supported (16 to 256, a multiple of 8: "
-                         f"rows of 16 bytes)")
+    for what, n in (("head dim", d), ("value head dim", dv)):
+        if not 16 <= n <= 256 or n % 8:
+            raise ValueError(f"attention: {what} {n} not supported (16 to 256, a multiple of "
+                             f"8: rows of 16 bytes)")
     if skv == 0:
         raise ValueError("attention: no keys (S_kv = 0)")
     if not op.scale > 0:  # the unmasked loop scales the row max: needs a positive scale
@@ -294,7 +298,8 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:  # the causal split puts the diagonal on a key tile edge
         raise ValueError(f"attention: BLOCK_M {cfg['BLOCK_M']} not a multiple of "
                          f"BLOCK_N {cfg['BLOCK_N']}")
-    if op.mask is not None or (op.softcap > 0 and op.kv_limit is None):
+    if op.kv_limit is None and (op.mask is not None or op.softcap > 0
+                                or op.v.shape[3] != op.q.shape[3]):
         return plan_masked(op, cfg)
     if op.kv_limit is not None:
         plans = positional.plans_positional(op, cfg)
@@ -381,4 +386,4 @@ def flops(op: AttentionOp) -> float:
     b, hq, sq, d = op.q.shape
     skv = op.k.shape[2]
     pairs = sum(min(i + 1, skv) for i in range(sq)) if op.causal else sq * skv
-    return 4.0 * b * hq * pairs * d
+    return 2.0 * b * hq * pairs * (d + op.v.shape[3])

@@ -12,7 +12,9 @@ row whose keys are all -inf / False gets zeros (torch's scaled_dot_product_atten
 same; a plain softmax would give NaN).
 
 Soft-capped attention (AttentionOp.softcap, Gemma-2) runs here too, with or without a mask
-(MASK_KIND 0): the cap is applied to the scaled scores before the mask, in natural units.
+(MASK_KIND 0): the cap is applied to the scaled scores before the mask, in natural units; and
+so does attention whose values have another head dim than the keys (DeepSeek's MLA: 128 and
+192; HEAD_DIM_V).
 """
 from __future__ import annotations
 
@@ -59,11 +61,14 @@ def attention_fwd_masked_kernel(
     HEADS_Q: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     MASK_KIND: tl.constexpr, D_VALID: tl.constexpr, SOFTCAP: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, DV_VALID: tl.constexpr,
 ):
     batch, head_q, head_kv, row_start, rows = program_rows(HEADS_Q, GROUP, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
     row_ok = rows[:, None] < seq_q
     dim_ok = dims[None, :] < D_VALID  # a head dim padded to a power of two (80 -> 128)
+    vdims = tl.arange(0, HEAD_DIM_V)  # the values' (MLA: 128 against the keys' 192)
+    vdim_ok = vdims[None, :] < DV_VALID
 
     q_base = q_ptr + batch * q_stride_b + head_q * q_stride_h
     q = tl.load(q_base + rows[:, None] * q_stride_s + dims[None, :], mask=row_ok & dim_ok,
@@ -74,7 +79,7 @@ def attention_fwd_masked_kernel(
         m_base = (mask_ptr + batch * mask_stride_b + head_q * mask_stride_h
                   + rows[:, None] * mask_stride_q)
 
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM_V], dtype=tl.float32)
     row_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
     row_max = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     kv_end = seq_kv
@@ -95,19 +100,18 @@ def attention_fwd_masked_kernel(
             mask_tile = tl.load(m_base + cols[None, :] * mask_stride_k, mask=tile_ok, other=0)
             seen = tile_ok & (mask_tile.to(tl.float32) > float("-inf"))
         if tl.max(seen.to(tl.int32)) > 0:
-            in_range = (cols[:, None] < seq_kv) & dim_ok
-            k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :], mask=in_range,
-                        other=0.0)
-            v = tl.load(v_base + cols[:, None] * v_stride_s + dims[None, :], mask=in_range,
-                        other=0.0)
+            k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :],
+                        mask=(cols[:, None] < seq_kv) & dim_ok, other=0.0)
+            v = tl.load(v_base + cols[:, None] * v_stride_s + vdims[None, :],
+                        mask=(cols[:, None] < seq_kv) & vdim_ok, other=0.0)
             acc, row_sum, row_max = _masked_step(acc, row_sum, row_max, q, k, v, mask_tile,
                                                  rows, cols, seq_kv, sm_scale, softcap,
                                                  MASK_KIND, CAUSAL, SOFTCAP)
 
     out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
     out_base = out_ptr + batch * out_stride_b + head_q * out_stride_h
-    out_ptrs = out_base + rows[:, None] * out_stride_s + dims[None, :]
-    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_ok & dim_ok)
+    out_ptrs = out_base + rows[:, None] * out_stride_s + vdims[None, :]
+    tl.store(out_ptrs, out.to(out_ptr.dtype.element_ty), mask=row_ok & vdim_ok)
 
 
 def mask_kind(mask: TensorArg | None) -> int:
@@ -139,6 +143,7 @@ def plan_masked(op: AttentionOp, cfg: dict) -> KernelPlan:
         "softcap": F32(op.softcap), "SOFTCAP": Const(op.softcap > 0),
         "HEADS_Q": Const(hq), "GROUP": Const(hq // hkv),
         "HEAD_DIM": Const(padded_dim(d)), "D_VALID": Const(d),
+        "HEAD_DIM_V": Const(padded_dim(op.v.shape[3])), "DV_VALID": Const(op.v.shape[3]),
         "BLOCK_M": Const(cfg["BLOCK_M"]), "BLOCK_N": Const(cfg["BLOCK_N"]),
         "CAUSAL": Const(bool(op.causal)), "MASK_KIND": Const(mask_kind(op.mask)),
     })

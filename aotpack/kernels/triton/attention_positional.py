@@ -48,6 +48,7 @@ def attention_fwd_positional_kernel(
     HEADS_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, D_VALID: tl.constexpr,
     BLOCK_S: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, WINDOW: tl.constexpr,
     SPLITS: tl.constexpr, FIXUP: tl.constexpr, SHORT: tl.constexpr, SOFTCAP: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, DV_VALID: tl.constexpr,
 ):
     release_dependents()  # the output projection may start streaming its weights (pdl.py)
     pid = tl.program_id(0)
@@ -62,6 +63,8 @@ def attention_fwd_positional_kernel(
     head_q = head_kv * GROUP + g
     dims = tl.arange(0, HEAD_DIM)
     dim_ok = dims[None, :] < D_VALID
+    vdims = tl.arange(0, HEAD_DIM_V)  # the values' head dim (MLA: 128 against keys' 192)
+    vdim_ok = vdims[None, :] < DV_VALID
     s = s.to(tl.int64)  # row offsets past 2^31 elements at long contexts
 
     q = tl.load(q_ptr + batch * q_stride_b + head_q[:, None] * q_stride_h
@@ -87,16 +90,15 @@ def attention_fwd_positional_kernel(
 
     k_base = k_ptr + batch * k_stride_b + head_kv * k_stride_h
     v_base = v_ptr + batch * v_stride_b + head_kv * v_stride_h
-    acc = tl.zeros([ROWS, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([ROWS, HEAD_DIM_V], dtype=tl.float32)
     row_sum = tl.zeros([ROWS], dtype=tl.float32)
     row_max = tl.full([ROWS], float("-inf"), dtype=tl.float32)
     for start in range(lo, hi, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N).to(tl.int64)
-        in_range = (cols[:, None] < seq_kv) & dim_ok
-        k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :], mask=in_range,
-                    other=0.0)
-        v = tl.load(v_base + cols[:, None] * v_stride_s + dims[None, :], mask=in_range,
-                    other=0.0)
+        k = tl.load(k_base + cols[:, None] * k_stride_s + dims[None, :],
+                    mask=(cols[:, None] < seq_kv) & dim_ok, other=0.0)
+        v = tl.load(v_base + cols[:, None] * v_stride_s + vdims[None, :],
+                    mask=(cols[:, None] < seq_kv) & vdim_ok, other=0.0)
         scores = tl.dot(q, tl.trans(k)) * sm_scale
         if SOFTCAP:  # Gemma-2: softcap * tanh(scores / softcap), before the mask
             scores = capped(scores, softcap)
@@ -109,25 +111,26 @@ def attention_fwd_positional_kernel(
     if single:  # part 0 holds every key: store the rows, no partials, no merge
         out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
         tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
-                 + s[:, None] * out_stride_s + dims[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok & (split == 0))
+                 + s[:, None] * out_stride_s + vdims[None, :],
+                 out.to(out_ptr.dtype.element_ty),
+                 mask=row_ok[:, None] & vdim_ok & (split == 0))
     elif SPLITS == 1:
         out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
         tl.store(out_ptr + batch * out_stride_b + head_q[:, None] * out_stride_h
-                 + s[:, None] * out_stride_s + dims[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & dim_ok)
-    else:  # partials of (program, split): acc [ROWS, HEAD_DIM], then max and sum [ROWS]
+                 + s[:, None] * out_stride_s + vdims[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & vdim_ok)
+    else:  # partials of (program, split): acc [ROWS, HEAD_DIM_V], then max and sum [ROWS]
         slot = ((pid * tl.num_programs(1) + s_block) * SPLITS + split).to(tl.int64)
-        base = ws_ptr + slot * (ROWS * (HEAD_DIM + 2))
-        tl.store(base + r[:, None] * HEAD_DIM + dims[None, :], acc)
-        tl.store(base + ROWS * HEAD_DIM + r, row_max)
-        tl.store(base + ROWS * HEAD_DIM + ROWS + r, row_sum)
+        base = ws_ptr + slot * (ROWS * (HEAD_DIM_V + 2))
+        tl.store(base + r[:, None] * HEAD_DIM_V + vdims[None, :], acc)
+        tl.store(base + ROWS * HEAD_DIM_V + r, row_max)
+        tl.store(base + ROWS * HEAD_DIM_V + ROWS + r, row_sum)
         if FIXUP:  # the block's last program to finish merges every part
             tl.debug_barrier()  # every thread's partials are written before the release
             cnt = cnt_ptr + pid * tl.num_programs(1) + s_block
             if tl.atomic_add(cnt, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
                 _combine(ws_ptr, out_ptr, out_stride_b, out_stride_h, out_stride_s, seq_q,
-                         pid, s_block, HEADS_KV, GROUP, HEAD_DIM, D_VALID, BLOCK_S, ROWS,
+                         pid, s_block, HEADS_KV, GROUP, HEAD_DIM_V, DV_VALID, BLOCK_S, ROWS,
                          SPLITS, ".cg")
                 tl.atomic_xchg(cnt, 0)  # ready for the next launch
 
@@ -200,7 +203,7 @@ def workspace_bytes(op: AttentionOp, cfg: dict):
     if splits == 1:
         return 0
     programs = b * op.k.shape[1] * cdiv(sq, block_s)
-    return programs * splits * rows * (padded_dim(d) + 2) * 4
+    return programs * splits * rows * (padded_dim(op.v.shape[3]) + 2) * 4
 
 
 def _workspace(op: AttentionOp, cfg: dict) -> Ptr:
@@ -232,8 +235,10 @@ def plans_positional(op: AttentionOp, cfg: dict) -> list[KernelPlan]:
     block_s, rows, splits = shape(op, cfg)
     if tuple(op.kv_limit.shape) != (b, sq):
         raise ValueError(f"attention: kv_limit {op.kv_limit.shape} is not [B, S] = {(b, sq)}")
+    dv = op.v.shape[3]
+    # the merge sees values only: its HEAD_DIM is theirs
     common = {"HEADS_KV": Const(hkv), "GROUP": Const(hq // hkv),
-              "HEAD_DIM": Const(padded_dim(d)), "D_VALID": Const(d), "BLOCK_S": Const(block_s),
+              "HEAD_DIM": Const(padded_dim(dv)), "D_VALID": Const(dv), "BLOCK_S": Const(block_s),
               "ROWS": Const(rows), "SPLITS": Const(splits)}
     args = {"q_ptr": Ptr(op.q), "k_ptr": Ptr(op.k), "v_ptr": Ptr(op.v), "out_ptr": Ptr(op.out),
             "pos_ptr": Ptr(op.kv_limit),
@@ -248,7 +253,8 @@ def plans_positional(op: AttentionOp, cfg: dict) -> list[KernelPlan]:
                  "softcap": F32(op.softcap), "SOFTCAP": Const(op.softcap > 0),
                  "BLOCK_N": Const(cfg["BLOCK_N"]), "WINDOW": Const(op.window > 0),
                  "FIXUP": Const(uses_fixup(op, cfg)), "SHORT": Const(short_tiles(op, cfg)),
-                 **common})
+                 **common, "HEAD_DIM": Const(padded_dim(d)), "D_VALID": Const(d),
+                 "HEAD_DIM_V": Const(padded_dim(dv)), "DV_VALID": Const(dv)})
     fused = ("attention", "positions") + (("window",) if op.window else ()) + \
         (("softcap",) if op.softcap > 0 else ()) + \
         (("gqa",) if hq != hkv else ()) + (("split_kv",) if splits > 1 else ()) + \
