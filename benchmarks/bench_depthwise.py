@@ -39,7 +39,8 @@ def depthwise_ops(name: str, batch: int) -> list:
     seen, out = set(), []
     for op in program.ops:
         if isinstance(op, ConvOp) and op.depthwise:
-            key = (op.x.shape, op.kernel, op.stride, tuple(type(s).__name__ for s in op.epilogue))
+            key = (op.x.shape, op.kernel, op.stride, op.padding, op.dilation,
+                   tuple(type(s).__name__ for s in op.epilogue))
             if key not in seen:
                 seen.add(key)
                 out.append(op)
@@ -91,7 +92,10 @@ def measure(op, args) -> dict:
            "default": conv_configs.default_config(op, SM90), "configs": []}
     xc = view(env, op.x).permute(0, 3, 1, 2)  # NCHW view of channels-last memory
     wt = torch.randn(c, 1, *op.kernel, device="cuda", dtype=xc.dtype)
-    (pt, _), (pl, _) = op.padding
+    (pt, pb), (pl, pr) = op.padding
+    if (pt, pl) != (pb, pr):  # cuDNN pads both sides alike: pad the input first
+        xc = F.pad(xc, (pl, pr, pt, pb)).contiguous(memory_format=torch.channels_last)
+        pt = pl = 0
     row["cudnn_ms"] = bench(lambda: F.conv2d(xc, wt, None, op.stride, (pt, pl), op.dilation, c),
                             reps=args.reps)["median_ms"]
     for cfg in variants(op):
@@ -125,20 +129,21 @@ def main() -> int:
     start = time.time()
     out_dir = Path(os.environ.get("OUT", "."))
     rows = []
-    for name in args.models.split(","):
-        for batch in (int(b) for b in args.batches.split(",")):
-            for op in depthwise_ops(name, batch):
-                if time.time() - start > args.budget_s:
-                    print("budget spent", flush=True)
-                    break
-                row = {"model": name, "batch": batch, **measure(op, args)}
-                rows.append(row)
-                (out_dir / "depthwise_bench.json").write_text(json.dumps(rows, indent=1))
-                best = row.get("best", {})
-                print(f"{name} b{batch} x{row['x']} k{row['kernel']} s{row['stride']}: copy "
-                      f"{row['copy_ms']:.4f} cudnn {row['cudnn_ms']:.4f} default "
-                      f"{row.get('default_ms')} best {best.get('ms')} {best.get('config')}",
-                      flush=True)
+    jobs = ((name, batch) for name in args.models.split(",")
+            for batch in (int(b) for b in args.batches.split(",")))
+    for name, batch in jobs:
+        for op in depthwise_ops(name, batch):
+            if time.time() - start > args.budget_s:
+                print("budget spent", flush=True)
+                return 0
+            row = {"model": name, "batch": batch, **measure(op, args)}
+            rows.append(row)
+            (out_dir / "depthwise_bench.json").write_text(json.dumps(rows, indent=1))
+            best = row.get("best", {})
+            print(f"{name} b{batch} x{row['x']} k{row['kernel']} s{row['stride']}: copy "
+                  f"{row['copy_ms']:.4f} cudnn {row['cudnn_ms']:.4f} default "
+                  f"{row.get('default_ms')} best {best.get('ms')} {best.get('config')}",
+                  flush=True)
     return 0
 
 

@@ -105,6 +105,23 @@ def test_pool3d_geometries_match_eager(name):
     check_matches_eager(_ConvPool(POOLS[name]).eval(), [torch.randn(2, 3, 6, 9, 9)], 1e-5)
 
 
+def test_pool3d_in_bf16_averages_the_taps_in_f32():
+    """bf16 frames: the temporal taps' averages summed in f32 and rounded once (as torch's
+    f32 accumulation), not rounded after every add."""
+    from aotpack.ir.ops import Op
+
+    torch.manual_seed(0)
+    model = _ConvPool(torch.nn.AvgPool3d(3, 1, 1)).eval().to(torch.bfloat16)
+    x = torch.randn(2, 3, 6, 9, 9).to(torch.bfloat16)
+    graph = to_graph(model, [x])
+    # the pool's two adds (3 taps) in f32 (the conv before it sums its own taps in bf16)
+    assert sum(n.op == Op.ADD and n.output.dtype.nbytes == 4 for n in graph.nodes) == 2
+    got = run_reference(compile_graph(graph), [x])[0]  # eager has no bf16 avg_pool3d on CPU
+    with torch.no_grad():
+        want = model.float()(x.float())
+    assert rel_err(got.float(), want) < 1e-2
+
+
 @pytest.mark.parametrize("pool,why", [
     (torch.nn.AvgPool3d(3, 2, 0, ceil_mode=True), "ceil_mode whose last window"),
     (torch.nn.AvgPool3d(3, 1, 1, count_include_pad=False), "count_include_pad=False"),

@@ -183,3 +183,43 @@ def test_templates_describe_the_cap():
     op = _op(True)
     assert "softcap=2" in template_for(op).describe(op)
 
+
+
+class ScaledCap(torch.nn.Module):
+    """Factors on both sides of the tanh and a softmax scale: softmax(2 * cap * tanh(s * c /
+    cap) [+ mask]) with the mask added before (inside) or after the outer factor."""
+
+    def __init__(self, mask_inside: bool | None):
+        super().__init__()
+        self.mask_inside = mask_inside
+
+    def forward(self, q, k, v, mask):
+        s = torch.matmul(q, k.transpose(2, 3)) * 0.3
+        capped = torch.tanh(s / 1.5) * 1.5
+        if self.mask_inside:
+            capped = (capped + mask) * 2.0  # the mask scaled with the scores: not the kernel's
+        else:
+            capped = capped * 2.0 + (mask if self.mask_inside is False else 0.0)
+        return torch.matmul(torch.softmax(capped, -1), v)
+
+
+@pytest.mark.parametrize("mask_inside", [None, False, True])
+def test_factors_around_the_tanh(mask_inside):
+    """Outside the tanh: 2 * 1.5 = 3 is the cap; inside: 0.3 / 1.5 times the cap is the scale.
+    A float mask the outer factor also multiplies is not what the kernel adds: that chain
+    stays batched matmuls (and still matches eager)."""
+    g = torch.Generator().manual_seed(3)
+    ins = [torch.randn(2, 2, 10, 16, generator=g) * 2, torch.randn(2, 2, 10, 16, generator=g),
+           torch.randn(2, 2, 10, 16, generator=g), torch.randn(1, 1, 10, 10, generator=g)]
+    model = ScaledCap(mask_inside)
+    program = compile_graph(to_graph(model, ins))
+    ops = [o for o in program.ops if isinstance(o, AttentionOp)]
+    if mask_inside:
+        assert not ops and "BmmOp" in kinds(program)
+    else:
+        (op,) = ops
+        assert math.isclose(op.softcap, 3.0) and math.isclose(op.scale, 0.3 / 1.5 * 3.0)
+    fresh = [torch.randn(x.shape, generator=g) for x in ins]
+    with torch.no_grad():
+        want = model(*fresh)
+    assert rel_err(run_program(program, fresh)[0], want) <= 1e-5

@@ -110,11 +110,18 @@ def _pool3d(cx, x: Value, kernel, stride, padding, ceil_mode, kind: str, pool2d,
     n, c = x.shape[:2]
     taps, t_out = _temporal_taps(cx, x, kt, st, pt, 1, bool(ceil_mode), fill, kind)
     pooled = [pool2d(t, (kh, kw), (sh, sw), (ph, pw)) for t in taps]
+    wide = kind == "avg" and kt > 1 and x.dtype.nbytes < 4  # one rounding, as torch's f32 sum
+    if wide:
+        from aotpack.dtypes import DType
+
+        pooled = [cx.emit(Op.CAST, [y], O.CastAttrs(DType.F32)) for y in pooled]
     total = pooled[0]
     for y in pooled[1:]:
         total = cx.emit(Op.MAX if kind == "max" else Op.ADD, [total, y], O.BinaryAttrs())
     if kind == "avg" and kt > 1:
         total = cx.emit(Op.MUL, [total], O.BinaryAttrs(1.0 / kt))
+    if wide:
+        total = cx.emit(Op.CAST, [total], O.CastAttrs(x.dtype))
     _, _, oh, ow = total.shape
     y = cx.emit(Op.VIEW, [total], O.ViewAttrs((n, t_out, c, oh, ow)))
     y = cx.emit(Op.PERMUTE, [y], O.PermuteAttrs((0, 2, 1, 3, 4)))
@@ -124,11 +131,14 @@ def _pool3d(cx, x: Value, kernel, stride, padding, ceil_mode, kind: str, pool2d,
 def max_pool3d(cx, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False, final=True):
     from aotpack.frontend.aten_conv import _max_pool
 
+    import torch
+
     if _triple(dilation, "dilation") != (1, 1, 1):
         raise Unsupported(f"3-D max pooling with dilation {dilation}")
+    lowest = float("-inf") if x.dtype.is_float else torch.iinfo(x.dtype.to_torch()).min
     return _pool3d(cx, x, kernel, stride, padding, ceil_mode, "max",
                    lambda t, k, s, p: _max_pool(cx, t, k, s, p, 1, ceil_mode, final=False),
-                   float("-inf"), final)
+                   lowest, final)
 
 
 def max_pool3d_with_indices(cx, *args, **kwargs):

@@ -168,7 +168,8 @@ def check_step(step, inputs) -> None:
 def _use_sdpa(model) -> None:
     """transformers models attend through torch's sdpa (the op the frontend fuses), except
     those whose attention soft-caps its scores (Gemma-2's attn_logit_softcapping): sdpa has no
-    cap, so they keep their eager attention (written out: batched matmuls)."""
+    cap, so they keep their eager attention, which passes/fuse_attention.py fuses with the
+    cap (SdpaAttrs.softcap)."""
     config = getattr(model, "config", None)
     if getattr(config, "attn_logit_softcapping", None) is not None:
         if getattr(config, "_attn_implementation", None) != "eager":

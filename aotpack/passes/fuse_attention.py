@@ -82,8 +82,9 @@ def fuse_attention(graph: Graph) -> Graph:
 
 
 def _match(graph, n: Node, producers, users, outputs):
-    """(q, k^T, v, causal, scale, mask operand or None) if n = matmul(attention weights, v),
-    else None."""
+    """(q, k^T, v, causal, scale, mask operand or None, narrow, softcap) if n =
+    matmul(attention weights, v), else None; narrow: q and k^T are f32 upcasts of 16-bit
+    values (read them narrow)."""
     if n.op != Op.MATMUL or len(n.output.shape) != 4:
         return None
     p, v = n.inputs
@@ -103,9 +104,7 @@ def _match(graph, n: Node, producers, users, outputs):
     node = single(node.inputs[0])
     if node is not None and node.op == Op.CAST and node.output.dtype == DType.F32:
         node = single(node.inputs[0])
-    for _ in range(2):  # the scale and the mask, in either order
-        if node is None:
-            return None
+    while node is not None:  # scalar factors and at most one mask, in any order
         factor = scalar_factor(node)
         if factor is not None and factor > 0:
             scale *= factor
@@ -118,6 +117,10 @@ def _match(graph, n: Node, producers, users, outputs):
                 a, c = c, a
             mask = c
             node = single(a)
+        else:
+            break
+    if node is None:
+        return None
     softcap = 0.0
     if node is not None and node.op == Op.TANH and scale > 0:
         # soft-capped scores (Gemma-2): cap * tanh(s * c), the cap being what multiplied the

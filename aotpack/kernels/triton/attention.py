@@ -298,6 +298,8 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:  # the causal split puts the diagonal on a key tile edge
         raise ValueError(f"attention: BLOCK_M {cfg['BLOCK_M']} not a multiple of "
                          f"BLOCK_N {cfg['BLOCK_N']}")
+    if op.mask is not None and op.kv_limit is not None:
+        raise ValueError("attention: a mask and positions together (lowering makes one)")
     if op.kv_limit is None and (op.mask is not None or op.softcap > 0
                                 or op.v.shape[3] != op.q.shape[3]):
         return plan_masked(op, cfg)
