@@ -365,8 +365,12 @@ class CappedAttention(nn.Module):
         self.cap = cap
 
     def forward(self, q, k, v, mask=None):
-        group = q.shape[1] // k.shape[1]
-        k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+        # K/V repeated per query head as transformers' repeat_kv does (expand + reshape):
+        # torch 2.11's export refuses repeat_interleave over a dynamic T
+        b, hkv, t, d = k.shape
+        group = q.shape[1] // hkv
+        k, v = (x[:, :, None].expand(b, hkv, group, t, d).reshape(b, hkv * group, t, d)
+                for x in (k, v))
         scores = torch.matmul(q, k.transpose(2, 3)) * q.shape[-1] ** -0.5
         scores = torch.tanh(scores / self.cap) * self.cap
         if mask is not None:
