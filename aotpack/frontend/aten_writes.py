@@ -107,14 +107,15 @@ def _arg_dtype(cx, i: int):
 
 def _materialized(cx, x: PartlyWritten, dtype) -> Value:
     """The parts written so far, zeros between them (uninitialised memory: any value is it)."""
-    import torch
+    from types import SimpleNamespace
 
+    from aotpack.frontend.aten_conv import fill_block
+
+    like = SimpleNamespace(shape=x.shape_, dtype=dtype)  # what fill_block reads of a tensor
     pieces, at, size = [], 0, x.shape_[x.dim]
     for lo, hi in sorted(x.parts) + [(size, size)]:
         if lo > at:
-            shape = tuple(lo - at if i == x.dim else d for i, d in enumerate(x.shape_))
-            zero = cx.add_constant("unwritten", torch.zeros((), dtype=dtype.to_torch()))
-            pieces.append(cx.emit(Op.EXPAND, [zero], O.ExpandAttrs(shape)))
+            pieces.append(fill_block(cx, like, x.dim, lo - at, 0.0))
         if hi > lo:
             part = x.parts[(lo, hi)]
             pieces.append(part if part.dtype == dtype else

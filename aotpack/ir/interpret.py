@@ -59,26 +59,13 @@ def _sdpa(a, q, k, v, mask=None):
 
 
 def _capped_sdpa(a, q, k, v, mask):
-    """Soft-capped attention (sdpa has no cap), in f32: as the written-out eager attention."""
-    import torch
+    """Soft-capped attention (sdpa has no cap): the kernel reference's, in f32."""
+    from aotpack.kernels.reference.attention import attend, positional_mask
 
-    from aotpack.kernels.reference.attention import capped, positional_mask
-
-    if a.gqa:
-        k, v = (x.repeat_interleave(q.shape[1] // x.shape[1], dim=1) for x in (k, v))
+    if mask is not None and a.positions:
+        mask = positional_mask(mask, a.window, k.shape[-2])
     scale = a.scale if a.scale is not None else q.shape[-1] ** -0.5
-    scores = capped((q.float() @ k.float().transpose(-1, -2)) * scale, a.softcap)
-    s, t = scores.shape[-2:]
-    if a.causal:
-        scores = scores.masked_fill(~torch.ones(s, t, dtype=torch.bool).tril(), float("-inf"))
-    if mask is not None:
-        if a.positions:
-            mask = positional_mask(mask, a.window, t)
-        scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
-                  else scores + mask.float())
-    seen = (scores != float("-inf")).any(-1, keepdim=True)
-    probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
-    return (probs @ v.float()).to(q.dtype)
+    return attend(q, k, v, scale, a.causal, mask, a.softcap).to(q.dtype)
 
 
 def _rope(a, x, cos, sin):

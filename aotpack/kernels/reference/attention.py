@@ -8,27 +8,36 @@ from aotpack.kernels.spec import AttentionOp
 def reference(op: AttentionOp, env) -> None:
     import torch
 
-    q, k, v = (view(env, t).float() for t in (op.q, op.k, op.v))
+    q, k, v = (view(env, t) for t in (op.q, op.k, op.v))
+    mask = view(env, op.mask) if op.mask is not None else None
+    if op.kv_limit is not None:
+        seen = positional_mask(view(env, op.kv_limit), op.window, k.shape[2])
+        mask = seen if mask is None else (seen & mask.bool() if mask.dtype == torch.bool
+                                          else mask.float().masked_fill(~seen, float("-inf")))
+    write(env, op.out, attend(q, k, v, op.scale, op.causal, mask, op.softcap))
+
+
+def attend(q, k, v, scale: float, causal: bool, mask=None, softcap: float = 0.0):
+    """Attention in f32 (GQA by head groups; mask bool, True seen, or added), a row that sees
+    no key giving zeros as torch's scaled_dot_product_attention does, not NaN."""
+    import torch
+
+    q, k, v = q.float(), k.float(), v.float()
     group = q.shape[1] // k.shape[1]
     if group > 1:
         k = k.repeat_interleave(group, dim=1)
         v = v.repeat_interleave(group, dim=1)
-    scores = capped((q @ k.transpose(-1, -2)) * op.scale, op.softcap)
-    if op.causal:
+    scores = capped((q @ k.transpose(-1, -2)) * scale, softcap)
+    if causal:
         s, t = scores.shape[-2:]
-        mask = torch.ones(s, t, dtype=torch.bool, device=scores.device).tril()
-        scores = scores.masked_fill(~mask, float("-inf"))
-    if op.kv_limit is not None:
-        scores = scores.masked_fill(~positional_mask(view(env, op.kv_limit), op.window,
-                                                     scores.shape[-1]), float("-inf"))
-    if op.mask is not None:
-        mask = view(env, op.mask)
+        seen = torch.ones(s, t, dtype=torch.bool, device=scores.device).tril()
+        scores = scores.masked_fill(~seen, float("-inf"))
+    if mask is not None:
         scores = (scores.masked_fill(~mask.bool(), float("-inf")) if mask.dtype == torch.bool
                   else scores + mask.float())
-    # a row that sees no key gives zeros (torch's scaled_dot_product_attention), not NaN
     seen = (scores != float("-inf")).any(-1, keepdim=True)
     probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
-    write(env, op.out, probs @ v)
+    return probs @ v
 
 
 def capped(scores, softcap: float):

@@ -139,18 +139,9 @@ def aot_launcher(plan: KernelPlan, env, target: Target = SM90):
     """As jit_launcher, but the kernel is compiled as the bundle compiles it (compile.py's
     signature: the facts about integer arguments the JIT would not specialise on, such as a
     divisibility of 8), so a benchmark times the bundle's own code."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from aotpack.kernels.triton.compile import triton_compile
 
-    from aotpack.kernels.triton.compile import _signature
-
-    sig, constexprs, attrs = _signature(plan.fn, plan.args)
-    major, minor = target.cc
-    compiled = triton.compile(
-        ASTSource(fn=plan.fn, signature=sig, constexprs=constexprs, attrs=attrs),
-        target=GPUTarget("cuda", major * 10 + minor, 32),
-        options={"num_warps": plan.num_warps, "num_stages": plan.num_stages})
+    _, compiled = triton_compile(plan.fn, plan.args, plan.num_warps, plan.num_stages, target)
     kwargs = torch_args(plan, env)
     args = [kwargs[name] for name in plan.fn.arg_names]
     runner = compiled[tuple(plan.grid)]

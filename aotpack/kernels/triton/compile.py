@@ -144,13 +144,9 @@ def _signature(fn, args: dict[str, ArgValue]) -> tuple[dict, dict, dict]:
     return sig, constexprs, attrs
 
 
-def compile_kernel(fn, args: dict[str, ArgValue], *, num_warps: int, num_stages: int,
-                   target: Target = SM90, fused_ops: tuple[str, ...] = (),
-                   config: dict | None = None, maxnreg: int | None = None,
-                   pdl: bool = False) -> TritonKernel:
-    """Compile `fn` specialised for `args` (integer args divisible by 16 are specialised as
-    such, so shapes are baked in as facts, not values; a symbolic size only when it is a
-    multiple of 16 for every value of its dims). Triton caches compiles on disk."""
+def triton_compile(fn, args: dict[str, ArgValue], num_warps: int, num_stages: int,
+                   target: Target = SM90, maxnreg: int | None = None):
+    """(signature, Triton's CompiledKernel) of `fn` specialised for `args` as a bundle ships it."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -161,7 +157,18 @@ def compile_kernel(fn, args: dict[str, ArgValue], *, num_warps: int, num_stages:
     if maxnreg is not None:
         options["maxnreg"] = maxnreg
     major, minor = target.cc
-    compiled = triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32), options=options)
+    return sig, triton.compile(src, target=GPUTarget("cuda", major * 10 + minor, 32),
+                               options=options)
+
+
+def compile_kernel(fn, args: dict[str, ArgValue], *, num_warps: int, num_stages: int,
+                   target: Target = SM90, fused_ops: tuple[str, ...] = (),
+                   config: dict | None = None, maxnreg: int | None = None,
+                   pdl: bool = False) -> TritonKernel:
+    """Compile `fn` specialised for `args` (integer args divisible by 16 are specialised as
+    such, so shapes are baked in as facts, not values; a symbolic size only when it is a
+    multiple of 16 for every value of its dims). Triton caches compiles on disk."""
+    sig, compiled = triton_compile(fn, args, num_warps, num_stages, target, maxnreg)
     md = compiled.metadata
     ck = CompiledKernel(
         entry=md.name,
