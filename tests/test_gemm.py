@@ -341,6 +341,30 @@ def test_an_erf_gelu_epilogue_is_not_flattened_with_128_accumulator_registers():
     assert gemm.config_for(small) == MEDIUM
 
 
+@pytest.mark.parametrize("M_,N_,K_,bk", [(401408, 384, 96, 32), (401408, 72, 24, 32),
+                                         (100352, 24, 64, 64), (401408, 96, 48, 64)])
+def test_few_k_steps_run_two_ctas_per_sm(M_, N_, K_, bk):
+    """ConvNeXt's fc1 and mobile nets' 1x1 convs (K <= 128, thousands of tiles): two
+    persistent CTAs per SM (twice the grid, registers capped at 128 so both fit, both CTAs'
+    stages in shared memory), BK padding K least. The cubin keeps to the cap without
+    spilling; transformer shapes and few-tile problems keep one CTA."""
+    from aotpack.kernels.triton.gemm_configs import smem_estimate
+    from support.sass import resource_usage
+
+    cfg = choose_config(M_, N_, K_, BF, SM90)
+    assert (cfg.CTAS_PER_SM, cfg.BK, cfg.maxnreg()) == (2, bk, 128)
+    assert 2 * (smem_estimate(cfg, BF, BF) + 1024) <= SM90.smem_limit + 1024
+    op = _op(M_, N_, K_, [_bias(N_), EpAct(Act.GELU_ERF)])
+    assert gemm.config_for(op).CTAS_PER_SM == 2
+    (launch,) = gemm.compile(op)
+    assert launch.grid[0] == 2 * SM90.sm_count
+    sass_or_skip(launch.kernel.cubin)
+    usage = resource_usage(launch.kernel.cubin)
+    assert usage["REG"] <= 128 and usage["STACK"] == 0 and usage["LOCAL"] == 0
+    for shape in [(2048, 4096, 4096), (1576, 3072, 768), (4096, 4096, 128), (2048, 384, 96)]:
+        assert choose_config(*shape, BF, SM90).CTAS_PER_SM == 1, shape
+
+
 def test_fewer_stages_when_smem_is_short():
     from aotpack.kernels.spec import Target
 

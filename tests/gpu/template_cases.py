@@ -171,6 +171,14 @@ def make_gemm_ragged():
     return _gemm("bias", k=72, n=100)
 
 
+def make_gemm_few_k():
+    """ConvNeXt's fc1 (K = 96 -> N = 384, erf GELU) at up to 60k rows: two persistent CTAs
+    per SM, BK = 32, registers capped (gemm_heuristic.few_k_steps)."""
+    torch.manual_seed(0)
+    model = _init(GemmTail(96, 384, True, "gelu_erf"))
+    return model, (torch.randn(5, 96, dtype=BF16),), ({0: _rows(hi=60000)},)
+
+
 def make_gemm_splitk():
     """A long K and a narrow N: decode-sized M splits K over several CTAs (partials + reduce)."""
     return _gemm("bias", k=4096, n=128)
@@ -607,6 +615,7 @@ CASES = [
     Case("gemm_bias", _GEMM + ("bias",)),
     Case("gemm_gelu_tanh", _GEMM + ("bias", "gelu_tanh")),
     Case("gemm_gelu_erf", _GEMM + ("bias", "gelu_erf")),
+    Case("gemm_few_k", _GEMM + ("bias", "gelu_erf"), sizes={"R": (1, 77, 4099, 33000, 60000)}),
     Case("gemm_silu", _GEMM + ("silu",)),
     Case("gemm_relu", _GEMM + ("bias", "relu")),
     Case("gemm_residual", _GEMM + ("add",)),

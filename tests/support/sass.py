@@ -31,6 +31,22 @@ def sass(cubin: bytes) -> str:
     return proc.stdout
 
 
+def resource_usage(cubin: bytes) -> dict[str, int]:
+    """{"REG": registers per thread, "STACK": bytes, "SHARED": ..., "LOCAL": ...} of the (first)
+    function in `cubin` (cuobjdump --dump-resource-usage)."""
+    tool = find_cuobjdump()
+    if tool is None:
+        raise CuobjdumpNotFound("cuobjdump not found")
+    with tempfile.TemporaryDirectory(prefix="aotpack-sass-") as tmp:
+        path = os.path.join(tmp, "kernel.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        out = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True,
+                             text=True, check=True).stdout
+    line = next(ln for ln in out.splitlines() if "REG:" in ln)
+    return {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", line.split("Resource usage:")[-1])}
+
+
 def count_instructions(listing: str, opcode: str) -> int:
     """How many instructions in a SASS listing have `opcode` (e.g. "HGMMA" counts HGMMA.64x256x16
     and every other variant; predicated `@P0 HGMMA` too)."""

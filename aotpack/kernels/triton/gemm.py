@@ -295,9 +295,9 @@ def num_tiles(op: GemmOp, cfg: GemmConfig):
 
 
 def grid_size(op: GemmOp, cfg: GemmConfig, sm_count: int):
-    """Persistent grid: one CTA per SM at most, never more CTAs than tiles (an expression of
-    the dims when M is symbolic: the runtime evaluates it per shape)."""
-    return sym_max(1, sym_min(num_tiles(op, cfg), sm_count))
+    """Persistent grid: CTAS_PER_SM CTAs per SM at most, never more CTAs than tiles (an
+    expression of the dims when M is symbolic: the runtime evaluates it per shape)."""
+    return sym_max(1, sym_min(num_tiles(op, cfg), sm_count * cfg.CTAS_PER_SM))
 
 
 def config_for(op: GemmOp, target: Target = SM90) -> GemmConfig | SplitKConfig:
@@ -335,7 +335,8 @@ def compile_config(op: GemmOp, cfg: GemmConfig, target: Target = SM90) -> list[L
     if tk is None:
         tk = compile_kernel(gemm_kernel, args, num_warps=cfg.num_warps,
                             num_stages=cfg.num_stages, target=target, fused_ops=fused_ops(op),
-                            config=dict(cfg.as_dict(), TMA_STORE=args["TMA_STORE"].value))
+                            config=dict(cfg.as_dict(), TMA_STORE=args["TMA_STORE"].value),
+                            maxnreg=cfg.maxnreg())
         _COMPILED[key] = tk
     return [launch(tk, gemm_kernel, args, (grid_size(op, cfg, target.sm_count),))]
 
@@ -357,6 +358,10 @@ def compile_fitting(op: GemmOp, cfg, target: Target = SM90) -> list[Launch]:
             if "shared memory" not in str(e) or cfg.num_stages <= 2:
                 raise
             cfg = cfg.with_(num_stages=cfg.num_stages - 1)
+        except Exception as e:  # ptxas: the register cap of two CTAs per SM is too tight
+            if getattr(cfg, "CTAS_PER_SM", 1) == 1 or "registers" not in str(e).lower():
+                raise
+            cfg = cfg.with_(CTAS_PER_SM=1)
 
 
 def supports_config(op: GemmOp, cfg: GemmConfig | SplitKConfig) -> str | None:

@@ -38,9 +38,20 @@ class GemmConfig:
     # flatten the persistent tile loop with the K loop so loads of the next tile overlap
     # the epilogue of this one
     FLATTEN: bool = True
+    # persistent CTAs per SM (the grid is sm_count x this, registers capped to fit). 2 for
+    # GEMMs of few K steps (ConvNeXt's and mobile nets' 1x1 convs, K <= 128): one CTA's
+    # epilogue (a GELU over 64 values per thread) runs while the other's loads stream; with
+    # one CTA the two take turns (gemm_heuristic.few_k_steps)
+    CTAS_PER_SM: int = 1
 
     def as_dict(self) -> dict:
         return dict(asdict(self), kind="tile")
+
+    def maxnreg(self) -> int | None:
+        """The register cap that lets CTAS_PER_SM CTAs share an SM's 64K registers."""
+        if self.CTAS_PER_SM <= 1:
+            return None
+        return min(255, 65536 // (self.CTAS_PER_SM * self.num_warps * 32)) // 8 * 8
 
     def with_(self, **changes) -> "GemmConfig":
         return replace(self, **changes)
