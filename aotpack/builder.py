@@ -72,7 +72,6 @@ def compile_ops(program, target: Target, *, choose=None, progress: bool = True,
 
 
 def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: str):
-    from aotpack.kernels.variants import compile_variants
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     cache: dict = {}
@@ -86,8 +85,7 @@ def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: 
             canon, back = canonical(op)
             if canon not in cache:
                 start = time.perf_counter()
-                cache[canon] = compile_variants(canon, target, choose, program.symbols,
-                                                program.example, backend=gemm_backend)
+                cache[canon] = _compile_one(canon, target, choose, program, gemm_backend)
                 log.debug("compiled %s: %d launches (%.2f s)", type(op).__name__,
                           len(cache[canon]), time.perf_counter() - start)
             else:
@@ -95,6 +93,30 @@ def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: 
             result.append([_restore(launch, back) for launch in cache[canon]])
             bar.advance(task)
     return result, len(cache)
+
+
+def _compile_one(op, target: Target, choose, program, gemm_backend: str):
+    """compile_variants(op); a kernel refusing what the passes gave it (a defect of aotpack,
+    not of the model) is one line naming the op, with the traceback at AOTPACK_LOG=debug."""
+    from aotpack.errors import UserError
+    from aotpack.kernels import BackendCannotCompile, template_for
+    from aotpack.kernels.variants import compile_variants
+
+    try:
+        return compile_variants(op, target, choose, program.symbols, program.example,
+                                backend=gemm_backend)
+    except (UserError, BackendCannotCompile, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        if knobs.log_level() == "debug":
+            raise
+        try:
+            what = template_for(op).describe(op)
+        except Exception:  # describing it failed too: its type will do
+            what = type(op).__name__
+        raise BuildError(f"aotpack could not compile {what} ({type(e).__name__}: {e}). This is "
+                         f"a defect of aotpack, not of the model: please report it with the "
+                         f"model (AOTPACK_LOG=debug shows the traceback)") from None
 
 
 # ----------------------------------------------------------------------------- the folder

@@ -93,6 +93,8 @@ def pipeline(monkeypatch, tmp_path):
     passes.compile_graph = lambda graph: _program()
     passes.plan_memory = _fake_plan
     import aotpack.frontend.prepare  # noqa: F401 — the real one: with no options, a no-op
+    import aotpack.passes.fuse_gemm_norm  # noqa: F401 — real (precision.apply runs it), imported
+    # before the stand-in replaces its package (else this file fails when run alone)
     monkeypatch.setitem(sys.modules, "aotpack.frontend", frontend)
     monkeypatch.setitem(sys.modules, "aotpack.passes", passes)
     import aotpack  # `from aotpack import passes` reads the package attribute, not sys.modules
@@ -341,3 +343,23 @@ def test_auto_backend_picks_per_gemm(monkeypatch):
     fn(gemm(2048), SM90)
     fn(gemm(16), SM90)
     assert picked == ["gemm.cutedsl", "gemm.triton", "gemm.triton"]
+
+
+def test_a_kernel_refusing_its_op_is_one_line_naming_the_op(pipeline, tmp_path, monkeypatch):
+    """A kernel that refuses what the passes gave it (a defect of aotpack, not of the model)
+    ends the build with one line naming the op, not a traceback (AOTPACK_LOG=debug: the
+    traceback), and leaves no folder."""
+    import aotpack.kernels.variants as variants
+
+    def refuse(op, *args, **kwargs):
+        raise ValueError("attention out: inner stride must be 1")
+
+    monkeypatch.setattr(variants, "compile_variants", refuse)
+    out = tmp_path / "out"
+    with pytest.raises(BuildError, match=r"could not compile .*inner stride must be 1.*defect "
+                                         r"of aotpack.*AOTPACK_LOG=debug"):
+        build(f"{tmp_path / 'model.py'}:make", out, progress=False)
+    assert not out.exists()
+    monkeypatch.setenv("AOTPACK_LOG", "debug")
+    with pytest.raises(ValueError, match="inner stride"):
+        build(f"{tmp_path / 'model.py'}:make", out, progress=False)

@@ -11,7 +11,7 @@ from aotpack.executor import run_reference
 from aotpack.frontend import to_graph
 from aotpack.ir import Op
 from aotpack.kernels import run_reference as run_op_reference
-from aotpack.kernels.spec import PointwiseOp, PwConst, PwExpr, PwInput, ScanOp, contiguous
+from aotpack.kernels.spec import SM90, PointwiseOp, PwConst, PwExpr, PwInput, ScanOp, contiguous
 from support.interpret import run_interpreted_batch
 from aotpack.passes import compile_graph
 from program_checks import rel_err
@@ -372,7 +372,25 @@ def _deberta():
     return WithMask(transformers.DebertaV2Model(transformers.DebertaV2Config(**SMALL))), _padded()
 
 
-MORE = {"t5_encoder_decoder": _t5, "swin": _swin, "deberta_v2": _deberta}
+def _mobilebert():  # NoNorm after bias + residual: more epilogue than one kernel takes
+    cfg = transformers.MobileBertConfig(
+        vocab_size=1000, hidden_size=128, embedding_size=64, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=128, intra_bottleneck_size=64,
+        true_hidden_size=64, max_position_embeddings=128)
+    return WithMask(transformers.MobileBertModel(cfg)), _padded()
+
+
+def _squeezebert():  # grouped 1-D convs; the attention's output permuted to [B, H, D, S]
+    cfg = transformers.SqueezeBertConfig(
+        vocab_size=1000, hidden_size=128, embedding_size=128, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=256, max_position_embeddings=128,
+        q_groups=4, k_groups=4, v_groups=4, post_attention_groups=1, intermediate_groups=4,
+        output_groups=4)
+    return WithMask(transformers.SqueezeBertModel(cfg)), _padded()
+
+
+MORE = {"t5_encoder_decoder": _t5, "swin": _swin, "deberta_v2": _deberta,
+        "mobilebert": _mobilebert, "squeezebert": _squeezebert}
 
 
 @pytest.mark.parametrize("family", list(MORE))
@@ -380,7 +398,8 @@ def test_more_families_match_eager(family):
     """T5 with its decoder (cross-attention, causal with relative bias, padded encoder
     batch), Swin (shifted windows: roll as slices, relative-position bias picked from its
     table at build time, window masks), DeBERTa-v2 (disentangled attention through batched
-    matmuls and gathers of constants)."""
+    matmuls and gathers of constants), MobileBERT and SqueezeBERT (each once a traceback:
+    tests/test_model_edges.py). Every kernel op is cross-compiled too."""
     torch.manual_seed(0)
     model, inputs = MORE[family]()
     model = model.eval().to(torch.bfloat16)
@@ -389,6 +408,10 @@ def test_more_families_match_eager(family):
     with torch.no_grad():
         want = model(*inputs)
     assert rel_err(run_reference(program, list(inputs))[0], want) < 2e-2
+    if family in ("mobilebert", "squeezebert"):
+        from aotpack.builder import compile_ops
+
+        compile_ops(program, SM90, progress=False)
 
 
 def test_roll_and_index_select_are_slices():

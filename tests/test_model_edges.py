@@ -345,3 +345,57 @@ class _Reversed(nn.Module):
 def test_descending_constant_indices_are_a_gather():
     program = check_matches_eager(_Reversed(), [torch.randn(2, 3, 4, 4)], 1e-6)
     assert "EmbeddingOp" in kinds(program)
+
+
+class NoNormAfterResidual(nn.Module):
+    """MobileBERT's NoNorm (x * w + b) after a linear's bias and a residual add: four tensor
+    operands for one epilogue, which takes three. The chain stops there (the rest is a
+    pointwise op); it used to be built whole and the kernel refused it with a traceback."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+        self.w, self.b = nn.Parameter(torch.randn(64)), nn.Parameter(torch.randn(64))
+
+    def forward(self, x, r):
+        return (self.lin(x) + r) * self.w + self.b
+
+
+def test_a_gemm_chain_stops_where_the_kernels_epilogue_is_full():
+    from aotpack.kernels import compile as compile_op
+    from aotpack.kernels.spec import EPILOGUE_MAX_STEPS, EPILOGUE_MAX_TENSORS, GemmOp
+    from aotpack.kernels.triton.gemm_epilogue import epilogue_steps
+
+    torch.manual_seed(0)
+    model = NoNormAfterResidual().eval().to(torch.bfloat16)
+    x, r = (torch.randn(2, 8, 64).to(torch.bfloat16) for _ in range(2))
+    program = check_matches_eager(model, [x, r], 2e-2)
+    (gemm,) = [op for op in program.ops if isinstance(op, GemmOp)]
+    steps = epilogue_steps(gemm)
+    assert len(steps) <= EPILOGUE_MAX_STEPS
+    assert len([t for _, t in steps if t is not None]) == EPILOGUE_MAX_TENSORS
+    assert kinds(program) == ["GemmOp", "PointwiseOp"]
+    for op in program.ops:
+        compile_op(op)  # every kernel takes what it is given
+
+
+class AttentionThenHeadDimFirst(nn.Module):
+    """SqueezeBERT: the attention's [B, H, S, D] output permuted to [B, H, D, S] and made
+    contiguous. The attention kernel stores whole head rows, so it must not be told to
+    write that layout in place (it was, and refused it with a traceback): a copy after."""
+
+    def forward(self, q, k, v):
+        o = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+        return o.permute(0, 1, 3, 2).contiguous()
+
+
+def test_attention_output_permuted_off_its_head_rows_is_copied():
+    from aotpack.kernels import compile as compile_op
+    from aotpack.kernels.spec import AttentionOp
+
+    q, k, v = (torch.randn(2, 4, 32, 32).to(torch.bfloat16) for _ in range(3))
+    program = check_matches_eager(AttentionThenHeadDimFirst(), [q, k, v], 2e-2)
+    (attn,) = [op for op in program.ops if isinstance(op, AttentionOp)]
+    assert attn.out.strides[-1] == 1
+    for op in program.ops:
+        compile_op(op)

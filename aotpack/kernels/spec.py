@@ -113,6 +113,11 @@ class EpSwiGLU:
 
 
 EpilogueStep = Union[EpBias, EpAct, EpAdd, EpMul, EpScale, EpSwiGLU]
+# what one GEMM/conv kernel's epilogue holds (EpSwiGLU not counted): steps, and of them the
+# ones with a tensor operand (bias/add/mul/scale: each 2-D one is a tile of registers). The
+# fusion pass (passes/gemm_chain.py) stops a chain there; the rest are pointwise ops.
+EPILOGUE_MAX_STEPS = 5
+EPILOGUE_MAX_TENSORS = 3
 
 
 def epilogue_operands(epilogue) -> list[TensorArg]:

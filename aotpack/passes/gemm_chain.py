@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from aotpack.dtypes import DType
 from aotpack.ir.graph import Graph, Node, Value
 from aotpack.ir.ops import Op
-from aotpack.kernels.spec import Act
+from aotpack.kernels.spec import EPILOGUE_MAX_STEPS, EPILOGUE_MAX_TENSORS, Act
 from aotpack.passes.views import is_reshape
 
 GEMM_ROOTS = (Op.LINEAR, Op.MATMUL, Op.CONV)  # a CONV's output is [N, OH, OW, OC]: rows x OC
@@ -77,9 +77,15 @@ class _Context:
     constants: set
 
 
+_TENSOR_STEPS = ("bias", "add", "mul", "scale")
+_FREE_STEPS = ("swiglu", "cast", "reshape")  # not an epilogue step kind of the kernels
+
+
 def _follow(root, index, users, outputs, ctx: _Context) -> Chain:
     steps: list[Step] = []
     value = root.output
+    own_bias = int(root.op == Op.LINEAR and len(root.inputs) == 3)  # lower.py's first EpBias
+    room = [EPILOGUE_MAX_STEPS - own_bias, EPILOGUE_MAX_TENSORS - own_bias]
     while value.name not in outputs:
         us = users.get(value.name, [])
         if len(us) != 1:
@@ -91,13 +97,26 @@ def _follow(root, index, users, outputs, ctx: _Context) -> Chain:
         else:
             step = (_reshape_step(n, value) or _scale_step(n, value, ctx)
                     or _step(n, value, index, ctx))
-        if step is None:
+        if step is None or not _fits(step, room):  # the rest: pointwise ops after the GEMM
             break
         steps.append(step)
         value = n.output
     while steps and steps[-1].kind == "reshape":
         steps.pop()  # a trailing view is the chain end's view, lowered as one
     return Chain(root, tuple(steps))
+
+
+def _fits(step: Step, room: list[int]) -> bool:
+    """Whether the kernel's epilogue has room for `step` (room: [steps, tensor operands]
+    left, updated when it does). MobileBERT's NoNorm after a residual add made bias, add, a
+    per-channel scale and a second bias: four tensor operands, one more than a kernel takes."""
+    if step.kind in _FREE_STEPS:
+        return True
+    need = (1, int(step.kind in _TENSOR_STEPS))
+    if room[0] < need[0] or room[1] < need[1]:
+        return False
+    room[0], room[1] = room[0] - need[0], room[1] - need[1]
+    return True
 
 
 def _reshape_step(n: Node, value: Value) -> Step | None:

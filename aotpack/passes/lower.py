@@ -45,6 +45,11 @@ def lower(graph: Graph) -> Program:
 _ROW_KERNELS = (Op.RMS_NORM,)  # write [R, C] views, unit inner stride (reductions: RULES)
 
 
+# kernels that write any strided view whose last dim is contiguous (attention and RoPE load
+# and store whole head rows)
+_UNIT_INNER_STRIDE = (Op.SDPA, Op.ROPE)
+
+
 def _kernel_writes_strided(n: Node | None) -> bool:
     """Kernels whose output may be any 4-D/N-D strided view (not GEMM: its out is 2-D)."""
     return n is not None and (n.op in (Op.SDPA, Op.ROPE, Op.POOL) or n.op in O.ELEMENTWISE)
@@ -179,11 +184,14 @@ class _Lowering:
         inverse = _inverse_permutation(view_node.attrs, tuple(src.shape))
         if inverse is None:
             return
+        strides = normalized(View(tuple(src.shape), inverse)).strides
+        writer = self._writer(src)
+        if writer is not None and writer.op in _UNIT_INNER_STRIDE and strides[-1] != 1:
+            return  # SqueezeBERT's attention output permuted to [B, H, D, S]: copied after
         if output_name is not None:
             self.out_storage[dest.name] = output_name
         out = self._new_storage(dest, storage_name=src.name)
-        inverse = normalized(View(tuple(src.shape), inverse)).strides
-        self.preset[src.name] = TensorArg(out.storage, src.dtype, tuple(src.shape), inverse, 0)
+        self.preset[src.name] = TensorArg(out.storage, src.dtype, tuple(src.shape), strides, 0)
 
     def _writes_any_view(self, src: Value) -> bool:
         """Whether the kernel writing `src` can write it through any strided view: not a GEMM

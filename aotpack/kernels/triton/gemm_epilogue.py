@@ -14,12 +14,13 @@ import triton.language as tl
 
 from aotpack.dtypes import DType
 from aotpack.kernels.spec import (
-    SM90, EpAct, EpAdd, EpBias, EpMul, EpScale, EpSwiGLU, GemmOp, Target, TensorArg, swiglu_group,
+    EPILOGUE_MAX_STEPS, EPILOGUE_MAX_TENSORS, SM90, EpAct, EpAdd, EpBias, EpMul, EpScale,
+    EpSwiGLU, GemmOp, Target, TensorArg, swiglu_group,
 )
 from aotpack.kernels.triton.gemm_configs import GemmConfig, fit_smem
 
-MAX_STEPS = 5  # epilogue steps compiled into one kernel
-MAX_TENSOR_OPERANDS = 3  # bias/add/mul/scale operands: each 2-D one is a tile of registers
+MAX_STEPS = EPILOGUE_MAX_STEPS  # epilogue steps compiled into one kernel
+MAX_TENSOR_OPERANDS = EPILOGUE_MAX_TENSORS  # bias/add/mul/scale operands
 
 
 # ----------------------------------------------------------------------------- device code
