@@ -26,7 +26,8 @@ ARGUMENTS = {
     "ReduceMax": {1}, "ReduceMin": {1}, "ConstantOfShape": {0}, "Where": {0},
     "Dropout": {1, 2}, "Trilu": {1}, "Range": {0, 1, 2},
     "Conv": {1, 2}, "ConvTranspose": {1, 2}, "BatchNormalization": {1, 2, 3, 4},
-    "Clip": {1, 2},
+    "Clip": {1, 2}, "Resize": {1, 2, 3}, "Pad": {1, 2, 3},
+    "InstanceNormalization": {1, 2}, "GroupNormalization": {1, 2},
 }
 
 

@@ -42,6 +42,8 @@ SKIPS = {
     r"^test_maxpool_with_argmax": "MaxPool's Indices output (argmax positions)",
     r"^test_batchnorm_.*_training_mode$": "training-mode BatchNormalization (batch statistics "
                                           "as outputs): aotpack compiles inference",
+    r"^test_resize_tf_crop_and_resize": "Resize's tf_crop_and_resize (a region of interest)",
+    r"^test_resize_.*_antialias$": "Resize with antialias=1 (a wider filter when downsizing)",
 }
 
 CASES = applicable_cases()

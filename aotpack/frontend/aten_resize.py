@@ -44,8 +44,6 @@ def _nearest_gather(cx, x: Value, spatial: int, ins, outs, scale_factors):
     rule); a row gather by those constant indices."""
     import torch
 
-    from aotpack.frontend.aten_logic import leading_grid, rows_table
-
     rank = len(x.shape)
     for k, (n, new) in enumerate(zip(ins, outs)):
         axis = rank - spatial + k
@@ -53,13 +51,23 @@ def _nearest_gather(cx, x: Value, spatial: int, ins, outs, scale_factors):
             continue
         scale = 1.0 / scale_factors[k] if scale_factors else n / new
         j = torch.arange(new, dtype=torch.float64)
-        src = (j * scale).floor().long().clamp(max=n - 1)
-        ids = cx.add_constant("rows", src.contiguous())
-        table, flat = rows_table(cx, x, leading_grid(cx, x, axis, [ids]))
-        rows = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
-        shape = tuple(x.shape[:axis]) + (new,) + tuple(x.shape[axis + 1:])
-        x = cx.emit(Op.VIEW, [rows], O.ViewAttrs(shape))
+        x = gather_axis(cx, x, axis, (j * scale).floor().long().clamp(max=n - 1))
     return cx.emit(Op.COPY, [x], O.NoAttrs(), final=True)
+
+
+def gather_axis(cx, x: Value, axis: int, src) -> Value:
+    """x with its rows along `axis` picked by the constant indices `src` (a torch or numpy
+    integer vector, each in range): a row gather."""
+    import torch
+
+    from aotpack.frontend.aten_logic import leading_grid, rows_table
+
+    src = torch.as_tensor(src, dtype=torch.int64).contiguous()
+    ids = cx.add_constant("rows", src)
+    table, flat = rows_table(cx, x, leading_grid(cx, x, axis, [ids]))
+    rows = cx.emit(Op.EMBEDDING, [table, flat], O.NoAttrs())
+    shape = tuple(x.shape[:axis]) + (len(src),) + tuple(x.shape[axis + 1:])
+    return cx.emit(Op.VIEW, [rows], O.ViewAttrs(shape))
 
 
 def _whole_factor(size, new):

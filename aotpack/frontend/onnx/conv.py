@@ -81,6 +81,8 @@ def _conv(cx, n, ins):
         raise Unsupported(f"kernel_shape {kernel} unlike the weight's {list(w.shape[2:])}")
     dilation = [int(d) for d in cx.attr("dilations", [1] * spatial)]
     strides, pads = _geometry(cx, x, kernel, dilation)
+    x, zeros = cx.padded_source(x)  # a zero Pad before the convolution joins its padding
+    pads = tuple((p + lo, q + hi) for (p, q), (lo, hi) in zip(pads, zeros))
     bias = cx.tensor(ins[2]) if len(ins) > 2 and ins[2] is not None else None
     return convolution_nchw(cx, x, cx.tensor(ins[1]), bias, strides, pads, dilation,
                             int(cx.attr("group", 1)))

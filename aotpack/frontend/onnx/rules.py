@@ -10,6 +10,7 @@ import numpy as np
 from aotpack.frontend.aten_table import Unsupported
 from aotpack.frontend.onnx.conv import CONV_RULES, hard_swish_of
 from aotpack.frontend.onnx.host import is_symbolic_array
+from aotpack.frontend.onnx.image import IMAGE_RULES
 from aotpack.frontend.onnx.layout import LAYOUT_RULES, ints
 from aotpack.frontend.onnx.masks import MASK_RULES, where_known_values
 from aotpack.ir import ops as O
@@ -323,5 +324,5 @@ RULES = {
     "Identity": _identity, "Dropout": _dropout, "Where": _where,
     **{k: _constant_only for k in ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                                    "Trilu", "NonZero", "Range")}, **MASK_RULES,
-    **LAYOUT_RULES, **CONV_RULES,
+    **LAYOUT_RULES, **CONV_RULES, **IMAGE_RULES,
 }

@@ -56,6 +56,7 @@ class OnnxTranslator:
         # values computed from constants and dynamic dims (lazy.py), stored when read
         self.lazy = LazyValues(shapes.symbols, self.syms, self.opset, _FOLD_LIMIT_INDEX)
         self.materialized: dict[int, Value] = {}
+        self.pads: dict[str, tuple] = {}  # zero-padded value -> (source, spatial pads)
         self.node = None
         self.index = 0
         self._names: dict[int, str] = {}
@@ -285,6 +286,18 @@ class OnnxTranslator:
         self.nodes.append(Node(op, tuple(inputs), attrs, (value,), self.loc()))
         self.producers[value.name] = self.nodes[-1]
         return value
+
+    def padded_source(self, v: Value) -> tuple[Value, tuple]:
+        """(x, per-spatial-dim (lo, hi) zeros) when `v` is a zero Pad of x, else (v, zeros):
+        a convolution reading it takes the zeros into its own padding."""
+        if v.name in self.pads:
+            return self.pads[v.name]
+        return v, ((0, 0),) * max(len(v.shape) - 2, 0)
+
+    def constant_value(self, v):
+        """The tensor of a constant `v` (None for anything computed)."""
+        c = self.constants.get(v.name) if isinstance(v, Value) else None
+        return None if c is None else c.tensor
 
     def producer(self, value) -> Node | None:
         """The IR node that computes `value` (None for inputs, constants, known arrays)."""
