@@ -270,6 +270,52 @@ def _signature_at(inputs: list[dict], point: dict | None) -> list[dict]:
             for s in inputs]
 
 
+_SEARCH_DEPTH, _SEARCH_DIRS = 3, 2000  # how far a recorded spec is looked for below here
+
+
+def find_recorded_spec(prov: dict, root: Path = Path(".")) -> tuple[str | None, str]:
+    """(the model spec the build recorded, with its file found under `root`, or None; why
+    not). The provenance keeps the file's name only (bundles built in two places stay
+    byte-identical), so the file is looked for in `root` and its subfolders (3 levels), and
+    only a file with the recorded sha256 counts: a same-named other model is never used."""
+    from aotpack.shared_steps import file_sha256
+
+    spec = prov.get("spec")
+    if not spec:
+        return None, "the bundle records no model spec"
+    name, sep, factory = spec.rpartition(":") if ".py:" in spec else (spec, "", "")
+    digest = prov.get("source_sha256")
+    others = []
+    for path in _files_named(root, name):
+        if digest is None or file_sha256(path) == digest:
+            return f"{path}{sep}{factory}", ""
+        others.append(str(path))
+    where = f"no {name} under {root.resolve()} (3 levels)" if not others else \
+        f"{', '.join(others[:3])} {'is' if len(others) == 1 else 'are'} not the file it was " \
+        f"built from (sha256 differs)"
+    return None, f"its build named {spec!r}: {where}"
+
+
+def _files_named(root: Path, name: str):
+    """Files called `name` in `root`, then breadth-first in its subfolders (not hidden ones),
+    bounded in depth and in folders visited."""
+    level, seen = [root], 0
+    for _ in range(_SEARCH_DEPTH + 1):
+        following = []
+        for folder in level:
+            if (folder / name).is_file():
+                yield folder / name if folder != root else Path(name)
+            seen += 1
+            if seen > _SEARCH_DIRS:
+                return
+            try:
+                following += sorted(d for d in folder.iterdir()
+                                    if d.is_dir() and not d.name.startswith("."))
+            except OSError:
+                continue
+        level = following
+
+
 def _source_check(prov: dict, model_spec: str) -> list[str]:
     from aotpack.shared_steps import file_sha256, source_file
 

@@ -223,23 +223,36 @@ def test_op_no_kernel_implements_is_one_line(tmp_path):
 
 
 def test_verify_finds_the_model_its_build_recorded(tmp_path, monkeypatch):
-    """`aotpack verify BUNDLE` without --model takes the spec the build was given, from the
-    current folder; elsewhere it says to pass --model (exit 2)."""
-    (tmp_path / "m.py").write_text(
+    """`aotpack verify BUNDLE` without --model takes the spec the build was given: the file of
+    that name and sha256 in the current folder or a subfolder (a build from `models/m.py`
+    verified from where it was built); a same-named other file is never used; with none it
+    says to pass --model (exit 2)."""
+    source = (
         "import torch\n"
         "class M(torch.nn.Module):\n"
         "    def forward(self, a):\n"
         "        return torch.relu(a) * 2\n"
         "def make():\n"
         "    return M(), (torch.randn(4, 8, dtype=torch.bfloat16),)\n")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.py").write_text(source)
     monkeypatch.chdir(tmp_path)
-    built = _run("build", "m.py:make", "-o", "out", "--no-progress")
+    built = _run("build", "models/m.py:make", "-o", "out", "--no-progress")
     assert built.exit_code == 0, built.output
     result = _run("verify", "out", "--reference", "cpu")
     assert result.exit_code == 0 and "passed" in result.output, result.output
+    assert "models/m.py:make" in _words(result.output)
+    (tmp_path / "m.py").write_text(source.replace("* 2", "* 3"))  # same name, another model
+    result = _run("verify", "out", "--reference", "cpu")
+    assert result.exit_code == 0 and "models/m.py:make" in _words(result.output)
     monkeypatch.chdir(tmp_path / "out")
     result = _run("verify", ".", "--reference", "cpu")
-    assert result.exit_code == 2 and "'m.py:make', which is not in the current folder" in \
+    assert result.exit_code == 2 and "its build named 'm.py:make': no m.py under" in \
+        _words(result.output), result.output
+    (tmp_path / "models" / "m.py").unlink()
+    monkeypatch.chdir(tmp_path)
+    result = _run("verify", "out", "--reference", "cpu")
+    assert result.exit_code == 2 and "m.py is not the file it was built from" in \
         _words(result.output), result.output
 
 

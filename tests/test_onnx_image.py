@@ -113,3 +113,27 @@ def test_nearest_by_a_whole_factor_over_a_dynamic_image(tmp_path):
         fresh = torch.randn(1, 4, h, w)
         (got,) = run_reference(program, [fresh])
         assert torch.equal(got, model(fresh))
+
+
+def test_a_model_stored_in_bf16_builds_and_verifies(tmp_path, monkeypatch):
+    """An export of a bf16 model (bf16 weights, inputs and Convs): onnxruntime's CPU provider
+    refuses bf16 Convs, so verify's eager run is the model as float32 (float32_copy) and the
+    bf16 bundle is checked against it (it was a traceback)."""
+    import aotpack
+    from aotpack.frontend.onnx.model import float32_copy
+    from aotpack.verify import verify
+
+    monkeypatch.setenv("AOTPACK_RUNTIME_DIR", str(tmp_path / "no-runtime"))
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.ReLU(), nn.Upsample(scale_factor=2),
+                          nn.Conv2d(8, 4, 3)).eval().to(torch.bfloat16)
+    x = torch.randn(2, 4, 6, 7).to(torch.bfloat16)
+    path = tmp_path / "bf16.onnx"
+    _export(model, x, path)
+    proto = onnx.load(str(path))
+    assert proto.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16
+    assert all(v.type.tensor_type.elem_type != onnx.TensorProto.BFLOAT16
+               for v in float32_copy(proto).graph.input)
+    result = aotpack.build(str(path), tmp_path / "out")
+    report = verify(result.bundle, str(path), reference="cpu")
+    assert report.passed, report.outputs

@@ -393,7 +393,7 @@ def verify(
                                  callback=bundle_file),
     model: Optional[str] = typer.Option(
         None, "--model", help="the model spec the bundle was built from (default: the one "
-        "its build recorded, looked up from the current folder)"),
+        "its build recorded, found by name and sha256 in the current folder or below)"),
     reference: Optional[Reference] = typer.Option(None, "--reference", help="cpu: the plan run with "
                                             "torch references on the CPU; gpu: the bundle run by "
                                             "the C runtime (default when a GPU is present)"),
@@ -445,18 +445,18 @@ def bench(
 
 
 def _recorded_spec(bundle: Path) -> str:
-    """The model spec `aotpack build` was given (the provenance keeps it, its path cut to the
-    last part), if that file is in the current folder; else exit 2 saying to pass --model."""
+    """The model spec `aotpack build` was given, found by name and sha256 in the current
+    folder or below it (verify.find_recorded_spec); else exit 2 saying to pass --model."""
     from aotpack.bundle import read_bundle
+    from aotpack.verify import find_recorded_spec
 
     provenance = read_bundle(bundle, require_weights=False).manifest.get("provenance") or {}
-    spec = provenance.get("spec")
-    path = spec.rpartition(":")[0] if spec and ".py:" in spec else spec
-    if spec is None or not Path(path).is_file():
-        err.print(f"[bold red]error:[/] --model: give the model spec the bundle was built from"
-                  + (f" (its build named {spec!r}, which is not in the current folder)"
-                     if spec else ""))
+    spec, why = find_recorded_spec(provenance)
+    if spec is None:
+        err.print(f"[bold red]error:[/] --model: give the model spec the bundle was built from "
+                  f"({escape(why)})")
         raise typer.Exit(2)
+    err.print(f"model: {escape(spec)} (the file the bundle was built from)")
     return spec
 
 

@@ -1,6 +1,7 @@
 """An ONNX model file as the build sees it: the checked, shape-inferred ModelProto with its
 external data, its inputs' declared types, and an eager run (onnxruntime where installed, else
-the onnx package's reference evaluator) that verify compares the bundle with.
+the onnx package's reference evaluator) that verify compares the bundle with; a model that
+computes in bf16 runs there as its float32 self (float32_copy).
 
 Nothing here converts ONNX to PyTorch: the eager run executes the ONNX graph itself.
 """
@@ -9,6 +10,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from aotpack.dtypes import DType
 from aotpack.frontend.load import ModelLoadError
@@ -85,10 +88,14 @@ class OnnxModel:
             t = t.detach().cpu()
             if t.is_floating_point():
                 t = t.to(spec.dtype.to_torch() if spec.dtype != DType.BF16 else torch.float32)
-            feeds[spec.name] = t.numpy()
+            a = t.numpy()
+            feeds[spec.name] = a.astype(_bfloat16()) if spec.dtype == DType.BF16 else a
         outs = self._run(feeds)
         result = []
         for o in outs:
+            o = np.asarray(o)
+            if o.dtype == _bfloat16():  # numpy has no bf16 of its own: through float32
+                o = o.astype(np.float32)
             t = torch.from_numpy(np.ascontiguousarray(o))
             if self.cast is not None and t.is_floating_point():
                 t = t.to(self.cast.to_torch())
@@ -105,21 +112,76 @@ class OnnxModel:
         return "onnx"
 
 
+def _bfloat16():
+    import ml_dtypes  # onnx's own dependency: its bf16 arrays
+
+    return ml_dtypes.bfloat16
+
+
 def _session(model: OnnxModel):
-    """feeds -> outputs: onnxruntime (CPU) if installed, else onnx.reference."""
+    """feeds -> outputs: onnxruntime (CPU) if installed, else onnx.reference; a model that
+    computes in bf16 always the reference (onnxruntime's CPU provider has no bf16 Conv,
+    MatMul, ...: its session refuses the graph)."""
     try:
         import onnxruntime as ort
     except ImportError:
         ort = None
+    if ort is not None and _has_bf16(model.proto):
+        proto = float32_copy(model.proto)
+        sess = ort.InferenceSession(proto.SerializeToString(), _quiet(ort),
+                                    providers=["CPUExecutionProvider"])
+        return lambda feeds: sess.run(None, {k: np.asarray(v, np.float32)
+                                             if v.dtype == _bfloat16() else v
+                                             for k, v in feeds.items()})
     if ort is not None:
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        sess = ort.InferenceSession(str(model.path), opts, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(str(model.path), _quiet(ort),
+                                    providers=["CPUExecutionProvider"])
         return lambda feeds: sess.run(None, feeds)
     from onnx.reference import ReferenceEvaluator
 
     ref = ReferenceEvaluator(model.proto)
     return lambda feeds: ref.run(None, feeds)
+
+
+def _quiet(ort):
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return opts
+
+
+def float32_copy(proto):
+    """The model computing in float32 where it computes in bf16 (weights, inputs, outputs,
+    intermediate types, casts and constants): onnxruntime's CPU provider has no bf16 Conv,
+    MatMul, ..., so a bf16 model's eager run is its float32 self (verify says so)."""
+    import onnx
+    from onnx import numpy_helper
+
+    proto = copy.deepcopy(proto)
+    g = proto.graph
+
+    def retype(t):
+        if t.data_type == 16:
+            t.CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(t).astype(np.float32), t.name))
+
+    for t in g.initializer:
+        retype(t)
+    for v in list(g.input) + list(g.output) + list(g.value_info):
+        if v.type.tensor_type.elem_type == 16:
+            v.type.tensor_type.elem_type = 1
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i == 16:
+                a.i = 1
+            elif a.type == onnx.AttributeProto.TENSOR:
+                retype(a.t)
+    return proto
+
+
+def _has_bf16(proto) -> bool:
+    g = proto.graph
+    types = [v.type.tensor_type.elem_type for v in list(g.input) + list(g.output)]
+    return 16 in types + [t.data_type for t in g.initializer]
 
 
 def opset_of(proto) -> int:
