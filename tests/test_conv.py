@@ -291,8 +291,16 @@ def test_training_batch_norm_is_refused():
              torch.randn(2, 3, 8, 8), "eval")
 
 
-def test_uneven_adaptive_max_pool_is_refused():
-    _refused(nn.AdaptiveMaxPool2d(3).eval(), torch.randn(1, 4, 7, 7), "adaptive", "7x7")
+@pytest.mark.parametrize("shape, out", [((1, 4, 7, 7), 3), ((2, 3, 37, 53), (7, 5)),
+                                        ((2, 2, 6, 6), (4, 4)), ((1, 2, 10, 7), (10, 3))])
+def test_uneven_adaptive_max_pool_is_exact(shape, out):
+    """Blocks of unequal sizes that overlap (7 -> 3: rows 0-2, 2-4, 4-6) and outputs larger
+    than the input (6 -> 4 reads rows twice): per axis the largest of a few row gathers; as
+    exact as torch's (it was refused)."""
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(shape).to(dtype)
+        program = check_matches_eager(nn.AdaptiveMaxPool2d(out).eval(), [x], 0.0)
+        assert "PoolOp" not in kinds(program)
 
 
 def test_batch_norm_folds_from_its_exact_statistics():
@@ -377,3 +385,17 @@ def test_depthwise_rows_of_8_times_odd_channels_load_whole_vectors():
     assert count_instructions(listing, "STL") == 0 and count_instructions(listing, "LDL") == 0
     assert count_instructions(listing, "LDG.E.U16") == 0
     assert count_instructions(listing, "LDG.E.128") > 0
+
+
+@pytest.mark.parametrize("args, shape", [
+    (dict(kernel_size=3, stride=1, padding=1, dilation=2), (2, 3, 9, 11)),
+    (dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True), (1, 4, 10, 9)),
+    (dict(kernel_size=(2, 3), stride=(2, 1), padding=(1, 0), dilation=(3, 2)), (2, 2, 12, 8)),
+    (dict(kernel_size=3, stride=2, dilation=2, ceil_mode=True), (1, 2, 8, 8))])
+def test_dilated_max_pool_is_exact(args, shape):
+    """A dilated window (was refused): the image padded with the lowest value, the largest of
+    one strided slice per tap; ceil_mode's partial last window included."""
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(shape).to(dtype)
+        program = check_matches_eager(nn.MaxPool2d(**args).eval(), [x], 0.0)
+        assert "PoolOp" not in kinds(program)

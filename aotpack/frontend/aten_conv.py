@@ -264,8 +264,46 @@ def _pool(cx, x, attrs: O.PoolAttrs, final: bool = True) -> Value:
 
 def _max_pool(cx, x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False, final=True):
     if _ints(dilation, 2) != (1, 1):
-        raise Unsupported(f"max pooling with dilation {dilation}")
+        return _dilated_max_pool(cx, x, _pool_attrs(x, "max", kernel, stride, padding,
+                                                    ceil_mode), _ints(dilation, 2))
     return _pool(cx, x, _pool_attrs(x, "max", kernel, stride, padding, ceil_mode), final)
+
+
+def _dilated_max_pool(cx, x, attrs: O.PoolAttrs, dilation) -> Value:
+    """Max pooling over a dilated window (static image sizes): the image padded with the
+    dtype's lowest value, then the largest of one strided slice per tap (a pointwise max over
+    KH*KW views, one kernel)."""
+    import torch
+
+    sizes = x.shape[2:]
+    if not all(isinstance(d, int) for d in sizes):
+        raise Unsupported("dilated max pooling over a dynamic image size")
+    outs = [_dilated_pool_size(n, k, s, p, d, attrs.ceil_mode) for n, k, s, p, d in
+            zip(sizes, attrs.kernel, attrs.stride, attrs.padding, dilation)]
+    # the right/bottom padding the last window reaches (ceil_mode may reach past `padding`)
+    ends = [max(p, (o - 1) * s + d * (k - 1) + 1 - n - p) for n, o, k, s, p, d in
+            zip(sizes, outs, attrs.kernel, attrs.stride, attrs.padding, dilation)]
+    lowest = float("-inf") if x.dtype.is_float else torch.iinfo(x.dtype.to_torch()).min
+    (pt, pl), (pb, pr) = attrs.padding, ends
+    padded = _constant_pad(cx, x, [pl, pr, pt, pb], lowest) if pt or pl or pb or pr else x
+    most = None
+    for i in range(attrs.kernel[0]):
+        for j in range(attrs.kernel[1]):
+            v = padded
+            for dim, start, step, count in ((2, i * dilation[0], attrs.stride[0], outs[0]),
+                                            (3, j * dilation[1], attrs.stride[1], outs[1])):
+                v = cx.emit(Op.SLICE, [v], O.SliceAttrs(dim, start,
+                                                         start + (count - 1) * step + 1, step))
+            most = v if most is None else cx.emit(Op.MAX, [most, v], O.BinaryAttrs())
+    return most
+
+
+def _dilated_pool_size(n: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
+    """torch's pooling output length with dilation (with ceil_mode, a last window that would
+    start inside the right padding does not count)."""
+    reach = n + 2 * p - d * (k - 1) - 1
+    out = (-(-reach // s) if ceil_mode else reach // s) + 1
+    return out - 1 if ceil_mode and (out - 1) * s >= n + p else out
 
 
 def _max_pool_with_indices(cx, *args, **kwargs):

@@ -152,20 +152,40 @@ def _hypot(cx, a, b):
 
 
 def _adaptive_max_pool(cx, x, output_size):
-    """Adaptive max pooling where each output cell takes an equal block (the input a whole
-    multiple of the output): a max pool; its indices output is not computed."""
+    """Adaptive max pooling; its indices output is not computed. Each output cell takes an
+    equal block (the input a whole multiple of the output): a max pool. Otherwise blocks of
+    unequal sizes that may overlap: per axis, the largest of L row gathers (L the longest
+    block; row lo + t, or the block's last row past its end), the two axes one after the
+    other (a block is rows x columns, and max is taken over each in turn)."""
     x = _value(x, "adaptive max pooling")
     if len(x.shape) != 4 or not all(isinstance(d, int) for d in x.shape[2:]):
         raise Unsupported("adaptive max pooling of other than a static [N, C, H, W]")
     h, w = x.shape[2:]
     oh, ow = (output_size, output_size) if isinstance(output_size, int) else output_size
-    if h % oh or w % ow:
-        raise Unsupported(f"adaptive max pooling of {h}x{w} to {oh}x{ow} (only sizes that "
-                          f"divide evenly)")
-    from aotpack.frontend.aten_conv import _pool
+    if h % oh == 0 and w % ow == 0:
+        from aotpack.frontend.aten_conv import _pool
 
-    kernel = (h // oh, w // ow)
-    return [_pool(cx, x, O.PoolAttrs("max", kernel, kernel), False), None]
+        kernel = (h // oh, w // ow)
+        return [_pool(cx, x, O.PoolAttrs("max", kernel, kernel), False), None]
+    for axis, out in ((2, oh), (3, ow)):
+        x = _max_over_blocks(cx, x, axis, out)
+    return [x, None]
+
+
+def _max_over_blocks(cx, x: Value, axis: int, out: int) -> Value:
+    """torch's adaptive blocks along `axis`: block i is rows [i*n // out, ceil((i+1)*n / out))."""
+    from aotpack.frontend.aten_resize import gather_axis
+
+    n = x.shape[axis]
+    if n == out:
+        return x
+    lo = [(i * n) // out for i in range(out)]
+    hi = [-(-(i + 1) * n // out) for i in range(out)]
+    most = None
+    for t in range(max(b - a for a, b in zip(lo, hi))):
+        rows = gather_axis(cx, x, axis, [min(a + t, b - 1) for a, b in zip(lo, hi)])
+        most = rows if most is None else cx.emit(Op.MAX, [most, rows], O.BinaryAttrs())
+    return most
 
 
 def _embedding_bag(cx, weight, indices, offsets, scale_grad_by_freq=False, mode=0,

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from aotpack.frontend.aten_conv import (_clamp, _from_channels_last, _to_channels_last,
-                                        batch_norm_affine, convolution_nchw, fill_block)
+from aotpack.frontend.aten_conv import (_clamp, _dilated_max_pool, _from_channels_last,
+                                        _to_channels_last, batch_norm_affine, convolution_nchw,
+                                        fill_block)
 from aotpack.frontend.aten_conv_transpose import conv_transpose_nchw
 from aotpack.frontend.aten_table import Unsupported
 from aotpack.frontend.onnx.host import is_symbolic_array
@@ -162,10 +163,15 @@ def _pool(kind: str):
         spatial = _spatial(x, "pooling")
         kernel = [int(k) for k in cx.attr("kernel_shape")]
         dilation = [int(d) for d in cx.attr("dilations", [1] * spatial)]
-        if any(d != 1 for d in dilation):
-            raise Unsupported(f"dilations {dilation} (pooling windows are dense)")
         strides, pads = _geometry(cx, x, kernel, dilation)
         ceil = bool(cx.attr("ceil_mode", 0))
+        if any(d != 1 for d in dilation):
+            if kind != "max" or spatial != 2 or any(lo != hi for lo, hi in pads):
+                raise Unsupported(f"dilations {dilation} of other than a 2-D max pool with "
+                                  f"symmetric pads")
+            attrs = O.PoolAttrs("max", tuple(kernel), tuple(strides),
+                                tuple(lo for lo, _ in pads), ceil, False)
+            return _dilated_max_pool(cx, x, attrs, tuple(dilation))
         include = bool(cx.attr("count_include_pad", 0))
         if spatial == 1:
             kernel, strides, pads = [1] + kernel, [1] + strides, ((0, 0),) + pads
