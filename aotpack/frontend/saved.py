@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -116,7 +117,10 @@ def exportable(module, inputs: tuple, names: list[str]):
         raise ModelLoadError(f"this torch has no TorchScript converter ({e}): export the model "
                              f"with torch.export instead") from e
     try:
-        with quiet_torch_logs():
+        with quiet_torch_logs(), warnings.catch_warnings():
+            # "Manually populate ...num_batches_tracked" once per batch norm: the converter's
+            # note about a buffer eval mode never reads
+            warnings.filterwarnings("ignore", message=".*num_batches_tracked.*")
             ep = TS2EPConverter(module, tuple(inputs)).convert()
     except Exception as e:  # noqa: BLE001
         shapes = ", ".join(f"{n} {tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
