@@ -137,3 +137,29 @@ def test_a_model_stored_in_bf16_builds_and_verifies(tmp_path, monkeypatch):
     result = aotpack.build(str(path), tmp_path / "out")
     report = verify(result.bundle, str(path), reference="cpu")
     assert report.passed, report.outputs
+
+
+class UpToSkip(nn.Module):
+    """An FPN/U-Net step: the coarse map resized to its skip connection's size (Resize with
+    `sizes` from Shape). Over two independent dynamic images no whole factor relates the
+    sizes: refused, saying so (it was "sizes computed at run time")."""
+
+    def forward(self, coarse, skip):
+        return skip + F.interpolate(coarse, size=skip.shape[-2:], mode="nearest")
+
+
+def test_resize_to_a_dynamic_skip_size(tmp_path):
+    model = UpToSkip().eval()
+    coarse, skip = torch.randn(1, 4, 5, 6), torch.randn(1, 4, 10, 12)
+    path = tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (coarse, skip), str(path), dynamo=False, opset_version=17,
+                          input_names=["coarse", "skip"], output_names=["y"],
+                          dynamic_axes={"coarse": {2: "H", 3: "W"},
+                                        "skip": {2: "H2", 3: "W2"}})
+    assert "Resize" in {n.op_type for n in onnx.load(str(path)).graph.node}
+    loaded = prepare(load_spec(str(path)), dynamic=("H=2..32", "W=2..32", "H2=4..64",
+                                                    "W2=4..64"))
+    with pytest.raises(Exception, match="resizing the dynamic size H to H2 .whole factors"):
+        compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))

@@ -25,6 +25,7 @@ from aotpack.frontend.onnx.layout import ints
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
+from aotpack.ir.sym import is_symbolic
 
 
 def _known(v, what: str) -> np.ndarray | None:
@@ -70,8 +71,8 @@ def _resize(cx, n, ins):
     for i, axis in enumerate(axes):
         size = x.shape[axis]
         if sizes is not None:
-            new = int(sizes[i])
-            scale = new / size if isinstance(size, int) else None
+            new = sizes[i] if is_symbolic(sizes[i]) else int(sizes[i])
+            scale = new / size if isinstance(size, int) and isinstance(new, int) else None
         else:
             scale = float(scales[i])
             new = _scaled_size(size, scale, policy != "stretch")
@@ -85,7 +86,10 @@ def _resize(cx, n, ins):
 
 def _scales_and_sizes(cx, n, ins):
     scales = _known(ins[2] if len(ins) > 2 else None, "scales")
-    sizes = _known(ins[3] if len(ins) > 3 else None, "sizes")
+    sizes = ins[3] if len(ins) > 3 else None
+    if is_symbolic_array(sizes):  # a skip connection's Shape over dynamic dims: expressions
+        return None, list(sizes.flat)
+    sizes = _known(sizes, "sizes")
     if (scales is None) == (sizes is None):
         raise Unsupported("other than exactly one of scales and sizes")
     return (None, sizes.astype(np.int64)) if sizes is not None else (scales.astype(np.float64),
@@ -263,11 +267,16 @@ def _padded_rows(size, lo: int, hi: int, mode: str) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- the rest
-def _depth_to_space(cx, n, ins):
+def _image_and_block(cx, ins):
+    """(x, blocksize) of DepthToSpace / SpaceToDepth."""
     x = cx.tensor(ins[0])
     if len(x.shape) != 4:
         raise Unsupported(f"a rank-{len(x.shape)} input (4-D [N, C, H, W] only)")
-    b = int(cx.attr("blocksize"))
+    return x, int(cx.attr("blocksize"))
+
+
+def _depth_to_space(cx, n, ins):
+    x, b = _image_and_block(cx, ins)
     batch, c, h, w = x.shape
     if c % (b * b):
         raise Unsupported(f"{c} channels in blocks of {b}x{b}")
@@ -279,10 +288,7 @@ def _depth_to_space(cx, n, ins):
 
 
 def _space_to_depth(cx, n, ins):
-    x = cx.tensor(ins[0])
-    if len(x.shape) != 4:
-        raise Unsupported(f"a rank-{len(x.shape)} input (4-D [N, C, H, W] only)")
-    b = int(cx.attr("blocksize"))
+    x, b = _image_and_block(cx, ins)
     batch, c, h, w = x.shape
     if not (isinstance(h, int) and isinstance(w, int)) or h % b or w % b:
         raise Unsupported(f"a {h}x{w} image in blocks of {b}")
