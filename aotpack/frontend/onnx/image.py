@@ -111,7 +111,7 @@ def _keep_aspect_ratio(x: Value, axes, sizes, policy: str) -> np.ndarray:
 
 def _scaled_size(size, scale: float, half_up: bool = False):
     if isinstance(size, int):  # the reference's rounding: down, or half up for a policy
-        return int(size * scale + 0.5) if half_up else int(math.floor(size * scale + 1e-9))
+        return int(size * scale + 0.5) if half_up else int(math.floor(size * scale))
     if scale == int(scale) and scale >= 1:
         return size * int(scale)
     raise Unsupported(f"a scale of {scale} of the dynamic size {size} (whole factors only)")
