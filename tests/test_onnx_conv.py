@@ -226,8 +226,9 @@ def test_hard_sigmoid_and_hard_swish(tmp_path):
     ("same pads past the kernel", [helper.make_node("ConvTranspose", ["x", "w"], ["y"],
                                                     strides=[3, 3], auto_pad="SAME_UPPER")],
      [1, 2, 3, 3], [("w", np.ones((2, 2, 1, 1), np.float32))], "explicit pads"),
-    ("dilated pool", [helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2],
-                                       dilations=[2, 2])], [1, 2, 6, 6], [], "dilations"),
+    ("dilated pool, asymmetric pads", [helper.make_node(
+        "MaxPool", ["x"], ["y"], kernel_shape=[2, 2], dilations=[2, 2], pads=[0, 0, 1, 1])],
+     [1, 2, 6, 6], [], "dilations .* symmetric pads"),
     ("run-time clip bound", [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),
                              helper.make_node("Clip", ["x", "", "m"], ["y"])], [1, 2, 6, 6],
      [], "bound"),
