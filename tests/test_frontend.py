@@ -473,3 +473,19 @@ def test_causal_lm_with_use_cache_builds_without_its_cache():
     assert base.config.use_cache is False
     assert [tuple(o.value.shape) for o in to_graph(loaded.model, loaded.inputs).outputs] == \
         [(2, 8, 32)]
+
+
+def test_a_refusal_without_a_user_frame_names_no_torch_line():
+    """A node whose stack trace has torch's frames only (a TorchScript model's conversion)
+    gets no `source:` pointing into torch, but says that none was recorded."""
+    from types import SimpleNamespace
+
+    from aotpack.frontend.translate import source_loc
+
+    trace = ('File "/x/site-packages/torch/fx/proxy.py", line 287, in create_proxy\n'
+             '    user_stack_summary = CapturedTraceback.extract().summary()\n')
+    node = SimpleNamespace(name="pad_1", meta={"stack_trace": trace})
+    loc = source_loc(node)
+    assert loc.file is None and loc.node == "pad_1"
+    user = 'File "/home/me/model.py", line 9, in forward\n    return F.pad(x, p)\n' + trace
+    assert source_loc(SimpleNamespace(name="pad_1", meta={"stack_trace": user})).line == 9

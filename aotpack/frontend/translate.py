@@ -206,8 +206,8 @@ def source_loc(fx_node) -> SourceLoc:
     """The innermost frame of the node's stack trace that is user code (not torch itself)."""
     trace = fx_node.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace)
-    user = [f for f in frames if "/torch/" not in f[0]] or frames
-    if not user:
+    user = [f for f in frames if "/torch/" not in f[0]]
+    if not user:  # torch's own frames only (a TorchScript model's conversion): no line to show
         return SourceLoc(fx_node.name)
     file, line, code = user[-1]
     return SourceLoc(fx_node.name, file, int(line), code.strip())
@@ -617,9 +617,11 @@ class _Translator:
     def _error(self, what: str) -> UnsupportedOpError:
         n = self.fx_node
         loc = source_loc(n)
-        return UnsupportedOpError(
-            f"{what}.\n  node: {n.name} = {n.target}(...)\n  source: {loc}\n"
-            f"  Rewrite that line with supported operators or open an issue.{_near(n)}")
+        where = (f"  source: {loc}\n  Rewrite that line with supported operators or open an "
+                 f"issue.") if loc.file else ("  (no Python source line recorded for it) Change "
+                                              "that part of the model or open an issue.")
+        return UnsupportedOpError(f"{what}.\n  node: {n.name} = {n.target}(...)\n{where}"
+                                  f"{_near(n)}")
 
     # -------------------------------------------------------------- used by the rules
     def emit(self, op, inputs, attrs, final: bool = False) -> Value:
