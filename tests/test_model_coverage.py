@@ -389,8 +389,14 @@ def _squeezebert():  # grouped 1-D convs; the attention's output permuted to [B,
     return WithMask(transformers.SqueezeBertModel(cfg)), _padded()
 
 
+def _funnel():  # relative_shift: aranges from .item() of positions the build knows
+    cfg = transformers.FunnelConfig(vocab_size=1000, block_sizes=[1, 1], d_model=128, n_head=4,
+                                    d_head=32, d_inner=256)
+    return WithMask(transformers.FunnelModel(cfg)), _padded()
+
+
 MORE = {"t5_encoder_decoder": _t5, "swin": _swin, "deberta_v2": _deberta,
-        "mobilebert": _mobilebert, "squeezebert": _squeezebert}
+        "mobilebert": _mobilebert, "squeezebert": _squeezebert, "funnel": _funnel}
 
 
 @pytest.mark.parametrize("family", list(MORE))
@@ -399,7 +405,8 @@ def test_more_families_match_eager(family):
     batch), Swin (shifted windows: roll as slices, relative-position bias picked from its
     table at build time, window masks), DeBERTa-v2 (disentangled attention through batched
     matmuls and gathers of constants), MobileBERT and SqueezeBERT (each once a traceback:
-    tests/test_model_edges.py). Every kernel op is cross-compiled too."""
+    tests/test_model_edges.py; every kernel op is cross-compiled too), Funnel (its relative
+    positions: aranges over .item() of tensors the build computes)."""
     torch.manual_seed(0)
     model, inputs = MORE[family]()
     model = model.eval().to(torch.bfloat16)

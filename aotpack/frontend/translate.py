@@ -343,6 +343,8 @@ class _Translator:
     def _call(self, n):
         self.fx_node = n
         val = n.meta.get("val")
+        if self._bind_known(n, val):
+            return
         if _is_symint(val) or (isinstance(val, (int, bool)) and not isinstance(n.target,
                                                                                 _OpOverload())):
             self.env[n.name] = self._size_value(val)  # size arithmetic: no IR node
@@ -407,6 +409,54 @@ class _Translator:
                     f"dims' ranges to where it holds or make the model not depend on it")
         if text not in self.guards:
             self.guards.append(text)
+
+    def _bind_known(self, n, val) -> bool:
+        """`.item()` of a tensor the build knows (computed from constants and sizes only:
+        Funnel's relative positions from an arange), or a size of one: the number itself, and
+        torch's unbacked symbol for it bound to that number, so what export derived from it
+        (an arange's length, its guards) is known too."""
+        import torch
+
+        target = str(n.target)
+        if target not in ("aten.item.default", "aten._local_scalar_dense.default",
+                          "aten.sym_size.int") or not n.args:
+            return False
+        if not isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            return False
+        free = val.node.expr.free_symbols
+        if not free or any(str(x) in self.table.by_torch for x in free):
+            return False  # a dim of the inputs: the usual size arithmetic
+        t = self._value_of(self.env.get(n.args[0].name))
+        if t is None:
+            return False
+        value = t.shape[n.args[1]] if target == "aten.sym_size.int" else t.reshape(-1)[0].item()
+        if len(free) == 1 and val.node.expr in free:
+            self.table.bind(val.node.expr, value)
+        self.env[n.name] = value
+        return True
+
+    def _value_of(self, v, depth: int = 0):
+        """The value of `v` when it is computed from constants only (through any nodes the IR
+        interpreter evaluates, 64 deep at most), else None."""
+        from aotpack.ir.interpret import eval_node
+
+        if not isinstance(v, Value) or depth > 64:
+            return None
+        if v.name in self.constants:
+            return self.constants[v.name].tensor
+        if v.name in self.lazy:  # computed from sizes: one value only when no dim varies
+            return None if self.table.symbols else \
+                self.lazy_eval.value(self.lazy[v.name], {})
+        node = self.producer(v)
+        if node is None:
+            return None
+        args = [self._value_of(i, depth + 1) for i in node.inputs]
+        if any(a is None for a in args):
+            return None
+        try:
+            return eval_node(node, args)
+        except NotImplementedError:
+            return None
 
     def _size_value(self, val):
         """A size computed from dims (sym_size, arithmetic on sizes) as an int or Expr; a
