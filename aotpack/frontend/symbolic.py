@@ -53,10 +53,9 @@ class SymbolTable:
         self.sources: dict[str, tuple[str, int]] = {}  # aotpack name -> (input, dim)
         self._sympy = {str(k): k for k in ep.range_constraints}  # with torch's assumptions
         self.derived: dict[str, str] = {}  # torch symbol -> where an input uses it derived
-        # unbacked symbols (an .item(), the size of an arange of them) whose value the build
-        # knows: read from a constant tensor (translate._bind_known)
-        self.known: dict[str, object] = {}
-        self._known_sympy: dict = {}  # the same, by sympy symbol (torch_env)
+        # torch's unbacked symbols (an .item(), the size of an arange of them) whose value the
+        # build knows: read from a constant tensor (translate._bind_known)
+        self.known: dict = {}  # sympy symbol -> value
         self._build(ep, dict(dim_names or {}), example_inputs)
 
     def _build(self, ep, dim_names, example_inputs) -> None:
@@ -151,8 +150,8 @@ class SymbolTable:
 
         if isinstance(e, (int, sympy.Integer)):
             return int(e)
-        if self.known and e.free_symbols and all(str(x) in self.known for x in e.free_symbols):
-            value = e.xreplace({x: self.known[str(x)] for x in e.free_symbols})
+        if self.known and e.free_symbols and e.free_symbols <= self.known.keys():
+            value = e.xreplace(self.known)
             if value.is_integer or (value.is_number and float(value) == int(value)):
                 return int(value)
         if isinstance(e, sympy.Symbol):
@@ -200,12 +199,7 @@ class SymbolTable:
         """sympy substitutions {torch symbol: value} for an aotpack point (and the unbacked
         symbols the build knows)."""
         env = {self._sympy[t]: point[s.name] for t, s in self.by_torch.items()}
-        return {**self._known_sympy, **env}
-
-    def bind(self, symbol, value) -> None:
-        """An unbacked symbol of torch's whose value the build knows."""
-        self.known[str(symbol)] = value
-        self._known_sympy[symbol] = value
+        return {**self.known, **env}
 
 
 def _affine(expr):

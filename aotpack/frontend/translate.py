@@ -431,7 +431,7 @@ class _Translator:
             return False
         value = t.shape[n.args[1]] if target == "aten.sym_size.int" else t.reshape(-1)[0].item()
         if len(free) == 1 and val.node.expr in free:
-            self.table.bind(val.node.expr, value)
+            self.table.known[val.node.expr] = value
         self.env[n.name] = value
         return True
 

@@ -58,8 +58,8 @@ def _resize(cx, n, ins):
         raise Unsupported("coordinate_transformation_mode='tf_crop_and_resize'")
     if mode not in ("nearest", "linear", "cubic"):
         raise Unsupported(f"mode={mode!r}")
-    scales, sizes = _scales_and_sizes(cx, n, ins)
-    axes = [int(a) % rank for a in cx.attr("axes")] if cx.attr("axes") else list(range(rank))
+    scales, sizes = _scales_and_sizes(ins)
+    axes = [int(a) % rank for a in cx.attr("axes") or range(rank)]
     count = len(sizes if sizes is not None else scales)
     if count != len(axes):
         raise Unsupported(f"{count} scales/sizes for a rank-{rank} input")
@@ -84,7 +84,7 @@ def _resize(cx, n, ins):
     return wide if wide.dtype == x.dtype else cx.emit(Op.CAST, [wide], O.CastAttrs(x.dtype))
 
 
-def _scales_and_sizes(cx, n, ins):
+def _scales_and_sizes(ins):
     scales = _known(ins[2] if len(ins) > 2 else None, "scales")
     sizes = ins[3] if len(ins) > 3 else None
     if is_symbolic_array(sizes):  # a skip connection's Shape over dynamic dims: expressions
