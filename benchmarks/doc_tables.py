@@ -11,7 +11,7 @@ relative to the repository root):
     <!-- NAME:end -->
 
 Nothing else in the files is touched. The report scripts (report.py, generate_report.py,
-dynamic_report.py, conv_report.py) point their block at a new results file through `update`,
+dynamic_report.py, conv_report.py, models_report.py) point their block at a new results file through `update`,
 which also refreshes README.md's short table: its sources are those of the docs/performance.md
 blocks named in SUMMARY_FROM, so the README's numbers are always the ones the performance page
 shows. tests/test_docs.py fails when a block differs from what its renderer makes of its
@@ -214,7 +214,7 @@ def summary_table(sources, doc: Path) -> str:
 RENDERERS = {"bench": _bench, "generate": _table_of("generate_report"),
              "dynamic": _table_of("dynamic_report"), "conv-resnet18": _table_of("conv_report"),
              "conv-families": _table_of("conv_report"), "conv-depthwise": _table_of("conv_report"),
-             "summary": summary_table}
+             "coverage-models": _table_of("models_report"), "summary": summary_table}
 
 
 def render(name: str, sources, doc: Path) -> str:

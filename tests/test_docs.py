@@ -30,7 +30,7 @@ def test_every_generated_block_is_what_its_results_files_give():
 def test_the_generated_blocks_are_where_the_docs_expect_them():
     perf = {b.name: b for b in doc_tables.blocks(PERFORMANCE.read_text())}
     assert set(perf) == {"bench", "generate", "dynamic", "conv-resnet18", "conv-families",
-                         "conv-depthwise"}
+                         "conv-depthwise", "coverage-models"}
     readme = doc_tables.blocks(README.read_text())
     assert [b.name for b in readme] == ["summary"]
     # the README's short table comes from the same results files as the performance page's
@@ -56,14 +56,16 @@ def test_each_report_script_points_its_block_at_a_results_file(tmp_path):
     import conv_report
     import dynamic_report
     import generate_report
+    import models_report
 
     results = ROOT / "benchmarks" / "results"
-    doc = _tmp_doc(tmp_path, "generate", "dynamic", "conv-families")
+    doc = _tmp_doc(tmp_path, "generate", "dynamic", "conv-families", "coverage-models")
     readme_before = README.read_text()
     generate_report.main([str(results / "2026-12-02-h200-generate.json"), "--doc", str(doc)])
     dynamic_report.main([str(results / "2026-12-01-h200-dynamic-shapes.json"), "--doc", str(doc),
                          "--no-chart"])
     conv_report.main([str(results / "2026-12-01-h200-conv-families.json"), "--doc", str(doc)])
+    models_report.main([str(results / "2026-12-03-h200-coverage-models.json"), "--doc", str(doc)])
     text = doc.read_text()
     assert README.read_text() == readme_before  # only docs/performance.md moves the README
     assert "\nold\n" not in text and text.startswith("# t\nbefore generate\n")

@@ -122,6 +122,24 @@ def test_other_inputs_follow_a_named_dim():
     assert any("mask.1 follows S" in n and "mask.1=static" in n for n in loaded.notes)
 
 
+def test_a_refused_range_names_what_the_model_allows_with_its_tied_dims():
+    """A window-like guard (the model needs S >= 7) with a mask tied to S: the refusal quotes
+    torch.export's reason for the dims as tied (the range that works), not only the retry's
+    (the mask static, which pins S to the example's size)."""
+    from aotpack.frontend import ModelLoadError
+
+    class Windowed(torch.nn.Module):
+        def forward(self, x, mask):
+            torch._check(x.shape[1] >= 7)
+            return x * mask
+
+    x, mask = torch.randn(2, 16), torch.ones(2, 16)
+    with pytest.raises(ModelLoadError) as refused:
+        apply_dynamic(LoadedModel(Windowed(), (x, mask)), ["x.1=S:4..32"])
+    text = str(refused.value)
+    assert "7 <=" in text and "with mask.1 static instead" in text
+
+
 def test_dims_declared_twice_or_in_two_places_are_refused():
     from aotpack.frontend import ModelLoadError
 

@@ -114,6 +114,20 @@ def test_decomposed_rms_norm_becomes_rmsnorm_op(dtype):
     assert p.ops[0].eps == 1e-6 and p.ops[0].weight.storage == "weight"
 
 
+class T5RMSNorm(HFRMSNorm):
+    """T5's form: the statistics of an f32 copy, the 16-bit x itself times the f32 factor."""
+
+    def forward(self, x):
+        variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + 1e-6)).to(x.dtype)
+
+
+def test_t5_rms_norm_becomes_rmsnorm_op():
+    model = T5RMSNorm(32).to(torch.bfloat16)
+    p = check_matches_eager(model, (torch.randn(2, 4, 32, dtype=torch.bfloat16),), 1e-2)
+    assert kinds(p) == ["RMSNormOp"] and p.ops[0].x.storage == "x"
+
+
 class NotAnRMSNorm(torch.nn.Module):
     """x * rsqrt(mean(2 ** x) + eps): shaped like RMSNorm, but 2 ** x is no square."""
 

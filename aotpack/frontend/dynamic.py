@@ -71,6 +71,7 @@ def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
     notes = [f"--dynamic: {names[i]}.{d} follows {label} (the same example size "
              f"{int(loaded.inputs[i].shape[d])}); --dynamic {names[i]}.{d}=static keeps it "
              f"static" for (i, d), label in sorted(linked.items()) if (i, d) not in dims]
+    errors = []
     for attempt in ([linked, dims] if linked != dims else [dims]):
         spec = tuple({d: labels[key] for (i, d), key in attempt.items() if i == k} or None
                      for k in range(len(loaded.inputs)))
@@ -79,13 +80,24 @@ def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
                 ep = torch.export.export(model, tuple(loaded.inputs), dynamic_shapes=spec,
                                          strict=False)
         except Exception as e:  # noqa: BLE001 — torch.export's own message says why
-            error = e
+            errors.append(e)
             continue
         used = notes if attempt is linked else []
         return LoadedModel(ep, loaded.inputs, spec, loaded.notes + used)  # exported once, here
+    # the first attempt (the dims that follow a declared one tied to it) is what the user
+    # asked for: its reason names the range the model's code allows; the retry with those
+    # dims static mostly fails on the static dim's size, which helps no one
+    error = errors[0]
+    tied = [f"{names[i]}.{d}" for (i, d) in sorted(linked) if (i, d) not in dims]
+    retry = ("" if len(errors) == 1 else f"\n(with {', '.join(tied)} static instead: "
+             f"{_first_line(str(errors[1]))})")
     raise ModelLoadError(f"torch.export refused the --dynamic dims: "
-                         f"{_torch_reason(str(error)) or type(error).__name__}"
+                         f"{_torch_reason(str(error)) or type(error).__name__}{retry}"
                          f"\n{_hint(str(error), loaded.inputs, dims)}")
+
+
+def _first_line(message: str) -> str:
+    return next((ln.strip() for ln in message.splitlines() if ln.strip()), "")
 
 
 def _declared(parsed, names, inputs):

@@ -116,9 +116,9 @@ def _is_key_iota(graph, v: Value, producers, keys: int) -> bool:
     import torch
 
     from aotpack.ir.interpret import eval_node
-    from aotpack.passes.fuse_attention import _const_base
+    from aotpack.passes.attention_masks import const_base
 
-    found = _const_base(graph, v, producers)
+    found = const_base(graph, v, producers)
     if found is None:
         return False
     name, chain = found

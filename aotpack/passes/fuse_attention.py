@@ -13,6 +13,9 @@ reads (torch's sdpa export multiplies each by √scale) joins the SDPA scale.
 A tanh between the product and the mask is a soft cap (Gemma-2's attn_logit_softcapping:
 cap * tanh(scores * c / cap)): SDPA's softcap attribute, the factors inside the tanh its scale.
 
+Several terms between the products (a bias and a mask, a masked_fill, BLOOM's 3-D baddbmm
+over [B*H, S, T]) are passes/attention_terms.py's: summed into the one mask operand.
+
 A constant mask (through views) is classified as the torch frontend classifies an sdpa mask
 (aten_table._constant_mask_kind: no-op masks are dropped, the top-left causal pattern becomes
 `causal`), at several sizes when it follows dynamic dims. Any other mask (computed at run time
@@ -32,11 +35,14 @@ from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
-from aotpack.ir.sym import free_symbols, subs_tree
+from aotpack.passes.attention_masks import (
+    causal_part, mask_kind, rebuild, split_sdpa_mask,
+)
+from aotpack.passes.attention_terms import (
+    emit_sum, heads_merged, score_terms, split_heads,
+)
 from aotpack.passes.canonicalize import dead_code
 from aotpack.passes.gemm_chain import scalar_factor
-
-_PROBES = (2, 3, 5, 7, 11, 13)
 
 
 def fuse_attention(graph: Graph) -> Graph:
@@ -47,33 +53,44 @@ def fuse_attention(graph: Graph) -> Graph:
     outputs = graph.output_names()
     b = GraphBuilder(graph)
     fused = 0
-    without_causal: dict[str, Value] = {}  # mask name -> the mask with its causal part split off
+    without_causal: dict = {}  # mask (name, or split key) -> the mask without its causal part
+    sums: dict[tuple, Value] = {}  # terms -> their sum (passes/attention_terms.py)
     for n in graph.nodes:
         if n.op == Op.SDPA and len(n.inputs) == 4 and not n.attrs.causal \
                 and not n.attrs.positions:
             if rewrite_positional(graph, b, n, producers):
                 fused += 1
                 continue
-            fused += _split_sdpa_mask(graph, b, n, producers, without_causal)
+            fused += split_sdpa_mask(graph, b, n, producers, without_causal)
             continue
         match = _match(graph, n, producers, users, outputs)
         if match is None:
             b.keep(n)
             continue
-        q, kt, v, causal, scale, mask, narrow, softcap = match
+        q, kt, v, causal, scale, mask, narrow, softcap, lift = match
+        if lift:
+            _emit_lifted(b, n, match, producers, (sums, without_causal))
+            fused += 1
+            continue
         if narrow:
             q, kt = (_narrowed(b, x, producers, n) for x in (q, kt))
-        split = None if mask is None else _causal_part(graph, mask, producers, q.shape[2],
-                                                        kt.shape[3])
-        if split is not None:
-            if mask.name not in without_causal:
-                without_causal[mask.name] = _rebuild(b, *split)
-            mask, causal = without_causal[mask.name], True
+        several = isinstance(mask, list)
+        if several:  # several terms: their f32 sum (the causal parts split off)
+            mask = _terms_sum(b, mask, n.loc, producers, sums, without_causal)
+        else:
+            split = None if mask is None else causal_part(graph, mask, producers, q.shape[2],
+                                                            kt.shape[3])
+            if split is not None:
+                if mask.name not in without_causal:
+                    without_causal[mask.name] = rebuild(b, *split)
+                mask, causal = without_causal[mask.name], True
+            mask = None if mask is None else b.get(mask)
         k = _untransposed(b, kt, producers, n)
         attrs = O.SdpaAttrs(causal, scale, False, softcap=float(softcap))
-        ins = (b.get(q), k, b.get(v)) + ((b.get(mask),) if mask is not None else ())
+        ins = (b.get(q), k, b.get(v)) + ((mask,) if mask is not None else ())
         sdpa = Node(Op.SDPA, ins, attrs, n.outputs, n.loc)
-        if mask is None or causal or not rewrite_positional(graph, b, sdpa, producers):
+        if mask is None or causal or several \
+                or not rewrite_positional(graph, b, sdpa, producers):
             b.nodes.append(sdpa)
         fused += 1
     if not fused:
@@ -81,11 +98,63 @@ def fuse_attention(graph: Graph) -> Graph:
     return _fold_repeat_kv(dead_code(b.finish())).verify()
 
 
+def _emit_lifted(b: GraphBuilder, n: Node, match, producers, caches) -> None:
+    """A 3-D attention (BLOOM: q, k, v [B*H, S, D]) as SDPA over their [B, H, S, D] views,
+    its output viewed back as n's [B*H, S, Dv]."""
+    from aotpack.passes.views import View, strided_attrs
+
+    q, kt, v, causal, scale, mask, narrow, softcap, lift = match
+    if narrow:
+        q, kt = (_narrowed(b, x, producers, n) for x in (q, kt))
+    k = _untransposed(b, kt, producers, n)
+    ins = [split_heads(b, b.get(x), lift, n.loc) for x in (q, k, v)]
+    if mask:
+        ins.append(_terms_sum(b, mask, n.loc, producers, *caches))
+    out = n.output
+    shape4 = (*lift, *out.shape[1:])
+    sdpa = Value(b.fresh(f"{out.name}_heads"), out.dtype, shape4)
+    attrs = O.SdpaAttrs(causal, scale, False, softcap=float(softcap))
+    b.nodes.append(Node(Op.SDPA, tuple(ins), attrs, (sdpa,), n.loc))
+    b.release(out.name)
+    b.emit(Op.AS_STRIDED, [sdpa], strided_attrs(View.contiguous(out.shape)), out.dtype,
+           out.shape, out.name, n.loc)
+
+
+def _terms_sum(b: GraphBuilder, terms, loc, producers, sums, without_causal) -> Value:
+    key = tuple((_value_key(t.value[1] if isinstance(t.value, tuple) else t.value, producers),
+                 t.factor, t.fill, t.masked_where, t.split) for t in terms)
+    if key not in sums:  # every layer adds the same terms: one sum
+        sums[key] = emit_sum(b, [_in_new_graph(b, t, without_causal) for t in terms], loc)
+    return sums[key]
+
+
+def _value_key(v: Value, producers):
+    """What v computes, for sharing one sum among the layers: its name, or for a cast or a
+    view (each layer casts or reshapes the same bias again: cse leaves float values apart)
+    the cast or view of its input."""
+    n = producers.get(v.name)
+    if n is not None and n.op in (Op.CAST, Op.AS_STRIDED):
+        return (n.op, n.attrs, _value_key(n.inputs[0], producers))
+    return v.name
+
+
+def _in_new_graph(b: GraphBuilder, term, without_causal):
+    """The term with its value in the new graph (a causal split, (path, other), rebuilt)."""
+    v = term.value
+    if isinstance(v, tuple):
+        key = (v[1].name, tuple(n.output.name for n in v[0]))
+        if key not in without_causal:
+            without_causal[key] = rebuild(b, *v)
+        return dataclasses.replace(term, value=without_causal[key])
+    return dataclasses.replace(term, value=b.get(v))
+
+
 def _match(graph, n: Node, producers, users, outputs):
-    """(q, k^T, v, causal, scale, mask operand or None, narrow, softcap) if n =
-    matmul(attention weights, v), else None; narrow: q and k^T are f32 upcasts of 16-bit
-    values (read them narrow)."""
-    if n.op != Op.MATMUL or len(n.output.shape) != 4:
+    """(q, k^T, v, causal, scale, mask, narrow, softcap, lift) if n = matmul(attention
+    weights, v), else None. mask: None, the one mask operand, or a list of terms to sum
+    (passes/attention_terms.py); narrow: q and k^T are f32 upcasts of 16-bit values (read them
+    narrow); lift: (B, H) when the products are 3-D over B*H (BLOOM), else None."""
+    if n.op != Op.MATMUL or len(n.output.shape) not in (3, 4):
         return None
     p, v = n.inputs
 
@@ -94,37 +163,24 @@ def _match(graph, n: Node, producers, users, outputs):
         ok = node is not None and len(users.get(x.name, [])) == 1 and x.name not in outputs
         return node if ok else None
 
-    node = single(p)
+    node, lift = single(p), None
+    if len(n.output.shape) == 3:  # BLOOM: [B*H, S, T] products around [B, H, S, T] scores
+        lift = None if node is None else heads_merged(node)
+        node = None if lift is None else single(node.inputs[0])
     if node is not None and node.op == Op.CAST:
         node = single(node.inputs[0])
-    if node is None or node.op != Op.SOFTMAX or node.attrs.dim != len(p.shape) - 1:
+    if node is None or node.op != Op.SOFTMAX or node.attrs.dim != len(node.output.shape) - 1:
         return None
-    scale, mask = node.attrs.scale, None
-    scale_outside_mask = scale  # what multiplies the mask too: softmax((s + m) * c)
-    node = single(node.inputs[0])
+    node_scale, node = node.attrs.scale, single(node.inputs[0])
     if node is not None and node.op == Op.CAST and node.output.dtype == DType.F32:
         node = single(node.inputs[0])
-    while node is not None:  # scalar factors and at most one mask, in any order
-        factor = scalar_factor(node)
-        if factor is not None and factor > 0:
-            scale *= factor
-            if mask is None:
-                scale_outside_mask *= factor
-            node = single(node.inputs[0])
-        elif node.op == Op.ADD and node.attrs.scalar is None and mask is None:
-            a, c = node.inputs
-            if _const_base(graph, a, producers) is not None:
-                a, c = c, a
-            mask = c
-            node = single(a)
-        else:
-            break
+    node, scale, terms = score_terms(graph, node, single, node_scale, lift)
     if node is None:
         return None
     softcap = 0.0
     if node is not None and node.op == Op.TANH and scale > 0:
         # soft-capped scores (Gemma-2): cap * tanh(s * c), the cap being what multiplied the
-        # tanh (the mask, if any, is added after it: scale_outside_mask checks it stays 1)
+        # tanh (the terms, if any, are added after it, each with the factors after it)
         softcap, scale, node = scale, 1.0, single(node.inputs[0])
         while node is not None and (scalar_factor(node) or 0) > 0:
             scale *= scalar_factor(node)
@@ -141,24 +197,81 @@ def _match(graph, n: Node, producers, users, outputs):
     narrow = all(_upcast(x, v, single) is not None for x in (q, kt))
     if not _shapes_ok(q, kt, v, n.output, narrow):
         return None
+    if lift and q.shape[0] != lift[0] * lift[1]:
+        return None
     causal, operand = False, None
-    if mask is not None:
-        from aotpack.passes.attention_positions import _additive_of, _positional
+    if len(terms) == 1 and terms[0].fill is None and not lift:
+        found = _one_mask(graph, terms[0], producers, q, kt)
+    elif terms:
+        found = _many_terms(graph, terms, producers, q, kt, lift)
+    else:
+        found = False, None
+    if found is None:
+        return None
+    causal, operand = found
+    return q, kt, v, causal, float(scale), operand, narrow, softcap, lift
 
-        # the additive form (0 / the lowest value) of a positional mask is that bool mask,
-        # scaled or not: every query sees key 0, so no row is fully masked (where torch's
-        # additive softmax averages and the kernel's bool one gives zeros)
-        seen = _additive_of(graph, mask, producers)
-        if seen is not None and _positional(graph, seen, producers, kt.shape[3]) is not None:
-            mask = seen
-        kind = _mask_kind(graph, mask, producers, q.shape[2], kt.shape[3])
-        causal = kind == "causal"
-        if kind is None:  # a run-time mask, or a constant bias / padding / window
-            scores = (q.shape[0], q.shape[1], q.shape[2], kt.shape[3])
-            if not _mask_operand_ok(mask, scores, scale_outside_mask):
+
+def _one_mask(graph, term, producers, q: Value, kt: Value):
+    """(causal, operand) of one added mask, or None: a constant causal mask is the flag, a
+    positional one its bool form, any other the operand as it is."""
+    from aotpack.passes.attention_positions import _additive_of, _positional
+
+    mask = term.value
+    # the additive form (0 / the lowest value) of a positional mask is that bool mask,
+    # scaled or not: every query sees key 0, so no row is fully masked (where torch's
+    # additive softmax averages and the kernel's bool one gives zeros)
+    seen = _additive_of(graph, mask, producers)
+    if seen is not None and _positional(graph, seen, producers, kt.shape[3]) is not None:
+        mask = seen
+    kind = mask_kind(graph, mask, producers, q.shape[2], kt.shape[3])
+    if kind is not None:  # "none": no mask
+        return kind == "causal", None
+    # a run-time mask, or a constant bias / padding / window
+    scores = (q.shape[0], q.shape[1], q.shape[2], kt.shape[3])
+    return (False, mask) if _mask_operand_ok(mask, scores, term.factor) else None
+
+
+def _many_terms(graph, terms: list, producers, q: Value, kt: Value, lift=None):
+    """(causal, [terms left] or None) of several terms or a masking fill
+    (passes/attention_terms.py), or None if a term does not broadcast to the scores. The
+    3-D terms of lifted products (Term.split) are read as they are."""
+    from aotpack.ir.types import broadcast_shapes
+
+    sq, sk = q.shape[-2], kt.shape[-1]
+    causal, left = False, []
+    for term in terms:
+        keep_form = term.fill is not None and not term.masked_where
+        if term.split is None and (term.fill is None or keep_form):
+            kind = mask_kind(graph, term.value, producers, sq, sk)
+            if kind is not None:
+                causal = causal or kind == "causal"
+                continue
+        if term.fill is None and term.split is None:
+            split = causal_part(graph, term.value, producers, sq, sk)
+            if split is not None:
+                causal = True
+                term = dataclasses.replace(term, value=split)
+        left.append(term)
+    scores = (*(lift or q.shape[:2]), sq, sk)
+    for term in left:
+        shape = tuple(_term_shape(term))
+        try:
+            if len(shape) > 4 or tuple(broadcast_shapes(shape, scores)) != scores:
                 return None
-            operand = mask
-    return q, kt, v, causal, float(scale), operand, narrow, softcap
+        except (TypeError, ValueError):
+            return None
+    return causal, (left or None)
+
+
+def _term_shape(term):
+    """The term's shape beside [B, H, S, T] scores."""
+    v = term.value
+    shape = tuple(v[1].shape if isinstance(v, tuple) else v.shape)
+    if term.split is None:
+        return shape
+    shape = (1,) * (3 - len(shape)) + shape
+    return (tuple(term.split) if shape[0] != 1 else (1, 1)) + shape[1:]
 
 
 def _mask_operand_ok(mask: Value, scores: tuple, scale_outside: float) -> bool:
@@ -209,14 +322,17 @@ def _narrowed(b: GraphBuilder, x: Value, producers, n: Node) -> Value:
 
 
 def _shapes_ok(q: Value, kt: Value, v: Value, out: Value, narrow: bool) -> bool:
-    if not (len(q.shape) == len(kt.shape) == len(v.shape) == 4):
+    """[..., S, D] @ [..., D, T], then @ [..., T, Dv], with equal leading dims (B, H; or
+    B*H of a lifted 3-D product)."""
+    rank = len(q.shape)
+    if rank not in (3, 4) or not (len(kt.shape) == len(v.shape) == rank):
         return False
     qk = v.dtype if narrow else q.dtype
     if not (qk == v.dtype == out.dtype and (narrow or q.dtype == kt.dtype)) \
             or not v.dtype.is_float:
         return False
-    same = q.shape[:2] == kt.shape[:2] == v.shape[:2]
-    return same and q.shape[3] == kt.shape[2] and kt.shape[3] == v.shape[2]
+    same = q.shape[:-2] == kt.shape[:-2] == v.shape[:-2]
+    return same and q.shape[-1] == kt.shape[-2] and kt.shape[-1] == v.shape[-2]
 
 
 def _untransposed(b: GraphBuilder, kt: Value, producers, n: Node) -> Value:
@@ -233,161 +349,3 @@ def _untransposed(b: GraphBuilder, kt: Value, producers, n: Node) -> Value:
     shape[-2:], strides[-2:] = shape[-1:-3:-1], strides[-1:-3:-1]
     attrs = O.StridedAttrs(tuple(shape), tuple(strides), offset)
     return b.emit(Op.AS_STRIDED, [base], attrs, kt.dtype, tuple(shape), f"{kt.name}_k", n.loc)
-
-
-# ----------------------------------------------------------------------------- masks
-def _split_sdpa_mask(graph, b: GraphBuilder, n: Node, producers, without_causal) -> int:
-    """An SDPA the frontend made (sdpa's attn_mask) whose mask has a causal part: the same
-    split as for written-out attention. 1 if it was rewritten."""
-    q, k, v, mask = n.inputs
-    split = _causal_part(graph, mask, producers, q.shape[2], k.shape[2])
-    if split is None:
-        b.keep(n)
-        return 0
-    if mask.name not in without_causal:
-        without_causal[mask.name] = _rebuild(b, *split)
-    attrs = dataclasses.replace(n.attrs, causal=True)
-    ins = (b.get(q), b.get(k), b.get(v), without_causal[mask.name])
-    b.nodes.append(Node(Op.SDPA, ins, attrs, n.outputs, n.loc))
-    return 1
-
-
-def _causal_part(graph, mask: Value, producers, seq_q, seq_k):
-    """A mask computed from a constant causal mask c and another (a padding mask), f(c ∧ m):
-    ∧ a product of 0/1 keeps whose one side is a bool constant cast (And of two masks), or a
-    sum of additive masks; f elementwise ops of one operand (casts, the scalar arithmetic or
-    log of Where(keep, 0, fill)). Returns (the ops of f from the inside out, m) so that the
-    attention kernel applies the causal part itself (its causal flag masks what c masks;
-    where c keeps, f(c ∧ m) is f(m)) and reads m, [B, 1, 1, T], instead of a [B, 1, S, T]
-    mask computed every run. None if the mask is not of that form."""
-    path, v = [], mask
-    for _ in range(16):
-        n = producers.get(v.name)
-        if n is None or n.op not in O.ELEMENTWISE:
-            return None
-        if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD, Op.AND) and n.attrs.scalar is None:
-            for c, other in (n.inputs, n.inputs[::-1]):
-                if _is_causal(graph, c, producers, n.op, seq_q, seq_k):
-                    masked = 0.0 if n.op in (Op.MUL, Op.AND) else _lowest(
-                        graph, c, producers, seq_q, seq_k)
-                    ok = other.dtype == n.output.dtype and len(other.shape) <= 4 \
-                        and _hides_rows(path[::-1], n.output.dtype, masked)
-                    return (path[::-1], other) if ok else None
-            return None
-        if len(n.inputs) != 1:
-            return None
-        path.append(n)
-        v = n.inputs[0]
-    return None
-
-
-def _is_causal(graph, c: Value, producers, op: Op, seq_q, seq_k) -> bool:
-    if op == Op.MUL:  # keeps as 0/1: the causal side a cast of a bool constant
-        cast = producers.get(c.name)
-        if cast is None or cast.op != Op.CAST or cast.inputs[0].dtype != DType.BOOL:
-            return False
-        c = cast.inputs[0]
-    return _mask_kind(graph, c, producers, seq_q, seq_k) == "causal"
-
-
-def _lowest(graph, c: Value, producers, seq_q, seq_k) -> float:
-    """The most negative entry of an additive constant mask (what it masks with)."""
-    return min(float(t.float().min()) for _, t in _samples(graph, c, producers, seq_q, seq_k))
-
-
-def _hides_rows(path: list[Node], dtype: DType, masked: float) -> bool:
-    """Whether what the causal part masks reaches the kernel as -inf or False: then a row
-    masked everywhere gives zeros whether the kernel or the mask masks its future keys. A
-    finite fill (finfo.min) would average a row masked everywhere over all keys, which the
-    split would change to the past keys only."""
-    import torch
-
-    from aotpack.ir.interpret import eval_node
-
-    t = torch.full((1,), masked, dtype=dtype.to_torch())
-    for n in path:
-        t = eval_node(n, [t])
-    if t.dtype == torch.bool:
-        return not bool(t.item())
-    return t.is_floating_point() and t.item() == float("-inf")
-
-
-def _rebuild(b: GraphBuilder, path: list[Node], other: Value) -> Value:
-    """The ops of `path` applied to `other` (new nodes: the old chain may have other readers
-    and dies with the dead code otherwise)."""
-    from aotpack.ir.infer import infer
-
-    v = b.get(other)
-    for n in path:
-        t = infer(n.op, [v.type], n.attrs)
-        v = b.emit(n.op, [v], n.attrs, t.dtype, tuple(t.shape), f"{n.output.name}_nc", n.loc)
-    return v
-
-
-def _const_base(graph, v: Value, producers):
-    """(constant name, nodes from it to v) if v is a constant seen through views and
-    elementwise ops of one operand (a mask made from a constant: cast, log(1 - keep), ...)."""
-    chain = []
-    while v.name not in graph.constants:
-        node = producers.get(v.name)
-        if node is None or not (node.op in O.LAYOUT or (node.op in O.ELEMENTWISE
-                                                          and len(node.inputs) == 1)):
-            return None
-        chain.append(node)
-        v = node.inputs[0]
-    return v.name, chain[::-1]
-
-
-class _Samples:
-    """What aten_table._constant_mask_kind asks of its context: the mask's values at points."""
-
-    def __init__(self, samples):
-        self.samples = samples
-
-    def constant_samples(self, mask):
-        return self.samples
-
-
-def _mask_kind(graph, mask: Value, producers, seq_q, seq_k) -> str | None:
-    from aotpack.frontend.aten_table import _constant_mask_kind
-
-    samples = _samples(graph, mask, producers, seq_q, seq_k)
-    if samples is None:
-        return None
-    return _constant_mask_kind(_Samples(samples), mask, seq_q, seq_k)
-
-
-def _samples(graph, mask: Value, producers, seq_q, seq_k) -> list | None:
-    """[(point, the constant mask's value there)], None if it is not a constant."""
-    from aotpack.ir.interpret import eval_node
-
-    found = _const_base(graph, mask, producers)
-    if found is None:
-        return None
-    name, chain = found
-    base = graph.constants[name].tensor
-    if base.is_meta:
-        return None
-    samples = []
-    for point in _points(mask, seq_q, seq_k):
-        t = base
-        for node in chain:
-            t = eval_node(dataclasses.replace(node, attrs=subs_tree(node.attrs, point)), [t])
-        samples.append((point, t))
-    return samples
-
-
-def _points(mask: Value, seq_q, seq_k) -> list[dict]:
-    """Where a mask that follows dynamic dims is checked: every dim at its minimum, at small
-    values, and each alone at its maximum ({} for a static mask)."""
-    syms = sorted(free_symbols(tuple(mask.shape)) | free_symbols((seq_q, seq_k)),
-                  key=lambda s: s.name)
-    if not syms:
-        return [{}]
-    points = [{s.name: s.lo for s in syms}]
-    for k in range(0, len(_PROBES), 2):
-        points.append({s.name: min(max(_PROBES[k + i % 2] + i // 2, s.lo), s.hi)
-                       for i, s in enumerate(syms)})
-    for s in syms:
-        points.append({t.name: (t.hi if t is s else t.lo) for t in syms})
-    return [p for i, p in enumerate(points) if p not in points[:i]]

@@ -176,13 +176,19 @@ def _norm_denominator(r: Value, root_op: Op, producers) -> tuple[float, Value] |
 
 # ----------------------------------------------------------------------------- RMSNorm
 def _match_rms_norm(n: Node, producers):
-    """n = x * rsqrt(mean(x*x | x**2, -1, keepdim) + eps) (either operand order)."""
+    """n = x * rsqrt(mean(x*x | x**2, -1, keepdim) + eps) (either operand order), x also
+    the 16-bit original of the f32 copy the statistics read (T5's norm multiplies the bf16
+    hidden state by the f32 factor: type promotion makes that the f32 copy's product)."""
     if n.op != Op.MUL or not _tensor_binary(n):
         return None
     for x, r in (n.inputs, n.inputs[::-1]):
         m = _norm_denominator(r, Op.RSQRT, producers)
-        if m is not None and m[1] == x and n.output.type == x.type:
-            return Op.RMS_NORM, [x], O.NormAttrs(m[0], 1)
+        if m is None:
+            continue
+        up = _prod(m[1], producers, Op.CAST)
+        if m[1] == x or (up is not None and up.inputs[0] == x):
+            if n.output.type == m[1].type:
+                return Op.RMS_NORM, [m[1]], O.NormAttrs(m[0], 1)
     return None
 
 

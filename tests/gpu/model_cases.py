@@ -311,6 +311,18 @@ def gemma2_capped():
     return model, inputs
 
 
+def bloom_padded():
+    """BLOOM's eager attention: ALiBi through baddbmm over [B*H, S, T] scores plus the causal
+    and padding mask; the two terms become one f32 mask operand of the masked attention
+    kernel (passes/attention_terms.py). Static shapes (the C runtime's dims stay exercised by
+    the other cases)."""
+    from transformers import BloomConfig, BloomModel
+
+    cfg = BloomConfig(hidden_size=128, n_layer=2, n_head=4, vocab_size=100, use_cache=False)
+    model, inputs, _ = _padded(BloomModel(cfg))
+    return model, inputs
+
+
 def mobilenet_v3():
     """MobileNetV3-Large (examples/vision_nets.py) at 96x96, bf16, batch 1..4: depthwise convs
     over 8*odd channels (72, 120, 200, 184: rows whose 16-byte loads need the kernel to know
@@ -348,4 +360,5 @@ MODELS = [
     ModelCase("transformer_f32", f"{_HERE}:transformer_f32"),
     ModelCase("mobilenet_v3", f"{_HERE}:mobilenet_v3", cpu_verify=False),  # 1 min on 2 cores
     ModelCase("gemma2_capped", f"{_HERE}:gemma2_capped", dynamic=False),
+    ModelCase("bloom_padded", f"{_HERE}:bloom_padded", dynamic=False),
 ]

@@ -404,6 +404,35 @@ def make_attention_softcap_mask_d64():
     return CappedAttention(5.0).eval(), (q, *kv, mask), ({2: s}, {2: t}, {2: t}, {2: s, 3: t})
 
 
+class AlibiAttention(nn.Module):
+    """BLOOM's eager attention: baddbmm of an ALiBi bias over [B*H, S, T] scores in f32,
+    rounded to bf16, viewed [B, H, S, T] plus the causal + padding mask, f32 softmax, bmm.
+    The terms become one f32 mask operand of the masked kernel (passes/attention_terms.py)."""
+
+    def forward(self, q, k, v, alibi, pad):
+        b, h, s, d = q.shape
+        q3, k3, v3 = (x.reshape(b * h, s, d) for x in (q, k, v))
+        scores = alibi.reshape(b * h, 1, s).float().baddbmm(
+            q3.float(), k3.transpose(1, 2).float(), alpha=d ** -0.5).to(q.dtype)
+        keep = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()[None, None] \
+            & pad.bool()[:, None, None, :]
+        mask = torch.where(keep, 0.0, torch.finfo(q.dtype).min).to(q.dtype)
+        p = torch.softmax((scores.view(b, h, s, s) + mask).float(), -1).to(q.dtype)
+        return torch.bmm(p.view(b * h, s, s), v3).view(b, h, s, d)
+
+
+def make_attention_alibi_terms():
+    torch.manual_seed(0)
+    s = torch.export.Dim("S", min=2, max=MAX_SEQ)
+    q, k, v = (torch.randn(2, 4, 33, 64, dtype=BF16) for _ in range(3))
+    slopes = 2.0 ** -torch.arange(1, 5)
+    alibi = (slopes[None, :, None, None] * torch.arange(33)).expand(2, 4, 1, 33).to(BF16)
+    pad = torch.ones(2, 33, dtype=torch.long)
+    pad[1, 20:] = 0
+    return AlibiAttention().eval(), (q, k, v, alibi.contiguous(), pad), \
+        ({2: s}, {2: s}, {2: s}, {3: s}, {1: s})
+
+
 # --------------------------------------------------------------------------- row-wise ops
 class RowOp(nn.Module):
     def __init__(self, kind: str, c: int):
@@ -651,6 +680,8 @@ CASES = [
          min_torch=(2, 13)),  # torch 2.11: "Constraints violated (T)" in repeat_kv's expand
     Case("attention_softcap_mask_d64", _ATTN + ("mask", "softcap"), {"S": (1, 129, MAX_SEQ),
                                                                      "T": (7, 1000)}),
+    Case("attention_alibi_terms", _ATTN + ("mask",), {"S": (2, 77, 1000)},
+         min_torch=(2, 13)),  # torch 2.11: "Constraints violated (S)" (built static below)
     Case("rmsnorm", ("rmsnorm",)),
     Case("rmsnorm_ragged", ("rmsnorm",)),
     Case("layernorm", ("layernorm",)),
@@ -677,7 +708,8 @@ CASES = [
 STATIC = [("gemm_chain", 1), ("gemm_chain", 77), ("gemm_splitk", 7), ("gemm_swiglu", 8192),
           ("gemm_ragged", 129), ("attention_causal_d128", 129), ("attention_cross_d64", 7),
           ("layernorm_ragged", 1000), ("rmsnorm", 1), ("softmax", 8192), ("rope_d64", 77),
-          ("embedding", 1000), ("pointwise", 7)]
+          ("embedding", 1000), ("pointwise", 7), ("attention_alibi_terms", 77),
+          ("attention_alibi_terms", 1000)]
 
 
 def _at_size(factory, n: int):

@@ -81,6 +81,11 @@ def default_config(op: GroupedMmOp) -> dict:
         return {"BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
     if per_group <= 64:
         return {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4}
+    # 128 x 256: Mixtral-8x7B's experts at 4,096 rows (H200, 2026-12-03,
+    # benchmarks/bench_grouped_mm.py): 580 against 507 TFLOP/s for 128 x 128 (gate/up, N =
+    # 28672), 518 against 476 (down, K = 14336); torch._grouped_mm reached 751 and 717
+    if upper_bound(op.b.shape[2]) >= 256:
+        return {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
     return {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
 
 

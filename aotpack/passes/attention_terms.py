@@ -1,0 +1,198 @@
+"""The terms between an attention's two products: what fuse_attention reads between
+softmax(...) and matmul(q, k^T), and the one mask operand the kernel takes made from them.
+
+Written-out attention adds to its scores any number of terms, in any order with the scale
+factors: a relative-position bias and a padding mask (MPNet), an ALiBi bias and a
+masked_fill of a bool mask (MPT), a causal mask and a padding mask (BLOOM, GPT-J). The kernel
+takes one mask operand (added to the scaled scores, or a bool one kept where True) plus its
+causal flag. So:
+- a term that is the constant causal mask becomes the causal flag, and a term computed from
+  it and a run-time mask (attention_masks.causal_part) the flag plus the run-time part;
+- a masked_fill (where(m, fill, s), or where(keep, s, fill)) whose fill masks (the dtype's
+  lowest or -inf) is the additive term where(m, fill, 0): s + fill rounds to fill, so adding
+  it is filling (and the terms added after it do not lift it);
+- a term the scale factors after it multiply is multiplied by them (softmax((s + m) * c) =
+  softmax(s * c + m * c));
+- the remaining terms are summed, in f32, into the operand: broadcast, so a [B, 1, 1, T]
+  padding mask plus an [H, 1, T] ALiBi bias is [B, H, 1, T], never [B, H, S, T].
+One term alone, added and not scaled, stays fuse_attention's own case (positional masks).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from aotpack.dtypes import DType
+from aotpack.ir import ops as O
+from aotpack.ir.graph import GraphBuilder, Node, Value
+from aotpack.ir.ops import Op
+from aotpack.passes.gemm_chain import scalar_factor
+
+_MASKING = -1e30  # a fill at or below this masks: any score plus it rounds to it
+
+
+@dataclasses.dataclass(frozen=True)
+class Term:
+    """`value` added to the scores (fill None), or where `value` is True (`masked_where`) /
+    False (not `masked_where`) the scores replaced by `fill`; `factor`: what multiplies the
+    term after it (the scale factors between it and the softmax)."""
+
+    value: Value
+    factor: float
+    fill: float | None = None
+    masked_where: bool = True
+    split: tuple | None = None  # (B, H): a 3-D term of [B*H, S, T] scores (heads_split)
+
+
+def score_terms(graph, node: Node, single, scale: float, lift: tuple | None = None):
+    """Walk from the softmax's input towards the product: (the node where the walk stopped,
+    `scale` (the softmax's own) times the scale factors, the terms). Scalar factors, float
+    casts (the kernel's scores stay f32), additive terms and masking fills, in any order.
+    lift = (B, H): the product is 3-D ([B*H, S, T], BLOOM's baddbmm) and a reshape to
+    [B, H, S, T] must be on the way (None is returned otherwise); the terms under it are
+    3-D too (Term.split)."""
+    outside, terms, split = scale, [], None
+    while node is not None:
+        if lift and split is None and node.op == Op.AS_STRIDED \
+                and heads_split(node) == lift:
+            split, node = lift, single(node.inputs[0])
+            continue
+        factor = scalar_factor(node)
+        if factor is not None and factor > 0:
+            scale, outside = scale * factor, outside * factor
+            node = single(node.inputs[0])
+        elif node.op == Op.CAST and node.output.dtype.is_float and node.inputs[0].dtype.is_float:
+            node = single(node.inputs[0])
+        elif node.op == Op.ADD and node.attrs.scalar is None and len(node.inputs) == 2:
+            sides = _scores_side(graph, node.inputs, single)
+            if sides is None:
+                break
+            scores, term = sides
+            terms.append(Term(term, outside, split=split))
+            node = single(scores)
+        elif node.op == Op.WHERE and len(node.inputs) == 3:
+            found = _fill_of(graph, node, single)
+            if found is None:
+                break
+            scores, term = found
+            terms.append(dataclasses.replace(term, factor=outside, split=split))
+            node = single(scores)
+        else:
+            break
+    if lift and split is None:
+        return None, scale, terms
+    return node, scale, terms
+
+
+def heads_split(n: Node) -> tuple | None:
+    """(B, H) if n reshapes [B*H, S, T] into [B, H, S, T] (a view of the whole of it)."""
+    from aotpack.passes.views import is_reshape
+
+    src, out = n.inputs[0].shape, n.output.shape
+    if n.op != Op.AS_STRIDED or len(src) != 3 or len(out) != 4 \
+            or not is_reshape(n.attrs, src) or tuple(out[2:]) != tuple(src[1:]):
+        return None
+    return tuple(out[:2])
+
+
+def heads_merged(n: Node) -> tuple | None:
+    """(B, H) if n reshapes [B, H, S, T] into [B*H, S, T]."""
+    from aotpack.passes.views import is_reshape
+
+    src, out = n.inputs[0].shape, n.output.shape
+    if n.op != Op.AS_STRIDED or len(src) != 4 or len(out) != 3 \
+            or not is_reshape(n.attrs, src) or tuple(out[1:]) != tuple(src[2:]):
+        return None
+    return tuple(src[:2])
+
+
+def split_heads(b: GraphBuilder, v: Value, split: tuple, loc) -> Value:
+    """v, 3-D (or fewer dims) beside [B*H, S, T] scores, as its 4-D view beside [B, H, S, T]:
+    a leading dim of B*H splits into (B, H); a broadcast one (1, or missing) into (1, 1)."""
+    from aotpack.passes.views import View, strided_attrs
+
+    shape = (1,) * (3 - len(v.shape)) + tuple(v.shape)
+    lead = tuple(split) if shape[0] != 1 else (1, 1)
+    view = View.contiguous(lead + shape[1:])
+    return b.emit(Op.AS_STRIDED, [v], strided_attrs(view), v.dtype, view.shape,
+                  f"{v.name}_heads", loc)
+
+
+def _scores_side(graph, inputs, single):
+    """(the scores side, the term) of an ADD: the side whose chain reaches the product."""
+    for s, t in (inputs, inputs[::-1]):
+        if _reaches_product(s, single, 24):
+            return s, t
+    return None
+
+
+def _reaches_product(v: Value, single, budget: int) -> bool:
+    node = single(v)
+    while node is not None and budget > 0:
+        budget -= 1
+        if node.op == Op.MATMUL:
+            return True
+        if node.op == Op.ADD and node.attrs.scalar is None and len(node.inputs) == 2:
+            return any(_reaches_product(x, single, budget) for x in node.inputs)
+        if node.op == Op.WHERE and len(node.inputs) == 3:
+            v = node.inputs[2] if node.inputs[1].shape == () else node.inputs[1]
+        elif node.op in (Op.CAST, Op.TANH) or (scalar_factor(node) or 0) > 0 \
+                or (node.op == Op.AS_STRIDED and heads_split(node)):
+            v = node.inputs[0]
+        else:
+            return False
+        node = single(v)
+    return False
+
+
+def _fill_of(graph, n: Node, single):
+    """(scores, Term) if n = where(m, fill, scores) or where(keep, scores, fill) with a
+    masking fill (a constant scalar)."""
+    cond, a, b = n.inputs
+    if cond.dtype != DType.BOOL:
+        return None
+    for fill, scores, masked_where in ((a, b, True), (b, a, False)):
+        value = _scalar_constant(graph, fill)
+        if value is not None and value <= _MASKING and _reaches_product(scores, single, 24):
+            return scores, Term(cond, 1.0, value, masked_where)
+    return None
+
+
+def _scalar_constant(graph, v: Value) -> float | None:
+    c = graph.constants.get(v.name)
+    t = None if c is None else c.tensor
+    if t is None or getattr(t, "is_meta", False) or t.numel() != 1:
+        return None
+    return float(t.reshape(()))
+
+
+def emit_sum(b: GraphBuilder, terms: list[Term], loc) -> Value:
+    """The terms (already in the new graph: b.get'd values) as one f32 additive mask."""
+    from aotpack.ir.infer import infer
+
+    def emit(op, ins, attrs, name):
+        t = infer(op, [x.type for x in ins], attrs)
+        return b.emit(op, ins, attrs, t.dtype, tuple(t.shape), name, loc)
+
+    total = None
+    for term in terms:
+        v = term.value
+        if term.split is not None:
+            v = split_heads(b, v, term.split, loc)
+        if term.fill is not None:
+            fill = b.add_constant("mask_fill", _f32(term.fill), DType.F32)
+            zero = b.add_constant("mask_zero", _f32(0.0), DType.F32)
+            ins = [v, fill, zero] if term.masked_where else [v, zero, fill]
+            v = emit(Op.WHERE, ins, O.NoAttrs(), "mask_filled")
+        elif v.dtype != DType.F32:
+            v = emit(Op.CAST, [v], O.CastAttrs(DType.F32), "mask_f32")
+        if term.factor != 1.0 and term.fill is None:
+            v = emit(Op.MUL, [v], O.BinaryAttrs(term.factor, False), "mask_scaled")
+        total = v if total is None else emit(Op.ADD, [total, v], O.BinaryAttrs(None, False),
+                                             "mask_sum")
+    return total
+
+
+def _f32(x: float):
+    import torch
+
+    return torch.tensor(x, dtype=torch.float32)
