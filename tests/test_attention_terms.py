@@ -1,8 +1,10 @@
 """Written-out attention with several terms between its products (passes/attention_terms.py,
 issue 15): a bias plus a padding mask (MPNet), a bias plus a masked_fill (MPT), BLOOM's 3-D
-baddbmm over [B*H, S, T] scores with ALiBi and a 4-D mask. Each becomes one AttentionOp whose
-mask is the terms' f32 sum (one per model, shared by the layers), and matches eager; what
-does not broadcast to the scores stays batched matmuls."""
+baddbmm over [B*H, S, T] scores with ALiBi and a 4-D mask. Each becomes one AttentionOp: the
+terms the heads share are its mask, those that vary by head its bias (never a [B, H, S, T]
+sum), one per model, shared by the layers; it matches eager, and the masked kernel adds the
+bias (Triton's interpreter against the reference). What does not broadcast to the scores
+stays batched matmuls."""
 from __future__ import annotations
 
 import pytest
@@ -89,7 +91,9 @@ def test_several_terms_become_one_attention(case):
     ops = kinds(program)
     assert "AttentionOp" in ops and "BmmOp" not in ops and "SoftmaxOp" not in ops
     attention = next(op for op in program.ops if type(op).__name__ == "AttentionOp")
-    assert attention.mask is not None and attention.mask.dtype.value == "f32"
+    # the shared terms repeat over the heads, the per-head ones over batch or query rows
+    assert attention.mask.strides[1] == 0 and attention.bias.dtype.is_float
+    assert 0 in attention.bias.strides[:3]
     q2, k2, v2 = _qkv(seed=1)
     fresh = (q2, k2, v2, *extra(q2))
     with torch.no_grad():
@@ -112,8 +116,9 @@ def test_layers_share_one_sum():
 
     q, k, v = _qkv()
     program = compile_graph(to_graph(TwoLayers(), (q, k, v, torch.randn(2, 3, 1, 10), _pad())))
-    masks = {op.mask.storage for op in program.ops if type(op).__name__ == "AttentionOp"}
-    assert kinds(program).count("AttentionOp") == 2 and len(masks) == 1
+    operands = {(op.mask.storage, op.bias.storage) for op in program.ops
+                if type(op).__name__ == "AttentionOp"}
+    assert kinds(program).count("AttentionOp") == 2 and len(operands) == 1
 
 
 class NotBroadcast(torch.nn.Module):
@@ -134,3 +139,49 @@ def test_a_term_wider_than_the_scores_leaves_batched_matmuls():
     with torch.no_grad():
         want = NotBroadcast()(*inputs)
     assert rel_err(run_reference(program, list(inputs))[0], want) < 1e-4
+
+
+def test_the_masked_kernel_adds_the_bias():
+    """A padding mask shared by the heads [B, 1, 1, T] and an ALiBi-like per-head bias
+    [1, H, 1, T] (stride-0 views), with and without the causal flag and a soft cap: the
+    masked kernel in Triton's interpreter against the reference."""
+    import math
+
+    pytest.importorskip("triton")
+    from aotpack.dtypes import DType
+    from aotpack.kernels import run_reference as run_op_reference
+    from aotpack.kernels.spec import AttentionOp, TensorArg, contiguous
+    from aotpack.kernels.triton import attention
+    from support.interpret import run_interpreted_batch
+
+    b, h, s, t, d = 2, 3, 20, 20, 32
+    bf16 = DType.BF16
+    jobs, refs = [], []
+    for causal, softcap in ((False, 0.0), (True, 0.0), (True, 5.0)):
+        op = AttentionOp(*(contiguous(n, bf16, (b, h, s, d)) for n in "qkv"),
+                         contiguous("o", bf16, (b, h, s, d)), causal, d ** -0.5,
+                         TensorArg("pad", DType.F32, (b, h, s, t), (t, 0, 0, 1)),
+                         softcap=softcap,
+                         bias=TensorArg("alibi", DType.F32, (b, h, s, t), (0, t, 0, 1)))
+        assert attention.plan(op).fn.__name__ == "attention_fwd_masked_kernel"
+        g = torch.Generator().manual_seed(len(jobs))
+        env = {n: torch.randn(b * h * s * d, generator=g).to(torch.bfloat16) for n in "qkv"}
+        pad = torch.zeros(b, t)
+        pad[1, 13:] = float("-inf")
+        env.update(o=torch.zeros(b * h * s * d, dtype=torch.bfloat16), pad=pad.reshape(-1),
+                   alibi=(-torch.tensor([0.5, 0.25, 0.125])[:, None]
+                          * torch.arange(t)).reshape(-1))
+        ref = {k: x.clone() for k, x in env.items()}
+        run_op_reference(op, ref)
+        without = {k: x.clone() for k, x in env.items()}
+        import dataclasses
+        run_op_reference(dataclasses.replace(op, bias=None), without)
+        assert (without["o"].float() - ref["o"].float()).abs().max() > 0.1  # the bias shows
+        jobs.append((op, env, None))
+        refs.append(ref)
+    run_interpreted_batch(jobs)
+    for (_, env, _), ref in zip(jobs, refs):
+        torch.testing.assert_close(env["o"].float(), ref["o"].float(), rtol=2e-2, atol=2e-2)
+    assert math.isfinite(float(jobs[0][1]["o"].float().abs().max()))
+    (launch,) = attention.compile(jobs[-1][0])  # cross-compiled for sm_90a
+    assert launch.kernel.cubin[:4] == b"\x7fELF"

@@ -207,24 +207,29 @@ def _norm(ins, a):
 
 
 def _sdpa(ins, a: O.SdpaAttrs):
-    """(q, k, v [, mask]): the mask, bool (True: seen) or floating (added to the scaled
-    scores), broadcasts to [B, Hq, S, T]."""
-    _arity(ins, 3, 4)
+    """(q, k, v [, mask [, bias]]): the mask, bool (True: seen) or floating (added to the
+    scaled scores), and the bias (floating, added too), broadcast to [B, Hq, S, T]."""
+    _arity(ins, 3, 5)
     q, k, v = ins[:3]
     if len(q.shape) != 4 or len(k.shape) != 4 or len(v.shape) != 4:
         raise TypeError("sdpa: q, k, v must be 4-D [B, H, S, D]")
     if k.shape[1] != q.shape[1] and (not a.gqa or q.shape[1] % k.shape[1]):
         raise TypeError(f"sdpa: {q.shape[1]} query heads vs {k.shape[1]} kv heads")
+    if len(ins) == 5 and a.positions:
+        raise TypeError("sdpa: positions take no bias")
     if len(ins) == 4 and a.positions:
         if ins[3].dtype not in (DType.I64, DType.I32) or len(ins[3].shape) != 2:
             raise TypeError(f"sdpa: positions {ins[3].dtype.value}{list(ins[3].shape)} are "
                             f"not integers [B, S]")
-    elif len(ins) == 4:
+    elif len(ins) >= 4:
         scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
-        if len(ins[3].shape) > 4 or broadcast_shapes(ins[3].shape, scores) != scores:
-            raise TypeError(f"sdpa: mask {ins[3].shape} does not broadcast to {scores}")
+        for what, t in zip(("mask", "bias"), ins[3:]):
+            if len(t.shape) > 4 or broadcast_shapes(t.shape, scores) != scores:
+                raise TypeError(f"sdpa: {what} {t.shape} does not broadcast to {scores}")
         if ins[3].dtype != DType.BOOL and not ins[3].dtype.is_float:
             raise TypeError(f"sdpa: mask of {ins[3].dtype.value} (bool or floating only)")
+        if len(ins) == 5 and not ins[4].dtype.is_float:
+            raise TypeError(f"sdpa: bias of {ins[4].dtype.value} (floating only)")
     return TensorType(q.dtype, tuple(q.shape[:-1]) + (v.shape[-1],))
 
 

@@ -205,6 +205,10 @@ class AttentionOp:
     window: int = 0
     # > 0: scores = softcap * tanh(q k^T * scale / softcap) before the masks (Gemma-2)
     softcap: float = 0.0
+    # a second run-time term, floating, added with the mask (which it accompanies): a
+    # per-head bias beside a mask shared by the heads (ALiBi and a padding mask), each read
+    # through its own broadcast strides (passes/attention_terms.py)
+    bias: TensorArg | None = None
 
 
 @dataclass(frozen=True)
@@ -545,7 +549,8 @@ def op_inputs(op: KernelOp) -> list[TensorArg]:
     if isinstance(op, GemmNormOp):  # the norm reads the GEMM's output: written here
         return op_inputs(op.gemm) + ([op.norm.weight] if op.norm.weight is not None else [])
     if isinstance(op, AttentionOp):
-        return [op.q, op.k, op.v] + [t for t in (op.mask, op.kv_limit) if t is not None]
+        return [op.q, op.k, op.v] + [t for t in (op.mask, op.kv_limit, op.bias)
+                                     if t is not None]
     if isinstance(op, RMSNormOp):  # out_scale is written, listed for its lifetime
         return [op.x] + [t for t in (op.weight, op.out_scale) if t is not None]
     if isinstance(op, LayerNormOp):

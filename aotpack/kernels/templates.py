@@ -116,6 +116,7 @@ class AttentionTemplate(Template):
     def describe(self, op):
         b, hq, sq, d = op.q.shape
         mask = "" if op.mask is None else f" mask={op.mask.dtype.value}"
+        mask += "" if op.bias is None else f" bias={op.bias.dtype.value}"
         if op.kv_limit is not None:
             mask = " positions" + (f" window={op.window}" if op.window else "")
         if op.softcap > 0:

@@ -26,7 +26,7 @@ def kernel_takes(q: Value, k: Value, v: Value) -> bool:
     values' each 16..256, a multiple of 8 (values of another width than the keys run the
     masked kernel)."""
     return all(isinstance(d, int) and 16 <= d <= 256 and d % 8 == 0
-               for d in (q.shape[3], v.shape[3]))
+               for d in (q.shape[-1], v.shape[-1]))
 
 
 def decompose_attention(graph: Graph) -> Graph:

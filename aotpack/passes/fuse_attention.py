@@ -42,6 +42,7 @@ from aotpack.passes.attention_terms import (
     emit_sum, heads_merged, score_terms, split_heads,
 )
 from aotpack.passes.canonicalize import dead_code
+from aotpack.passes.decompose_attention import kernel_takes
 from aotpack.passes.gemm_chain import scalar_factor
 
 
@@ -74,9 +75,10 @@ def fuse_attention(graph: Graph) -> Graph:
             continue
         if narrow:
             q, kt = (_narrowed(b, x, producers, n) for x in (q, kt))
-        several = isinstance(mask, list)
-        if several:  # several terms: their f32 sum (the causal parts split off)
-            mask = _terms_sum(b, mask, n.loc, producers, sums, without_causal)
+        several, bias = isinstance(mask, list), None
+        if several:  # several terms: their f32 sums (the causal parts split off)
+            mask, bias = _terms_operands(b, mask, n.loc, (q, v), producers, sums,
+                                         without_causal)
         else:
             split = None if mask is None else causal_part(graph, mask, producers, q.shape[2],
                                                             kt.shape[3])
@@ -87,7 +89,7 @@ def fuse_attention(graph: Graph) -> Graph:
             mask = None if mask is None else b.get(mask)
         k = _untransposed(b, kt, producers, n)
         attrs = O.SdpaAttrs(causal, scale, False, softcap=float(softcap))
-        ins = (b.get(q), k, b.get(v)) + ((mask,) if mask is not None else ())
+        ins = (b.get(q), k, b.get(v)) + tuple(x for x in (mask, bias) if x is not None)
         sdpa = Node(Op.SDPA, ins, attrs, n.outputs, n.loc)
         if mask is None or causal or several \
                 or not rewrite_positional(graph, b, sdpa, producers):
@@ -109,7 +111,8 @@ def _emit_lifted(b: GraphBuilder, n: Node, match, producers, caches) -> None:
     k = _untransposed(b, kt, producers, n)
     ins = [split_heads(b, b.get(x), lift, n.loc) for x in (q, k, v)]
     if mask:
-        ins.append(_terms_sum(b, mask, n.loc, producers, *caches))
+        ins += [x for x in _terms_operands(b, mask, n.loc, (q, v), producers, *caches)
+                if x is not None]
     out = n.output
     shape4 = (*lift, *out.shape[1:])
     sdpa = Value(b.fresh(f"{out.name}_heads"), out.dtype, shape4)
@@ -120,11 +123,27 @@ def _emit_lifted(b: GraphBuilder, n: Node, match, producers, caches) -> None:
            out.shape, out.name, n.loc)
 
 
+def _terms_operands(b: GraphBuilder, terms, loc, qv, producers, sums, without_causal):
+    """(mask, bias): the terms the heads share (a padding or causal mask, [B, 1, S, T]) and
+    those that vary by head (ALiBi, a relative-position bias, [B?, H, 1?, T]) as the kernel's
+    two operands, so their sum is never [B, H, S, T]; one operand (bias None) when either
+    group is empty or the head dims are written out (decompose_attention takes one)."""
+    shared = [t for t in terms if _term_shape(t)[1] == 1]
+    per_head = [t for t in terms if _term_shape(t)[1] != 1]
+    if not shared or not per_head or not kernel_takes(qv[0], qv[0], qv[1]):
+        return _terms_sum(b, terms, loc, producers, sums, without_causal), None
+    return tuple(_terms_sum(b, group, loc, producers, sums, without_causal)
+                 for group in (shared, per_head))
+
+
 def _terms_sum(b: GraphBuilder, terms, loc, producers, sums, without_causal) -> Value:
     key = tuple((_value_key(t.value[1] if isinstance(t.value, tuple) else t.value, producers),
                  t.factor, t.fill, t.masked_where, t.split) for t in terms)
     if key not in sums:  # every layer adds the same terms: one sum
-        sums[key] = emit_sum(b, [_in_new_graph(b, t, without_causal) for t in terms], loc)
+        new = [_in_new_graph(b, t, without_causal) for t in terms]
+        plain = len(new) == 1 and new[0].fill is None and new[0].factor == 1.0 \
+            and new[0].split is None and new[0].value.dtype.is_float
+        sums[key] = new[0].value if plain else emit_sum(b, new, loc)
     return sums[key]
 
 
@@ -265,11 +284,11 @@ def _many_terms(graph, terms: list, producers, q: Value, kt: Value, lift=None):
 
 
 def _term_shape(term):
-    """The term's shape beside [B, H, S, T] scores."""
+    """The term's shape beside [B, H, S, T] scores (4 dims: leading 1s where it has fewer)."""
     v = term.value
     shape = tuple(v[1].shape if isinstance(v, tuple) else v.shape)
     if term.split is None:
-        return shape
+        return (1,) * (4 - len(shape)) + shape
     shape = (1,) * (3 - len(shape)) + shape
     return (tuple(term.split) if shape[0] != 1 else (1, 1)) + shape[1:]
 

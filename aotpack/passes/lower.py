@@ -437,15 +437,17 @@ class _Lowering:
         if q.shape[1] != k.shape[1] and not n.attrs.gqa:
             self._fail(n, "query and key head counts differ without enable_gqa")
         scale = n.attrs.scale if n.attrs.scale is not None else 1.0 / math.sqrt(q.shape[-1])
-        mask = positions = None
+        mask = positions = bias = None
         if len(n.inputs) == 4 and n.attrs.positions:
             positions = self.args[n.inputs[3].name]
-        elif len(n.inputs) == 4:  # broadcast to the scores: stride 0 where it repeats
+        elif len(n.inputs) >= 4:  # broadcast to the scores: stride 0 where it repeats
             scores = (q.shape[0], q.shape[1], q.shape[2], k.shape[2])
             mask = broadcast_to(self.args[n.inputs[3].name], scores)
+            if len(n.inputs) == 5:  # a per-head bias beside the mask (attention_terms.py)
+                bias = broadcast_to(self.args[n.inputs[4].name], scores)
         out = self._new_storage(n.output)
         self.ops.append(AttentionOp(q, k, v, out, n.attrs.causal, float(scale), mask,
-                                    positions, n.attrs.window, float(n.attrs.softcap)))
+                                    positions, n.attrs.window, float(n.attrs.softcap), bias))
 
     def _lower_bmm(self, n: Node) -> None:
         """A matmul of two operands with batch dims (gemm_chain.is_batched_matmul): both

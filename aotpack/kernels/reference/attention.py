@@ -14,12 +14,13 @@ def reference(op: AttentionOp, env) -> None:
         seen = positional_mask(view(env, op.kv_limit), op.window, k.shape[2])
         mask = seen if mask is None else (seen & mask.bool() if mask.dtype == torch.bool
                                           else mask.float().masked_fill(~seen, float("-inf")))
-    write(env, op.out, attend(q, k, v, op.scale, op.causal, mask, op.softcap))
+    bias = view(env, op.bias) if op.bias is not None else None
+    write(env, op.out, attend(q, k, v, op.scale, op.causal, mask, op.softcap, bias))
 
 
-def attend(q, k, v, scale: float, causal: bool, mask=None, softcap: float = 0.0):
-    """Attention in f32 (GQA by head groups; mask bool, True seen, or added), a row that sees
-    no key giving zeros as torch's scaled_dot_product_attention does, not NaN."""
+def attend(q, k, v, scale: float, causal: bool, mask=None, softcap: float = 0.0, bias=None):
+    """Attention in f32 (GQA by head groups; mask bool, True seen, or added; bias added), a
+    row that sees no key giving zeros as torch's scaled_dot_product_attention does, not NaN."""
     import torch
 
     q, k, v = q.float(), k.float(), v.float()
@@ -35,6 +36,8 @@ def attend(q, k, v, scale: float, causal: bool, mask=None, softcap: float = 0.0)
     if mask is not None:
         scores = (scores.masked_fill(~mask.bool(), float("-inf")) if mask.dtype == torch.bool
                   else scores + mask.float())
+    if bias is not None:
+        scores = scores + bias.float()
     seen = (scores != float("-inf")).any(-1, keepdim=True)
     probs = torch.softmax(scores.masked_fill(~seen, 0.0), dim=-1) * seen
     return probs @ v

@@ -253,8 +253,8 @@ def candidate_configs(op: AttentionOp) -> list[dict]:
 def tma_possible(op: AttentionOp) -> bool:
     """TMA needs 16-byte aligned view starts and 16-byte multiple outer strides (and no mask
     or soft cap: the masked kernel loads through pointers)."""
-    if op.mask is not None or op.softcap > 0 or padded_dim(op.q.shape[3]) != op.q.shape[3] \
-            or op.v.shape[3] != op.q.shape[3]:
+    if op.mask is not None or op.bias is not None or op.softcap > 0 \
+            or padded_dim(op.q.shape[3]) != op.q.shape[3] or op.v.shape[3] != op.q.shape[3]:
         return False
     for t in (op.q, op.k, op.v, op.out):
         nbytes = t.dtype.nbytes
@@ -286,10 +286,14 @@ def _check(op: AttentionOp) -> None:
         raise ValueError(f"attention: soft cap must be positive (or 0: none), got {op.softcap}")
     for name in ("q", "k", "v", "out"):
         require_unit_inner_stride(f"attention {name}", getattr(op, name))
-    if op.mask is not None:  # i32 offsets within one (batch, head) of the mask
-        _, _, sq_, skv_ = op.mask.shape
-        if upper_bound(sq_ * abs(op.mask.strides[2]) + skv_ * abs(op.mask.strides[3])) >= 2**31:
-            raise ValueError("attention mask: one head's extent exceeds 2^31 elements")
+    for name, t in (("mask", op.mask), ("bias", op.bias)):
+        if t is None:  # i32 offsets within one (batch, head) of the mask
+            continue
+        _, _, sq_, skv_ = t.shape
+        if upper_bound(sq_ * abs(t.strides[2]) + skv_ * abs(t.strides[3])) >= 2**31:
+            raise ValueError(f"attention {name}: one head's extent exceeds 2^31 elements")
+    if op.bias is not None and (op.mask is None or not op.bias.dtype.is_float):
+        raise ValueError("attention: a bias is a floating second term beside a mask")
     for name, t in (("q", op.q), ("k", op.k), ("v", op.v), ("out", op.out)):
         if upper_bound(t.shape[2] * abs(t.strides[2])) >= 2**31:  # i32 row offsets
             raise ValueError(f"attention {name}: sequence extent exceeds 2^31 elements")
@@ -304,7 +308,7 @@ def plan(op: AttentionOp, config: dict | None = None) -> KernelPlan:
     if cfg["BLOCK_M"] % cfg["BLOCK_N"]:  # the causal split puts the diagonal on a key tile edge
         raise ValueError(f"attention: BLOCK_M {cfg['BLOCK_M']} not a multiple of "
                          f"BLOCK_N {cfg['BLOCK_N']}")
-    if op.mask is not None and op.kv_limit is not None:
+    if (op.mask is not None or op.bias is not None) and op.kv_limit is not None:
         raise ValueError("attention: a mask and positions together (lowering makes one)")
     if op.kv_limit is None and (op.mask is not None or op.softcap > 0
                                 or op.v.shape[3] != op.q.shape[3]):

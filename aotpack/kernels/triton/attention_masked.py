@@ -1,6 +1,7 @@
 """Flash-attention forward with a run-time mask (AttentionOp.mask): a padding mask built from
 `attention_mask`, a sliding window, a relative-position or ALiBi bias, a mask the model
-computed. Same online softmax as attention.py, but every key tile goes through the masked step:
+computed; and beside it a second, floating term (AttentionOp.bias: a per-head bias beside a
+mask the heads share), each read through its own strides. Same online softmax as attention.py, but every key tile goes through the masked step:
 the mask tile [BLOCK_M, BLOCK_N] is loaded through its 4-D strides (0 on broadcast dims, so a
 [B, 1, 1, T] padding mask is one row per batch, read from L2). A tile that the mask hides from
 every row of the block is skipped (the padded tail of a short sequence costs no products).
@@ -32,13 +33,15 @@ MASK_NONE, MASK_BOOL, MASK_ADD = 0, 1, 2
 
 
 @triton.jit
-def _masked_step(acc, row_sum, row_max, q, k, v, mask_tile, rows, cols, seq_kv, sm_scale,
-                 softcap, MASK_KIND: tl.constexpr, CAUSAL: tl.constexpr,
-                 SOFTCAP: tl.constexpr):
+def _masked_step(acc, row_sum, row_max, q, k, v, mask_tile, bias_tile, rows, cols, seq_kv,
+                 sm_scale, softcap, MASK_KIND: tl.constexpr, CAUSAL: tl.constexpr,
+                 SOFTCAP: tl.constexpr, HAS_BIAS: tl.constexpr):
     """Fold one key tile into (acc, row_sum, row_max); row_max in natural units."""
     scores = tl.dot(q, tl.trans(k)) * sm_scale
     if SOFTCAP:
         scores = capped(scores, softcap)
+    if HAS_BIAS:
+        scores = scores + bias_tile.to(tl.float32)
     keep = cols[None, :] < seq_kv
     if CAUSAL:
         keep = keep & (cols[None, :] <= rows[:, None])
@@ -51,17 +54,18 @@ def _masked_step(acc, row_sum, row_max, q, k, v, mask_tile, rows, cols, seq_kv, 
 
 @triton.jit
 def attention_fwd_masked_kernel(
-    q_ptr, k_ptr, v_ptr, out_ptr, mask_ptr,
+    q_ptr, k_ptr, v_ptr, out_ptr, mask_ptr, bias_ptr,
     q_stride_b, q_stride_h, q_stride_s,
     k_stride_b, k_stride_h, k_stride_s,
     v_stride_b, v_stride_h, v_stride_s,
     out_stride_b, out_stride_h, out_stride_s,
     mask_stride_b, mask_stride_h, mask_stride_q, mask_stride_k,
+    bias_stride_b, bias_stride_h, bias_stride_q, bias_stride_k,
     seq_q, seq_kv, sm_scale, softcap,
     HEADS_Q: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
     MASK_KIND: tl.constexpr, D_VALID: tl.constexpr, SOFTCAP: tl.constexpr,
-    HEAD_DIM_V: tl.constexpr, DV_VALID: tl.constexpr,
+    HEAD_DIM_V: tl.constexpr, DV_VALID: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
     batch, head_q, head_kv, row_start, rows = program_rows(HEADS_Q, GROUP, BLOCK_M)
     dims = tl.arange(0, HEAD_DIM)
@@ -78,6 +82,9 @@ def attention_fwd_masked_kernel(
     if MASK_KIND != 0:
         m_base = (mask_ptr + batch * mask_stride_b + head_q * mask_stride_h
                   + rows[:, None] * mask_stride_q)
+    if HAS_BIAS:
+        b_base = (bias_ptr + batch * bias_stride_b + head_q * bias_stride_h
+                  + rows[:, None] * bias_stride_q)
 
     acc = tl.zeros([BLOCK_M, HEAD_DIM_V], dtype=tl.float32)
     row_sum = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -104,9 +111,14 @@ def attention_fwd_masked_kernel(
                         mask=(cols[:, None] < seq_kv) & dim_ok, other=0.0)
             v = tl.load(v_base + cols[:, None] * v_stride_s + vdims[None, :],
                         mask=(cols[:, None] < seq_kv) & vdim_ok, other=0.0)
+            bias_tile = mask_tile
+            if HAS_BIAS:
+                bias_tile = tl.load(b_base + cols[None, :] * bias_stride_k, mask=tile_ok,
+                                    other=0)
             acc, row_sum, row_max = _masked_step(acc, row_sum, row_max, q, k, v, mask_tile,
-                                                 rows, cols, seq_kv, sm_scale, softcap,
-                                                 MASK_KIND, CAUSAL, SOFTCAP)
+                                                 bias_tile, rows, cols, seq_kv, sm_scale,
+                                                 softcap, MASK_KIND, CAUSAL, SOFTCAP,
+                                                 HAS_BIAS)
 
     out = tl.where(row_sum[:, None] > 0, acc / row_sum[:, None], 0.0)
     out_base = out_ptr + batch * out_stride_b + head_q * out_stride_h
@@ -130,14 +142,22 @@ def plan_masked(op: AttentionOp, cfg: dict) -> KernelPlan:
     if op.mask is not None and tuple(op.mask.shape) != (b, hq, sq, op.k.shape[2]):
         raise ValueError(f"attention: mask {op.mask.shape} is not broadcast to "
                          f"{(b, hq, sq, op.k.shape[2])}")
+    if op.bias is not None and tuple(op.bias.shape) != (b, hq, sq, op.k.shape[2]):
+        raise ValueError(f"attention: bias {op.bias.shape} is not broadcast to "
+                         f"{(b, hq, sq, op.k.shape[2])}")
     args = {"q_ptr": Ptr(op.q), "k_ptr": Ptr(op.k), "v_ptr": Ptr(op.v), "out_ptr": Ptr(op.out),
-            "mask_ptr": Ptr(op.mask) if op.mask is not None else Const(None)}
+            "mask_ptr": Ptr(op.mask) if op.mask is not None else Const(None),
+            "bias_ptr": Ptr(op.bias) if op.bias is not None else Const(None)}
     for name in ("q", "k", "v", "out"):
         args.update(strides_args(name, getattr(op, name), ("b", "h", "s")))
     if op.mask is not None:
         args.update(strides_args("mask", op.mask, ("b", "h", "q", "k")))
     else:
         args.update({f"mask_stride_{a}": Const(0) for a in ("b", "h", "q", "k")})
+    if op.bias is not None:
+        args.update(strides_args("bias", op.bias, ("b", "h", "q", "k")))
+    else:
+        args.update({f"bias_stride_{a}": Const(0) for a in ("b", "h", "q", "k")})
     args.update({
         "seq_q": int_arg(sq), "seq_kv": int_arg(op.k.shape[2]), "sm_scale": F32(op.scale),
         "softcap": F32(op.softcap), "SOFTCAP": Const(op.softcap > 0),
@@ -146,8 +166,10 @@ def plan_masked(op: AttentionOp, cfg: dict) -> KernelPlan:
         "HEAD_DIM_V": Const(padded_dim(op.v.shape[3])), "DV_VALID": Const(op.v.shape[3]),
         "BLOCK_M": Const(cfg["BLOCK_M"]), "BLOCK_N": Const(cfg["BLOCK_N"]),
         "CAUSAL": Const(bool(op.causal)), "MASK_KIND": Const(mask_kind(op.mask)),
+        "HAS_BIAS": Const(op.bias is not None),
     })
     fused = ("attention",) + (("mask",) if op.mask is not None else ()) + \
+        (("bias",) if op.bias is not None else ()) + \
         (("softcap",) if op.softcap > 0 else ()) + (("causal",) if op.causal else ()) + \
         (("gqa",) if hq != hkv else ())
     return KernelPlan(attention_fwd_masked_kernel, args, (b * hq, cdiv(sq, cfg["BLOCK_M"]), 1),
