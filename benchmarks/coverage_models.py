@@ -10,8 +10,8 @@ each a build spec (`benchmarks/coverage_models.py:NAME`) and the inputs it is me
 - mixtral_moe: tests/gpu/moe_cases.py's Mixtral-8x7B MoE layer (8 experts of 14336, top-2),
   one bundle for 1..2048 tokens, measured at decode (1 token) and prefill (2,048).
 
-Weights are drawn from a seeded generator in name order (norm scales ~1, the rest N(0, 0.02)),
-bf16, so every contender runs the same numbers.
+Weights are drawn from a seeded generator in name order (tests/gpu/model_cases.py's _seeded:
+norm scales ~1, the rest N(0, 0.02)), bf16, so every contender runs the same numbers.
 """
 from __future__ import annotations
 
@@ -21,41 +21,17 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gpu"))
+
+from model_cases import FirstOutput, WithMask, _seeded  # noqa: E402  (the GPU suite's)
+
 BATCH_LENGTHS = (128, 97, 64, 120, 33, 128, 80, 111)  # bert: real lengths of a padded batch
 T5_LENGTHS = (256, 190, 77, 256, 31, 144, 256, 208)
 
 
-def _seeded(model, seed: int = 0):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(model.named_parameters()):
-            draw = torch.randn(p.shape, generator=gen, dtype=torch.float32) * 0.02
-            p.copy_(draw + 1.0 if p.ndim == 1 and name.endswith("weight") else draw)
-    return model.to(torch.bfloat16).eval()
-
-
-class WithMask(torch.nn.Module):
-    """(input_ids, attention_mask) -> last hidden state."""
-
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, ids, mask):
-        return self.inner(input_ids=ids, attention_mask=mask, return_dict=False)[0]
-
-
-class IdsOnly(torch.nn.Module):
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-
-    def forward(self, ids):
-        return self.inner(input_ids=ids, return_dict=False)[0]
-
-
 def _ids_and_mask(lengths, seq: int, vocab: int, seed: int = 1):
-    ids = torch.randint(3, vocab, (len(lengths), seq), generator=torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (len(lengths), seq), generator=gen)
     mask = (torch.arange(seq)[None, :] < torch.tensor(lengths)[:, None]).long()
     return ids * mask, mask
 
@@ -87,11 +63,10 @@ def gemma2_block():
                        attn_implementation="eager")  # gemma-2-2b's layer sizes
     # (a window of 1,024, not 4,096, so the 2,048-token input sees it)
     ids = torch.randint(3, cfg.vocab_size, (1, 2048), generator=torch.Generator().manual_seed(1))
-    return _seeded(IdsOnly(Gemma2Model(cfg))), (ids,)
+    return _seeded(FirstOutput(Gemma2Model(cfg))), (ids,)
 
 
 def mixtral_moe():
-    sys.path.insert(0, str(ROOT / "tests" / "gpu"))
     from moe_cases import mixtral_moe_layer
 
     return mixtral_moe_layer()

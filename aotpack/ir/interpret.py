@@ -44,9 +44,9 @@ def _sdpa(a, q, k, v, mask=None, bias=None):
     import torch.nn.functional as F
 
     if bias is not None:  # one additive mask: the bias plus the mask (-inf where it hides)
-        keep = mask.bool() if mask.dtype == torch.bool else None
-        mask = bias.float() + (mask.float() if keep is None else
-                               torch.zeros(keep.shape, device=keep.device).masked_fill(~keep, float("-inf")))
+        hidden = None if mask.dtype != torch.bool else torch.zeros(
+            mask.shape, device=mask.device).masked_fill(~mask, float("-inf"))
+        mask = bias.float() + (mask.float() if hidden is None else hidden)
     if a.softcap > 0:
         return _capped_sdpa(a, q, k, v, mask)
     if mask is not None and a.positions:

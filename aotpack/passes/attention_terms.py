@@ -85,24 +85,23 @@ def score_terms(graph, node: Node, single, scale: float, lift: tuple | None = No
 
 def heads_split(n: Node) -> tuple | None:
     """(B, H) if n reshapes [B*H, S, T] into [B, H, S, T] (a view of the whole of it)."""
-    from aotpack.passes.views import is_reshape
-
-    src, out = n.inputs[0].shape, n.output.shape
-    if n.op != Op.AS_STRIDED or len(src) != 3 or len(out) != 4 \
-            or not is_reshape(n.attrs, src) or tuple(out[2:]) != tuple(src[1:]):
-        return None
-    return tuple(out[:2])
+    return _heads_reshape(n, 3)
 
 
 def heads_merged(n: Node) -> tuple | None:
     """(B, H) if n reshapes [B, H, S, T] into [B*H, S, T]."""
+    return _heads_reshape(n, 4)
+
+
+def _heads_reshape(n: Node, src_rank: int) -> tuple | None:
     from aotpack.passes.views import is_reshape
 
-    src, out = n.inputs[0].shape, n.output.shape
-    if n.op != Op.AS_STRIDED or len(src) != 4 or len(out) != 3 \
-            or not is_reshape(n.attrs, src) or tuple(out[1:]) != tuple(src[2:]):
+    if n.op != Op.AS_STRIDED or len(n.inputs[0].shape) != src_rank \
+            or len(n.output.shape) != 7 - src_rank or not is_reshape(n.attrs, n.inputs[0].shape):
         return None
-    return tuple(src[:2])
+    four, three = ((n.output.shape, n.inputs[0].shape) if src_rank == 3
+                   else (n.inputs[0].shape, n.output.shape))
+    return tuple(four[:2]) if tuple(four[2:]) == tuple(three[1:]) else None
 
 
 def split_heads(b: GraphBuilder, v: Value, split: tuple, loc) -> Value:

@@ -286,8 +286,8 @@ def _check(op: AttentionOp) -> None:
         raise ValueError(f"attention: soft cap must be positive (or 0: none), got {op.softcap}")
     for name in ("q", "k", "v", "out"):
         require_unit_inner_stride(f"attention {name}", getattr(op, name))
-    for name, t in (("mask", op.mask), ("bias", op.bias)):
-        if t is None:  # i32 offsets within one (batch, head) of the mask
+    for name, t in (("mask", op.mask), ("bias", op.bias)):  # i32 offsets within one
+        if t is None:  # (batch, head) of the mask and of the bias
             continue
         _, _, sq_, skv_ = t.shape
         if upper_bound(sq_ * abs(t.strides[2]) + skv_ * abs(t.strides[3])) >= 2**31:

@@ -1,10 +1,11 @@
 """Flash-attention forward with a run-time mask (AttentionOp.mask): a padding mask built from
 `attention_mask`, a sliding window, a relative-position or ALiBi bias, a mask the model
-computed; and beside it a second, floating term (AttentionOp.bias: a per-head bias beside a
-mask the heads share), each read through its own strides. Same online softmax as attention.py, but every key tile goes through the masked step:
-the mask tile [BLOCK_M, BLOCK_N] is loaded through its 4-D strides (0 on broadcast dims, so a
-[B, 1, 1, T] padding mask is one row per batch, read from L2). A tile that the mask hides from
-every row of the block is skipped (the padded tail of a short sequence costs no products).
+computed; beside it a second, floating term (AttentionOp.bias: a per-head bias beside a mask
+the heads share), each read through its own strides. Same online softmax as attention.py, but
+every key tile goes through the masked step: the mask tile [BLOCK_M, BLOCK_N] is loaded
+through its 4-D strides (0 on broadcast dims, so a [B, 1, 1, T] padding mask is one row per
+batch, read from L2). A tile that the mask hides from every row of the block is skipped (the
+padded tail of a short sequence costs no products).
 
 Scores are kept in natural units (scale * q.k + bias) and exponentiated as
 exp2((s - max) * log2 e): a bias of finfo.min (how transformers writes "masked") stays finite,
