@@ -1,5 +1,5 @@
 """torch's elementwise math beyond the core set (erf, log1p, expm1, sign, rounding, isnan,
-fmod and what torch writes with them: ELU/SELU/CELU, softplus, Mish, logsigmoid, GELU written
+fmod, atan/atan2/asin/acos and what torch writes with them: ELU/SELU/CELU, softplus, Mish, logsigmoid, GELU written
 with erf), min over a dim, any/all, and the views flip/diagonal/unfold: each program (kernel
 references) equals eager on the CPU, and the pointwise kernels of the new functions run in
 Triton's interpreter against their references, at the values where the formulas are delicate
@@ -36,6 +36,9 @@ FUNCTIONS = {
     "sinh": lambda x: torch.sinh(x.clamp(-20, 20)), "sinh_tiny": lambda x: torch.sinh(x * 1e-6),
     "cosh": lambda x: torch.cosh(x.clamp(-20, 20)),
     "tan": lambda x: torch.tan(x.clamp(-1.4, 1.4)), "isnan": torch.isnan,
+    "atan": torch.atan, "atan2": lambda x: torch.atan2(x, 1.0 - x),
+    "atan2_signed_zeros": lambda x: torch.atan2(x, -x), "asin": lambda x: torch.asin(x / 3),
+    "acos": lambda x: torch.acos(x / 3),
     "nan_to_num": torch.nan_to_num, "softshrink": lambda x: F.softshrink(x.clamp(-1e6, 1e6)), "heaviside": lambda x: torch.heaviside(x, torch.tensor(0.5)),
 }
 

@@ -1,6 +1,7 @@
 """aten → IR rules for the rest of torch's elementwise math and small reductions that models
 use beside the core set: erf (GELU written out, `0.5 * x * (1 + erf(x / sqrt(2)))`), log1p /
-expm1 (softplus, Mish, logsigmoid, CELU, ELU/SELU), sign, rounding, isnan, fmod, min over a dim
+expm1 (softplus, Mish, logsigmoid, CELU, ELU/SELU), sign, rounding, isnan, fmod, atan / atan2 /
+asin / acos (written with the ops the pointwise kernels have), min over a dim
 with its index, any/all, and the views flip, diagonal and unfold (bidirectional RNNs, einsum
 traces, patch extraction).
 
@@ -295,6 +296,95 @@ def _unfold(cx, x, dim, size, step):
     return _strided_view(cx, x, shape + [size], view_strides + [strides[dim]], 0)
 
 
+def _f32(cx, x: Value, what: str) -> Value:
+    """x as f32 (16-bit floats are computed in f32 and rounded once, as torch does)."""
+    x = _value(x, what)
+    if not x.dtype.is_float:
+        raise Unsupported(f"{what} of {x.dtype.value} values")
+    return x if x.dtype == DType.F32 else cx.emit(Op.CAST, [x], O.CastAttrs(DType.F32))
+
+
+def _atan_f32(cx, x: Value) -> Value:
+    """atan in f32 from ops the pointwise kernels have: Cephes' atanf (|x| reduced by
+    tan(pi/8) and tan(3pi/8) to [0, 0.4142], a degree-9 odd polynomial; within 2 ulp), the
+    sign restored last (NaN stays NaN, +-inf gives +-pi/2)."""
+    e = cx.emit
+    ax = e(Op.ABS, [x], O.NoAttrs())
+    big = e(Op.GT, [ax], O.BinaryAttrs(2.414213562373095))
+    mid = e(Op.GT, [ax], O.BinaryAttrs(0.4142135623730950))
+    t_big = e(Op.DIV, [ax], O.BinaryAttrs(-1.0, scalar_first=True))
+    t_mid = e(Op.DIV, [e(Op.SUB, [ax], O.BinaryAttrs(1.0)), e(Op.ADD, [ax], O.BinaryAttrs(1.0))],
+              O.BinaryAttrs())
+    t = e(Op.WHERE, [big, t_big, e(Op.WHERE, [mid, t_mid, ax], O.NoAttrs())], O.NoAttrs())
+    y0 = e(Op.ADD, [_scaled(cx, e(Op.CAST, [big], O.CastAttrs(DType.F32)), math.pi / 4),
+                    _scaled(cx, e(Op.CAST, [mid], O.CastAttrs(DType.F32)), math.pi / 4)],
+           O.BinaryAttrs())
+    z = e(Op.MUL, [t, t], O.BinaryAttrs())
+    p = _scaled(cx, z, 8.05374449538e-2)
+    for c in (-1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1):
+        p = e(Op.MUL, [e(Op.ADD, [p], O.BinaryAttrs(c)), z], O.BinaryAttrs())
+    r = e(Op.ADD, [y0, e(Op.ADD, [e(Op.MUL, [p, t], O.BinaryAttrs()), t], O.BinaryAttrs())],
+          O.BinaryAttrs())
+    negative = e(Op.LT, [x], O.BinaryAttrs(0.0))
+    return e(Op.WHERE, [negative, e(Op.NEG, [r], O.NoAttrs()), r], O.NoAttrs())
+
+
+def _negative(cx, x: Value) -> Value:
+    """x < 0, -0.0 and -inf included (the sign bit: 1 / -0.0 is -inf)."""
+    e = cx.emit
+    recip = e(Op.DIV, [x], O.BinaryAttrs(1.0, scalar_first=True))
+    return e(Op.OR, [e(Op.LT, [x], O.BinaryAttrs(0.0)), e(Op.LT, [recip], O.BinaryAttrs(0.0))],
+             O.BinaryAttrs())
+
+
+def _atan2_f32(cx, y: Value, x: Value) -> Value:
+    """atan2 from atan(y / x), turned by pi towards y's side where x is negative; y (a signed
+    zero) where both are zeros, so (+-0, -0) gives +-pi and (+-0, +0) +-0, and the diagonals
+    where both are infinite, as torch."""
+    e = cx.emit
+    both_zero = e(Op.AND, [e(Op.EQ, [y], O.BinaryAttrs(0.0)), e(Op.EQ, [x], O.BinaryAttrs(0.0))],
+                  O.BinaryAttrs())
+    ratio = e(Op.WHERE, [both_zero, y, e(Op.DIV, [y, x], O.BinaryAttrs())], O.NoAttrs())
+    infinite = [e(Op.EQ, [e(Op.ABS, [v], O.NoAttrs())], O.BinaryAttrs(math.inf)) for v in (y, x)]
+    diagonal = e(Op.MUL, [e(Op.SIGN, [y], O.NoAttrs()), e(Op.SIGN, [x], O.NoAttrs())],
+                 O.BinaryAttrs())  # inf / inf: the diagonal, +-pi/4 before the turn
+    ratio = e(Op.WHERE, [e(Op.AND, infinite, O.BinaryAttrs()), diagonal, ratio], O.NoAttrs())
+    r = _atan_f32(cx, ratio)
+    below = e(Op.CAST, [_negative(cx, y)], O.CastAttrs(DType.F32))
+    turn = e(Op.SUB, [_scaled(cx, below, 2 * math.pi)], O.BinaryAttrs(math.pi, scalar_first=True))
+    return e(Op.WHERE, [_negative(cx, x), e(Op.ADD, [r, turn], O.BinaryAttrs()), r],
+             O.NoAttrs())
+
+
+def _rounded(cx, out: Value, like: Value) -> Value:
+    return cx.emit(Op.CAST, [out], O.CastAttrs(like.dtype), final=True) \
+        if like.dtype != DType.F32 else cx.emit(Op.COPY, [out], O.NoAttrs(), final=True)
+
+
+def _atan(cx, x):
+    return _rounded(cx, _atan_f32(cx, _f32(cx, x, "atan")), x)
+
+
+def _atan2(cx, y, x):
+    y32, x32 = _f32(cx, y, "atan2"), _f32(cx, x, "atan2")
+    return _rounded(cx, _atan2_f32(cx, y32, x32), y if y.dtype == x.dtype else y32)
+
+
+def _inverse_sine(cosine: bool):
+    """asin(x) = atan2(x, sqrt((1 - x)(1 + x))), acos(x) = atan2(sqrt(...), x): exact at +-1,
+    NaN past them (sqrt of a negative), as torch; (1 - x)(1 + x), not 1 - x^2, keeps the
+    digits near +-1."""
+    def rule(cx, x):
+        x32 = _f32(cx, x, "acos" if cosine else "asin")
+        e = cx.emit
+        rest = e(Op.SQRT, [e(Op.MUL, [e(Op.SUB, [x32], O.BinaryAttrs(1.0, scalar_first=True)),
+                                      e(Op.ADD, [x32], O.BinaryAttrs(1.0))], O.BinaryAttrs())],
+                 O.NoAttrs())
+        out = _atan2_f32(cx, rest, x32) if cosine else _atan2_f32(cx, x32, rest)
+        return _rounded(cx, out, x)
+    return rule
+
+
 RULES = {
     "aten.erf.default": _float_unary(Op.ERF), "aten.erfc.default": _erfc,
     "aten.log1p.default": _float_unary(Op.LOG1P), "aten.expm1.default": _float_unary(Op.EXPM1),
@@ -307,6 +397,8 @@ RULES = {
     "aten.exp2.default": _float_unary(Op.EXP2), "aten.elu.default": _elu,
     "aten.sinh.default": _hyperbolic(-1.0), "aten.cosh.default": _hyperbolic(1.0),
     "aten.tan.default": _tan, "aten.isnan.default": _isnan,
+    "aten.atan.default": _atan, "aten.atan2.default": _atan2,
+    "aten.asin.default": _inverse_sine(False), "aten.acos.default": _inverse_sine(True),
     "aten.fmod.Scalar": _fmod, "aten.fmod.Tensor": _fmod,
     "aten.min.dim": _min_dim,
     "aten.any.dim": _any, "aten.any.dims": _any, "aten.any.default": _any,
