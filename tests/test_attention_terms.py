@@ -121,6 +121,33 @@ def test_layers_share_one_sum():
     assert kinds(program).count("AttentionOp") == 2 and len(operands) == 1
 
 
+class FiniteCausalAndPadding(torch.nn.Module):
+    """GPT-J's form: where(causal, s, min), scaled, plus a padding mask. With left padding a
+    query row sees no unpadded key: torch averages it over every key (all at about min), so
+    the causal part must stay a term (the kernel's flag would average the past keys only)."""
+
+    def __init__(self, s):
+        super().__init__()
+        self.register_buffer("causal", torch.ones(s, s, dtype=torch.bool).tril()[None, None])
+
+    def forward(self, q, k, v, pad):
+        w = torch.where(self.causal, torch.matmul(q, k.transpose(-1, -2)), torch.tensor(MIN))
+        w = w / q.shape[-1] ** 0.5 + (1.0 - pad[:, None, None, :]) * MIN
+        return torch.matmul(w.softmax(-1), v)
+
+
+def test_rows_the_terms_hide_everywhere_match_torch():
+    q, k, v = _qkv(s=8)
+    pad = torch.ones(2, 8)
+    pad[1, :3] = 0  # left padding: rows 0..2 of batch 1 see no key
+    model = FiniteCausalAndPadding(8)
+    program = compile_graph(to_graph(model, (q, k, v, pad)))
+    assert "AttentionOp" in kinds(program)
+    with torch.no_grad():
+        want = model(q, k, v, pad)
+    assert rel_err(run_reference(program, [q, k, v, pad])[0], want) < 1e-5
+
+
 class NotBroadcast(torch.nn.Module):
     """A term over the query rows only ([S, 1] per batch and head, added twice): still a
     valid broadcast; a term of another batch size is not, and is left as it is."""
@@ -185,3 +212,21 @@ def test_the_masked_kernel_adds_the_bias():
     assert math.isfinite(float(jobs[0][1]["o"].float().abs().max()))
     (launch,) = attention.compile(jobs[-1][0])  # cross-compiled for sm_90a
     assert launch.kernel.cubin[:4] == b"\x7fELF"
+
+
+class BoolAdded(torch.nn.Module):
+    """A bool tensor added to the scores is 1.0 where True (not a keep mask)."""
+
+    def forward(self, q, k, v, bias):
+        causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool).tril()
+        scores = torch.matmul(q, k.transpose(-1, -2)) + causal + bias
+        return torch.matmul(scores.softmax(-1), v)
+
+
+def test_a_bool_added_to_the_scores_is_a_number():
+    q, k, v = _qkv()
+    inputs = (q, k, v, torch.randn(1, 3, 10, 10))
+    program = compile_graph(to_graph(BoolAdded(), inputs))
+    with torch.no_grad():
+        want = BoolAdded()(*inputs)
+    assert rel_err(run_reference(program, list(inputs))[0], want) < 1e-5

@@ -325,8 +325,7 @@ def _atan_f32(cx, x: Value) -> Value:
         p = e(Op.MUL, [e(Op.ADD, [p], O.BinaryAttrs(c)), z], O.BinaryAttrs())
     r = e(Op.ADD, [y0, e(Op.ADD, [e(Op.MUL, [p, t], O.BinaryAttrs()), t], O.BinaryAttrs())],
           O.BinaryAttrs())
-    negative = e(Op.LT, [x], O.BinaryAttrs(0.0))
-    return e(Op.WHERE, [negative, e(Op.NEG, [r], O.NoAttrs()), r], O.NoAttrs())
+    return e(Op.WHERE, [_negative(cx, x), e(Op.NEG, [r], O.NoAttrs()), r], O.NoAttrs())
 
 
 def _negative(cx, x: Value) -> Value:
@@ -356,18 +355,21 @@ def _atan2_f32(cx, y: Value, x: Value) -> Value:
              O.NoAttrs())
 
 
-def _rounded(cx, out: Value, like: Value) -> Value:
-    return cx.emit(Op.CAST, [out], O.CastAttrs(like.dtype), final=True) \
-        if like.dtype != DType.F32 else cx.emit(Op.COPY, [out], O.NoAttrs(), final=True)
+def _rounded(cx, out: Value, dtype: DType) -> Value:
+    """The f32 result in torch's result dtype (f64 ones are computed in f32 too)."""
+    return cx.emit(Op.CAST, [out], O.CastAttrs(dtype), final=True) \
+        if dtype != DType.F32 else cx.emit(Op.COPY, [out], O.NoAttrs(), final=True)
 
 
 def _atan(cx, x):
-    return _rounded(cx, _atan_f32(cx, _f32(cx, x, "atan")), x)
+    return _rounded(cx, _atan_f32(cx, _f32(cx, x, "atan")), x.dtype)
 
 
 def _atan2(cx, y, x):
+    from aotpack.ir.types import promote
+
     y32, x32 = _f32(cx, y, "atan2"), _f32(cx, x, "atan2")
-    return _rounded(cx, _atan2_f32(cx, y32, x32), y if y.dtype == x.dtype else y32)
+    return _rounded(cx, _atan2_f32(cx, y32, x32), promote(y.dtype, x.dtype))
 
 
 def _inverse_sine(cosine: bool):
@@ -381,7 +383,7 @@ def _inverse_sine(cosine: bool):
                                       e(Op.ADD, [x32], O.BinaryAttrs(1.0))], O.BinaryAttrs())],
                  O.NoAttrs())
         out = _atan2_f32(cx, rest, x32) if cosine else _atan2_f32(cx, x32, rest)
-        return _rounded(cx, out, x)
+        return _rounded(cx, out, x.dtype)
     return rule
 
 

@@ -47,7 +47,7 @@ def causal_part(graph, mask: Value, producers, seq_q, seq_k):
         if len(n.inputs) == 2 and n.op in (Op.MUL, Op.ADD, Op.AND) and n.attrs.scalar is None:
             for c, other in (n.inputs, n.inputs[::-1]):
                 if _is_causal(graph, c, producers, n.op, seq_q, seq_k):
-                    masked = 0.0 if n.op in (Op.MUL, Op.AND) else _lowest(
+                    masked = 0.0 if n.op in (Op.MUL, Op.AND) else lowest(
                         graph, c, producers, seq_q, seq_k)
                     ok = other.dtype == n.output.dtype and len(other.shape) <= 4 \
                         and _hides_rows(path[::-1], n.output.dtype, masked)
@@ -69,7 +69,7 @@ def _is_causal(graph, c: Value, producers, op: Op, seq_q, seq_k) -> bool:
     return mask_kind(graph, c, producers, seq_q, seq_k) == "causal"
 
 
-def _lowest(graph, c: Value, producers, seq_q, seq_k) -> float:
+def lowest(graph, c: Value, producers, seq_q, seq_k) -> float:
     """The most negative entry of an additive constant mask (what it masks with)."""
     return min(float(t.float().min()) for _, t in _samples(graph, c, producers, seq_q, seq_k))
 

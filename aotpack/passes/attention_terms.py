@@ -9,8 +9,8 @@ causal flag. So:
 - a term that is the constant causal mask becomes the causal flag, and a term computed from
   it and a run-time mask (attention_masks.causal_part) the flag plus the run-time part;
 - a masked_fill (where(m, fill, s), or where(keep, s, fill)) whose fill masks (the dtype's
-  lowest or -inf) is the additive term where(m, fill, 0): s + fill rounds to fill, so adding
-  it is filling (and the terms added after it do not lift it);
+  lowest or -inf) replaces the sum of the terms inside it (where(m, fill, inside)); the
+  scores themselves plus it round to it, so the kernel adding it is filling;
 - a term the scale factors after it multiply is multiplied by them (softmax((s + m) * c) =
   softmax(s * c + m * c));
 - the remaining terms are summed, in f32, into the operand: broadcast, so a [B, 1, 1, T]
@@ -67,6 +67,8 @@ def score_terms(graph, node: Node, single, scale: float, lift: tuple | None = No
             if sides is None:
                 break
             scores, term = sides
+            if not term.dtype.is_float:  # a bool or integer added is a number, not a mask
+                break
             terms.append(Term(term, outside, split=split))
             node = single(scores)
         elif node.op == Op.WHERE and len(node.inputs) == 3:
@@ -173,18 +175,20 @@ def emit_sum(b: GraphBuilder, terms: list[Term], loc) -> Value:
         return b.emit(op, ins, attrs, t.dtype, tuple(t.shape), name, loc)
 
     total = None
-    for term in terms:
+    for term in reversed(terms):  # from the product outwards: a fill replaces what is inside
         v = term.value
         if term.split is not None:
             v = split_heads(b, v, term.split, loc)
         if term.fill is not None:
-            fill = b.add_constant("mask_fill", _f32(term.fill), DType.F32)
-            zero = b.add_constant("mask_zero", _f32(0.0), DType.F32)
-            ins = [v, fill, zero] if term.masked_where else [v, zero, fill]
-            v = emit(Op.WHERE, ins, O.NoAttrs(), "mask_filled")
-        elif v.dtype != DType.F32:
+            fill = b.add_constant("mask_fill", _f32(term.fill * term.factor), DType.F32)
+            inside = total if total is not None else b.add_constant("mask_zero", _f32(0.0),
+                                                                    DType.F32)
+            ins = [v, fill, inside] if term.masked_where else [v, inside, fill]
+            total = emit(Op.WHERE, ins, O.NoAttrs(), "mask_filled")
+            continue
+        if v.dtype != DType.F32:
             v = emit(Op.CAST, [v], O.CastAttrs(DType.F32), "mask_f32")
-        if term.factor != 1.0 and term.fill is None:
+        if term.factor != 1.0:
             v = emit(Op.MUL, [v], O.BinaryAttrs(term.factor, False), "mask_scaled")
         total = v if total is None else emit(Op.ADD, [total, v], O.BinaryAttrs(None, False),
                                              "mask_sum")

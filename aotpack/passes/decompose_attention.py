@@ -82,6 +82,13 @@ def _written_out(b: GraphBuilder, n: Node) -> Value:
     elif seen is not None:
         scores = b.emit(Op.ADD, [scores, seen], O.BinaryAttrs(), work, scores.shape,
                         f"{name}_biased", loc)
+    if len(n.inputs) == 5:  # the per-head bias beside the mask (passes/attention_terms.py)
+        bias = b.get(n.inputs[4])
+        if bias.dtype != work:
+            bias = b.emit(Op.CAST, [bias], O.CastAttrs(work), work, bias.shape,
+                          f"{name}_bias_w", loc)
+        scores = b.emit(Op.ADD, [scores, bias], O.BinaryAttrs(), work, scores.shape,
+                        f"{name}_plus_bias", loc)
     p = b.emit(Op.SOFTMAX, [scores], O.SoftmaxAttrs(3), work, scores.shape, f"{name}_p", loc)
     if _may_hide_whole_rows(n) and seen.dtype == DType.BOOL:
         p = _zero_unseen_rows(b, p, seen, name, loc)
@@ -94,7 +101,7 @@ def _written_out(b: GraphBuilder, n: Node) -> Value:
 def _may_hide_whole_rows(n: Node) -> bool:
     """A bool mask the model passes may hide every key from a query; the causal and the
     positional masks never do (each query sees itself)."""
-    return len(n.inputs) == 4 and not n.attrs.positions
+    return len(n.inputs) >= 4 and not n.attrs.positions
 
 
 def _zero_unseen_rows(b: GraphBuilder, p: Value, seen: Value, name, loc) -> Value:
@@ -131,7 +138,7 @@ def _seen_mask(b: GraphBuilder, n: Node, s, t) -> Value | None:
     name, loc = n.output.name, n.loc
     if n.attrs.positions:
         return _positional(b, b.get(n.inputs[3]), t, n.attrs.window, name, loc)
-    mask = b.get(n.inputs[3]) if len(n.inputs) == 4 else None
+    mask = b.get(n.inputs[3]) if len(n.inputs) >= 4 else None
     if not n.attrs.causal:
         return mask
     causal = b.add_constant(f"{name}_causal", torch.ones(s, t, dtype=torch.bool).tril(),

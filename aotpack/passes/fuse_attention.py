@@ -36,7 +36,7 @@ from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
 from aotpack.passes.attention_masks import (
-    causal_part, mask_kind, rebuild, split_sdpa_mask,
+    causal_part, lowest, mask_kind, rebuild, split_sdpa_mask,
 )
 from aotpack.passes.attention_terms import (
     emit_sum, heads_merged, score_terms, split_heads,
@@ -137,14 +137,21 @@ def _terms_operands(b: GraphBuilder, terms, loc, qv, producers, sums, without_ca
 
 
 def _terms_sum(b: GraphBuilder, terms, loc, producers, sums, without_causal) -> Value:
-    key = tuple((_value_key(t.value[1] if isinstance(t.value, tuple) else t.value, producers),
-                 t.factor, t.fill, t.masked_where, t.split) for t in terms)
+    key = tuple((_term_key(t.value, producers), t.factor, t.fill, t.masked_where, t.split)
+                for t in terms)
     if key not in sums:  # every layer adds the same terms: one sum
         new = [_in_new_graph(b, t, without_causal) for t in terms]
         plain = len(new) == 1 and new[0].fill is None and new[0].factor == 1.0 \
             and new[0].split is None and new[0].value.dtype.is_float
         sums[key] = new[0].value if plain else emit_sum(b, new, loc)
     return sums[key]
+
+
+def _term_key(value, producers):
+    """A term's value, or a causal split (path, other): the path's ops and the other's key."""
+    if isinstance(value, tuple):
+        return ("split", tuple(n.output.name for n in value[0]), _value_key(value[1], producers))
+    return _value_key(value, producers)
 
 
 def _value_key(v: Value, producers):
@@ -263,7 +270,13 @@ def _many_terms(graph, terms: list, producers, q: Value, kt: Value, lift=None):
         keep_form = term.fill is not None and not term.masked_where
         if term.split is None and (term.fill is None or keep_form):
             kind = mask_kind(graph, term.value, producers, sq, sk)
-            if kind is not None:
+            # a causal part that masks with a finite value stays a term beside others: a row
+            # the others hide everywhere averages over all keys in torch, the past ones with
+            # the kernel's flag
+            finite = (term.fill if term.fill is not None else
+                      lowest(graph, term.value, producers, sq, sk) if kind == "causal"
+                      else 0.0) > float("-inf")
+            if kind == "none" or (kind == "causal" and not (finite and len(terms) > 1)):
                 causal = causal or kind == "causal"
                 continue
         if term.fill is None and term.split is None:
