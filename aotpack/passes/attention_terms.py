@@ -1,20 +1,24 @@
 """The terms between an attention's two products: what fuse_attention reads between
-softmax(...) and matmul(q, k^T), and the one mask operand the kernel takes made from them.
+softmax(...) and matmul(q, k^T), and the kernel's mask operands made from them.
 
 Written-out attention adds to its scores any number of terms, in any order with the scale
 factors: a relative-position bias and a padding mask (MPNet), an ALiBi bias and a
 masked_fill of a bool mask (MPT), a causal mask and a padding mask (BLOOM, GPT-J). The kernel
-takes one mask operand (added to the scaled scores, or a bool one kept where True) plus its
-causal flag. So:
-- a term that is the constant causal mask becomes the causal flag, and a term computed from
-  it and a run-time mask (attention_masks.causal_part) the flag plus the run-time part;
+takes a causal flag, a mask (added to the scaled scores, or a bool one kept where True) and a
+bias (added). So:
+- a term that is the constant causal mask becomes the causal flag (beside other terms only
+  if it masks with -inf: with a finite value, rows the others hide everywhere average over
+  every key), and a term computed from it and a run-time mask (attention_masks.causal_part)
+  the flag plus the run-time part;
 - a masked_fill (where(m, fill, s), or where(keep, s, fill)) whose fill masks (the dtype's
   lowest or -inf) replaces the sum of the terms inside it (where(m, fill, inside)); the
   scores themselves plus it round to it, so the kernel adding it is filling;
 - a term the scale factors after it multiply is multiplied by them (softmax((s + m) * c) =
   softmax(s * c + m * c));
-- the remaining terms are summed, in f32, into the operand: broadcast, so a [B, 1, 1, T]
-  padding mask plus an [H, 1, T] ALiBi bias is [B, H, 1, T], never [B, H, S, T].
+- the remaining terms go in f32 sums to the two operands (fuse_attention._terms_operands):
+  those the heads share ([B, 1, S, T] masks) to the mask, those that vary by head (ALiBi,
+  relative-position biases) to the bias, each broadcast through strides: never a
+  [B, H, S, T] sum; a group of one plain term is that tensor.
 One term alone, added and not scaled, stays fuse_attention's own case (positional masks).
 """
 from __future__ import annotations
