@@ -9,6 +9,9 @@ each a build spec (`benchmarks/coverage_models.py:NAME`) and the inputs it is me
   soft cap).
 - mixtral_moe: tests/gpu/moe_cases.py's Mixtral-8x7B MoE layer (8 experts of 14336, top-2),
   one bundle for 1..2048 tokens, measured at decode (1 token) and prefill (2,048).
+- mpnet_base_padded, bloom_padded: attention with a per-head bias beside the mask (relative
+  positions; ALiBi through BLOOM's 3-D baddbmm) (not measured yet: added 2026-12-03 after
+  the session's device time).
 
 Weights are drawn from a seeded generator in name order (tests/gpu/model_cases.py's _seeded:
 norm scales ~1, the rest N(0, 0.02)), bf16, so every contender runs the same numbers.
@@ -66,6 +69,26 @@ def gemma2_block():
     return _seeded(FirstOutput(Gemma2Model(cfg))), (ids,)
 
 
+def mpnet_base_padded():
+    """MPNet-base (all-mpnet-base-v2's encoder): a relative-position bias per head beside the
+    padding mask (the kernel's bias and mask operands), a padded batch of 8 x 128."""
+    from transformers import MPNetConfig, MPNetModel
+
+    cfg = MPNetConfig(vocab_size=30527)  # mpnet-base's sizes
+    model = _seeded(WithMask(MPNetModel(cfg, add_pooling_layer=False)))
+    return model, _ids_and_mask(BATCH_LENGTHS, 128, cfg.vocab_size)
+
+
+def bloom_padded():
+    """BLOOM-560m's layer sizes (hidden 1024, 16 heads), 4 layers, a small vocabulary: ALiBi
+    through baddbmm beside the causal + padding mask, a padded batch of 4 x 512."""
+    from transformers import BloomConfig, BloomModel
+
+    cfg = BloomConfig(hidden_size=1024, n_head=16, n_layer=4, vocab_size=4096, use_cache=False)
+    model = _seeded(WithMask(BloomModel(cfg)))
+    return model, _ids_and_mask((512, 301, 448, 77), 512, cfg.vocab_size)
+
+
 def mixtral_moe():
     from moe_cases import mixtral_moe_layer
 
@@ -81,4 +104,5 @@ def mixtral_points():
             for t in (1, 2048)}
 
 
-MODELS = ("bert_base_padded", "t5_base_encoder", "gemma2_block", "mixtral_moe")
+MODELS = ("bert_base_padded", "t5_base_encoder", "gemma2_block", "mixtral_moe",
+          "mpnet_base_padded", "bloom_padded")

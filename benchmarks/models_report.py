@@ -15,7 +15,9 @@ TITLES = {"eager": "eager", "compile": "torch.compile max-autotune", "aotpack": 
 NAMES = {"bert_base_padded": "BERT-base, padded batch 8x128",
          "t5_base_encoder": "T5-base encoder, padded 8x256",
          "gemma2_block": "Gemma-2-2B, 2 layers, 1x2048 (head dim 256, soft cap)",
-         "mixtral_moe": "Mixtral-8x7B MoE layer (8 experts, top-2)"}
+         "mixtral_moe": "Mixtral-8x7B MoE layer (8 experts, top-2)",
+         "mpnet_base_padded": "MPNet-base, padded batch 8x128 (relative bias)",
+         "bloom_padded": "BLOOM-560m layers x4, padded 4x512 (ALiBi)"}
 
 
 def grouped(doc: dict) -> dict[tuple[str, str], dict[str, dict]]:
