@@ -232,6 +232,13 @@ class GraphBuilder:
         self.nodes.append(Node(op, tuple(self.get(v) for v in inputs), attrs, (out,), loc))
         return out
 
+    def emit_inferred(self, op: Op, inputs: Iterable[Value], attrs, name: str,
+                      loc: SourceLoc | None = None) -> Value:
+        """emit, with the output's type from the IR type rule."""
+        inputs = [self.get(v) for v in inputs]
+        t = infer(op, [v.type for v in inputs], attrs)
+        return self.emit(op, inputs, attrs, t.dtype, tuple(t.shape), name, loc)
+
     def add_constant(self, name: str, tensor, dtype: DType, exact=None) -> Value:
         value = Value(self.fresh(name), dtype, tuple(tensor.shape))
         self.constants[value.name] = Constant(value, tensor, exact)

@@ -94,12 +94,9 @@ def _hides_rows(path: list[Node], dtype: DType, masked: float) -> bool:
 def rebuild(b: GraphBuilder, path: list[Node], other: Value) -> Value:
     """The ops of `path` applied to `other` (new nodes: the old chain may have other readers
     and dies with the dead code otherwise)."""
-    from aotpack.ir.infer import infer
-
     v = b.get(other)
     for n in path:
-        t = infer(n.op, [v.type], n.attrs)
-        v = b.emit(n.op, [v], n.attrs, t.dtype, tuple(t.shape), f"{n.output.name}_nc", n.loc)
+        v = b.emit_inferred(n.op, [v], n.attrs, f"{n.output.name}_nc", n.loc)
     return v
 
 

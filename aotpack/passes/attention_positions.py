@@ -59,16 +59,16 @@ def _additive_of(graph, mask: Value, producers) -> Value | None:
     attention code, write it. Every row sees key 0 (t <= position), so the two agree."""
     import torch
 
+    from aotpack.passes.attention_terms import scalar_constant
+
     n = producers.get(mask.name)
     if n is None or n.op != Op.WHERE or len(n.inputs) != 3 or not mask.dtype.is_float:
         return None
     cond, a, b = n.inputs
-    values = [graph.constants[v.name].tensor if v.name in graph.constants else None
-              for v in (a, b)]
-    if any(t is None or t.numel() != 1 or getattr(t, "is_meta", False) for t in values):
+    a, b = (scalar_constant(graph, v) for v in (a, b))
+    if a is None or b is None:
         return None
     lowest = torch.finfo(mask.dtype.to_torch()).min
-    a, b = (float(t) for t in values)
     inverted = producers.get(cond.name)
     if a <= lowest and b == 0 and inverted is not None and inverted.op == Op.NOT:
         return inverted.inputs[0]

@@ -67,7 +67,7 @@ def score_terms(graph, node: Node, single, scale: float, lift: tuple | None = No
         elif node.op == Op.CAST and node.output.dtype.is_float and node.inputs[0].dtype.is_float:
             node = single(node.inputs[0])
         elif node.op == Op.ADD and node.attrs.scalar is None and len(node.inputs) == 2:
-            sides = _scores_side(graph, node.inputs, single)
+            sides = _scores_side(node.inputs, single)
             if sides is None:
                 break
             scores, term = sides
@@ -122,7 +122,7 @@ def split_heads(b: GraphBuilder, v: Value, split: tuple, loc) -> Value:
                   f"{v.name}_heads", loc)
 
 
-def _scores_side(graph, inputs, single):
+def _scores_side(inputs, single):
     """(the scores side, the term) of an ADD: the side whose chain reaches the product."""
     for s, t in (inputs, inputs[::-1]):
         if _reaches_product(s, single, 24):
@@ -156,13 +156,14 @@ def _fill_of(graph, n: Node, single):
     if cond.dtype != DType.BOOL:
         return None
     for fill, scores, masked_where in ((a, b, True), (b, a, False)):
-        value = _scalar_constant(graph, fill)
+        value = scalar_constant(graph, fill)
         if value is not None and value <= _MASKING and _reaches_product(scores, single, 24):
             return scores, Term(cond, 1.0, value, masked_where)
     return None
 
 
-def _scalar_constant(graph, v: Value) -> float | None:
+def scalar_constant(graph, v: Value) -> float | None:
+    """The number a one-element constant holds, or None (not a constant, or a meta one)."""
     c = graph.constants.get(v.name)
     t = None if c is None else c.tensor
     if t is None or getattr(t, "is_meta", False) or t.numel() != 1:
@@ -172,11 +173,8 @@ def _scalar_constant(graph, v: Value) -> float | None:
 
 def emit_sum(b: GraphBuilder, terms: list[Term], loc) -> Value:
     """The terms (already in the new graph: b.get'd values) as one f32 additive mask."""
-    from aotpack.ir.infer import infer
-
     def emit(op, ins, attrs, name):
-        t = infer(op, [x.type for x in ins], attrs)
-        return b.emit(op, ins, attrs, t.dtype, tuple(t.shape), name, loc)
+        return b.emit_inferred(op, ins, attrs, name, loc)
 
     total = None
     for term in reversed(terms):  # from the product outwards: a fill replaces what is inside

@@ -79,10 +79,7 @@ class _Propagation:
         return False
 
     def _emit(self, n: Node, op: Op, ins, attrs) -> Value:
-        from aotpack.ir.infer import infer
-
-        t = infer(op, [v.type for v in ins], attrs)
-        return self.b.emit(op, ins, attrs, t.dtype, t.shape, f"{n.output.name}_cl", n.loc)
+        return self.b.emit_inferred(op, ins, attrs, f"{n.output.name}_cl", n.loc)
 
     def _finish(self, n: Node, out_cl: Value) -> None:
         """n's value is now permute(out_cl, P): emitted under n's name, twinned."""

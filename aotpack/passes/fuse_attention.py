@@ -69,13 +69,9 @@ def fuse_attention(graph: Graph) -> Graph:
             b.keep(n)
             continue
         q, kt, v, causal, scale, mask, narrow, softcap, lift = match
-        if lift:
-            _emit_lifted(b, n, match, producers, (sums, without_causal))
-            fused += 1
-            continue
         if narrow:
             q, kt = (_narrowed(b, x, producers, n) for x in (q, kt))
-        several, bias = isinstance(mask, list), None
+        several, bias = isinstance(mask, list), None  # a lifted match has a list of terms
         if several:  # several terms: their f32 sums (the causal parts split off)
             mask, bias = _terms_operands(b, mask, n.loc, (q, v), producers, sums,
                                          without_causal)
@@ -87,39 +83,37 @@ def fuse_attention(graph: Graph) -> Graph:
                     without_causal[mask.name] = rebuild(b, *split)
                 mask, causal = without_causal[mask.name], True
             mask = None if mask is None else b.get(mask)
-        k = _untransposed(b, kt, producers, n)
+        qkv = (b.get(q), _untransposed(b, kt, producers, n), b.get(v))
+        if lift:  # BLOOM's [B*H, S, D]: their [B, H, S, D] views
+            qkv = tuple(split_heads(b, x, lift, n.loc) for x in qkv)
         attrs = O.SdpaAttrs(causal, scale, False, softcap=float(softcap))
-        ins = (b.get(q), k, b.get(v)) + tuple(x for x in (mask, bias) if x is not None)
-        sdpa = Node(Op.SDPA, ins, attrs, n.outputs, n.loc)
+        ins = qkv + tuple(x for x in (mask, bias) if x is not None)
+        sdpa = Node(Op.SDPA, ins, attrs, (_lifted_output(b, n, lift) if lift else n.output,),
+                    n.loc)
         if mask is None or causal or several \
                 or not rewrite_positional(graph, b, sdpa, producers):
             b.nodes.append(sdpa)
+        if lift:
+            _view_back(b, n, sdpa.output)
         fused += 1
     if not fused:
         return graph
     return _fold_repeat_kv(dead_code(b.finish())).verify()
 
 
-def _emit_lifted(b: GraphBuilder, n: Node, match, producers, caches) -> None:
-    """A 3-D attention (BLOOM: q, k, v [B*H, S, D]) as SDPA over their [B, H, S, D] views,
-    its output viewed back as n's [B*H, S, Dv]."""
+def _lifted_output(b: GraphBuilder, n: Node, lift: tuple) -> Value:
+    """The [B, H, S, Dv] output of a lifted (3-D, BLOOM) attention n."""
+    out = n.output
+    return Value(b.fresh(f"{out.name}_heads"), out.dtype, (*lift, *out.shape[1:]))
+
+
+def _view_back(b: GraphBuilder, n: Node, out4: Value) -> None:
+    """n's [B*H, S, Dv] output as the view of the lifted attention's [B, H, S, Dv]."""
     from aotpack.passes.views import View, strided_attrs
 
-    q, kt, v, causal, scale, mask, narrow, softcap, lift = match
-    if narrow:
-        q, kt = (_narrowed(b, x, producers, n) for x in (q, kt))
-    k = _untransposed(b, kt, producers, n)
-    ins = [split_heads(b, b.get(x), lift, n.loc) for x in (q, k, v)]
-    if mask:
-        ins += [x for x in _terms_operands(b, mask, n.loc, (q, v), producers, *caches)
-                if x is not None]
     out = n.output
-    shape4 = (*lift, *out.shape[1:])
-    sdpa = Value(b.fresh(f"{out.name}_heads"), out.dtype, shape4)
-    attrs = O.SdpaAttrs(causal, scale, False, softcap=float(softcap))
-    b.nodes.append(Node(Op.SDPA, tuple(ins), attrs, (sdpa,), n.loc))
     b.release(out.name)
-    b.emit(Op.AS_STRIDED, [sdpa], strided_attrs(View.contiguous(out.shape)), out.dtype,
+    b.emit(Op.AS_STRIDED, [out4], strided_attrs(View.contiguous(out.shape)), out.dtype,
            out.shape, out.name, n.loc)
 
 
