@@ -24,14 +24,24 @@ from aotpack.kernels.triton import grouped_mm  # noqa: E402
 from compare import median_ms  # noqa: E402
 
 CONFIGS = [
-    {},  # the default
+    {},  # the default (TMA at these shapes)
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4},
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 8, "num_stages": 4},
     {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3},
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 3},
     {"BLOCK_M": 64, "BLOCK_N": 256, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4},
-]
+] + [{"TMA": True, "BLOCK_K": 64, "GROUP_M": 8, "PROGRAMS": 0, **c} for c in (
+    {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 256, "BLOCK_N": 128, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3, "PROGRAMS": 132},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 4, "PROGRAMS": 132},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "num_warps": 8, "num_stages": 4, "PROGRAMS": 132},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3, "GROUP_M": 16},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "num_warps": 8, "num_stages": 3, "GROUP_M": 4},
+)]
 
 
 def op_for(rows: int, experts: int, n: int, k: int) -> GroupedMmOp:

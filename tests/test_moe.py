@@ -9,6 +9,7 @@ import torch
 from aotpack.errors import UserError
 from aotpack.executor import run_reference
 from aotpack.frontend import to_graph
+from aotpack.ir.sym import upper_bound
 from aotpack.passes import compile_graph
 from program_checks import rel_err
 
@@ -74,6 +75,13 @@ def test_moe_family_matches_eager(family):
     grouped = [op for op in program.ops if type(op).__name__ == "GroupedMmOp"]
     experts = 8 if family == "mixtral_top1" else 4
     assert len(grouped) == 2 and all(op.b.shape[0] == experts for op in grouped)
+    # silu(gate) * up runs in the gate/up grouped GEMM (GPT-OSS's clamped GLU does not fuse);
+    # the guards against other GPUs' expert ids (ids >= E: never, the ids come from a topk
+    # or argmax over E) are folded: no selection kernel is left on the experts' rows
+    assert [op.swiglu_group for op in grouped] == ([0, 0] if family == "gpt_oss" else [32, 0])
+    guards = [op for op in program.ops if "where" in str(getattr(op, "expr", ""))
+              and upper_bound(op.out.shape[-1]) in (128, 2 * 256, 256)]
+    assert not guards, guards
     if family == "phimoe":
         return _check_phimoe_in_f32()
     _check(model, program, _ids(2, 16, 1))

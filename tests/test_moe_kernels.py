@@ -17,11 +17,12 @@ from program_checks import rel_err, sass_or_skip  # noqa: E402
 def _interpret(jobs):
     """[(op, env)] -> the references' outputs, after the kernels ran on the envs."""
     refs = []
-    for op, env in jobs:
+    jobs = [job if len(job) == 3 else (*job, None) for job in jobs]
+    for op, env, _ in jobs:
         ref = {k: v.clone() for k, v in env.items()}
         run_op_reference(op, ref)
         refs.append(ref[op.out.storage])
-    run_interpreted_batch([(op, env, None) for op, env in jobs])
+    run_interpreted_batch(jobs)
     return refs
 
 
@@ -65,39 +66,56 @@ def test_routing_kernels_in_the_interpreter():
     assert torch.equal(order[jobs[7][1]["inv"]], torch.arange(n))
 
 
-def _grouped(t, sizes, k, n, dt, b_strides=None):
+def _grouped(t, sizes, k, n, dt, b_strides=None, swiglu=0):
     e = len(sizes)
     a = contiguous("a", dt, (t, k))
     b = TensorArg("b", dt, (e, k, n), b_strides or (k * n, n, 1))
     offs = contiguous("offs", DType.I32, (e,))
-    return GroupedMmOp(a, b, offs, contiguous("out", dt, (t, n)))
+    return GroupedMmOp(a, b, offs, contiguous("out", dt, (t, n // 2 if swiglu else n)), swiglu)
 
 
-@pytest.mark.parametrize("case", ["ragged", "decode", "tail"])
+# The TMA kernel at small tiles: 32-column tiles over N = 48 read the next expert's weight rows
+# (never stored); 16-row tiles split every group; 5 programs walk all the tiles (persistent).
+_TMA_SMALL = {"TMA": True, "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2,
+              "num_warps": 4, "num_stages": 2, "PROGRAMS": 0}
+_RAGGED = [0, 37, 5, 0, 90, 1]
+_TAIL = [3, 0, 20]
+# case: (group sizes, extra rows past the last group, K, N, dtype, config, SwiGLU group)
+_GROUPED_CASES = {
+    "ragged": (_RAGGED, 0, 72, 48, DType.BF16, None, 0),
+    "decode": ([0, 0, 1, 0, 0, 1, 0, 0], 0, 64, 96, DType.BF16, None, 0),
+    "tail": (_TAIL, 7, 40, 24, DType.F32, None, 0),
+    "tma": (_RAGGED, 0, 72, 48, DType.BF16, _TMA_SMALL, 0),
+    "tma_persistent": (_RAGGED, 0, 72, 48, DType.BF16, dict(_TMA_SMALL, PROGRAMS=5), 0),
+    "tma_tail": (_TAIL, 7, 40, 24, DType.BF16, _TMA_SMALL, 0),
+    "swiglu": (_RAGGED, 5, 72, 96, DType.BF16, None, 8),
+    "tma_swiglu": (_RAGGED, 5, 72, 96, DType.BF16, dict(_TMA_SMALL, PROGRAMS=3), 8),
+}
+
+
+@pytest.mark.parametrize("case", list(_GROUPED_CASES))
 def test_grouped_mm_in_the_interpreter(case):
     """Ragged groups with empty ones, more rows than a tile, the expert weights as a permuted
     view ([E, N, K] memory, as transformers stores them); decode (2 rows, 8 experts); rows past
-    the last offset come out zero; f32 in full precision."""
+    the last offset come out zero; f32 in full precision; the TMA kernel (one program per tile,
+    and persistent) on the ragged groups and the tail; the SwiGLU of interleaved gate/up
+    columns (out [T, N/2]) in both kernels."""
     g = torch.Generator().manual_seed(1)
-    if case == "ragged":
-        sizes, k, n, dt = [0, 37, 5, 0, 90, 1], 72, 48, DType.BF16
-    elif case == "decode":
-        sizes, k, n, dt = [0, 0, 1, 0, 0, 1, 0, 0], 64, 96, DType.BF16
-    else:
-        sizes, k, n, dt = [3, 0, 20], 40, 24, DType.F32
-    t = sum(sizes) + (7 if case == "tail" else 0)
+    sizes, extra, k, n, dt, config, swiglu = _GROUPED_CASES[case]
+    t = sum(sizes) + extra
     e = len(sizes)
-    op = _grouped(t, sizes, k, n, dt, b_strides=(n * k, 1, k))  # b[e] = W[e].T
+    op = _grouped(t, sizes, k, n, dt, b_strides=(n * k, 1, k), swiglu=swiglu)  # b[e] = W[e].T
+    n_out = op.out.shape[1]
     torch_dt = dt.to_torch()
     env = {"a": torch.randn(t * k, generator=g).to(torch_dt),
            "b": torch.randn(e * n * k, generator=g).to(torch_dt),
            "offs": torch.tensor(sizes).cumsum(0).to(torch.int32),
-           "out": torch.full((t * n,), float("nan")).to(torch_dt)}
-    (ref,) = _interpret([(op, env)])
+           "out": torch.full((t * n_out,), float("nan")).to(torch_dt)}
+    (ref,) = _interpret([(op, env, config)])
     assert not torch.isnan(env["out"]).any()
     assert rel_err(env["out"], ref) < (1e-5 if dt == DType.F32 else 1e-2)
-    if case == "tail":
-        assert (env["out"].reshape(t, n)[sum(sizes):] == 0).all()
+    if extra:
+        assert (env["out"].reshape(t, n_out)[sum(sizes):] == 0).all()
 
 
 def test_moe_kernels_compile_for_sm90a():
@@ -122,10 +140,37 @@ def test_moe_kernels_compile_for_sm90a():
     gmm = _grouped(t * k, [0] * e, d, f, DType.BF16, b_strides=(f * d, 1, d))
     decode = grouped_mm.default_config(_grouped(2, [0] * e, d, f, DType.BF16))
     assert decode["BLOCK_M"] == 16 and grouped_mm.default_config(gmm)["BLOCK_M"] == 128
-    for config in (None, decode):  # the prefill and the decode bucket's tiles
+    assert grouped_mm.default_config(gmm).get("TMA")  # nn.Linear-layout weights: TMA
+    for config, tma in ((None, True), (decode, False), ({"TMA": False}, False),
+                        ({"TMA": True, "PROGRAMS": 132}, True)):
         (launch,) = grouped_mm.compile(gmm, config=config)
         sass = sass_or_skip(launch.kernel.cubin)
         assert "HGMMA" in sass or "HMMA" in sass
+        assert ("UTMALDG" in sass) == tma, config
+    swiglu = _grouped(t * k, [0] * e, d, f, DType.BF16, b_strides=(f * d, 1, d), swiglu=32)
+    assert swiglu.out.shape[1] == f // 2
+    for config in (None, decode):  # silu(gate) * up paired in registers, both kernels
+        (launch,) = grouped_mm.compile(swiglu, config=config)
+        assert "swiglu" in launch.kernel.fused_ops
+        assert "HGMMA" in sass_or_skip(launch.kernel.cubin) or config is decode
+    with pytest.raises(ValueError, match="multiple of 64"):
+        grouped_mm.plan(swiglu, dict(decode, BLOCK_N=32))
+
+
+def test_grouped_mm_tma_needs_the_linear_layout():
+    """Weights [E, K, N] with N contiguous, or a's rows misaligned, keep the pointer kernel
+    (the default says so) and a TMA config for them is refused with the reason."""
+    from aotpack.kernels.triton import grouped_mm
+
+    n_major = _grouped(4096, [0] * 8, 256, 512, DType.BF16)  # b strides (K*N, N, 1)
+    assert not grouped_mm.default_config(n_major).get("TMA")
+    assert "strides" in grouped_mm.tma_problem(n_major)
+    with pytest.raises(ValueError, match="TMA config"):
+        grouped_mm.plan(n_major, {"TMA": True})
+    odd = _grouped(4096, [0] * 8, 100, 512, DType.BF16, b_strides=(512 * 100, 1, 100))
+    assert "aligned" in grouped_mm.tma_problem(odd)
+    assert grouped_mm.tma_problem(_grouped(64, [0] * 2, 64, 64, DType.F32,
+                                           b_strides=(64 * 64, 1, 64))) is not None
 
 
 def test_floor_division_of_integers_rounds_down():

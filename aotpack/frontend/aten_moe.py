@@ -93,7 +93,7 @@ def _grouped_mm(cx, a, b, offs=None, bias=None, out_dtype=None):
         raise Unsupported("_grouped_mm of other than a [T, K] and a [E, K, N] tensor")
     if not all(isinstance(d, int) for d in b.shape):
         raise Unsupported(f"_grouped_mm with dynamic expert weights {b.shape}")
-    return cx.emit(Op.GROUPED_MM, [a, b, offs], O.NoAttrs(), final=out_dtype is None)
+    return cx.emit(Op.GROUPED_MM, [a, b, offs], O.GroupedMmAttrs(), final=out_dtype is None)
 
 
 def _max_dim(cx, x, dim, keepdim=False):

@@ -134,7 +134,10 @@ def _grouped_mm(ins, a):
     if tuple(offs.shape) != (w.shape[0],) or offs.dtype not in (DType.I32, DType.I64):
         raise TypeError(f"grouped_mm: offsets {offs.dtype.value}{list(offs.shape)}, not "
                         f"[{w.shape[0]}] integers")
-    return TensorType(promote(x.dtype, w.dtype), (x.shape[0], w.shape[2]))
+    n, g = w.shape[2], a.swiglu_group
+    if g and (not isinstance(n, int) or n % (2 * g)):
+        raise TypeError(f"grouped_mm: SwiGLU of {n} columns in gate/up blocks of {g}")
+    return TensorType(promote(x.dtype, w.dtype), (x.shape[0], n // 2 if g else n))
 
 
 def _not(ins, a):

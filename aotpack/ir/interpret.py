@@ -4,6 +4,7 @@ from __future__ import annotations
 
 
 from aotpack.ir.graph import Graph, Node
+from aotpack.ir import ops as O
 from aotpack.ir.ops import Op
 
 
@@ -173,7 +174,7 @@ def _grouped_mm(a, x, w, offs):
     for g, end in enumerate(offs.tolist()):
         out[start:end] = x[start:end].float() @ w[g].float()
         start = end
-    return out
+    return _swiglu(O.SwiGLUAttrs(a.swiglu_group), out) if a.swiglu_group else out
 
 
 def _build():

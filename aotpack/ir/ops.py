@@ -92,7 +92,8 @@ class Op(enum.Enum):
     # cache), the kernel writes it in place.
     SCATTER_ROWS = "scatter_rows"
     # (a[T, K], b[E, K, N], offs[E] int32 cumulative row ends) -> [T, N]: rows
-    # offs[g-1]..offs[g] of a times b[g] (torch._grouped_mm); rows past offs[E-1] are 0
+    # offs[g-1]..offs[g] of a times b[g] (torch._grouped_mm); rows past offs[E-1] are 0;
+    # GroupedMmAttrs.swiglu_group: the SwiGLU of interleaved gate/up columns, [T, N/2]
     GROUPED_MM = "grouped_mm"
     SDPA = "sdpa"  # (q[B,Hq,S,D], k[B,Hkv,T,D], v[B,Hkv,T,Dv])
     ROPE = "rope"  # (x[B,H,S,D], cos, sin) RopeAttrs: rotate-half or interleaved, partial
@@ -241,6 +242,14 @@ class RopeAttrs:
 
 
 @dataclass(frozen=True)
+class GroupedMmAttrs:
+    """`swiglu_group` > 0: b's N columns of each expert interleave gate and up blocks of that
+    many (passes/fuse_swiglu.py) and the output is silu(gate) * up, [T, N/2]."""
+
+    swiglu_group: int = 0
+
+
+@dataclass(frozen=True)
 class SwiGLUAttrs:
     """Output column j reads gate column 2G*(j//G) + j%G and up column that + G (G = group),
     the layout of aotpack.kernels.spec.EpSwiGLU."""
@@ -328,7 +337,7 @@ Attrs = Union[NoAttrs, BinaryAttrs, GeluAttrs, CastAttrs, ReduceAttrs, SoftmaxAt
               NormAttrs,
               SdpaAttrs, ViewAttrs, PermuteAttrs, SliceAttrs, SelectAttrs, ExpandAttrs, DimAttrs,
               StridedAttrs, SwiGLUAttrs, RopeAttrs, ConvAttrs, PoolAttrs, TopkAttrs, SortAttrs,
-              HistcAttrs, ScatterAttrs]
+              HistcAttrs, ScatterAttrs, GroupedMmAttrs]
 
 ATTRS_TYPE: dict[Op, type] = {
     **{op: BinaryAttrs for op in BINARY + COMPARE + LOGIC}, Op.GELU: GeluAttrs, Op.CAST: CastAttrs,
@@ -341,6 +350,7 @@ ATTRS_TYPE: dict[Op, type] = {
     Op.AS_STRIDED: StridedAttrs, Op.SWIGLU: SwiGLUAttrs, Op.ROPE: RopeAttrs,
     Op.CONV: ConvAttrs, Op.POOL: PoolAttrs,
     Op.TOPK: TopkAttrs, Op.SORT: SortAttrs, Op.HISTC: HistcAttrs, Op.SCATTER_ROWS: ScatterAttrs,
+    Op.GROUPED_MM: GroupedMmAttrs,
 }
 
 

@@ -516,12 +516,14 @@ class KvWriteOp:
 class GroupedMmOp:
     """out[T, N] = a[T, K] @ b[g] for the rows of group g, offs[g-1] <= row < offs[g]
     (offs[-1] = 0; offs int32/int64 cumulative ends, E of them); rows past offs[E-1] are 0.
-    f32 accumulation; b a strided [E, K, N] view (a weight's permute)."""
+    f32 accumulation; b a strided [E, K, N] view (a weight's permute). `swiglu_group` > 0:
+    b's columns interleave gate and up blocks of that many, out[T, N/2] = silu(gate) * up."""
 
     a: TensorArg
     b: TensorArg
     offs: TensorArg
     out: TensorArg
+    swiglu_group: int = 0
 
 
 KernelOp = Union[GemmOp, AttentionOp, RMSNormOp, LayerNormOp, SoftmaxOp, ReduceOp, RopeOp,

@@ -297,7 +297,8 @@ class GroupedMmTemplate(Template):
     def describe(self, op):
         t, k = op.a.shape
         e, _, n = op.b.shape
-        return f"grouped_mm T={t} E={e} K={k} N={n} {op.a.dtype.value}"
+        swiglu = f" swiglu={op.swiglu_group}" if op.swiglu_group else ""
+        return f"grouped_mm T={t} E={e} K={k} N={n}{swiglu} {op.a.dtype.value}"
 
 
 class PoolTemplate(Template):

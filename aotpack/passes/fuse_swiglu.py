@@ -7,7 +7,11 @@ kernel's 3 x N. The interleaving puts a gate block and its up block in the same 
 so the kernel pairs them in registers.
 
 The same holds for ONE linear over a stacked [2N, K] weight whose output is split in halves
-(Phi-3's gate_up_proj + chunk(2)): the halves are its gate and up weights.
+(Phi-3's gate_up_proj + chunk(2)): the halves are its gate and up weights. And for a grouped
+GEMM over experts' stacked [E, 2N, K] weights (transformers' grouped-GEMM experts: Mixtral,
+Qwen2-MoE, OLMoE): each expert's rows are interleaved alike and the GROUPED_MM itself says
+`swiglu_group` (its kernel pairs the columns in registers, as the GEMM's epilogue does); at
+2,048 Mixtral tokens that skips writing and re-reading a [4096, 28672] gate/up product.
 
 Fused only when it is exact and simple: both products read the same h, both weights are
 constants of one dtype and shape [N, K] with N a multiple of GROUP, neither has a bias (a bias
@@ -44,6 +48,9 @@ def fuse_swiglu(graph: Graph) -> Graph:
         if m is None:
             b.keep(n)
             continue
+        if isinstance(m[0], Node):  # (grouped_mm node, its weight's view, wg, wu, name)
+            _emit_grouped(b, n, *m)
+            continue
         h, wg, wu, name = m
         w = b.add_constant(name, _interleave(wg, wu), h.dtype)
         shape = tuple(h.shape[:-1]) + (w.shape[0],)
@@ -53,13 +60,25 @@ def fuse_swiglu(graph: Graph) -> Graph:
     return dead_code(b.finish()).verify()  # the old linears and the silu are unused now
 
 
+def _emit_grouped(b: GraphBuilder, mul: Node, gmm: Node, view: Node, wg, wu, name: str) -> None:
+    """GROUPED_MM(a, view of the interleaved weights, offs) with the SwiGLU, as `mul`'s
+    output."""
+    a, _, offs = (b.get(v) for v in gmm.inputs)
+    w = b.add_constant(name, _interleave(wg, wu), view.output.dtype)
+    w_view = b.emit(Op.AS_STRIDED, [w], view.attrs, w.dtype, view.attrs.shape,
+                    b.fresh(f"{name}_t"), view.loc)
+    b.nodes.append(Node(Op.GROUPED_MM, (a, w_view, offs), O.GroupedMmAttrs(GROUP),
+                        mul.outputs, mul.loc))
+
+
 def _interleave(wg, wu):
-    """Rows [g_0..g_{G-1}, u_0..u_{G-1}, g_G.., u_G.., ...] of two [N, K] weights."""
+    """Rows [g_0..g_{G-1}, u_0..u_{G-1}, g_G.., u_G.., ...] of two [..., N, K] weights."""
     import torch
 
-    n, k = wg.shape
-    pairs = torch.stack((wg.reshape(n // GROUP, GROUP, k), wu.reshape(n // GROUP, GROUP, k)), 1)
-    return pairs.reshape(2 * n, k).contiguous()
+    *batch, n, k = wg.shape
+    blocks = (*batch, n // GROUP, GROUP, k)
+    pairs = torch.stack((wg.reshape(blocks), wu.reshape(blocks)), -3)
+    return pairs.reshape(*batch, 2 * n, k).contiguous()
 
 
 def _matches(graph: Graph) -> dict[str, tuple]:
@@ -118,14 +137,22 @@ def _halves(graph: Graph, gate: Node, up: Node, mul: Node, producers, users):
     if gate.op != Op.AS_STRIDED or up.op != Op.AS_STRIDED or gate.inputs != up.inputs:
         return None
     lin = producers.get(gate.inputs[0].name)
-    if lin is None or lin.op != Op.LINEAR or len(lin.inputs) != 2 \
+    if lin is None or lin.op not in (Op.LINEAR, Op.GROUPED_MM) \
             or lin.output.name in graph.output_names() \
             or sorted(id(u) for u in users.get(lin.output.name, [])) != sorted((id(gate), id(up))):
         return None
-    h, w = lin.inputs
-    if w.name not in graph.constants or w.dtype != h.dtype or len(w.shape) != 2:
+    if lin.op == Op.GROUPED_MM:
+        weights = _expert_weights(graph, lin, producers)
+        if weights is None:
+            return None
+        view, w = weights
+    elif len(lin.inputs) != 2:
         return None
-    n2, shape = w.shape[0], tuple(lin.output.shape)
+    else:
+        h, w = lin.inputs
+        if w.name not in graph.constants or w.dtype != h.dtype or len(w.shape) != 2:
+            return None
+    n2, shape = w.shape[-2], tuple(lin.output.shape)
     n = n2 // 2
     half = shape[:-1] + (n,)
     full = contiguous_strides(shape)
@@ -138,7 +165,26 @@ def _halves(graph: Graph, gate: Node, up: Node, mul: Node, producers, users):
             or lin.output.dtype != mul.output.dtype:
         return None
     t = graph.constants[w.name].tensor
-    first, second = t[:n], t[n:]
+    first, second = t[..., :n, :], t[..., n:, :]
     wg, wu = (first, second) if gate.attrs.offset == 0 else (second, first)
     base, _, leaf = w.name.rpartition(".")
-    return h, wg, wu, f"{base}_swiglu.{leaf}" if base else f"{w.name}_swiglu"
+    name = f"{base}_swiglu.{leaf}" if base else f"{w.name}_swiglu"
+    return (lin, view, wg, wu, name) if lin.op == Op.GROUPED_MM else (h, wg, wu, name)
+
+
+def _expert_weights(graph: Graph, gmm: Node, producers):
+    """(the view node, the constant) when a grouped GEMM's b is its experts' constant
+    [E, 2N, K] weights viewed as [E, K, 2N] (a transpose, as transformers passes them), of
+    the activations' dtype and with no SwiGLU yet; else None."""
+    view = producers.get(gmm.inputs[1].name)
+    if gmm.attrs.swiglu_group or view is None or view.op != Op.AS_STRIDED \
+            or view.inputs[0].name not in graph.constants:
+        return None
+    w = view.inputs[0]
+    if len(w.shape) != 3 or w.dtype != gmm.inputs[0].dtype or w.dtype != gmm.output.dtype:
+        return None
+    e, n2, k = w.shape
+    if (tuple(view.attrs.shape), tuple(view.attrs.strides), view.attrs.offset) != \
+            ((e, k, n2), (n2 * k, 1, k), 0):
+        return None
+    return view, w

@@ -38,7 +38,7 @@ def lower_grouped_mm(lw, n: Node) -> None:
     offs = _vector(lw, n.inputs[2])
     if offs.strides != (1,):
         offs = _vector_copy(lw, n.inputs[2])
-    lw.ops.append(GroupedMmOp(a, b, offs, _out(lw, n, 1)))
+    lw.ops.append(GroupedMmOp(a, b, offs, _out(lw, n, 1), n.attrs.swiglu_group))
 
 
 def _vector_copy(lw, v):

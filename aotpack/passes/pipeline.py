@@ -15,20 +15,22 @@ from aotpack.passes.fuse_attention import fuse_attention
 from aotpack.passes.fuse_horizontal import fuse_horizontal
 from aotpack.passes.fuse_patterns import fuse_patterns
 from aotpack.passes.fuse_swiglu import fuse_swiglu
+from aotpack.passes.int_ranges import fold_known_comparisons
 from aotpack.passes.lower import lower
 
 log = logging.getLogger(__name__)
 
 
 def optimize(graph: Graph) -> Graph:
-    """The graph-to-graph part: convolutions channels-last, canonical, common subexpressions
-    merged, f32 GEMMs of upcast 16-bit values on 16-bit operands, batch norms folded into
-    convolutions, pattern-fused (attention written out as matmul/softmax/matmul too, and
-    SwiGLU gate/up pairs; attention the kernel cannot take written out again), horizontally
-    fused, canonical again."""
+    """The graph-to-graph part: convolutions channels-last, canonical, comparisons that value
+    ranges decide folded (int_ranges.py), common subexpressions merged, f32 GEMMs of upcast
+    16-bit values on 16-bit operands, batch norms folded into convolutions, pattern-fused
+    (attention written out as matmul/softmax/matmul too, and SwiGLU gate/up pairs; attention
+    the kernel cannot take written out again), horizontally fused, canonical again."""
     graph = graph.verify()
     log.debug("frontend graph: %d nodes", len(graph.nodes))
-    for graph_pass in (propagate_channels_last, exact_gemm, canonicalize, cse, fold_conv_bn,
+    for graph_pass in (propagate_channels_last, exact_gemm, canonicalize,
+                       fold_known_comparisons, cse, fold_conv_bn,
                        fuse_patterns, fuse_attention, decompose_attention, fuse_swiglu,
                        fuse_horizontal, canonicalize):
         start = time.perf_counter()

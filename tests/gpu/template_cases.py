@@ -636,6 +636,35 @@ def make_sort_topk():
     return Orders().eval(), (torch.randn(5, 4, 100, dtype=BF16), ids), ({0: r}, {0: r})
 
 
+# ------------------------------------------------------------------------ grouped GEMM
+class Experts(nn.Module):
+    """Rows routed to experts by integer ids (exact on both sides: no router to round), sorted
+    by expert, one grouped GEMM over the experts' [N, K] weights (nn.Linear's layout: the TMA
+    kernel at prefill sizes), back to row order. Empty and ragged groups come from the ids."""
+
+    def __init__(self, experts: int = 8, k: int = 256, n: int = 320):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(experts, n, k))
+        self.experts = experts
+
+    def forward(self, x, ids):
+        sorted_ids, order = ids.sort(stable=True)
+        counts = torch.histc(sorted_ids.float(), self.experts, 0, self.experts - 1)
+        offs = counts.cumsum(0).to(torch.int32)
+        out = torch._grouped_mm(x[order], self.weight.transpose(1, 2), offs=offs)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=order.device)
+        return out[inverse]
+
+
+def make_grouped_mm():
+    torch.manual_seed(0)
+    r = _rows()
+    ids = torch.randint(0, 8, (100,))
+    ids[0], ids[1] = 0, 7
+    return _init(Experts()), (torch.randn(100, 256, dtype=BF16), ids), ({0: r}, {0: r})
+
+
 # ------------------------------------------------------------------------------- the table
 _GEMM = ("gemm",)
 _ATTN = ("attention",)
@@ -698,6 +727,7 @@ CASES = [
     Case("pointwise", ("pointwise",)),
     Case("scatter_add", ("scatter_rows_sum", "scatter_rows_amax")),
     Case("sort_topk", ("sort", "topk"), {"R": (1, 7, 77, 1000, MAX_ROWS)}),
+    Case("grouped_mm", ("grouped_mm", "sort", "histc", "inverse_perm")),
     Case("fp8_gemm_bias", _GEMM + ("fp8_weight", "bias"), options=_FP8),
     Case("fp8_swiglu", _GEMM + ("fp8_weight", "swiglu"), options=_FP8),
     Case("fp8_gemm_f16", _GEMM + ("fp8_weight", "gelu_tanh"), options=_FP8),
@@ -709,7 +739,8 @@ STATIC = [("gemm_chain", 1), ("gemm_chain", 77), ("gemm_splitk", 7), ("gemm_swig
           ("gemm_ragged", 129), ("attention_causal_d128", 129), ("attention_cross_d64", 7),
           ("layernorm_ragged", 1000), ("rmsnorm", 1), ("softmax", 8192), ("rope_d64", 77),
           ("embedding", 1000), ("pointwise", 7), ("attention_alibi_terms", 77),
-          ("attention_alibi_terms", 1000)]
+          ("attention_alibi_terms", 1000),
+          ("grouped_mm", 5000)]
 
 
 def _at_size(factory, n: int):

@@ -17,4 +17,8 @@ def reference(op: GroupedMmOp, env) -> None:
         end = max(start, min(int(end), a.shape[0]))
         out[start:end] = a[start:end].to(wide) @ b[g].to(wide)
         start = end
+    if op.swiglu_group:
+        from aotpack.kernels.reference.gemm import swiglu
+
+        out = swiglu(out, op.swiglu_group)
     write(env, op.out, out)
