@@ -22,8 +22,8 @@ NAMES = {"bert_base_padded": "BERT-base, padded batch 8x128",
 
 def grouped(doc: dict) -> dict[tuple[str, str], dict[str, dict]]:
     out: dict[tuple[str, str], dict[str, dict]] = {}
-    for r in doc["rows"]:
-        if r.get("ms"):
+    for r in doc["rows"]:  # rows a later call re-measured say superseded_by: history only
+        if r.get("ms") and not r.get("superseded_by"):
             out.setdefault((r["model"], r.get("point", "")), {})[r["contender"]] = r
     return out
 
