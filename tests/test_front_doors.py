@@ -436,6 +436,24 @@ def test_saved_class_found_beside_the_file_or_named_as_main(tmp_path):
         load_spec(str(tmp_path / "main.pt"))
 
 
+def test_factory_imports_a_module_beside_it_from_any_working_folder(tmp_path):
+    """A factory's folder is on the import path while it loads (issue 15): its own helper
+    module imports when aotpack runs from another folder (here /, a fresh process)."""
+    import subprocess
+
+    (tmp_path / "zz_sibling_layers.py").write_text(
+        "import torch\n\nclass Twice(torch.nn.Module):\n"
+        "    def forward(self, x):\n        return x * 2\n")
+    (tmp_path / "factory.py").write_text(
+        "import torch\nfrom zz_sibling_layers import Twice\n\n"
+        "def make():\n    return Twice(), (torch.randn(2, 3),)\n")
+    probe = ("from aotpack.frontend import load_spec; "
+             "print(type(load_spec({p!r}).model).__name__)")
+    r = subprocess.run([sys.executable, "-c", probe.format(p=f"{tmp_path / 'factory.py'}:make")],
+                       capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0 and r.stdout.strip() == "Twice", r.stderr[-600:]
+
+
 def test_a_tuple_of_example_inputs_nested_once_too_often_is_named_not_a_crash():
     """[(x,)] where (x,) was meant: the refusal names the nesting instead of failing on
     tuple.shape while it formats the message."""

@@ -128,6 +128,11 @@ CASES = {
     "swiglu_g64_bn64": (_swiglu_op(3, 128, K, 64, [_add(3, 128)]), SKF.with_(SPLIT_K=2)),
     # fix-up over several row blocks (BM = 32)
     "fixup_m40_bm32": (_op(40, epilogue=[_bias()]), SKF.with_(BM=32, SPLIT_K=2)),
+    # tile-starved GEMMs above decode sizes (gemm_heuristic.tile_starved): 128-row blocks,
+    # the last one ragged, split and direct, N = 8 (an MoE router)
+    "starved_m300_bm128": (_op(300, epilogue=[_bias()]), SK.with_(BM=128, SPLIT_K=3)),
+    "starved_m300_n8_fixup": (_op(300, n=8, epilogue=[_add(300, 8)]),
+                              SKF.with_(BM=128, SPLIT_K=2)),
     # pointer loads: K = 90 (180 B rows) cannot be a TMA tensor map
     "ptr_unaligned_k": (_op(5, k=90, epilogue=[_bias()]), SK.with_(TMA=False)),
     "ptr_direct": (_op(16, epilogue=[_add(16)]), SK.with_(TMA=False, SPLIT_K=1)),
@@ -386,9 +391,23 @@ def test_choose_config_picks_splitk_for_m16_llama(n, k):
     assert cdiv(k, cfg.BK) // cfg.SPLIT_K >= 4  # K runs long enough to fill the pipeline
 
 
-def test_choose_config_keeps_the_tile_kernel_above_m64():
-    assert isinstance(choose_config(64, 4096, 4096, BF, SM90), SplitKConfig)
-    assert isinstance(choose_config(65, 4096, 4096, BF, SM90), GemmConfig)
+@pytest.mark.parametrize("shape, splitk", [
+    ((64, 4096, 4096), True),      # decode sizes: always
+    # tile-starved above them (H200, benchmarks/bench_starved_gemm.py, CUDA graphs, us tile ->
+    # split-K): an MoE router 19.5 -> 10.8, 65 rows 22.9 -> 16.3, 128 rows 23.1 -> 18.9,
+    # 256x256 over K = 8192 40.3 -> 9.9, 512x1024 22.9 -> 15.1
+    ((2048, 8, 4096), True), ((65, 4096, 4096), True), ((128, 4096, 4096), True),
+    ((256, 256, 8192), True), ((512, 1024, 4096), True),
+    # enough tiles: the tile kernel (128 x 14336: 38.0 against 46.1 us split)
+    ((65, 14336, 4096), False), ((128, 14336, 4096), False), ((2048, 4096, 4096), False),
+    ((2048, 8, 512), False),  # a short K: nothing to split
+])
+def test_choose_config_splits_k_for_decode_and_tile_starved_shapes(shape, splitk):
+    cfg = choose_config(*shape, BF, SM90)
+    assert isinstance(cfg, SplitKConfig) is splitk, cfg
+    if splitk:  # every SM gets a CTA
+        m, n, _ = shape
+        assert cdiv(m, cfg.BM) * cdiv(n, cfg.BN) * cfg.SPLIT_K >= 0.9 * SM90.sm_count
 
 
 def test_supports_config_says_why():

@@ -201,11 +201,14 @@ ATTENTION_CASES = {
     "d80_causal": attention_case(1, 2, 2, 70, 70, 80, True),
     "d96_gqa_noncausal": attention_case(1, 4, 2, 33, 50, 96, False),
     "d256_causal": attention_case(1, 2, 1, 40, 40, 256, True),
+    "d160_gqa_causal": attention_case(1, 4, 2, 37, 37, 160, True),  # zero-padded to 256
+    "mask_d192_padding": masked_attention_case(2, 2, 1, 20, 45, 192, False, (2, 1, 1, 45),
+                                               DType.BOOL),
     "mask_d80_padding": masked_attention_case(2, 2, 2, 20, 30, 80, False, (2, 1, 1, 30),
                                               DType.BOOL),
 }
-MASKED = {k for k in ATTENTION_CASES if k.startswith("mask_") or k.startswith("d80")
-          or k.startswith("d96")}  # no TMA kernel: masks, padded head dims
+MASKED = {k for k in ATTENTION_CASES if k.startswith(("mask_", "d80", "d96", "d160"))}
+# (no TMA kernel: masks, padded head dims)
 # Small tiles exercise several row blocks, the unmasked loop and the diagonal split; every
 # case also runs through the TMA (tensor descriptor) kernel.
 SMALL_TILES = {"BLOCK_M": 32, "BLOCK_N": 16}
@@ -245,6 +248,34 @@ def test_interpreted_matches_reference(interpreted_results, case):
     assert not torch.isnan(got).any(), "output elements left unwritten (NaN poison) or NaN"
     err = ((got - ref).norm() / ref.norm()).item()
     assert err <= TOL, f"{case}: relative error {err:.3g}"
+
+
+def test_masked_attention_skips_key_tiles_every_row_hides():
+    """Padding past each sequence's end hides whole key tiles: the masked kernel skips their
+    loads, so NaN in the padded keys' K and V rows (memory nothing should read) cannot reach
+    the output; a partly hidden tile is read and its hidden keys weigh exactly zero. The
+    reference runs with those rows zeroed."""
+    b, h, sq, skv, d = 2, 2, 20, 64, 64
+    op = masked_attention_case(b, h, h, sq, skv, d, False, (b, 1, 1, skv), DType.BOOL)
+    env = make_env(op, seed=7)
+    lengths = (32, 40)  # 16-key tiles: batch 0 hides tiles 2-3, batch 1 tile 3 (and half of 2)
+    mask = torch.zeros(b, skv, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = True
+    env["mask"] = mask.reshape(-1)
+    ref_env = {k: v.clone() for k, v in env.items()}
+    for name, store in (("k", env), ("v", env), ("k", ref_env), ("v", ref_env)):
+        rows = store[name].view(b, h, skv, d)
+        for i, n in enumerate(lengths):
+            skipped = (n + 15) // 16 * 16  # from the first tile no row sees
+            rows[i, :, skipped:] = float("nan") if store is env else 0.0
+            if store is ref_env:
+                rows[i, :, n:] = 0.0
+    run_interpreted_batch([(op, env, {"BLOCK_M": 32, "BLOCK_N": 16})])
+    got = run_reference_view(op, env)
+    assert not torch.isnan(got).any()
+    want = expected(op, ref_env)
+    assert ((got - want).norm() / want.norm()).item() <= TOL
 
 
 # ----------------------------------------------------------------------------- codegen units

@@ -35,6 +35,19 @@ FAMILIES = {  # name: (factory, the attention the kernel must get: causal, mask 
         d_model=128, num_layers=2, num_heads=2, d_ff=256, d_kv=64, vocab_size=1000)), False),
     "falcon": (lambda: transformers.FalconModel(transformers.FalconConfig(
         hidden_size=128, num_hidden_layers=2, num_attention_heads=2, vocab_size=1000)), True),
+    "xlm_roberta": (lambda: transformers.XLMRobertaModel(
+        transformers.XLMRobertaConfig(**SMALL, pad_token_id=1)), False),
+    "electra": (lambda: transformers.ElectraModel(
+        transformers.ElectraConfig(**SMALL, embedding_size=64)), False),
+    "qwen2": (lambda: transformers.Qwen2Model(
+        transformers.Qwen2Config(**SMALL, num_key_value_heads=1)), True),
+    "gemma": (lambda: transformers.GemmaModel(  # head dim 256 (Gemma's default)
+        transformers.GemmaConfig(**SMALL, num_key_value_heads=1)), True),
+    "phi3": (lambda: transformers.Phi3Model(
+        transformers.Phi3Config(**SMALL, pad_token_id=0)), True),
+    # a window of 4 over 16 tokens: the window is active (the mask: window, causal, padding)
+    "mistral_window": (lambda: transformers.MistralModel(
+        transformers.MistralConfig(**SMALL, num_key_value_heads=1, sliding_window=4)), None),
 }
 
 
@@ -68,8 +81,10 @@ def test_padded_batch_matches_eager(family):
     program = compile_graph(to_graph(model, _padded(seed=0)))
     attention = [op for op in program.ops if type(op).__name__ == "AttentionOp"]
     assert attention and all(op.mask is not None for op in attention)
-    assert all(op.causal == causal for op in attention)
-    if family != "t5_encoder":  # T5 adds its relative-position bias: a [B, H, S, T] mask
+    if causal is not None:  # (a window: a per-query mask, whatever the causal flag)
+        assert all(op.causal == causal for op in attention)
+    if family not in ("t5_encoder", "mistral_window"):  # T5's relative-position bias and a
+        # window make the mask per query: [B, H, S, T] / [B, 1, S, T]
         assert all(op.mask.strides[1:3] == (0, 0) for op in attention)
     ids, mask = _padded(seed=1)
     mask[0, 11:] = 0
@@ -218,14 +233,17 @@ def test_padded_batch_with_dynamic_dims():
         assert rel_err(got * keep, want * keep) < 2e-2
 
 
-def test_clip_text_pools_at_the_end_token():
-    """CLIP's text pooling: hidden[arange(B), (ids == eos).int().argmax(-1)] — an argmax
-    kernel, then the embedding kernel reading rows of the hidden states at flat ids; with a
-    dynamic batch too."""
+@pytest.mark.parametrize("eos", [2, 999])
+def test_clip_text_pools_at_the_end_token(eos):
+    """CLIP's text pooling: with eos_token_id 2 (the original checkpoints) transformers takes
+    hidden[arange(B), ids.int().argmax(-1)] (their end token has the largest id), with any other
+    hidden[arange(B), (ids == eos).int().argmax(-1)] — an argmax kernel on the ids (or on a
+    comparison of them), then the embedding kernel reading rows of the hidden states at flat
+    ids; with a dynamic batch too."""
     cfg = transformers.CLIPTextConfig(hidden_size=128, num_hidden_layers=2,
                                       num_attention_heads=2, intermediate_size=256,
                                       vocab_size=1000, max_position_embeddings=77,
-                                      eos_token_id=2)
+                                      eos_token_id=eos)
     torch.manual_seed(0)
     clip = transformers.CLIPTextModel(cfg).eval()
 
@@ -240,9 +258,9 @@ def test_clip_text_pools_at_the_end_token():
     model = Pooled().to(torch.bfloat16)
 
     def ids_with_end(batch, ends, seed):
-        ids = torch.randint(3, 1000, (batch, 77), generator=torch.Generator().manual_seed(seed))
+        ids = torch.randint(3, 999, (batch, 77), generator=torch.Generator().manual_seed(seed))
         for row, end in enumerate(ends):
-            ids[row, end] = 2
+            ids[row, end] = eos
         return ids
 
     b = torch.export.Dim("B", min=1, max=16)
@@ -436,6 +454,34 @@ def test_roll_and_index_select_are_slices():
     assert torch.equal(run_reference(program, [x])[0], Shift()(x))
 
 
+def test_run_time_index_select_explicit_as_strided_and_group_norm():
+    """index_select at indices the caller passes (a row gather), an explicit as_strided that
+    is a view (overlapping windows), GroupNorm over 4 groups of 2 channels, against eager."""
+    class Ops(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.GroupNorm(4, 8)
+
+        def forward(self, x, idx, img):
+            picked = x.index_select(1, idx) * 2.0
+            windows = torch.as_strided(x, (3, 4, 3), (42, 6, 1), 2)  # rows overlap by 3
+            return picked, windows + 1.0, self.norm(img)
+
+    torch.manual_seed(0)
+    model = Ops().eval()
+    with torch.no_grad():
+        model.norm.weight.normal_()
+        model.norm.bias.normal_()
+    args = (torch.randn(3, 7, 6), torch.tensor([6, 0, 3, 3]), torch.randn(2, 8, 5, 5))
+    program = compile_graph(to_graph(model, args))
+    for idx in (torch.tensor([1, 2, 5, 6]), torch.tensor([0, 0, 0, 4])):
+        new = (torch.randn(3, 7, 6), idx, torch.randn(2, 8, 5, 5))
+        with torch.no_grad():
+            want = model(*new)
+        for got, w in zip(run_reference(program, list(new)), want):
+            assert rel_err(got, w) < 1e-5
+
+
 def test_full_like_of_run_time_tensors_and_triangles():
     """zeros_like / ones_like / full_like of inputs (only their shapes are read: a broadcast
     constant, symbolic dims too) and tril / triu of run-time data, against eager."""
@@ -544,6 +590,9 @@ REFUSALS = {  # what a model does -> (example inputs, words the one-line error m
                             "bit operations on integers"),
     "argmax_of_everything": (lambda x: torch.argmax(x), (torch.randn(3, 4),),
                              "argmax over all elements"),
+    # exported with a side-effect token (its error check): the op is named, not the token
+    "inverse_with_error_check": (lambda x: torch.linalg.inv(x * 2), (torch.randn(2, 4, 4),),
+                                 "linalg_inv_ex"),
 }
 
 

@@ -356,17 +356,24 @@ def _adaptive_by_matrices(cx, x, oh: int, ow: int):
 def _as_strided(cx, x, size, stride, offset=None):
     """as_strided over the input's storage: the identity when it maps every element where the
     input's own strides do (adaptive_avg_pool2d of a channels-last tensor exports as mean then
-    a restride of the [N, C, 1, 1] result), a view of the contiguous layout when the input is
-    contiguous; else refused."""
+    a restride of the [N, C, 1, 1] result), a view of the contiguous layout (from an offset
+    within it) when the input is contiguous; else refused."""
     src = cx.fx_node.args[0].meta.get("val")
-    size, stride = tuple(size), tuple(stride)
-    if src is None or offset not in (None, 0) or src.storage_offset() != 0:
-        raise Unsupported("as_strided with a storage offset or of an unknown layout")
+    size, stride, offset = tuple(size), tuple(stride), offset or 0
+    if src is None or src.storage_offset() != 0:
+        raise Unsupported("as_strided of a tensor that is itself a view with an offset, or "
+                          "of an unknown layout")
     same = lambda have, want: all(a == b for d, a, b in zip(size, have, want) if d != 1)  # noqa
-    if size == tuple(x.shape) and same(tuple(src.stride()), stride):
+    if offset == 0 and size == tuple(x.shape) and same(tuple(src.stride()), stride):
         return x
     if src.is_contiguous():
-        return cx.emit(Op.AS_STRIDED, [x], O.StridedAttrs(size, stride, 0), final=True)
+        if offset and (not all(isinstance(v, int) for v in size + stride + (offset,))
+                       or offset < 0 or min(stride, default=0) < 0 or offset + sum(
+                           (d - 1) * s for d, s in zip(size, stride) if d) >= src.numel()):
+            raise Unsupported(f"as_strided {list(size)}/{list(stride)} at offset {offset}: "
+                              f"elements outside the {list(src.shape)} input (or sizes "
+                              f"computed at run time)")
+        return cx.emit(Op.AS_STRIDED, [x], O.StridedAttrs(size, stride, offset), final=True)
     raise Unsupported(f"as_strided {list(size)}/{list(stride)} of a non-contiguous "
                       f"{list(src.shape)}/{list(src.stride())} tensor")
 

@@ -284,6 +284,11 @@ class _Translator:
             self.inputs.append(value)
             self.state.append(value.name)
         elif fqn is None:
+            if n.name in getattr(sig, "input_tokens", ()):
+                # an op with a side effect threads this token (linalg.inv's error check, a
+                # print): the op that reads it is refused, by name, where the model uses it
+                self.env[n.name] = None
+                return
             if n.name not in sig.user_inputs:
                 raise UnsupportedOpError(f"graph input {n.name} is neither a user input nor a "
                                          f"weight (token or custom object inputs are unsupported)")
@@ -361,6 +366,10 @@ class _Translator:
                 raise self._error(f"{n.target} with arguments read from tensor values at run "
                                   f"time (.item(), a 0-d tensor) is not supported: compute "
                                   f"them from sizes or Python numbers")
+            if str(n.target) == "higher_order.with_effects" and len(n.args) > 1:
+                raise self._error(f"operator {n.args[1]} (an op with a side effect: an error "
+                                  f"check, a print) is not supported; the bundle cannot run "
+                                  f"host code between kernels")
             raise self._error(f"operator {n.target} is not supported")
         args = self._map(n.args)
         kwargs = self._map(n.kwargs)

@@ -17,6 +17,7 @@ from aotpack.passes.fuse_patterns import fuse_patterns
 from aotpack.passes.fuse_swiglu import fuse_swiglu
 from aotpack.passes.int_ranges import fold_known_comparisons
 from aotpack.passes.lower import lower
+from aotpack.passes.share_sorts import share_sorts
 
 log = logging.getLogger(__name__)
 
@@ -26,13 +27,14 @@ def optimize(graph: Graph) -> Graph:
     ranges decide folded (int_ranges.py), common subexpressions merged, f32 GEMMs of upcast
     16-bit values on 16-bit operands, batch norms folded into convolutions, pattern-fused
     (attention written out as matmul/softmax/matmul too, and SwiGLU gate/up pairs; attention
-    the kernel cannot take written out again), horizontally fused, canonical again."""
+    the kernel cannot take written out again), horizontally fused, a sort's values taken from
+    its order where both are used (share_sorts.py), canonical again."""
     graph = graph.verify()
     log.debug("frontend graph: %d nodes", len(graph.nodes))
     for graph_pass in (propagate_channels_last, exact_gemm, canonicalize,
                        fold_known_comparisons, cse, fold_conv_bn,
                        fuse_patterns, fuse_attention, decompose_attention, fuse_swiglu,
-                       fuse_horizontal, canonicalize):
+                       fuse_horizontal, share_sorts, canonicalize):
         start = time.perf_counter()
         graph = graph_pass(graph)
         log.debug("%s: %d nodes (%.2f s)", graph_pass.__name__, len(graph.nodes),

@@ -85,11 +85,31 @@ def choose_config(M: int, N: int, K: int, dtype: DType = DType.BF16, target: Tar
     - M <= 64 (decode): the swap-AB split-K kernel (splitk_config): the GEMM is bound by
       streaming B once, and only split-K lets a narrow N give every SM a share of B; the tile
       kernel (choose_tile_config) stays in the tuning space;
-    - otherwise the tile kernel: choose_tile_config.
+    - otherwise the tile kernel (choose_tile_config), unless its tiles would leave most SMs
+      idle over a long K (tile_starved): split-K again.
     """
     if M <= SPLITK_MAX_M_DEFAULT:
         return splitk_config(M, N, K, dtype, target)
-    return choose_tile_config(M, N, K, dtype, target, out_dtype)
+    tile = choose_tile_config(M, N, K, dtype, target, out_dtype)
+    if tile_starved(M, N, K, tile, target):
+        return splitk_config(M, N, K, dtype, target)
+    return tile
+
+
+STARVED_FRACTION = 4  # fewer tiles than SMs / this: split K instead
+
+
+def tile_starved(M, N, K, tile: GemmConfig, target: Target) -> bool:
+    """Whether the tile kernel would leave most SMs idle on a long K loop: fewer output tiles
+    than a quarter of the SMs (an MoE router, N = 8 experts over 2,048 tokens: 16 tiles; a
+    256 x 256 output over K = 8192: 4), with K long enough for the split-K kernel to give
+    every CTA several K tiles. Its CTAs take row blocks of up to 128 activation rows, so M
+    is not bounded there."""
+    if not all(isinstance(d, int) for d in (M, N, K)):
+        return False
+    tiles = cdiv(M, tile.BM) * cdiv(N, tile.BN)
+    return tiles * STARVED_FRACTION < target.sm_count and \
+        cdiv(K, 64) >= 4 * MIN_K_TILES_PER_SPLIT
 
 
 def choose_tile_config(M: int, N: int, K: int, dtype: DType = DType.BF16, target: Target = SM90,

@@ -249,12 +249,15 @@ def _plan_histc(op: HistcOp, config: dict) -> KernelPlan:
     if len(op.out.shape) != 1 or not isinstance(bins, int):
         raise ValueError(f"histc: out {op.out.shape} is not [bins]")
     block_b = min(64, rw.next_pow2(bins))
+    # 8192 (bin, element) tests per step: each step waits for its loads, so the few bins of
+    # an MoE router take long steps (8 experts: 4 steps over 2 x 2,048 ids, not 32 of 128)
+    block_n = max(128, min(2048, 8192 // block_b))
     args = {"x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out), "n": int_arg(n),
             "x_stride": int_arg(op.x.strides[0]), "bins": Const(bins),
             "lo": Const(float(op.lo)), "hi": Const(float(op.hi)),
-            "BLOCK_B": Const(block_b), "BLOCK_N": Const(128)}
+            "BLOCK_B": Const(block_b), "BLOCK_N": Const(block_n)}
     return KernelPlan(histc_kernel, args, (cdiv(bins, block_b), 1, 1), 4, 1, ("histc",),
-                      {"BLOCK_B": block_b})
+                      {"BLOCK_B": block_b, "BLOCK_N": block_n})
 
 
 def _plan_inverse_perm(op: InversePermOp, config: dict) -> KernelPlan:
