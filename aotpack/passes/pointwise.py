@@ -1,10 +1,18 @@
-"""Pointwise regions: trees of elementwise nodes that become one PointwiseOp.
+"""Pointwise regions: DAGs of elementwise nodes that become one PointwiseOp.
 
-A node is *absorbed* into its consumer when it is elementwise, has exactly one user, that user
-is elementwise and lowered as pointwise (not a GEMM epilogue), and it is not a graph output.
-Every other elementwise node is a region *root*: its output is materialized and the tree of
-absorbed producers behind it is its expression."""
+A node is *absorbed* into the region of its consumers when it is elementwise, not a graph
+output, and every user is elementwise, lowered as pointwise (not a GEMM epilogue) and in one
+and the same region (a value two parts of one expression read: atan2's decomposition reads its
+quotient a dozen times; x * x + exp(x * x) reads x * x twice). Every other elementwise node is
+a region *root*: its output is materialized and the DAG of absorbed producers behind it is its
+expression (the code generator computes a repeated subexpression once). The expression
+*tree* repeats a shared value, so one whose tree is already large (over SHARED_TREE_LIMIT
+nodes) stays a root of its own; the small producers it shares with the rest of its former
+region are then computed by both kernels (a few elementwise ops again, cheaper than storing
+and loading them), each at most SHARED_TREE_LIMIT nodes, or a root too."""
 from __future__ import annotations
+
+from collections import Counter
 
 from aotpack.dtypes import DType
 from aotpack.ir import ops as O
@@ -26,21 +34,61 @@ _BINARY_FN = {Op.ADD: "add", Op.SUB: "sub", Op.MUL: "mul", Op.DIV: "div", Op.FLO
               Op.LE: "le", Op.GT: "gt", Op.GE: "ge", Op.AND: "and", Op.OR: "or"}
 
 
+SHARED_TREE_LIMIT = 256  # nodes of a shared value's expression tree that may be repeated
+
+
 def absorbed_nodes(graph: Graph, gemm_nodes: set[str]) -> set[str]:
     """Output names of elementwise nodes folded into a consumer's expression."""
     users = graph.users()
     outputs = graph.output_names()
-    absorbed = set()
-    for n in graph.nodes:
-        name = n.output.name
-        if n.op not in O.ELEMENTWISE or name in gemm_nodes or name in outputs:
+    reads = Counter(v.name for n in graph.nodes for v in n.inputs)  # y * y reads y twice
+    absorbed = _regions(graph, users, gemm_nodes, outputs)
+    return absorbed - _large_shared(graph, reads, absorbed)
+
+
+def _regions(graph: Graph, users, gemm_nodes: set[str], outputs) -> set[str]:
+    """The nodes whose users are all elementwise and in one region."""
+    region: dict[str, str] = {}  # absorbed node -> the root whose expression holds it
+    for n in reversed(graph.nodes):  # users before producers: their regions are known
+        if not _absorbable(n, gemm_nodes, outputs):
             continue
-        if n.op == Op.CAST and not n.output.dtype.is_float and n.output.dtype != DType.BOOL:
-            continue  # the truncation must happen: store it (a cast to bool is x != 0)
-        us = users.get(name, [])
-        if len(us) == 1 and us[0].op in O.ELEMENTWISE and us[0].output.name not in gemm_nodes:
-            absorbed.add(name)
-    return absorbed
+        us = users.get(n.output.name, [])
+        if not us or any(u.op not in O.ELEMENTWISE or len(u.outputs) != 1
+                         or u.output.name in gemm_nodes for u in us):
+            continue
+        roots = {region.get(u.output.name, u.output.name) for u in us}
+        if len(roots) == 1:
+            region[n.output.name] = roots.pop()
+    return set(region)
+
+
+def _absorbable(n: Node, gemm_nodes: set[str], outputs) -> bool:
+    if n.op not in O.ELEMENTWISE or len(n.outputs) != 1:
+        return False
+    name = n.output.name
+    if name in gemm_nodes or name in outputs:
+        return False
+    dtype = n.output.dtype
+    # an integer cast truncates: store it (a cast to bool is x != 0); so does arithmetic in
+    # 8/16-bit integers, which wraps in torch where the kernel's int64 would not
+    return dtype.is_float or dtype == DType.BOOL or (
+        n.op != Op.CAST and (dtype.nbytes >= 4 or n.op in O.COMPARE + O.LOGIC))
+
+
+def _large_shared(graph: Graph, reads: Counter, absorbed: set[str]) -> set[str]:
+    """Absorbed values read more than once whose expression trees pass SHARED_TREE_LIMIT
+    (each decided after its producers, so the sizes it sees are final)."""
+    tree: dict[str, int] = {}
+    large: set[str] = set()
+    for n in graph.nodes:
+        if len(n.outputs) != 1:
+            continue
+        name = n.output.name
+        tree[name] = 1 + sum(tree.get(v.name, 1) for v in n.inputs
+                             if v.name in absorbed and v.name not in large)
+        if name in absorbed and reads[name] > 1 and tree[name] > SHARED_TREE_LIMIT:
+            large.add(name)
+    return large
 
 
 def build_expr(root: Node, producers, absorbed: set[str], leaves: list[Value]):

@@ -141,7 +141,11 @@ def grouped_mm_tma_kernel(a_desc, b_desc, offs_ptr, out_ptr, T, N, N_OUT, K, E, 
 def default_config(op: GroupedMmOp) -> dict:
     """Rows per expert decide the tile: decode (a few rows per expert) takes 16-row tiles and
     wide columns (bandwidth: each expert's weights are read once per column tile); prefill
-    128 x 128 tiles."""
+    128-row tiles, loaded by TMA where the operands allow."""
+    return _defaults(op, tma_problem(op) is None)
+
+
+def _defaults(op: GroupedMmOp, tma: bool) -> dict:
     t = upper_bound(op.a.shape[0])
     e = op.b.shape[0]
     per_group = max(1, t // e)
@@ -156,7 +160,7 @@ def default_config(op: GroupedMmOp) -> dict:
     wide = upper_bound(op.b.shape[2]) >= 256
     cfg = {"BLOCK_M": 128, "BLOCK_N": 256 if wide else 128, "BLOCK_K": 64, "num_warps": 8,
            "num_stages": 3}
-    if tma_problem(op) is None:
+    if tma:
         cfg.update(TMA=True, GROUP_M=8, PROGRAMS=0, num_stages=4)
     return cfg
 
@@ -199,8 +203,9 @@ def plan(op: GroupedMmOp, config: dict | None = None) -> KernelPlan:
     _check(op)
     t, k = op.a.shape
     e, _, n = op.b.shape
-    # a given config without "TMA" is the pointer kernel's (records made before TMA)
-    cfg = dict(default_config(op), **dict({"TMA": False}, **config)) if config \
+    # a given config without "TMA" is the pointer kernel's (records made before TMA), its
+    # missing keys the pointer kernel's defaults
+    cfg = dict(_defaults(op, bool(config.get("TMA"))), **config) if config \
         else default_config(op)
     if cfg.get("TMA"):
         return _tma_plan(op, cfg)

@@ -29,7 +29,7 @@ from aotpack.kernels.triton._pointwise_codegen import (
 from aotpack.ir.sym import sym_max, upper_bound
 from aotpack.kernels.triton.compile import I32, I64, Const, Ptr, cdiv
 
-CODEGEN_VERSION = 2  # 2: int64 compute for all-integer expressions
+CODEGEN_VERSION = 3  # 2: int64 compute for all-integer expressions; 3: -0.0 from neg
 BLOCK = 2048
 NUM_WARPS = 8  # 8 elements per thread: one 16-byte bf16 vector
 
