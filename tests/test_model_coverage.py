@@ -478,3 +478,39 @@ def test_refusals_name_the_op_and_the_line(case):
     message = str(e.value)
     assert words in message and "aten." in message and "test_model_coverage.py" in message, \
         message
+
+
+def test_complex_values_of_a_dynamic_size_are_refused_by_name():
+    """A complex table whose size follows a dim (a rotary table from torch.polar, as
+    DeepSeek-V2's) cannot be folded per size: one UnsupportedOpError naming the op, the dtype
+    and the user's line (was a ValueError traceback from the dtype table)."""
+    from aotpack.frontend import UnsupportedOpError
+
+    class Polar(torch.nn.Module):
+        def forward(self, x):
+            t = torch.arange(x.shape[1], dtype=torch.float32)
+            table = torch.polar(torch.ones_like(t), t)
+            return x * torch.view_as_real(table)[..., 0]
+
+    s = torch.export.Dim("S", min=2, max=64)
+    with pytest.raises(UnsupportedOpError) as e:
+        to_graph(Polar(), (torch.randn(2, 8),), ({1: s},))
+    message = str(e.value)
+    assert "aten.polar" in message and "complex64" in message
+    assert "test_model_coverage.py" in message and "torch.polar" in message
+
+
+def test_source_lines_skip_generated_code():
+    """A node whose innermost frame is generated code (<eval_with_key>: a decorator's traced
+    wrapper) is placed at the user's frame below it, or at none: never at the generated file."""
+    from types import SimpleNamespace
+
+    from aotpack.frontend.translate import source_loc
+
+    trace = ('File "/home/u/model.py", line 12, in forward\n    y = rope(x)\n'
+             'File "<eval_with_key>.42", line 18, in forward\n    polar = torch.polar(a, b)')
+    loc = source_loc(SimpleNamespace(name="polar", meta={"stack_trace": trace}))
+    assert (loc.file, loc.line, loc.code) == ("/home/u/model.py", 12, "y = rope(x)")
+    only = source_loc(SimpleNamespace(name="polar", meta={"stack_trace": trace.split("File")[0]
+                                                          + "File" + trace.split("File")[2]}))
+    assert only.file is None

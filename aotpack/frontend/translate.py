@@ -206,7 +206,8 @@ def source_loc(fx_node) -> SourceLoc:
     """The innermost frame of the node's stack trace that is user code (not torch itself)."""
     trace = fx_node.meta.get("stack_trace") or ""
     frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace)
-    user = [f for f in frames if "/torch/" not in f[0]]
+    # (generated code, "<eval_with_key>.42": a transformers decorator's wrapper, is no one's)
+    user = [f for f in frames if "/torch/" not in f[0] and not f[0].startswith("<")]
     if not user:  # torch's own frames only (a TorchScript model's conversion): no line to show
         return SourceLoc(fx_node.name)
     file, line, code = user[-1]
@@ -729,9 +730,17 @@ class _Translator:
         return name
 
     def _new_value(self, name, tensor, check_only=False) -> Value:
+        try:
+            dtype = DType.from_torch(tensor.dtype)
+        except ValueError:  # complex (torch.polar in a rotary table), quantized, ...
+            what = f"{tensor.dtype} values (no aotpack dtype: real floats, ints and bools)"
+            if self.fx_node is None or self.fx_node.op == "placeholder":
+                raise UnsupportedOpError(f"input or weight {name} holds {what}") from None
+            raise self._error(f"operator {self.fx_node.target} producing {what} is not "
+                              f"supported") from None
         if not check_only:
             name = self._fresh(name)
-        return Value(name, DType.from_torch(tensor.dtype), self._dims(tensor.shape))
+        return Value(name, dtype, self._dims(tensor.shape))
 
     def _dims(self, shape) -> tuple:
         try:
