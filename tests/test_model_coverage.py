@@ -14,7 +14,7 @@ from aotpack.kernels import run_reference as run_op_reference
 from aotpack.kernels.spec import SM90, PointwiseOp, PwConst, PwExpr, PwInput, ScanOp, contiguous
 from support.interpret import run_interpreted_batch
 from aotpack.passes import compile_graph
-from program_checks import rel_err
+from program_checks import Fn, rel_err
 
 transformers = pytest.importorskip("transformers")
 
@@ -443,14 +443,6 @@ def test_more_families_match_eager(family):
 
 
 # --------------------------------------------------------------------------- refusals
-# in this file: a refusal's message must name this file's line (the forward's frame)
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 REFUSALS = {  # what a model does -> (example inputs, words the one-line error must contain)
@@ -474,7 +466,7 @@ def test_refusals_name_the_op_and_the_line(case):
 
     fn, inputs, words = REFUSALS[case]
     with pytest.raises(UnsupportedOpError) as e:
-        to_graph(_Fn(fn), inputs)
+        to_graph(Fn(fn), inputs)
     message = str(e.value)
     assert words in message and "aten." in message and "test_model_coverage.py" in message, \
         message

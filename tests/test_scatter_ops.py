@@ -13,7 +13,7 @@ from aotpack.frontend import UnsupportedOpError, to_graph
 from aotpack.kernels.spec import PointwiseOp, ScatterRowsOp
 from aotpack.passes import compile_graph
 from conv_checks import check_kernels_interpreted
-from program_checks import rel_err
+from program_checks import Fn, rel_err
 
 
 class Accumulate(torch.nn.Module):
@@ -75,7 +75,7 @@ def test_float_sums_without_eager_rounding():
     stall as bf16 adds do (eager on the GPU rounds after each atomic add)."""
     x, idx = torch.zeros(1, 1, dtype=torch.bfloat16), torch.zeros(1, 4096, dtype=torch.long)
     src = torch.full((1, 4096), 1.0, dtype=torch.bfloat16)
-    program = compile_graph(to_graph(_Fn(lambda x, i, s: x.scatter_add(1, i, s)),
+    program = compile_graph(to_graph(Fn(lambda x, i, s: x.scatter_add(1, i, s)),
                                      (x, idx, src)))
     assert run_reference(program, [x, idx, src])[0].item() == 4096.0
 
@@ -83,7 +83,7 @@ def test_float_sums_without_eager_rounding():
 def test_gather_and_scatter_over_a_static_inner_dim_of_dynamic_dims():
     """logits.gather(-1, ids) (the log-probability of chosen tokens) and scatter_add over a
     static vocabulary with batch and sequence dynamic: the ids multiply by static sizes."""
-    fn = _Fn(lambda logits, ids, w: (logits.log_softmax(-1).gather(-1, ids),
+    fn = Fn(lambda logits, ids, w: (logits.log_softmax(-1).gather(-1, ids),
                                      logits.scatter_add(2, ids, w)))
     b, s = torch.export.Dim("B", min=1, max=8), torch.export.Dim("S", min=1, max=64)
 
@@ -104,7 +104,7 @@ def test_gather_and_scatter_over_a_static_inner_dim_of_dynamic_dims():
 def test_index_by_uneven_constant_indices_is_a_row_gather():
     """x[[0, 2, 3]] and x[:, [1, 1, 0]] (no even steps: no strided view) read rows through
     the embedding kernel, as run-time indices do; with a dynamic batch too."""
-    fn = _Fn(lambda x: (x[torch.tensor([0, 2, 3])] * 2, x[:, [1, 1, 0]]))
+    fn = Fn(lambda x: (x[torch.tensor([0, 2, 3])] * 2, x[:, [1, 1, 0]]))
     b = torch.export.Dim("B", min=4, max=16)
     for dims in (None, (({0: b},),)):
         program = compile_graph(to_graph(fn, (torch.randn(5, 4, 3),), dims))
@@ -119,7 +119,7 @@ def test_narrow_integers_accumulate_in_int32_and_wrap():
     """uint8 / int16 sums run in int32 and are cast back, wrapping as eager's adds do."""
     x = torch.tensor([[250, 3, 7]], dtype=torch.uint8)
     idx = torch.tensor([[0, 0, 2, 0]])
-    fn = _Fn(lambda x, i, y: (x.scatter_add(1, i, x[:, [0, 0, 1, 2]]),
+    fn = Fn(lambda x, i, y: (x.scatter_add(1, i, x[:, [0, 0, 1, 2]]),
                               y.scatter_add(1, i, y[:, [0, 0, 1, 2]])))
     args = (x, idx, torch.tensor([[32000, -5, 9]], dtype=torch.int16))
     program = compile_graph(to_graph(fn, args))
@@ -202,14 +202,6 @@ def test_accumulating_scatter_compiles_to_atomics():
 
 
 # --------------------------------------------------------------------------- refusals
-# in this file: a refusal's message must name this file's line (the forward's frame)
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 _X, _I = torch.randn(3, 4), torch.tensor([[0, 1], [2, 2], [1, 0]])
@@ -235,7 +227,7 @@ REFUSALS = {  # what a model does -> (inputs, words the one-line error must cont
 def test_refusals_name_the_op_and_the_line(case):
     fn, inputs, words, *dims = REFUSALS[case]
     with pytest.raises(UnsupportedOpError) as e:
-        to_graph(_Fn(fn), inputs, *dims)
+        to_graph(Fn(fn), inputs, *dims)
     message = str(e.value)
     assert words in message and "aten." in message and "test_scatter_ops.py" in message, \
         message

@@ -13,6 +13,7 @@ from aotpack.frontend import UnsupportedOpError, to_graph
 from aotpack.kernels import run_reference as run_op_reference
 from aotpack.kernels.spec import SortOp, TensorArg, TopkOp, contiguous
 from aotpack.passes import compile_graph
+from program_checks import Fn
 
 
 class Orders(torch.nn.Module):
@@ -77,7 +78,7 @@ def test_orders_match_eager(dtype):
 def test_moe_routing_sort_is_one_row():
     """The routing's 1-D sort of expert ids is a sort of one row (the kernel is the same)."""
     ids = torch.tensor([3, 1, 3, 0, 1, 2, 0, 3])
-    program = compile_graph(to_graph(_Fn(lambda i: torch.sort(i, stable=True)), (ids,)))
+    program = compile_graph(to_graph(Fn(lambda i: torch.sort(i, stable=True)), (ids,)))
     (op,) = [op for op in program.ops if isinstance(op, SortOp)][:1]
     assert tuple(op.x.shape) == (1, 8)
     got = run_reference(program, [ids])
@@ -153,14 +154,6 @@ def test_sort_and_topk_compile_for_sm90a_with_symbolic_sizes():
 
 
 # --------------------------------------------------------------------------- refusals
-# in this file: a refusal's message must name this file's line (the forward's frame)
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
 
 
 REFUSALS = {  # what a model does -> (inputs, words the one-line error must contain)
@@ -173,6 +166,6 @@ REFUSALS = {  # what a model does -> (inputs, words the one-line error must cont
 def test_refusals_name_the_op_and_the_line(case):
     fn, inputs, words = REFUSALS[case]
     with pytest.raises(UnsupportedOpError) as e:
-        to_graph(_Fn(fn), inputs)
+        to_graph(Fn(fn), inputs)
     message = str(e.value)
     assert words in message and "aten." in message and "test_sort_ops.py" in message, message

@@ -11,16 +11,7 @@ from aotpack.executor import run_reference
 from aotpack.frontend import to_graph
 from aotpack.kernels.spec import PointwiseOp, ScanOp
 from aotpack.passes import compile_graph
-from program_checks import rel_err
-
-
-class _Fn(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, *xs):
-        return self.fn(*xs)
+from program_checks import Fn, rel_err
 
 
 def test_roll_and_index_select_are_slices():
@@ -107,10 +98,10 @@ def test_gather_and_scatter_along_any_dim_with_run_time_indices():
         assert torch.equal(got, want)
     bad = idx.clone()
     bad[0, 0, 0] = 9  # outside dim 2 (torch raises): read within the row, not the next one
-    single = compile_graph(to_graph(_Fn(lambda x, i: x.gather(2, i)), (x, idx)))
+    single = compile_graph(to_graph(Fn(lambda x, i: x.gather(2, i)), (x, idx)))
     assert run_reference(single, [x, bad])[0][0, 0, 0] == x[0, 0, 7]
     with pytest.raises(Exception, match="gather of a 0-d tensor"):
-        to_graph(_Fn(lambda x, i: x.sum().gather(0, i)), (x, torch.tensor(0)))
+        to_graph(Fn(lambda x, i: x.sum().gather(0, i)), (x, torch.tensor(0)))
     assert check_kernels_interpreted(program, list(args), tol=0, kinds=(EmbeddingOp,)) == 2
     assert check_kernels_interpreted(program, list(args), tol=0, kinds=(ScatterRowsOp,),
                                      poison=False) == 2
@@ -131,7 +122,7 @@ def test_remainder_of_run_time_tensors():
 
     assert check_kernels_interpreted(program, list(args), tol=1e-6, kinds=(PointwiseOp,)) >= 1
     with pytest.raises(Exception, match="remainder of floating-point values"):
-        to_graph(_Fn(lambda x: x % 1.5), (torch.randn(4),))
+        to_graph(Fn(lambda x: x % 1.5), (torch.randn(4),))
 
 
 def test_repeat_and_clamp_with_tensor_bounds():
@@ -157,7 +148,7 @@ def test_cumsum_over_a_leading_dim_runs_it_moved_last():
     """(tests/test_reductions.py has the other layouts.) The scan kernel reads the [4, 3]
     tensor's columns as rows through their strides: no copy."""
     x = torch.randn(4, 3)
-    program = compile_graph(to_graph(_Fn(lambda x: torch.cumsum(x, 0)), (x,)))
+    program = compile_graph(to_graph(Fn(lambda x: torch.cumsum(x, 0)), (x,)))
     (scan,) = program.ops
     assert isinstance(scan, ScanOp) and scan.x.shape == (3, 4) and scan.x.strides == (1, 3)
     assert rel_err(run_reference(program, [x])[0], torch.cumsum(x, 0)) < 1e-6
