@@ -153,12 +153,52 @@ def test_sort_and_topk_compile_for_sm90a_with_symbolic_sizes():
         assert launch.kernel.cubin
 
 
+# --------------------------------------------------------------------------- bucketize
+class Buckets(torch.nn.Module):
+    """bucketize (left and right edges, int32 out) and searchsorted (side="right") against
+    constant bins, of floats with NaN and infinities and of integers with repeated bins."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("bins", torch.tensor([-1.0, 0.0, 0.5, 2.0]))
+
+    def forward(self, x, ids):
+        return (torch.bucketize(x, self.bins), torch.bucketize(x, self.bins, right=True),
+                torch.bucketize(x, self.bins, out_int32=True),
+                torch.searchsorted(self.bins, x, side="right"),
+                torch.bucketize(ids, torch.tensor([0, 2, 2, 5])))
+
+
+def test_bucketize_and_searchsorted_against_constant_bins():
+    """Exact against eager (bucket indices and dtypes); each output one pointwise kernel of a
+    compare per bin, run in the interpreter."""
+    from conv_checks import check_kernels_interpreted
+    from aotpack.kernels.spec import PointwiseOp
+
+    x = torch.tensor([[float("nan"), -5.0, -1.0, 0.0, 0.25],
+                      [0.5, 2.0, 3.0, float("inf"), float("-inf")]])
+    ids = torch.tensor([3, 0, 2, -1, 9, 5])
+    program = compile_graph(to_graph(Buckets(), (x, ids)))
+    assert {type(op).__name__ for op in program.ops} == {"PointwiseOp"}
+    assert len(program.ops) <= 6  # one per output (x's NaN test shared by four of them)
+    for args in ((x, ids), (torch.randn(2, 5) * 2, torch.randint(-3, 8, (6,)))):
+        for got, want in zip(run_reference(program, list(args)), Buckets()(*args)):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+    assert check_kernels_interpreted(program, [x, ids], tol=0, kinds=(PointwiseOp,)) >= 5
+
+
 # --------------------------------------------------------------------------- refusals
 
 
 REFUSALS = {  # what a model does -> (inputs, words the one-line error must contain)
     "f64": (lambda x: torch.sort(x.double(), dim=0).values, (torch.randn(4, 3),), "of f64"),
     "k_zero": (lambda x: torch.topk(x, 0, dim=0).values, (torch.randn(2, 5),), "k=0"),
+    "bins_at_run_time": (lambda x, b: torch.bucketize(x, b), (torch.randn(4), torch.randn(3)),
+                         "computed at run time"),
+    "bins_unsorted": (lambda x: torch.bucketize(x, torch.tensor([1.0, 0.0])),
+                      (torch.randn(4),), "not sorted"),
+    "too_many_bins": (lambda x: torch.bucketize(x, torch.arange(100.0)), (torch.randn(4),),
+                      "at most 64"),
 }
 
 

@@ -10,6 +10,10 @@ up to MAX_TOPK_COLS static columns; any other topk (integer rows: compared exact
 dynamic rows) is a sort and its first k columns. The sort kernel ranks every element against
 its whole row: O(C^2) compares a row, fine for the routing sizes and rows of thousands, slow
 for a vocabulary-wide row.
+
+bucketize / searchsorted against constant boundaries (a model's bins) count the boundaries
+below each value: a compare per boundary, summed in one pointwise kernel (NaN past them all,
+as torch).
 """
 from __future__ import annotations
 
@@ -79,6 +83,57 @@ def _topk(cx, x, k, dim=-1, largest=True, sorted=True):
     return _back(cx, outs, perm)
 
 
+MAX_BOUNDARIES = 64  # compares per element in one pointwise kernel
+
+
+def _bucketize(cx, x, boundaries, *, out_int32=False, right=False):
+    """How many boundaries lie below x (right: at or below): bucketize's bucket index."""
+    return _count_below(cx, x, _boundaries(cx, boundaries, "bucketize"), right, out_int32)
+
+
+def _searchsorted(cx, sorted_sequence, x, *, out_int32=False, right=False, side=None,
+                  sorter=None):
+    """searchsorted of x in a constant 1-D sequence: bucketize with the operands swapped."""
+    if sorter is not None:
+        raise Unsupported("searchsorted with a sorter (sort the sequence first)")
+    if side is not None:
+        right = side == "right"
+    return _count_below(cx, x, _boundaries(cx, sorted_sequence, "searchsorted"), right,
+                        out_int32)
+
+
+def _boundaries(cx, b, what: str) -> list:
+    t = cx.constant_value(b) if isinstance(b, Value) else None
+    if t is None or t.dim() != 1 or t.dtype.is_complex:
+        raise Unsupported(f"{what} against boundaries computed at run time or not 1-D "
+                          f"(constant 1-D boundaries only)")
+    if t.numel() > MAX_BOUNDARIES:
+        raise Unsupported(f"{what} against {t.numel()} boundaries (at most {MAX_BOUNDARIES})")
+    values = t.tolist()
+    if values != sorted(values):
+        raise Unsupported(f"{what} against boundaries that are not sorted ascending")
+    return values
+
+
+def _count_below(cx, x, bounds: list, right: bool, out_int32: bool) -> Value:
+    if not isinstance(x, Value):
+        raise Unsupported("bucketize of a Python value")
+    e = cx.emit
+    below = Op.GE if right else Op.GT  # x > b: b lies below x (x >= b with right)
+    flags = [e(Op.CAST, [e(below, [x], O.BinaryAttrs(b))], O.CastAttrs(DType.I32))
+             for b in bounds]
+    if x.dtype.is_float:  # NaN compares false with every boundary: it goes past them all
+        nan = e(Op.CAST, [e(Op.NE, [x, x], O.BinaryAttrs())], O.CastAttrs(DType.I32))
+        flags.append(e(Op.MUL, [nan], O.BinaryAttrs(len(bounds))))
+    count = flags[0] if flags else None
+    for f in flags[1:]:
+        count = e(Op.ADD, [count, f], O.BinaryAttrs())
+    if count is None:  # no boundaries: every value in bucket 0
+        count = e(Op.MUL, [e(Op.CAST, [x], O.CastAttrs(DType.I32))], O.BinaryAttrs(0))
+    return e(Op.CAST, [count], O.CastAttrs(DType.I32 if out_int32 else DType.I64), final=True)
+
+
 RULES = {
     "aten.topk.default": _topk, "aten.sort.default": _sort, "aten.sort.stable": _sort_stable,
+    "aten.bucketize.Tensor": _bucketize, "aten.searchsorted.Tensor": _searchsorted,
 }

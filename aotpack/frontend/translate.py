@@ -642,13 +642,14 @@ class _Translator:
 
     def constant_value(self, v):
         """The constant tensor `v` holds, through the layout ops (expand, view, unsqueeze,
-        permute) between it and a constant, replayed on that constant; None if `v` is
-        computed at run time."""
+        permute) and copies (a torch.tensor(...) in forward is a clone of a lifted constant)
+        between it and a constant, replayed on that constant; None if `v` is computed at run
+        time."""
         from aotpack.ir import Op
         from aotpack.ir.interpret import eval_node
 
         layout = (Op.EXPAND, Op.VIEW, Op.UNSQUEEZE, Op.PERMUTE, Op.SLICE, Op.SELECT,
-                  Op.SQUEEZE)
+                  Op.SQUEEZE, Op.COPY)
         chain = []
         while isinstance(v, Value) and v.name not in self.constants:
             node = self.producer(v)

@@ -69,10 +69,13 @@ def _absorbable(n: Node, gemm_nodes: set[str], outputs) -> bool:
     if name in gemm_nodes or name in outputs:
         return False
     dtype = n.output.dtype
-    # an integer cast truncates: store it (a cast to bool is x != 0); so does arithmetic in
-    # 8/16-bit integers, which wraps in torch where the kernel's int64 would not
-    return dtype.is_float or dtype == DType.BOOL or (
-        n.op != Op.CAST and (dtype.nbytes >= 4 or n.op in O.COMPARE + O.LOGIC))
+    if dtype.is_float or dtype == DType.BOOL:  # (a cast to bool is x != 0)
+        return True
+    if n.op == Op.CAST:  # to an integer: a truncation must be stored, a widening need not
+        src = n.inputs[0].dtype
+        return src == DType.BOOL or (not src.is_float and src.nbytes <= dtype.nbytes >= 4)
+    # arithmetic in 8/16-bit integers wraps in torch, not in the kernel's int64: store it
+    return dtype.nbytes >= 4
 
 
 def _large_shared(graph: Graph, reads: Counter, absorbed: set[str]) -> set[str]:
