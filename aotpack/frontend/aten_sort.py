@@ -119,17 +119,18 @@ def _count_below(cx, x, bounds: list, right: bool, out_int32: bool) -> Value:
     if not isinstance(x, Value):
         raise Unsupported("bucketize of a Python value")
     e = cx.emit
+
+    def flag(test: Value, weight: int = 1) -> Value:  # 1 (or weight) where test holds
+        one = e(Op.CAST, [test], O.CastAttrs(DType.I32))
+        return one if weight == 1 else e(Op.MUL, [one], O.BinaryAttrs(weight))
+
     below = Op.GE if right else Op.GT  # x > b: b lies below x (x >= b with right)
-    flags = [e(Op.CAST, [e(below, [x], O.BinaryAttrs(b))], O.CastAttrs(DType.I32))
-             for b in bounds]
-    if x.dtype.is_float:  # NaN compares false with every boundary: it goes past them all
-        nan = e(Op.CAST, [e(Op.NE, [x, x], O.BinaryAttrs())], O.CastAttrs(DType.I32))
-        flags.append(e(Op.MUL, [nan], O.BinaryAttrs(len(bounds))))
-    count = flags[0] if flags else None
-    for f in flags[1:]:
-        count = e(Op.ADD, [count, f], O.BinaryAttrs())
-    if count is None:  # no boundaries: every value in bucket 0
-        count = e(Op.MUL, [e(Op.CAST, [x], O.CastAttrs(DType.I32))], O.BinaryAttrs(0))
+    # every value is past no boundary, and NaN (false against them all) past every one
+    terms = [flag(e(below, [x], O.BinaryAttrs(b))) for b in bounds]
+    terms.append(flag(e(Op.NE, [x, x], O.BinaryAttrs()), len(bounds)))
+    count = terms[0]
+    for t in terms[1:]:
+        count = e(Op.ADD, [count, t], O.BinaryAttrs())
     return e(Op.CAST, [count], O.CastAttrs(DType.I32 if out_int32 else DType.I64), final=True)
 
 

@@ -117,9 +117,10 @@ def _holds(dtype: DType, r: tuple[int, int]) -> bool:
         return dtype.nbytes >= 4 and -_EXACT_F32 <= r[0] and r[1] <= _EXACT_F32
     if dtype == DType.BOOL:
         return False
-    bits = 8 * dtype.nbytes
-    lo, hi = (0, 2**bits - 1) if dtype == DType.U8 else (-2**(bits - 1), 2**(bits - 1) - 1)
-    return lo <= r[0] and r[1] <= hi
+    import torch
+
+    info = torch.iinfo(dtype.to_torch())
+    return info.min <= r[0] and r[1] <= info.max
 
 
 def _decided(n: Node, ranges: dict, decided: dict) -> bool | None:

@@ -73,7 +73,8 @@ def _absorbable(n: Node, gemm_nodes: set[str], outputs) -> bool:
         return True
     if n.op == Op.CAST:  # to an integer: a truncation must be stored, a widening need not
         src = n.inputs[0].dtype
-        return src == DType.BOOL or (not src.is_float and src.nbytes <= dtype.nbytes >= 4)
+        widening = not src.is_float and src.nbytes <= dtype.nbytes
+        return src == DType.BOOL or (widening and dtype.nbytes >= 4)
     # arithmetic in 8/16-bit integers wraps in torch, not in the kernel's int64: store it
     return dtype.nbytes >= 4
 

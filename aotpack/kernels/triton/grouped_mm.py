@@ -19,14 +19,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from aotpack.ir.sym import divisible, sym_max, sym_min, upper_bound
+from aotpack.ir.sym import sym_max, sym_min, upper_bound
 from aotpack.kernels.spec import GroupedMmOp, TensorArg
 from aotpack.kernels.triton._common import KernelPlan, entry_points, int_arg
 from aotpack.kernels.triton.compile import Const, Desc, Ptr, cdiv
-from aotpack.kernels.triton.gemm import _tile_coords
+from aotpack.kernels.triton.gemm import _tile_coords, tma_problem as view_tma_problem
 from aotpack.kernels.triton.gemm_epilogue import _swiglu_pairs
-
-_TMA_ALIGN = 16  # bytes: a tensor map's base address and row pitch
 
 
 @triton.jit
@@ -169,21 +167,25 @@ def tma_problem(op: GroupedMmOp, block_k: int = 64) -> str | None:
     """Why the TMA kernel cannot run `op` (None: it can): 16-bit operands, a's rows and each
     expert's [N, K] weight rows contiguous in K and 16-byte aligned (nn.Linear's layout, as
     transformers' experts pass it)."""
-    t, k = op.a.shape
-    e, _, n = op.b.shape
-    size = op.a.dtype.nbytes
+    k = op.a.shape[1]
+    n = op.b.shape[2]
     if op.a.dtype.value not in ("bf16", "f16") or op.b.dtype != op.a.dtype:
         return f"operands {op.a.dtype.value}/{op.b.dtype.value} (TMA kernel: bf16/f16)"
     if op.a.strides[1] != 1 or op.b.strides != (n * k, 1, k):
         return (f"strides a{op.a.strides} b{op.b.strides} (TMA kernel: a's rows and each "
                 f"expert's [N, K] rows contiguous)")
-    if not (divisible(op.a.strides[0] * size, _TMA_ALIGN) and divisible(k * size, _TMA_ALIGN)
-            and divisible(op.a.offset * size, _TMA_ALIGN)
-            and divisible(op.b.offset * size, _TMA_ALIGN)):
-        return "rows or bases not 16-byte aligned"
-    if block_k * size > 128:
+    why = view_tma_problem(op.a) or view_tma_problem(_b_rows(op))
+    if why:
+        return f"rows or bases not 16-byte aligned: {why}"
+    if block_k * op.a.dtype.nbytes > 128:
         return f"BLOCK_K={block_k}: TMA rows of at most 128 bytes"
     return None
+
+
+def _b_rows(op: GroupedMmOp) -> TensorArg:
+    """The experts' weights, b's [N, K] rows of every expert stacked: [E*N, K]."""
+    e, k, n = op.b.shape
+    return TensorArg(op.b.storage, op.b.dtype, (e * n, k), (k, 1), op.b.offset)
 
 
 def _check(op: GroupedMmOp) -> None:
@@ -229,8 +231,7 @@ def _tma_plan(op: GroupedMmOp, cfg: dict) -> KernelPlan:
     t, k = op.a.shape
     e, _, n = op.b.shape
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    b_rows = TensorArg(op.b.storage, op.b.dtype, (e * n, k), (k, 1), op.b.offset)
-    args = {"a_desc": Desc(op.a, (bm, bk)), "b_desc": Desc(b_rows, (bn, bk)),
+    args = {"a_desc": Desc(op.a, (bm, bk)), "b_desc": Desc(_b_rows(op), (bn, bk)),
             "offs_ptr": Ptr(op.offs), "out_ptr": Ptr(op.out), "T": int_arg(t),
             "N": int_arg(n), "N_OUT": int_arg(op.out.shape[1]), "K": int_arg(k),
             "E": int_arg(e),
