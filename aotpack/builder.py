@@ -10,15 +10,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import platform
 import shlex
 import shutil
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aotpack import knobs, runtime_files
+from aotpack import knobs, portable, runtime_files
 from aotpack.bundle.reader import BUNDLE_NAME
 from aotpack.kernels.spec import PtrSlot, Target, TensorMapSlot
 # the steps `aotpack tune` takes too; BuildError, canonical, load_program, parse_arch and the
@@ -122,10 +124,11 @@ def _compile_one(op, target: Target, choose, program, gemm_backend: str):
 # ----------------------------------------------------------------------------- the folder
 README = """# {name} — built by aotpack
 
-Run it (needs only the NVIDIA driver; {arch} GPU{platform}):
+Run it (needs only the NVIDIA driver; {arch} GPU):
 
     ./aotpack-run model.aotpack --bench 100
 
+{runtime}
 Embed it in a C/C++ program: include `include/aotpack/aotpack.h` (C API) or `aotpack.hpp`
 (C++ wrapper) and link the shared or the static library (either opens libcuda.so.1 at run
 time; nothing else is needed):
@@ -140,13 +143,39 @@ Inspect it: `aotpack inspect model.aotpack`. Built with: `{command}`
 """
 
 
-# The static library's link line: the installed runtime's needs the host's libstdc++; one built
-# for a --host-platform carries zig's libc++ inside, which other toolchains cannot link.
+# The static library's link line: the installed runtime's needs the host's libstdc++; the
+# portable one carries zig's libc++ inside, which other toolchains cannot link.
 STATIC_LINK_LINE = {
     False: "    cc app.c -Iinclude lib/libaotpack.a -lstdc++ -lm -ldl -pthread -o app\n",
     True: "(lib/libaotpack.a was built by zig against its own libc++: link it with `zig cc` only;\n"
           "with any other compiler, link lib/libaotpack.so as above.)\n",
 }
+
+
+def runtime_paragraph(choice) -> str:
+    """What the folder's README says of where aotpack-run and lib/ run (portable.Choice)."""
+    if choice.platform is not None:
+        text = (f"This folder's `aotpack-run` and `lib/` were built for {choice.platform} "
+                f"against glibc {'.'.join(map(str, portable.GLIBC_BASELINE))} with the C++ "
+                f"library linked in: they run on Ubuntu 20.04, RHEL 8 and newer, no libstdc++ "
+                f"needed.")
+    elif knobs.runtime_dir() is not None:
+        text = "This folder's `aotpack-run` and `lib/` were copied from AOTPACK_RUNTIME_DIR."
+    else:
+        text = _host_runtime_note(choice.fallback, "This folder's")
+    return textwrap.fill(text, 95, break_on_hyphens=False, break_long_words=False) + "\n"
+
+
+def _host_runtime_note(fallback: str | None, whose: str = "the output folder's") -> str:
+    """The runtime installed here, and why `auto` did not give the portable one."""
+    libc, version = platform.libc_ver()
+    text = (f"{whose} `aotpack-run` and `lib/` were built on the build machine, against its "
+            f"{libc or 'C library'} {version} and libstdc++: a system older than that "
+            f"(Ubuntu 20.04, RHEL 8) may not start them.")
+    if fallback is not None:
+        text += (f" The portable ones (glibc 2.28) were not available: {fallback}. Then build "
+                 f"again for them; `--host-platform native` keeps these without this note.")
+    return text
 
 
 def copy_launcher(out: Path, root: Path | None = None) -> list[str]:
@@ -175,20 +204,25 @@ def copy_launcher(out: Path, root: Path | None = None) -> list[str]:
     return []
 
 
-def _portable_runtime(host_platform: str | None) -> Path | None:
-    """The runtime prefix built for `host_platform` (None: the installed runtime)."""
-    if host_platform is None:
-        return None
-    from aotpack import portable
+def _choose_runtime(host_platform: str | None):
+    """The runtime the folder gets (portable.Choice) for `--host-platform` (None: the
+    AOTPACK_HOST_PLATFORM knob, `auto` by default); a platform named but not buildable here
+    is an error, `auto` falls back to the host's runtime."""
+    requested = host_platform or knobs.host_platform()
+    auto = requested == portable.AUTO
+    name = portable.host_platform() if auto else requested
 
-    def announce(cache: Path) -> None:
-        print(f"building the {host_platform} runtime with zig (once, ~90 s on 2 cores; cached "
-              f"in {cache.parent})", file=sys.stderr, flush=True)
+    def announce(cache: Path) -> None:  # the first build's cost, said before it is paid
+        print(f"building the {name} runtime with zig for glibc 2.28 (once, ~90 s on 2 cores; "
+              f"cached in {cache.parent}{'; --host-platform native skips it' if auto else ''})",
+              file=sys.stderr, flush=True)
 
     try:
-        return portable.runtime_for(host_platform, announce=announce)
+        return portable.choose(requested, announce=announce)
     except portable.PortableRuntimeError as e:
-        raise BuildError(f"--host-platform {host_platform}: {e}") from None
+        asked = (f"--host-platform {requested}" if host_platform
+                 else f"{knobs.HOST_PLATFORM.name}={requested}")
+        raise BuildError(f"{asked}: {e}") from None
 
 
 def check_gemm_backend(gemm_backend: str) -> None:
@@ -218,9 +252,9 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     `generation`: GenerationOptions (`--task text-generation`, docs/generation.md).
     `precision`, `max_error`: `--precision fp8-weights` / `fp8` and its error bound
     (precision.py).
-    `host_platform`: linux-x86_64 | linux-aarch64: the output folder's launcher and library
-    are built for that platform against glibc 2.28 (portable.py) instead of copied from the
-    runtime installed here."""
+    `host_platform`: auto | native | linux-x86_64 | linux-aarch64 (None: AOTPACK_HOST_PLATFORM,
+    auto by default): which runtime the output folder's launcher and library are (portable.py:
+    built for that platform against glibc 2.28, or the one installed here)."""
     target = parse_arch(arch)
     if max_error is not None and precision == "model":
         raise BuildError("--max-error bounds the error of a quantized build: give it with "
@@ -234,11 +268,11 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
         raise BuildError(f"model spec {spec!r}: {source_file(spec)} does not exist "
                          f"(expected file.py:factory, a .pt2 file, a model.pt or a model.onnx)")
     check_destination(out, force)
-    runtime_root = _portable_runtime(host_platform)  # before the model: a missing zig is fast
+    runtime = _choose_runtime(host_platform)  # before the model: a missing zig is fast
     progress = knobs.show_progress() if progress is None else progress
     command_line = portable_command(command_line or shlex.join(
         ["aotpack", "build", spec, "--arch", arch, "-o", str(out)]))
-    notes: list[str] = []
+    notes = [_host_runtime_note(runtime.fallback)] if runtime.fallback else []
     program = db = None
     if tune != "none":  # the model is loaded once, for the job and for this build
         db, program = _tune_here(spec, arch, out, tune, tune_budget_s, gemm_backend, tuning_db,
@@ -272,7 +306,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
                                                     "generation": generation and
                                                     generation.to_json(),
                                                     "precision": program.precision},
-                           runtime_root=runtime_root, host_platform=host_platform)
+                           runtime=runtime)
     result.notes[:0] = notes + (tuned.notes() if tuned else [])
     return result
 
@@ -355,12 +389,10 @@ def _tune_here(spec, arch, out: Path, level: str, budget_s, gemm_backend, tuning
 def _write_folder(out: Path, program, plan, target: Target, spec: str, command_line: str,
                   external_weights: bool, distinct: int, tuning: dict | None = None,
                   summary: dict | None = None, options: dict | None = None,
-                  runtime_root: Path | None = None,
-                  host_platform: str | None = None) -> BuildResult:
+                  runtime=None) -> BuildResult:
     """`options`: the build options verify needs to load the model as the build did
-    (`--dtype`, `--input`): recorded in the provenance where given. `runtime_root`: the
-    runtime prefix copied into the folder (None: the installed one), built for
-    `host_platform` (None: this host)."""
+    (`--dtype`, `--input`): recorded in the provenance where given. `runtime`: the
+    portable.Choice of the runtime copied into the folder (None: the installed one)."""
     from aotpack.bundle import read_bundle, write_bundle
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -376,13 +408,14 @@ def _write_folder(out: Path, program, plan, target: Target, spec: str, command_l
         # read back what the runtime will parse (structure and manifest; the sha256s were taken
         # from the very bytes written, re-hashing gigabytes would only double the time)
         manifest = read_bundle(bundle).manifest
-        warnings = copy_launcher(tmp, runtime_root)
+        runtime = runtime or portable.Choice()
+        warnings = copy_launcher(tmp, runtime.root)
         weights_note = (f"\nWeights are in `{WEIGHTS_NAME}`; keep it next to model.aotpack.\n"
                         if external_weights else "")
         (tmp / "README.md").write_text(README.format(
             name=out.name, arch=target.arch, weights=weights_note, command=command_line,
-            platform=f"; {host_platform} host" if host_platform else "",
-            static_line=STATIC_LINK_LINE[host_platform is not None]))
+            runtime=runtime_paragraph(runtime) if (tmp / "aotpack-run").is_file() else "",
+            static_line=STATIC_LINK_LINE[runtime.platform is not None]))
         os.chmod(tmp, 0o755)
         replace_dir(tmp, out)
     except BaseException:

@@ -38,6 +38,10 @@ LOG = Knob("AOTPACK_LOG", "log level: debug | info | warning | error", "warning"
 NO_PROGRESS = Knob("AOTPACK_NO_PROGRESS", "set to 1 to hide progress bars (CI logs)")
 TRITON_CACHE_DIR = Knob("TRITON_CACHE_DIR", "Triton's compile cache (aotpack's default: "
                         "triton/ under AOTPACK_CACHE_DIR)")
+HOST_PLATFORM = Knob("AOTPACK_HOST_PLATFORM",
+                     "the runtime an output folder gets when `aotpack build` has no "
+                     "--host-platform: auto (built for glibc 2.28 where zig is installed, else "
+                     "this machine's), native, linux-x86_64 or linux-aarch64", "auto")
 
 DECODE_PREFETCH = Knob("AOTPACK_DECODE_PREFETCH_MIB",
                        "MiB of its weights a decode (split-K) GEMM asks into L2 while the kernel "
@@ -46,7 +50,7 @@ DECODE_PREFETCH = Knob("AOTPACK_DECODE_PREFETCH_MIB",
                        "docs/performance.md); off: no PDL", "0")
 
 ALL: tuple[Knob, ...] = (CACHE_DIR, LIB, RUNTIME_DIR, RUN, LOG, NO_PROGRESS, TRITON_CACHE_DIR,
-                         DECODE_PREFETCH)
+                         HOST_PLATFORM, DECODE_PREFETCH)
 
 
 def cache_dir() -> Path:
@@ -73,6 +77,11 @@ def runtime_dir() -> Path | None:
 def launcher_path() -> Path | None:
     value = RUN.get()
     return Path(value).expanduser() if value else None
+
+
+def host_platform() -> str:
+    """HOST_PLATFORM: the `--host-platform` a build without one uses (portable.choose)."""
+    return HOST_PLATFORM.get().strip().lower()
 
 
 def log_level() -> str:

@@ -23,6 +23,9 @@ INCLUDE = Path("include") / "aotpack"
 # the output folder is a prefix for both (runtime_cpp/cmake/install.cmake).
 CMAKE_PACKAGE = Path("lib") / "cmake" / "aotpack"
 PKG_CONFIG = Path("lib") / "pkgconfig" / "aotpack.pc"
+# The runtime's own sources, which a wheel carries so that portable.py can build the portable
+# runtime from them with zig; runtime_cpp/cmake/install.cmake installs them there.
+SOURCES = Path("share") / "aotpack" / "source"
 
 
 def _from_record() -> Path | None:
@@ -39,16 +42,21 @@ def _from_record() -> Path | None:
     return None
 
 
+def installed_dir() -> Path | None:
+    """The runtime `pip install` put beside this package (AOTPACK_RUNTIME_DIR aside)."""
+    here = Path(__file__).resolve().parent / "_runtime"
+    if here.is_dir():
+        return here
+    return _from_record()
+
+
 def runtime_dir() -> Path | None:
     """The folder holding bin/, lib/, include/ of the C++ runtime, or None if not installed.
     AOTPACK_RUNTIME_DIR overrides."""
     override = knobs.runtime_dir()
     if override is not None:
         return override
-    here = Path(__file__).resolve().parent / "_runtime"
-    if here.is_dir():
-        return here
-    return _from_record()
+    return installed_dir()
 
 
 def library_path() -> Path | None:

@@ -1,6 +1,14 @@
 """Shared pytest set-up. GPU tests are marked `gpu` and skipped (never faked) without a CUDA
 device; CI has none. Tests of the benchmarks suite (benchmarks/*.py, not aotpack) are marked
-`bench` and skipped unless the -m expression names them (`pytest -m bench`)."""
+`bench` and skipped unless the -m expression names them (`pytest -m bench`).
+
+Output folders built by tests get the installed runtime (AOTPACK_HOST_PLATFORM=native, unless
+the environment says otherwise): the default, `auto`, would build the portable one with zig
+(~90 s) into every temporary AOTPACK_CACHE_DIR a test sets, and make results depend on whether
+zig is installed. tests/test_runtime_choice.py tests `auto` itself, test_portable_runtime.py
+and test_old_userland.py the portable runtime."""
+import os
+
 import pytest
 
 
@@ -14,6 +22,7 @@ def _has_gpu() -> bool:
 
 
 def pytest_configure(config):
+    os.environ.setdefault("AOTPACK_HOST_PLATFORM", "native")  # inherited by child processes
     config.addinivalue_line("markers", "gpu: needs an NVIDIA GPU (skipped without one)")
     config.addinivalue_line("markers", "slow: compiles many kernels (minutes on 2 cores)")
     config.addinivalue_line("markers", "bench: tests the benchmarks suite (run on request: "

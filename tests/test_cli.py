@@ -20,7 +20,7 @@ def _run(*args):
 
 @pytest.mark.parametrize("command, words", [
     ("build", ["--arch", "--external-weights", "--force", "-o", "file.py:factory",
-               "--tuning-db", "OUTPUT.tuning.json"]),
+               "--tuning-db", "OUTPUT.tuning.json", "--host-platform", "native", "auto"]),
     ("tune", ["aotpack-run --tune job.aotune -o results.json", "--import", "--db", "--level"]),
     ("inspect", ["--json", "memory plan", "provenance"]),
     ("verify", ["--model", "--reference", "eager PyTorch"]),

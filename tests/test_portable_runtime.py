@@ -127,15 +127,16 @@ def test_build_ships_the_platform_runtime(tmp_path):
     assert (result.out_dir / "include" / "aotpack" / "aotpack.h").is_file()
 
 
-def test_wheel_install_without_sources_says_what_to_do(monkeypatch, tmp_path):
-    """A wheel carries the runtime built for its host, not its sources: a clear refusal
-    naming the way out, before anything is hashed or built (was a FileNotFoundError)."""
-    from aotpack.builder import BuildError, _portable_runtime
+def test_no_sources_says_what_to_do(monkeypatch, tmp_path):
+    """Neither a checkout nor the copy a wheel carries (a wheel built before it did): a clear
+    refusal naming the way out, before anything is hashed or built (was a FileNotFoundError)."""
+    from aotpack.builder import BuildError, _choose_runtime
 
     monkeypatch.setattr(portable, "SOURCE_ROOT", tmp_path)
+    monkeypatch.setattr(portable, "installed_sources", lambda: tmp_path / "share")
     with pytest.raises(BuildError, match="--host-platform linux-aarch64: the runtime's sources "
-                                         "are not beside this aotpack"):
-        _portable_runtime("linux-aarch64")
+                                         "are neither beside this aotpack"):
+        _choose_runtime("linux-aarch64")
 
 
 def test_unknown_platform_and_missing_zig(monkeypatch):

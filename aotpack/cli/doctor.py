@@ -52,6 +52,27 @@ def _gpus() -> str:
         return f"cannot ask torch: {e}"
 
 
+def _folder_runtime() -> str:
+    """Which runtime `aotpack build` would put in an output folder (builds nothing)."""
+    from aotpack import knobs, portable
+
+    requested = knobs.host_platform()
+    if requested == portable.NATIVE:
+        return "the installed one (AOTPACK_HOST_PLATFORM=native)"
+    if requested == portable.AUTO and knobs.runtime_dir():
+        return "AOTPACK_RUNTIME_DIR's"
+    name = portable.host_platform() if requested == portable.AUTO else requested
+    try:
+        why = portable.unavailable(name)
+        cached = why is None and portable.is_cached(name)
+    except portable.PortableRuntimeError as e:
+        why = str(e)
+    if why is not None:
+        return (f"this machine's, built for its glibc and libstdc++: {why}"
+                if requested == portable.AUTO else f"none: {requested} cannot be built: {why}")
+    return f"{name}, glibc 2.28 ({'cached' if cached else 'built by the next build, ~90 s'})"
+
+
 def rows() -> list[tuple[str, str]]:
     from aotpack import __version__, knobs, runtime_files
 
@@ -66,6 +87,7 @@ def rows() -> list[tuple[str, str]]:
         ("runtime library", str(lib) if lib else "not found (pip install . builds it, or set "
                                                   "AOTPACK_LIB)"),
         ("aotpack-run", str(launcher) if launcher else "not found"),
+        ("output folder runtime", _folder_runtime()),
         ("driver", _driver()),
         ("GPU", _gpus()),
     ]

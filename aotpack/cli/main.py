@@ -58,15 +58,20 @@ class CastDType(str, enum.Enum):
 
 
 class HostPlatform(str, enum.Enum):
+    auto = "auto"
+    native = "native"
     linux_x86_64 = "linux-x86_64"
     linux_aarch64 = "linux-aarch64"
 
 
-HOST_PLATFORM_HELP = ("build the output folder's aotpack-run and libaotpack for this platform "
-                      "against glibc 2.28, with no libstdc++ needed: they run on Ubuntu 20.04, "
-                      "RHEL 8 and newer (linux-aarch64: Grace Hopper nodes). Built once with zig "
-                      "(pip install 'aotpack[portable]') and cached. Default: the runtime "
-                      "installed with aotpack, built for this machine's libraries")
+HOST_PLATFORM_HELP = ("which runtime (aotpack-run, libaotpack) the output folder gets. auto "
+                      "(the default, or AOTPACK_HOST_PLATFORM): built for this machine's "
+                      "platform against glibc 2.28 where zig is installed (pip install "
+                      "'aotpack[portable]'; once, ~90 s on 2 cores, then cached), so that "
+                      "Ubuntu 20.04, RHEL 8 and newer run it; else native, with a note. native: "
+                      "the one installed with aotpack, built for this machine's glibc and "
+                      "libstdc++. linux-x86_64, linux-aarch64 (Grace Hopper): built for that "
+                      "platform against glibc 2.28; an error without zig")
 
 
 class Precision(str, enum.Enum):

@@ -57,3 +57,23 @@ endforeach()
 string(APPEND AOTPACK_PC_PRIVATE_LIBS " -pthread")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/aotpack.pc.in ${PROJECT_BINARY_DIR}/aotpack.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/aotpack.pc DESTINATION ${AOTPACK_LIB_DIR}/pkgconfig)
+
+# The runtime's own sources, under share/aotpack/source: a wheel carries them so that
+# `aotpack build --host-platform` (aotpack/portable.py, its _SOURCES) can build the runtime
+# with zig for glibc 2.28 from a plain `pip install`, without a checkout. Their own component,
+# so that tests/test_runtime_choice.py installs them alone, without building anything.
+if(SKBUILD)
+  set(aotpack_install_sources_default ON)
+else()
+  set(aotpack_install_sources_default OFF)
+endif()
+option(AOTPACK_INSTALL_SOURCES "Install the runtime's sources (share/aotpack/source)"
+       ${aotpack_install_sources_default})
+if(AOTPACK_INSTALL_SOURCES)
+  set(aotpack_source_dest share/aotpack/source)
+  install(FILES ${PROJECT_SOURCE_DIR}/CMakeLists.txt DESTINATION ${aotpack_source_dest}
+          COMPONENT aotpack_sources)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/runtime_cpp/src ${PROJECT_SOURCE_DIR}/runtime_cpp/include
+                    ${PROJECT_SOURCE_DIR}/runtime_cpp/tools ${PROJECT_SOURCE_DIR}/runtime_cpp/cmake
+          DESTINATION ${aotpack_source_dest}/runtime_cpp COMPONENT aotpack_sources)
+endif()
