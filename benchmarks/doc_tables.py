@@ -214,6 +214,7 @@ def summary_table(sources, doc: Path) -> str:
 RENDERERS = {"bench": _bench, "generate": _table_of("generate_report"),
              "dynamic": _table_of("dynamic_report"), "conv-resnet18": _table_of("conv_report"),
              "conv-families": _table_of("conv_report"), "conv-depthwise": _table_of("conv_report"),
+             "conv-all": _table_of("conv_report"),
              "coverage-models": _table_of("models_report"), "summary": summary_table}
 
 

@@ -100,9 +100,13 @@ def _gates(program, act):
 
 def test_resnet50_plan():
     """20 implicit-GEMM convs (the 3x3s, the stem, the strided 1x1 shortcuts), the 33 stride-1
-    1x1 convs and the classifier as GEMMs, 2 pools: 56 launches; every shortcut add fused."""
+    1x1 convs and the classifier as GEMMs, 2 pools, the image folded 2x2 for the stem
+    (aten_conv_stem): 57 launches; every shortcut add fused."""
     program = _plan("resnet50")
-    assert Counter(kinds(program)) == {"ConvOp": 20, "GemmOp": 34, "PoolOp": 2}
+    assert Counter(kinds(program)) == {"ConvOp": 20, "GemmOp": 34, "PoolOp": 2,
+                                       "PointwiseOp": 1}
+    stem = next(op for op in program.ops if isinstance(op, ConvOp))
+    assert stem.kernel == (4, 4) and stem.stride == (1, 1) and stem.x.shape[3] == 12
     adds = [op for op in program.ops if isinstance(op, (ConvOp, GemmOp))
             and any(type(s).__name__ == "EpAdd" for s in op.epilogue)]
     assert len(adds) == 16  # one per bottleneck: its last 1x1 GEMM or its strided shortcut
@@ -126,8 +130,10 @@ def test_efficientnet_b0_plan():
     assert sum(op.depthwise for op in convs) == 16
     assert len(_gates(program, "sigmoid")) == 16
     assert sum(op.x_scale is not None for op in convs) == 16  # the gate, applied by conv c
-    assert not any(isinstance(op, PointwiseOp) for op in program.ops)
-    assert sum(op.x_scale is not None for op in convs) == 16
+    # one pointwise kernel: the image folded 2x2 for the stem (aten_conv_stem), nothing else
+    folds = [op for op in program.ops if isinstance(op, PointwiseOp)]
+    assert len(folds) == 1 and program.ops[0] is folds[0]
+    assert convs[0].x.storage == folds[0].out.storage and convs[0].stride == (1, 1)
 
 
 def test_convnext_tiny_plan():

@@ -30,7 +30,7 @@ def test_every_generated_block_is_what_its_results_files_give():
 def test_the_generated_blocks_are_where_the_docs_expect_them():
     perf = {b.name: b for b in doc_tables.blocks(PERFORMANCE.read_text())}
     assert set(perf) == {"bench", "generate", "dynamic", "conv-resnet18", "conv-families",
-                         "conv-depthwise", "coverage-models"}
+                         "conv-depthwise", "conv-all", "coverage-models"}
     readme = doc_tables.blocks(README.read_text())
     assert [b.name for b in readme] == ["summary"]
     # the README's short table comes from the same results files as the performance page's

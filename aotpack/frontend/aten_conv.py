@@ -9,6 +9,7 @@ copy in between. A 1-D convolution is a 2-D one over an image of height 1.
 """
 from __future__ import annotations
 
+from aotpack.frontend import aten_conv_stem
 from aotpack.frontend.aten_table import Unsupported, _conv2d, _pair, binary
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Value
@@ -80,6 +81,12 @@ def convolution_nchw(cx, x: Value, w: Value, b, stride, pads, dilation, groups,
     if spatial == 2 and not any(map(any, pads)) and not _is_channels_last(cx, x) \
             and _is_patch_embedding(x, w, stride, (0, 0), dilation, groups):
         return _conv2d(cx, x, w, b, stride, 0, dilation, groups, final)  # one GEMM: fast
+    if spatial == 2 and not _is_channels_last(cx, x) and _is_stem(cx, x, w, stride, pads,
+                                                                  dilation, groups):
+        y = aten_conv_stem.stem_conv(cx, x, w, pads)  # folded 2x2: aten_conv_stem
+        if b is not None:
+            y = cx.emit(Op.ADD, [y, b], O.BinaryAttrs())
+        return _from_channels_last(cx, y, 4, final)
     if spatial == 1:
         stride, dilation, pads = (1,) + stride, (1,) + dilation, ((0, 0),) + tuple(pads)
         oc, cg, k = w.shape
@@ -89,6 +96,12 @@ def convolution_nchw(cx, x: Value, w: Value, b, stride, pads, dilation, groups,
     if b is not None:
         y = cx.emit(Op.ADD, [y, b], O.BinaryAttrs())
     return _from_channels_last(cx, y, len(x.shape), final)
+
+
+def _is_stem(cx, x, w, stride, pads, dilation, groups) -> bool:
+    weight = cx.constant_value(w)
+    return weight is not None and not weight.is_meta and \
+        aten_conv_stem.applies(x, w.shape, stride, pads, dilation, groups)
 
 
 def _constant_weight(cx, w: Value) -> Value:

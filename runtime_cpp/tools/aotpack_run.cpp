@@ -78,6 +78,10 @@ const char* kUsage =
     "                     checksum of every byte), full (sha256 of every byte: also refuses a\n"
     "                     weights file forged to pass fast; the default of --check), none\n"
     "                     (names, dtypes, shapes only). The manifest and cubins: always sha256\n"
+    "  --teardown         free the model, session and context before exiting (for leak\n"
+    "                     checkers); by default a run that succeeds exits right after its last\n"
+    "                     output and leaves that to the driver and the OS (~70 ms sooner for a\n"
+    "                     2.4 GB model)\n"
     "  -h, --help         this text\n"
     "  --version          the runtime version (aotpack_version()), then exit\n"
     "text generation (docs/generation.md; a bundle built with --task text-generation):\n"
@@ -118,7 +122,7 @@ struct Args {
   int device = 0, bench = 0, warmup = 10;
   int verify = AOTPACK_VERIFY_DEFAULT;  // --verify
   uint64_t seed = 0;
-  bool graph = true, pdl = true, info = false, check = false, json = false;
+  bool graph = true, pdl = true, info = false, check = false, json = false, teardown = false;
   // --tune
   std::string tune, results;
   double budget = -1, candidate_timeout = -1;
@@ -227,6 +231,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--info") a.info = true;
     else if (s == "--check") a.check = true;
     else if (s == "--json") a.json = true;
+    else if (s == "--teardown") a.teardown = true;
     else if (s == "--tune") a.tune = value();
     else if (s == "-o" || s == "--results") a.results = value();
     else if (s == "--budget") a.budget = parse_seconds("--budget", value(), true);
@@ -481,6 +486,7 @@ void run(const Args& a) {
     for (const ShapeArg& arg : a.shapes)
       r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, arg), a.shapes.size() > 1);
   if (a.json) std::fputs(aotpack_run::to_json(r.report).c_str(), stdout);
+  if (!a.teardown) aotpack_run::exit_without_teardown();
 }
 
 }  // namespace
@@ -529,7 +535,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (a.gen.new_tokens) {
-      aotpack_run::run_generate(a.bundle, a.weights, a.device, a.verify, a.graph, a.seed, a.gen);
+      aotpack_run::run_generate(a.bundle, a.weights, a.device, a.verify, a.graph, a.seed, a.gen,
+                                a.teardown);
       return 0;
     }
     if (!a.json) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <vector>
 
@@ -56,6 +57,16 @@ inline std::vector<std::vector<uint8_t>> outputs_to_host(
                          "cuMemcpyDtoH", aotpack::cat("output '", outs[i].name, "'"));
   }
   return host;
+}
+
+// Ends the process now, after a run that succeeded, without freeing the model, its sessions
+// or the CUDA context: the driver and the OS reclaim them at exit anyway, and for a 2.4 GB
+// model the teardown (device memory, unpinning the staging pages, the context) was 65-80 ms
+// of the launcher's wall time after its last output. --teardown keeps it (leak checkers).
+[[noreturn]] inline void exit_without_teardown() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(0);
 }
 
 // Runs `body` (returns an exit code); an error escaping it becomes the launcher's one-line

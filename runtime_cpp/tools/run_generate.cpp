@@ -133,7 +133,7 @@ std::string check_generate_args(const GenerateArgs& g) {
 }
 
 void run_generate(const std::string& bundle, const std::string& weights, int device, int verify,
-                  bool graph, uint64_t seed, const GenerateArgs& g) {
+                  bool graph, uint64_t seed, const GenerateArgs& g, bool teardown) {
   ModelHandle h;
   aotpack_model_options mo{};
   mo.struct_size = sizeof(mo);
@@ -188,6 +188,7 @@ void run_generate(const std::string& bundle, const std::string& weights, int dev
               prompts.size(), joined(plens).c_str(), joined(news).c_str(), st.ttft_ms,
               st.decode_ms, (long long)st.decode_steps, st.decode_tokens_per_s,
               double(g.temperature), graph ? 1 : 0);
+  if (!teardown) exit_without_teardown();  // c_api_util.hpp: the handles are not freed
 }
 
 }  // namespace aotpack_run

@@ -4,7 +4,8 @@ the tiles are the kernel's constexprs, so a change here is a change of kernels a
 
 Implicit GEMM: BM x BN output tile over [pixels, channels of a group], BK channels per step
 (64 when the group has that many: a full 128-byte bf16 row), FLAT_K when a group has fewer than
-16 channels (stems, small grouped convs). Depthwise: BP pixels x BC channels per program.
+16 channels (small grouped convs, a 3-channel image read in place) unless they are 4, 8 or 12
+contiguous ones of one group (a folded stem: per-tap loads). Depthwise: BP pixels x BC channels per program.
 """
 from __future__ import annotations
 
@@ -36,6 +37,14 @@ def _channel_block(c: int) -> int:
     return 16
 
 
+def _aligned_taps(op: ConvOp) -> bool:
+    """One group of 4, 8 or 12 contiguous channels (a stem folded 2x2, aten_conv_stem): each
+    tap's channels are one aligned 8-32 byte load that cp.async can prefetch, where the
+    gathered K walk (FLAT_K) loads an element at a time, unpipelined."""
+    cg = op.x.shape[3] // op.groups
+    return op.groups == 1 and cg % 4 == 0 and cg < 16 and op.x.strides[3] == 1
+
+
 def default_config(op: ConvOp, target: Target) -> dict:
     m = upper_bound(op.rows)
     c = op.x.shape[3]
@@ -52,7 +61,7 @@ def default_config(op: ConvOp, target: Target) -> dict:
         # slower for others); unrolled whole is the better default at 16 elements per thread
         return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2, "ROW_LOOP": False}
     cg, ocg = c // op.groups, op.out_channels // op.groups
-    flat = cg < 16
+    flat = cg < 16 and not _aligned_taps(op)
     bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
     if op.x.dtype.nbytes == 4:  # tf32: a 128-byte row is 32 elements; the stages fit in smem
         bk = min(bk, 32)
@@ -63,13 +72,17 @@ def default_config(op: ConvOp, target: Target) -> dict:
     while _cdiv(m, bm) * _cdiv(ocg, bn) * op.groups < target.sm_count and bn > 32:
         bn //= 2
     big = bm * bn >= 128 * 128
+    # a folded stem's per-tap K steps are short: 2 stages measured as fast or faster than 4
+    # (bench_stem.py: EfficientNet-B0's at batch 128 128 vs 140 us, ResNet-50's equal)
+    stages = 3 if big else (2 if cg < 16 and not flat else 4)
     return {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8, "FLAT_K": flat,
-            "num_warps": 8 if big else 4, "num_stages": 3 if big else 4}
+            "num_warps": 8 if big else 4, "num_stages": stages}
 
 
 def candidate_configs(op: ConvOp, target: Target) -> list[dict]:
     base = default_config(op, target)
     out = [base]
+    cg = op.x.shape[3] // op.groups
     if op.depthwise:
         bp, bc = base["BP"], base["BC"]
         half, quarter = max(16, bp // 2), max(16, bp // 4)
@@ -87,8 +100,10 @@ def candidate_configs(op: ConvOp, target: Target) -> list[dict]:
                     {"BM": 128, "BN": 256, "num_warps": 8, "num_stages": 3},
                     {"BM": 64, "BN": 32, "num_warps": 4, "num_stages": 4},
                     {"num_stages": 2}, {"GROUP_M": 1}]
-        if not base["FLAT_K"]:
+        if not base["FLAT_K"] and cg >= 16:
             variants += [{"BK": 32}, {"BK": 64, "num_stages": 3}]
+        if cg < 16:  # the other way of walking K: gathered across taps, or per tap
+            variants += [{"FLAT_K": not base["FLAT_K"], "BK": 16 if base["FLAT_K"] else 32}]
     for v in variants:
         c = {**base, **v}
         if c not in out and (op.depthwise or c["BN"] <= max(16, 2 * op.out_channels)):
