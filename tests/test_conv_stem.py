@@ -90,9 +90,15 @@ def test_folded_weight_places_every_tap():
     w2 = aten_conv_stem.folded_weight(w, dims)
     assert w2.shape == (2, 12, 4, 4)
     assert sorted(w2[w2 != 0].tolist()) == sorted(w.flatten().tolist())
-    # kh = 0 is folded row 2p + a = 1 (one zero row before the kernel, p = 0, a = 1)
-    assert w2[0, 2 * 3 + 0 * 3 + 1, 0, 0] == 0 and w2[0, 1 * 6 + 0 * 3 + 1, 0, 0] == 0
-    assert w2[1, (1 * 2 + 1) * 3 + 2, 0, 0] == w[1, 2, 0, 0]  # a = 1, b = 1, c = 2
+    # folded channel (a, b, c) is (2a + b) * 3 + c; the odd padding 3 puts one zero row and
+    # column before the kernel: kh = 0 is row 2p + a = 1 (p = 0, a = 1), so a = 0 at p = 0
+    # (and b = 0 at q = 0) hold only zeros
+    assert (w2[:, 0:6, 0, :] == 0).all() and (w2[:, [0, 1, 2, 6, 7, 8], :, 0] == 0).all()
+    for c in range(3):
+        assert (w2[:, 9 + c, 0, 0] == w[:, c, 0, 0]).all()  # a = b = 1, p = q = 0
+        assert (w2[:, 9 + c, 3, 3] == w[:, c, 6, 6]).all()  # the last tap: p = q = 3
+        # shifted by the zero tap: kh 2 -> row 3 = (p 1, a 1), kw 3 -> column 4 = (q 2, b 0)
+        assert (w2[:, 6 + c, 1, 2] == w[:, c, 2, 3]).all()
 
 
 def test_dynamic_batch_folds():

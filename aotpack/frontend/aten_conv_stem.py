@@ -29,7 +29,8 @@ from aotpack.ir.ops import Op
 
 
 def applies(x: Value, w_shape, stride, pads, dilation, groups) -> bool:
-    """A stride-2 2-D conv over a static, even-sized image of at most 4 channels, one group."""
+    """A stride-2 2-D conv over a static, even-sized image of at most 4 channels, one group,
+    a kernel wider than the stride both ways (2x2/s2 is a patch embedding: one GEMM)."""
     if len(x.shape) != 4 or len(w_shape) != 4:
         return False
     _, c, h, wd = x.shape

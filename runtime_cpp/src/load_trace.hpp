@@ -1,6 +1,7 @@
 // load_trace.hpp — where a model load's (and free's) time goes, one line on stderr when
 // AOTPACK_LOAD_TRACE=1: cold starts are measured on a GPU host without a profiler
 // (benchmarks/coldstart.sh), and a phase that grows shows in the line, not only in the total.
+// (aotpack-run frees nothing after a run that succeeded unless --teardown: no free line then.)
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,6 @@
 # Runs EXE with ARGS ("|"-separated), then checks the exit code (EXPECT_RC: "nonzero" (the
-# default) or an exact number such as 0 or 2) and that stdout+stderr match the regex EXPECT.
+# default) or an exact number such as 0 or 2) and that stdout+stderr match the regex EXPECT
+# (and, if EXPECT_NOT is set, do not match that one).
 string(REPLACE "|" ";" argv "${ARGS}")
 execute_process(COMMAND ${EXE} ${argv} RESULT_VARIABLE rc OUTPUT_VARIABLE out
                 ERROR_VARIABLE err)
@@ -15,4 +16,7 @@ if(EXPECT_RC STREQUAL "nonzero" AND (rc STREQUAL "0" OR NOT rc MATCHES "^[0-9]+$
 endif()
 if(NOT "${out}${err}" MATCHES "${EXPECT}")
   message(FATAL_ERROR "output does not match '${EXPECT}'")
+endif()
+if(DEFINED EXPECT_NOT AND "${out}${err}" MATCHES "${EXPECT_NOT}")
+  message(FATAL_ERROR "output matches '${EXPECT_NOT}', which it must not")
 endif()

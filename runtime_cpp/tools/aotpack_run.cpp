@@ -204,7 +204,8 @@ Args parse_args(int argc, char** argv) {
     };
     static const char* const kRunOnly[] = {"--weights", "--inputs", "--outputs", "--bench",
                                            "--seed", "--no-graph", "--no-pdl", "--info",
-                                           "--check", "--shape", "--verify", "--json"};
+                                           "--check", "--shape", "--verify", "--json",
+                                           "--teardown"};
     for (const char* f : kRunOnly)
       if (s == f) a.run_only.push_back(s);
     if (s == "--weights") a.weights = value();
@@ -486,7 +487,7 @@ void run(const Args& a) {
     for (const ShapeArg& arg : a.shapes)
       r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, arg), a.shapes.size() > 1);
   if (a.json) std::fputs(aotpack_run::to_json(r.report).c_str(), stdout);
-  if (!a.teardown) aotpack_run::exit_without_teardown();
+  aotpack_run::end_run(a.teardown);
 }
 
 }  // namespace

@@ -188,7 +188,7 @@ void run_generate(const std::string& bundle, const std::string& weights, int dev
               prompts.size(), joined(plens).c_str(), joined(news).c_str(), st.ttft_ms,
               st.decode_ms, (long long)st.decode_steps, st.decode_tokens_per_s,
               double(g.temperature), graph ? 1 : 0);
-  if (!teardown) exit_without_teardown();  // c_api_util.hpp: the handles are not freed
+  end_run(teardown);  // c_api_util.hpp: unless `teardown`, the handles are not freed
 }
 
 }  // namespace aotpack_run

@@ -38,7 +38,7 @@ std::string check_generate_args(const GenerateArgs& g);
 // Loads the bundle, generates, prints each sequence's ids, then a last line
 // "generate: batch=.. prompt=.. new=.. ttft_ms=.. decode_ms=.. decode_steps=.. decode_tok_s=..".
 // Throws aotpack::Error on a failed call (a bundle that is not generative, bad prompt ids).
-// Then ends the process without freeing anything unless `teardown` (exit_without_teardown).
+// Then ends the process without freeing anything unless `teardown` (c_api_util.hpp end_run).
 void run_generate(const std::string& bundle, const std::string& weights, int device, int verify,
                   bool graph, uint64_t seed, const GenerateArgs& g, bool teardown);
 
