@@ -31,7 +31,7 @@ from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
     GemmConfig, SplitKConfig, cdiv, config_from_dict,
 )
 from aotpack.kernels.triton.gemm_heuristic import (  # noqa: E402
-    MAX_CANDIDATES, candidate_configs, choose_config,
+    MAX_CANDIDATES, candidate_configs, choose_config, config_for,
 )
 
 BF, F16, F32 = DType.BF16, DType.F16, DType.F32
@@ -168,6 +168,9 @@ CASES = {
     # the heuristic (gemm.config_for): split-K for decode M, adapted to the op (pointer loads)
     "heuristic": (_op(5, 136, 256, [_bias(136)]), None),
     "heuristic_unaligned_k": (_op(3, 72, 90), None),
+    # rows of 6 bytes at a tile-sized M (VGG's adaptive pool to 7x7 over a 3x3 map): no tensor
+    # map can load them, so the heuristic takes split-K's pointer loads (was a build error)
+    "heuristic_tall_rows_of_3": (_op(384, 7, 3, [_bias(7)]), None),
 }
 
 
@@ -408,6 +411,12 @@ def test_choose_config_splits_k_for_decode_and_tile_starved_shapes(shape, splitk
     if splitk:  # every SM gets a CTA
         m, n, _ = shape
         assert cdiv(m, cfg.BM) * cdiv(n, cfg.BN) * cfg.SPLIT_K >= 0.9 * SM90.sm_count
+
+
+def test_operands_no_tensor_map_can_load_take_pointer_loads():
+    cfg = config_for(_op(384, 7, 3))
+    assert isinstance(cfg, SplitKConfig) and not cfg.TMA
+    assert isinstance(config_for(_op(384, 8, 64)), GemmConfig)  # aligned rows: the tile kernel
 
 
 def test_supports_config_says_why():

@@ -36,6 +36,10 @@ def config_for(op: GemmOp, target: Target = SM90) -> AnyGemmConfig:
     (split-K adapted to its operands, an erf epilogue, SwiGLU pairs)."""
     M, K = op.a.shape
     cfg = choose_config(M, op.b.shape[0], K, op.a.dtype, target, op.out.dtype)
+    if isinstance(cfg, GemmConfig) and not _tma_loadable(op):
+        # rows of a few bytes (K = 3: VGG's adaptive pool to 7x7 over a 3x3 map by averaging
+        # matrices) are no tensor-map operand: the split-K kernel loads through pointers
+        cfg = splitk_config(M, op.b.shape[0], K, op.a.dtype, target)
     if isinstance(cfg, SplitKConfig):  # decode-sized M: gemm_splitk.py
         if op.b.dtype is DType.F8E4M3:  # the same bytes per stage as bf16's BK=64; fewer
             # stages. On the H200 (M = 1, Llama-3.2-1B's GEMMs) 5-11 % faster than BK=64.
@@ -46,6 +50,12 @@ def config_for(op: GemmOp, target: Target = SM90) -> AnyGemmConfig:
         cfg = cfg.with_(BK=32)
     g = swiglu_group(op)
     return cfg if g is None else swiglu_config(cfg, g, op, target)
+
+
+def _tma_loadable(op: GemmOp) -> bool:
+    from aotpack.kernels.triton.gemm import tma_problem
+
+    return tma_problem(op.a) is None and tma_problem(op.b) is None
 
 
 def with_prefetch(op: GemmOp, cfg: SplitKConfig) -> SplitKConfig:
