@@ -70,17 +70,40 @@ def variants(op) -> list[dict]:
     return conv_configs.candidate_configs(op, SM90)
 
 
-def measure(op, args) -> dict:
+def time_configs(op, reps: int) -> list[dict]:
+    """Every candidate config of `op` (variants): its output checked against the torch
+    reference (rel_err), then timed (ms), or the error that stopped it."""
     from aotpack.kernels import run_reference
     from aotpack.kernels.reference import view
-    from aotpack.kernels.spec import SM90
-    from aotpack.kernels.triton import conv, conv_configs
+    from aotpack.kernels.triton import conv
     from aotpack.kernels.triton._common import aot_launcher
 
     env = environment(op)
     ref_env = {k: v.clone() for k, v in env.items()}
     run_reference(op, ref_env)
     want = view(ref_env, op.out).float()
+    rows = []
+    for cfg in variants(op):
+        entry = {"config": cfg}
+        try:
+            fn = aot_launcher(conv.plan(op, cfg), env)
+            fn()
+            torch.cuda.synchronize()
+            got = view(env, op.out).float()
+            entry["rel_err"] = round(float((got - want).norm() / want.norm().clamp_min(1e-9)), 5)
+            entry["ms"] = bench(fn, reps=reps)["median_ms"]
+        except Exception as e:  # report and go on
+            entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(entry)
+    return rows
+
+
+def measure(op, args) -> dict:
+    from aotpack.kernels.reference import view
+    from aotpack.kernels.spec import SM90
+    from aotpack.kernels.triton import conv_configs
+
+    env = environment(op)
     n, h, w, c = op.x.shape
     oh, ow = op.out_hw
     nbytes = (n * h * w * c + n * oh * ow * c) * op.x.dtype.nbytes
@@ -98,18 +121,7 @@ def measure(op, args) -> dict:
         pt = pl = 0
     row["cudnn_ms"] = bench(lambda: F.conv2d(xc, wt, None, op.stride, (pt, pl), op.dilation, c),
                             reps=args.reps)["median_ms"]
-    for cfg in variants(op):
-        entry = {"config": cfg}
-        try:
-            fn = aot_launcher(conv.plan(op, cfg), env)
-            fn()
-            torch.cuda.synchronize()
-            got = view(env, op.out).float()
-            entry["rel_err"] = round(float((got - want).norm() / want.norm().clamp_min(1e-9)), 5)
-            entry["ms"] = bench(fn, reps=args.reps)["median_ms"]
-        except Exception as e:  # report and go on
-            entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        row["configs"].append(entry)
+    row["configs"] = time_configs(op, args.reps)
     timed = [e for e in row["configs"] if "ms" in e]
     if timed:
         best = min(timed, key=lambda e: e["ms"])

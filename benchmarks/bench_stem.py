@@ -24,7 +24,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples"), str(ROOT / "benchmarks")]
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from bench_depthwise import environment  # noqa: E402
+from bench_depthwise import time_configs  # noqa: E402
 from timing import bench  # noqa: E402
 
 
@@ -45,33 +45,6 @@ def stem_op(name: str, batch: int, folded: bool):
         aten_conv_stem.applies = applies
     first = next(m for m in model.modules() if isinstance(m, torch.nn.Conv2d))
     return next(op for op in program.ops if isinstance(op, ConvOp)), first, x[0]
-
-
-def time_configs(op, reps: int) -> list[dict]:
-    from aotpack.kernels import run_reference
-    from aotpack.kernels.reference import view
-    from aotpack.kernels.spec import SM90
-    from aotpack.kernels.triton import conv, conv_configs
-    from aotpack.kernels.triton._common import aot_launcher
-
-    env = environment(op)
-    ref_env = {k: v.clone() for k, v in env.items()}
-    run_reference(op, ref_env)
-    want = view(ref_env, op.out).float()
-    rows = []
-    for cfg in conv_configs.candidate_configs(op, SM90):
-        entry = {"config": cfg}
-        try:
-            fn = aot_launcher(conv.plan(op, cfg), env)
-            fn()
-            torch.cuda.synchronize()
-            got = view(env, op.out).float()
-            entry["rel_err"] = round(float((got - want).norm() / want.norm().clamp_min(1e-9)), 5)
-            entry["ms"] = bench(fn, reps=reps)["median_ms"]
-        except Exception as e:  # report and go on
-            entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        rows.append(entry)
-    return rows
 
 
 def measure(name: str, batch: int, reps: int) -> dict:

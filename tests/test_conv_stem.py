@@ -21,25 +21,7 @@ from aotpack.kernels.triton import conv_configs  # noqa: E402
 from aotpack.passes import compile_graph  # noqa: E402
 from conv_checks import check_kernels_interpreted  # noqa: E402
 from program_checks import check_matches_eager, kinds  # noqa: E402
-
-
-class Stem(nn.Module):
-    def __init__(self, conv, pad=None):
-        super().__init__()
-        self.conv, self.pad = conv, pad
-
-    def forward(self, x):
-        if self.pad is not None:
-            x = F.pad(x, self.pad)
-        return torch.relu(self.conv(x))
-
-
-def _model(conv, pad=None):
-    torch.manual_seed(0)
-    m = Stem(conv, pad).eval()
-    for p in m.parameters():
-        p.data.normal_(0, 0.3)
-    return m
+from test_conv import _conv_model as _model  # noqa: E402  (a conv + pad + relu, seeded)
 
 
 # (name, conv, zero pad before it, input shape)

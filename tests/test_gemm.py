@@ -25,6 +25,7 @@ from program_checks import (
 gemm = pytest.importorskip("aotpack.kernels.triton.gemm")
 from aotpack.kernels.triton.gemm_configs import (  # noqa: E402
     LARGE, LARGE_LONG_K, MEDIUM, SMALL_M, SMALL_M_NARROW, SMALL_M_NARROWEST, GemmConfig,
+    SplitKConfig,
 )
 from aotpack.kernels.triton.gemm_heuristic import (  # noqa: E402
     choose_config, choose_tile_config, large_tiles_win,
@@ -381,8 +382,12 @@ def test_refuses_more_than_three_tensor_operands():
 
 
 def test_refuses_unaligned_k_for_tma():
+    op = _op(128, 64, 45)  # M > 64, 90-byte rows: the tile kernel's tensor maps cannot
     with pytest.raises(ValueError, match="TMA"):
-        gemm.compile(_op(128, 64, 45), SM90)  # M > 64: the tile kernel (split-K takes any K)
+        gemm.compile_fitting(op, choose_tile_config(128, 64, 45, BF, SM90), SM90)
+    # so the heuristic takes split-K's pointer loads for it (it takes any K)
+    assert isinstance(gemm.config_for(op, SM90), SplitKConfig)
+    assert gemm.compile(op, SM90)
 
 
 def test_refuses_bad_shapes_and_dtypes():
