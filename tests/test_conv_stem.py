@@ -1,7 +1,8 @@
 """A stride-2 stem over an image of 1-4 channels runs folded 2x2 into 4C channels
 (frontend/aten_conv_stem.py): one copy of the image, then a stride-1 conv over aligned pixels.
 Every geometry must equal eager; the kernels (each candidate config, gathered and per-tap) are
-checked in Triton's interpreter."""
+checked in Triton's interpreter. Also the other window that needed a layout/loop decision to
+build at all: depthwise windows larger than 7x7 loop over their rows."""
 from __future__ import annotations
 
 import sys
@@ -104,3 +105,20 @@ def test_folded_kernels_interpreted_in_every_config():
         if cfg["BM"] == 64 and cfg["BN"] == 32 or cfg["FLAT_K"] or cfg is configs[0]:
             assert check_kernels_interpreted(program, [x], configs={"ConvOp": cfg},
                                              kinds=(ConvOp,)) == 1
+
+
+def test_large_depthwise_windows_loop_over_rows():
+    """Up to 7x7 a depthwise window is unrolled whole (measured faster); larger ones loop over
+    their rows at run time: unrolled, a 17x17 took 2-7 min to compile and a 31x31 never
+    finished (a RepLKNet-style block), looped they compile in seconds."""
+    def depthwise(k):
+        x = torch.randn(1, 16, 32, 32).to(torch.bfloat16)
+        conv = nn.Conv2d(16, 16, k, padding=k // 2, groups=16)
+        program = compile_graph(to_graph(_model(conv).to(torch.bfloat16), [x]))
+        return next(op for op in program.ops if isinstance(op, ConvOp) and op.depthwise), x, \
+            program
+
+    assert not conv_configs.default_config(depthwise(7)[0], SM90)["ROW_LOOP"]
+    op, x, program = depthwise(17)
+    assert conv_configs.default_config(op, SM90)["ROW_LOOP"]
+    assert check_kernels_interpreted(program, [x], kinds=(ConvOp,)) == 1

@@ -25,6 +25,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 _DW_TILE = 2048  # depthwise: pixels x channels per program of 4 warps
+_UNROLLED_TAPS = 49  # depthwise windows up to 7x7 unrolled whole; larger ones loop over rows
 
 
 def _channel_block(c: int) -> int:
@@ -60,8 +61,11 @@ def default_config(op: ConvOp, target: Target) -> dict:
         while _cdiv(m, bp) * _cdiv(c, bc) < target.sm_count and (bc > 32 or bp > 16):
             bc, bp = (bc // 2, bp) if bc > 32 else (bc, bp // 2)
         # the window's rows looped at run time: a tuning candidate (faster for some 5x5 convs,
-        # slower for others); unrolled whole is the better default at 16 elements per thread
-        return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2, "ROW_LOOP": False}
+        # slower for others); unrolled whole is the better default at 16 elements per thread,
+        # up to 7x7: a larger window unrolled whole takes minutes to compile (13x13 ~50 s,
+        # 17x17 ~2-7 min, 31x31 did not finish in 7 min on 2 cores), looped it is one row
+        row_loop = op.kernel[0] * op.kernel[1] > _UNROLLED_TAPS
+        return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2, "ROW_LOOP": row_loop}
     cg, ocg = c // op.groups, op.out_channels // op.groups
     flat = cg < 16 and not _aligned_taps(op)
     bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
