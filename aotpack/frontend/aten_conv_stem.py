@@ -27,7 +27,6 @@ from aotpack.ir.graph import Value
 from aotpack.ir.ops import Op
 
 
-
 def applies(x: Value, w_shape, stride, pads, dilation, groups) -> bool:
     """A stride-2 2-D conv over a static, even-sized image of at most 4 channels, one group,
     a kernel wider than the stride both ways (2x2/s2 is a patch embedding: one GEMM)."""

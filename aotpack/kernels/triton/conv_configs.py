@@ -5,7 +5,8 @@ the tiles are the kernel's constexprs, so a change here is a change of kernels a
 Implicit GEMM: BM x BN output tile over [pixels, channels of a group], BK channels per step
 (64 when the group has that many: a full 128-byte bf16 row), FLAT_K when a group has fewer than
 16 channels (small grouped convs, a 3-channel image read in place) unless they are 4, 8 or 12
-contiguous ones of one group (a folded stem: per-tap loads). Depthwise: BP pixels x BC channels per program.
+contiguous ones of one group (a folded stem: per-tap loads). Depthwise: BP pixels x BC
+channels per program.
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ def default_config(op: ConvOp, target: Target) -> dict:
         row_loop = op.kernel[0] * op.kernel[1] > _UNROLLED_TAPS
         return {"BP": bp, "BC": bc, "num_warps": 4, "num_stages": 2, "ROW_LOOP": row_loop}
     cg, ocg = c // op.groups, op.out_channels // op.groups
-    flat = cg < 16 and not _aligned_taps(op)
+    aligned = _aligned_taps(op)
+    flat = cg < 16 and not aligned
     bk = 32 if flat else (64 if cg >= 64 else _pow2_at_least(cg, 16, 64))
     if op.x.dtype.nbytes == 4:  # tf32: a 128-byte row is 32 elements; the stages fit in smem
         bk = min(bk, 32)
@@ -80,7 +82,7 @@ def default_config(op: ConvOp, target: Target) -> dict:
     big = bm * bn >= 128 * 128
     # a folded stem's per-tap K steps are short: 2 stages measured as fast or faster than 4
     # (bench_stem.py: EfficientNet-B0's at batch 128 128 vs 140 us, ResNet-50's equal)
-    stages = 3 if big else (2 if cg < 16 and not flat else 4)
+    stages = 3 if big else (2 if aligned else 4)
     return {"BM": bm, "BN": bn, "BK": bk, "GROUP_M": 8, "FLAT_K": flat,
             "num_warps": 8 if big else 4, "num_stages": stages}
 
