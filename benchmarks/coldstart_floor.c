@@ -3,6 +3,9 @@
  *
  *   coldstart_floor            cuInit + cuDevicePrimaryCtxRetain + one cuMemAlloc, then exit:
  *                              what any program using the GPU pays before its first upload
+ *                              (with AOTPACK_LOAD_TRACE=1 it says when the memory was there,
+ *                              as "aotpack-trace at ready <unix ms>" on stderr: the floor of
+ *                              a first output, beside the process's exit)
  *   coldstart_floor --h2d MIB  also the pinned host-to-device bandwidth (GB/s, printed): a
  *                              MIB-sized copy from cuMemHostAlloc'd memory, timed by events,
  *                              the best of 5 (the upload time in the target is bytes / this)
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void* lib;
 
@@ -91,5 +95,11 @@ int main(int argc, char** argv) {
   CHECK(CALL(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")(&ctx, dev));
   CHECK(CALL(cuCtxSetCurrent, "cuCtxSetCurrent")(ctx));
   CHECK(CALL(cuMemAlloc, "cuMemAlloc_v2")(&dptr, bytes));
+  const char* trace = getenv("AOTPACK_LOAD_TRACE");
+  if (trace && *trace && *trace != '0') {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    fprintf(stderr, "aotpack-trace at ready %.3f\n", now.tv_sec * 1e3 + now.tv_nsec / 1e6);
+  }
   return bandwidth ? h2d(dptr, bytes) : 0;
 }

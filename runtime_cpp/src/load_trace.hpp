@@ -14,7 +14,9 @@ namespace aotpack {
 class LoadTrace {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit LoadTrace(const char* what) : on_(enabled()), t0_(Clock::now()), line_(what) {}
+  explicit LoadTrace(const char* what) : on_(enabled()), t0_(Clock::now()), line_(what) {
+    if (on_) line_ += " @" + unix_ms();  // where the phases sit in the process's life
+  }
   ~LoadTrace() {
     if (on_) std::fprintf(stderr, "aotpack-trace %s\n", line_.c_str());
   }
@@ -36,13 +38,30 @@ class LoadTrace {
   }
 
  private:
+  // The wall clock in ms since 1970 (3 decimals): a trace line's origin, comparable with the
+  // process's start and exit as a script timed them (scripts/coldstart).
+  static std::string unix_ms() {
+    double ms = std::chrono::duration<double, std::milli>(
+                    std::chrono::system_clock::now().time_since_epoch()).count();
+    char text[32];
+    std::snprintf(text, sizeof text, "%.3f", ms);
+    return text;
+  }
   static bool enabled() {
     const char* v = std::getenv("AOTPACK_LOAD_TRACE");
     return v && *v && *v != '0';
   }
   bool on_;
   Clock::time_point t0_;
+  friend void trace_point(const char* what);
   std::string line_;
 };
+
+// "aotpack-trace at <what> <unix ms>" on stderr now, when tracing: a launcher's points (main
+// entered, model loaded, first output, exit) against the process's start and end.
+inline void trace_point(const char* what) {
+  if (LoadTrace::enabled()) std::fprintf(stderr, "aotpack-trace at %s %s\n", what,
+                                         LoadTrace::unix_ms().c_str());
+}
 
 }  // namespace aotpack

@@ -2,6 +2,7 @@
 #include "safetensors.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -66,6 +67,21 @@ void OpenFile::read(uint64_t offset, uint64_t n, uint8_t* dst) const {
          "(is it being rewritten?): try again once it is complete");
   if (status != 0)
     fail(AOTPACK_IO, "cannot read ", what_, " '", path_, "': ", std::strerror(status));
+}
+
+double OpenFile::cached_fraction(uint64_t offset, uint64_t n) const {
+  const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  if (n == 0 || offset >= size_) return 1.0;
+  n = std::min(n, size_ - offset);
+  const uint64_t start = offset / page * page, len = offset + n - start;
+  void* map = ::mmap(nullptr, size_t(len), PROT_READ, MAP_SHARED, fd_, off_t(start));
+  if (map == MAP_FAILED) return 0.0;
+  std::vector<unsigned char> resident(size_t((len + page - 1) / page));
+  uint64_t cached = 0;
+  if (::mincore(map, size_t(len), resident.data()) == 0)
+    for (unsigned char r : resident) cached += r & 1;
+  ::munmap(map, size_t(len));
+  return double(cached) / double(resident.size());
 }
 
 void OpenFile::check_unchanged() const {

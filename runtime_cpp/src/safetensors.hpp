@@ -37,6 +37,10 @@ class OpenFile {
   // Copies [offset, offset + n) into dst (n <= size() - offset); Error(IO) when the file
   // shrank meanwhile or the read fails. Thread-safe.
   void read(uint64_t offset, uint64_t n, uint8_t* dst) const;
+  // The fraction (0..1) of [offset, offset + n) that is in the page cache now (mincore over a
+  // mapping that is never touched, so a file truncated meanwhile cannot fault); 0 when the
+  // system cannot say.
+  double cached_fraction(uint64_t offset, uint64_t n) const;
   // Error(IO) when the file's size is no longer size(): it was rewritten while we read it.
   void check_unchanged() const;
   int fd() const { return fd_; }
@@ -87,6 +91,10 @@ class SafetensorsFile {
   // Copies [offset, offset + n) of the file into dst: from memory when the contents are
   // there, else from the file (Error(IO) when it shrank). Thread-safe.
   void read(uint64_t offset, uint64_t n, uint8_t* dst) const;
+  // OpenFile::cached_fraction; 1 when the contents are in memory.
+  double cached_fraction(uint64_t offset, uint64_t n) const {
+    return in_memory() ? 1.0 : file_.cached_fraction(offset, n);
+  }
   // The bytes of tensor `t`, read from the file or copied from memory.
   std::vector<uint8_t> read_tensor(const TensorEntry& t) const;
   // Error(IO) when the file changed size since it was opened (HeaderOnly: after streaming).

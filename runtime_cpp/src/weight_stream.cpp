@@ -29,6 +29,13 @@ uint64_t env_in(const char* name, uint64_t lo, uint64_t hi, uint64_t fallback) {
   return *end == '\0' && x >= lo && x <= hi ? uint64_t(x) : fallback;
 }
 
+// More than a tenth of the chunks' bytes would come from the disk, not the page cache.
+bool uncached(const SafetensorsFile& file, const std::vector<Chunk>& chunks) {
+  if (chunks.empty()) return false;
+  const uint64_t begin = chunks.front().offset, end = chunks.back().offset + chunks.back().size;
+  return file.cached_fraction(begin, end - begin) < 0.9;
+}
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -84,9 +91,11 @@ StreamOptions StreamOptions::from_env() {
   StreamOptions o;
   o.threads = unsigned(env_in("AOTPACK_LOAD_THREADS", 1, 64, o.threads));
   o.chunk_bytes = env_in("AOTPACK_LOAD_CHUNK_KIB", 4, 1u << 20, o.chunk_bytes >> 10) << 10;
+  if (const char* v = std::getenv("AOTPACK_LOAD_EARLY_MIB"))
+    o.early_when_cached = v && *v;  // a budget given: used whatever the page cache holds
+  o.early_bytes = env_in("AOTPACK_LOAD_EARLY_MIB", 0, 1u << 20, o.early_bytes >> 20) << 20;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) o.early_bytes = std::min(o.early_bytes, uint64_t(pages) * page / 8);
-  o.early_bytes = env_in("AOTPACK_LOAD_EARLY_MIB", 0, 1u << 20, o.early_bytes >> 20) << 20;
   return o;
 }
 
@@ -101,8 +110,10 @@ StreamPlan plan_stream(const WeightSource& src, const StreamOptions& options) {
   p.slot_bytes = (largest + page - 1) / page * page;
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   p.workers = unsigned(std::min<size_t>({options.threads, hw, p.chunks.size()}));
-  // reading ahead copies the file's bytes once more: only worth it from the file itself
-  if (p.slot_bytes && !src.file->in_memory())
+  // reading ahead copies the file's bytes once more: only worth it from the file itself, and
+  // (StreamOptions) only from a disk
+  if (p.slot_bytes && !src.file->in_memory() && options.early_bytes &&
+      (options.early_when_cached || uncached(*src.file, p.chunks)))
     p.early_bytes = std::min<uint64_t>(options.early_bytes / p.slot_bytes, p.chunks.size()) *
                     p.slot_bytes;
   return p;

@@ -49,12 +49,18 @@ std::vector<Chunk> plan_chunks(const WeightSource& src, uint64_t chunk_bytes);
 // the environment, so a host can be measured with other values without a rebuild (values
 // outside those ranges are ignored).
 struct StreamOptions {
-  unsigned threads = 8;
+  // (at most one per hardware thread and one per chunk.) Measured on the H200 host (16 cores,
+  // 2.4 GB from a warm page cache, benchmarks/results/2026-12-04-h200-coldstart-stream.json):
+  // 16 threads read it in ~60 ms once the driver is up, 8 in ~90 ms, 4 in ~180 ms.
+  unsigned threads = 16;
   uint64_t chunk_bytes = 2ull << 20;
-  // At most 2 GiB and an eighth of the machine's memory: read ahead of a 2.4 GB bundle while
-  // the driver starts (~0.3 s at ~8 GB/s into fresh pages covers about that much), without
-  // pressing a small machine for memory that the ring alone would not need.
+  // At most 2 GiB and an eighth of the machine's memory, and only when most of the weights are
+  // not in the page cache (a read from disk, ~1.6 GB/s on the H200 host: reading ahead while
+  // the driver starts saved ~0.3 s of 1.8 s there). From the page cache it is not worth it:
+  // 2 GiB of fresh pages filled while the driver started delayed the driver by 50-100 ms
+  // (first output 273 ms without, 339 with), more than the reads it saved.
   uint64_t early_bytes = 2ull << 30;
+  bool early_when_cached = false;  // AOTPACK_LOAD_EARLY_MIB given: read ahead anyway
   static StreamOptions from_env();
 };
 
@@ -95,12 +101,10 @@ class ChunkSink {
 // Reads the plan's chunks into the ring on plan.workers threads, adds each weight's checksum
 // as its pieces arrive (when asked to), hands every chunk to the sink (when there is one).
 //
-// Early reads: while the sink is not ready (the driver starts, ~0.3 s), a worker whose slots
-// are full reads its next chunks into memory of its own (up to plan.early_bytes in all) instead
-// of waiting, and once the sink is ready copies them into its slots before reading on. Their
-// read and checksum then cost nothing after the driver is up, and a memory copy (~10 GB/s per
-// thread) is cheaper than a read from the page cache (~3 GB/s per thread on the H200 host);
-// pinning that memory instead would cost ~17 GB/s inside the driver, serialized.
+// While the sink is not ready (the driver starts, ~0.2 s), each worker fills its slots and
+// waits, or, with a read-ahead budget (plan.early_bytes: when the weights are mostly on disk,
+// StreamOptions), reads its next chunks into memory of its own instead, and once the sink is
+// ready copies them into its slots before reading on.
 class WeightStream {
  public:
   // `sink` (may be null: read and checksum only) must outlive the stream.

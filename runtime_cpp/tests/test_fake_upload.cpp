@@ -203,24 +203,34 @@ TEST(fake_upload_bundle_error_wins_over_device_error) {
   unsetenv("FAKE_CUDA_CC");
 }
 
-// A driver slow to start: the weights are read ahead meanwhile and pass through the slots
-// once it is up (this process's first load: cuInit runs once).
-TEST(fake_upload_reads_ahead_while_the_driver_starts) {
+// A driver slow to start (the process's first load only: cuInit runs once, so one test per
+// setting): by default the workers fill their slots and wait; with a read-ahead budget they
+// read on into memory of their own and pass it through the slots once the driver is up. Right
+// bytes either way, and a flipped byte in the first chunks (read early, given a budget) caught.
+void loads_while_the_driver_starts(const char* early_mib) {
   StreamEnv env;
   setenv("FAKE_CUDA_INIT_MS", "200", 1);
-  TestBundle b = chunky(true);
-  aotpack_model* m = nullptr;
-  EXPECT(load(b.write(make_temp_dir("upearly")), AOTPACK_VERIFY_FAST, &m) == AOTPACK_OK);
-  expect_device_weights(b);
-  EXPECT(runs_correctly(m, b));
-  HostStats h = host_stats();
-  EXPECT(h.registered_now == 0 && h.misuse == 0);
-  aotpack_model_free(m);
-  b.extra_weights[0].second[5] ^= 1;  // in a chunk read ahead
-  EXPECT(load(b.write(make_temp_dir("upearlybad")), AOTPACK_VERIFY_FAST, &m) ==
-         AOTPACK_WEIGHTS_MISMATCH);
+  setenv("AOTPACK_LOAD_EARLY_MIB", early_mib, 1);
+  {
+    TestBundle b = chunky(true);
+    aotpack_model* m = nullptr;
+    EXPECT(load(b.write(make_temp_dir("upearly")), AOTPACK_VERIFY_FAST, &m) == AOTPACK_OK);
+    expect_device_weights(b);
+    EXPECT(runs_correctly(m, b));
+    HostStats h = host_stats();
+    EXPECT(h.registered_now == 0 && h.misuse == 0);
+    aotpack_model_free(m);
+    b.extra_weights[0].second[5] ^= 1;
+    EXPECT(load(b.write(make_temp_dir("upearlybad")), AOTPACK_VERIFY_FAST, &m) ==
+           AOTPACK_WEIGHTS_MISMATCH);
+  }
+  unsetenv("AOTPACK_LOAD_EARLY_MIB");
   unsetenv("FAKE_CUDA_INIT_MS");
 }
+
+TEST(fake_upload_waits_for_the_driver) { loads_while_the_driver_starts("0"); }
+
+TEST(fake_upload_reads_ahead_while_the_driver_starts) { loads_while_the_driver_starts("64"); }
 
 // Loads on several threads at once: each its own ring, streams and pinned slots.
 TEST(fake_upload_concurrent_loads) {

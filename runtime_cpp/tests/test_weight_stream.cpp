@@ -1,5 +1,6 @@
 // test_weight_stream.cpp — the weight stream on the host (no driver): chunk plans, checksums
 // added piece by piece on several threads, the order in which a sink sees its slots, errors.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -69,6 +70,8 @@ StreamPlan plan(const WeightSource& src, unsigned threads, uint64_t chunk_bytes)
   aotpack::StreamOptions o;
   o.threads = threads;
   o.chunk_bytes = chunk_bytes;
+  o.early_bytes = 64u << 20;
+  o.early_when_cached = true;  // (by default only from disk) so that plans show what gets one
   return aotpack::plan_stream(src, o);
 }
 
@@ -249,6 +252,30 @@ TEST(weight_stream_reads_ahead_while_the_device_starts) {
     size_t hi = std::min<size_t>(early_chunks, p.chunks.size() - 2);
     EXPECT(stream.early_chunks() >= lo && stream.early_chunks() <= hi);
   }
+}
+
+// By default the stream reads ahead only what the page cache does not hold (a file just
+// written is cached; one whose pages were dropped is not, where the file system drops them).
+TEST(weight_stream_reads_ahead_only_from_disk) {
+  WeightsFile f = write_weights("wcached", std::vector<size_t>(8, 1u << 20));
+  aotpack::SafetensorsFile file(f.path, "weights", aotpack::SafetensorsFile::HeaderOnly);
+  WeightSource src = source_of(file, f);
+  aotpack::StreamOptions o;
+  o.chunk_bytes = 1u << 20;
+  EXPECT(file.cached_fraction(0, 8u << 20) > 0.9);
+  EXPECT(aotpack::plan_stream(src, o).early_bytes == 0);
+  o.early_when_cached = true;
+  EXPECT(aotpack::plan_stream(src, o).early_bytes > 0);
+  o.early_when_cached = false;
+  int fd = ::open(f.path.c_str(), O_RDONLY);
+  EXPECT(fd >= 0 && ::fsync(fd) == 0);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  if (file.cached_fraction(0, 8u << 20) > 0.9) {
+    std::printf("  (this file system keeps the pages: the uncached case is not checked)\n");
+    return;
+  }
+  EXPECT(aotpack::plan_stream(src, o).early_bytes > 0);
 }
 
 TEST(weight_stream_sink_error_stops_it) {

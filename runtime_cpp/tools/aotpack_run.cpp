@@ -27,6 +27,7 @@
 #include "dtype.hpp"
 #include "error.hpp"
 #include "host_tensor.hpp"
+#include "load_trace.hpp"
 #include "run_generate.hpp"
 #include "run_info.hpp"
 #include "run_report.hpp"
@@ -379,7 +380,9 @@ void Runner::open() {
   so.struct_size = sizeof(so);
   so.cuda_graphs = a.graph ? AOTPACK_CUDA_GRAPHS_ON : AOTPACK_CUDA_GRAPHS_OFF;
   so.disable_programmatic_launch = a.pdl ? 0 : 1;
+  aotpack::trace_point("model loaded");
   check_status(aotpack_session_create(h.m, &so, &h.s));
+  aotpack::trace_point("session created");
   report.load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   static const char* const kVerify[] = {"fast", "full", "fast", "none"};
@@ -487,12 +490,14 @@ void run(const Args& a) {
     for (const ShapeArg& arg : a.shapes)
       r.run_shape(aotpack_run::resolve_input_shapes(r.h.m, r.ins, arg), a.shapes.size() > 1);
   if (a.json) std::fputs(aotpack_run::to_json(r.report).c_str(), stdout);
+  aotpack::trace_point("printed");
   aotpack_run::end_run(a.teardown);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  aotpack::trace_point("main");
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
       std::fputs(kUsage, stdout);

@@ -11,6 +11,7 @@
 #include "aotpack/aotpack.h"
 #include "c_api_util.hpp"
 #include "cuda_driver.hpp"
+#include "load_trace.hpp"
 #include "error.hpp"
 #include "host_tensor.hpp"
 
@@ -141,12 +142,14 @@ void run_generate(const std::string& bundle, const std::string& weights, int dev
   mo.device_ordinal = device;
   mo.verify = verify;
   check_status(aotpack_model_load(bundle.c_str(), &mo, &h.m));
+  aotpack::trace_point("model loaded");
   aotpack_generation_info info;
   check_status(aotpack_model_generation_info(h.m, &info));
   aotpack_session_options so{};
   so.struct_size = sizeof(so);
   so.cuda_graphs = graph ? AOTPACK_CUDA_GRAPHS_ON : AOTPACK_CUDA_GRAPHS_OFF;
   check_status(aotpack_session_create(h.m, &so, &h.s));
+  aotpack::trace_point("session created");
 
   const std::vector<std::vector<int64_t>> prompts = make_prompts(g, info.vocab_size, seed);
   std::vector<const int64_t*> ptrs;
@@ -171,6 +174,7 @@ void run_generate(const std::string& bundle, const std::string& weights, int dev
   st.struct_size = sizeof(st);
   check_status(aotpack_session_generate(h.s, ptrs.data(), lens.data(), prompts.size(), n, &o,
                                         tokens.data(), counts.data(), &st, nullptr));
+  aotpack::trace_point("generated");
 
   std::vector<int64_t> plens, news;
   const double decode_s = st.decode_ms / 1000.0;
@@ -188,6 +192,7 @@ void run_generate(const std::string& bundle, const std::string& weights, int dev
               prompts.size(), joined(plens).c_str(), joined(news).c_str(), st.ttft_ms,
               st.decode_ms, (long long)st.decode_steps, st.decode_tokens_per_s,
               double(g.temperature), graph ? 1 : 0);
+  aotpack::trace_point("printed");
   end_run(teardown);  // c_api_util.hpp: unless `teardown`, the handles are not freed
 }
 
