@@ -176,6 +176,9 @@ def run_eager(model, x, row):
 
 
 def run_compile(model, x, row):
+    # a fresh compile per row: after another batch's row, dynamo would otherwise recompile this
+    # model with a dynamic batch (or reuse that graph) instead of tuning for this shape
+    torch._dynamo.reset()
     compiled = torch.compile(model, mode="max-autotune")
     start = time.perf_counter()
     compiled(x)  # compiles (and autotunes) outside the timing

@@ -97,7 +97,7 @@ def test_check_finds_a_hand_edited_table():
         "README.md: block summary: its text differ from what `python benchmarks/doc_tables.py` "
         "writes"]
     # a new results file behind a performance table: the README's table must follow it
-    moved = perf.replace("2026-12-01-h200-conv-resnet18.json -->",
+    moved = perf.replace("2026-12-04-h200-conv-peers.json -->",
                          "2026-12-01-h200-conv-families.json -->")
     assert moved != perf
     assert "block summary: its sources" in doc_tables.differences(README, readme, moved)[0]
