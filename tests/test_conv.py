@@ -235,17 +235,21 @@ def test_squeeze_excitation_gate_is_applied_by_the_next_conv():
 
 def test_resnet18_kernels_compile_for_sm90():
     """Full-size ResNet-18 at 224x224, bf16: every kernel cross-compiles (no GPU); the
-    implicit GEMM convolutions use wgmma-free mma or wgmma (tensor cores either way)."""
+    implicit GEMM convolutions use wgmma-free mma or wgmma (tensor cores either way). Issue
+    17's launch budget: 24 per forward (the classifier, 2x1000x512, is one launch: a split of
+    its K would cost a reduce launch for less than it saves)."""
     from aotpack.kernels import compile as compile_op
 
     model, (x,) = conv_nets.make_resnet18(batch=2)
     program = compile_graph(to_graph(model, [x]))
-    seen = set()
+    seen, launches_per_forward = set(), 0
     for op in program.ops:
         launches = compile_op(op)
         assert launches and all(launch.kernel.cubin for launch in launches)
         seen.add(launches[0].kernel.entry)
+        launches_per_forward += len(launches)
     assert {"conv_kernel", "pool_kernel"} <= seen
+    assert launches_per_forward == 24
 
 
 def test_dynamic_batch():

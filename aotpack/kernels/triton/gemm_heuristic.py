@@ -211,6 +211,12 @@ SPLITK_MAX_M_TUNED = 128  # candidate_configs offers split-K up to this M
 MAX_SPLIT_K = 32
 MIN_K_TILES_PER_SPLIT = 4  # shorter K runs spend most of their time filling the pipeline
 _CTAS_PER_SM_WANTED = 3  # stages are sized so that this many CTAs share an SM
+# Weight bytes a split must take off each CTA's run to pay for its reduce launch. Measured on
+# the H200 (CUDA-graph replays, benchmarks/results/2026-12-04-h200-small-decode-gemms.json): a
+# direct CTA streams ~57 GB/s after ~2 us, the reduce adds ~1.2-1.3 us: ResNet's classifier
+# (1x1000x512) 3.0 us direct vs 3.7 split in 2, 1x1000x768 3.6 vs 4.0, Qwen2-0.5B's 1x1152x896
+# 3.9 vs 4.2; 1x1000x1280 4.7 direct vs 3.9 split in 4.
+MIN_SPLIT_SAVING = 72 << 10
 _SMEM_PER_CTA_RESERVED = 1024  # the driver's per-CTA reservation
 
 
@@ -285,6 +291,8 @@ def splitk_config(M: int, N: int, K: int, dtype: DType = DType.BF16,
         if tiles <= slots or bn == candidates[-1]:
             break
     split = _pow2_split(tiles, slots, max_split_k(M, K, cfg.BK, tiles, target.sm_count))
+    if split > 1 and cfg.BN * K * dtype.nbytes * (split - 1) // split < MIN_SPLIT_SAVING:
+        split = 1  # one launch: the reduce would cost more than the shorter runs save
     return cfg.with_(SPLIT_K=split)
 
 
