@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <unordered_set>
+#include <utility>
+#include <vector>
 
 #include "error.hpp"
 
@@ -51,6 +54,8 @@ class Parser {
   size_t n_;
   size_t pos_ = 0;
   const std::string& what_;
+  std::vector<std::pair<std::string, Value>> fields_;  // members of the objects still open
+  std::vector<Value> items_;                           // items of the arrays still open
 
   [[noreturn]] void error(const char* msg) {
     fail(AOTPACK_CORRUPT_BUNDLE, what_, ": invalid JSON at byte ", pos_, ": ", msg);
@@ -84,12 +89,16 @@ class Parser {
     error("unexpected character");
   }
 
+  // Members and items are parsed onto one stack each and moved into an exactly sized vector
+  // when their object or array closes: no growth by doubling (a generation manifest has ~10^5
+  // values; the copies and the fresh pages they fault in were a third of its load).
   Value parse_object(int depth) {
     Value v;
     v.type = Type::Object;
     ++pos_;  // '{'
     skip_ws();
     if (peek() == '}') { ++pos_; return v; }
+    const size_t base = fields_.size();
     // Duplicate keys are refused. Small objects are scanned; big ones (a safetensors header
     // lists every tensor of a checkpoint) use a hash set to stay linear.
     std::unordered_set<std::string> seen;
@@ -97,18 +106,30 @@ class Parser {
       skip_ws();
       if (peek() != '"') error("expected a string key");
       std::string key = parse_string();
-      if (v.fields.size() == 16)
-        for (const auto& kv : v.fields) seen.insert(kv.first);
-      bool dup = v.fields.size() < 16 ? v.find(key) != nullptr : !seen.insert(key).second;
+      const size_t count = fields_.size() - base;
+      if (count == 16)
+        for (size_t k = base; k < fields_.size(); ++k) seen.insert(fields_[k].first);
+      bool dup = false;
+      if (count < 16) {
+        for (size_t k = base; k < fields_.size() && !dup; ++k) dup = fields_[k].first == key;
+      } else {
+        dup = !seen.insert(key).second;
+      }
       if (dup) error("duplicate key in object");
       skip_ws();
       if (peek() != ':') error("expected ':'");
       ++pos_;
       Value item = parse_value(depth + 1);
-      v.fields.emplace_back(std::move(key), std::move(item));
+      fields_.emplace_back(std::move(key), std::move(item));
       skip_ws();
       if (peek() == ',') { ++pos_; continue; }
-      if (peek() == '}') { ++pos_; return v; }
+      if (peek() == '}') {
+        ++pos_;
+        v.fields.assign(std::make_move_iterator(fields_.begin() + long(base)),
+                        std::make_move_iterator(fields_.end()));
+        fields_.resize(base);
+        return v;
+      }
       error("expected ',' or '}'");
     }
   }
@@ -119,11 +140,18 @@ class Parser {
     ++pos_;  // '['
     skip_ws();
     if (peek() == ']') { ++pos_; return v; }
+    const size_t base = items_.size();
     for (;;) {
-      v.items.push_back(parse_value(depth + 1));
+      items_.push_back(parse_value(depth + 1));
       skip_ws();
       if (peek() == ',') { ++pos_; continue; }
-      if (peek() == ']') { ++pos_; return v; }
+      if (peek() == ']') {
+        ++pos_;
+        v.items.assign(std::make_move_iterator(items_.begin() + long(base)),
+                       std::make_move_iterator(items_.end()));
+        items_.resize(base);
+        return v;
+      }
       error("expected ',' or ']'");
     }
   }
@@ -189,10 +217,20 @@ class Parser {
     append_utf8(out, cp);
   }
 
+  // Printable ASCII but the quote and the backslash: copied as it is.
+  static bool plain(char c) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    return u >= 0x20 && u < 0x80 && c != '"' && c != '\\';
+  }
+
   std::string parse_string() {
     ++pos_;  // opening quote
     std::string out;
     for (;;) {
+      size_t run = pos_;  // plain ASCII is copied a run at a time
+      while (run < n_ && plain(p_[run])) ++run;
+      out.append(p_ + pos_, run - pos_);
+      pos_ = run;
       if (eof()) error("unterminated string");
       char c = p_[pos_++];
       if (c == '"') return out;

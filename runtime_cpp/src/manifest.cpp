@@ -111,17 +111,22 @@ int64_t get_int(const Ctx& c, const Value& obj, const char* key, const std::stri
 IntExpr as_expr(Ctx& c, const Value& v, const std::string& where, int64_t lo, int64_t hi) {
   if (v.type != Type::String || c.m.version < 2)
     return IntExpr::constant(as_int(c, v, where, lo, hi));
-  Expr e = Expr::compile(v.s, c.symbol_names, where);
-  if (e.symbols_used().empty()) {  // "2*64": a constant written as an expression
-    int64_t value = 0;
-    if (const char* why = e.eval(nullptr, &value)) bad(where, cat("expression '", v.s, "' ", why));
-    check_range(value, cat(where, " ('", v.s, "')"), lo, hi);
-    return IntExpr::constant(value);
+  auto known = c.exprs_by_text.find(v.s);
+  if (known == c.exprs_by_text.end()) {
+    Expr e = Expr::compile(v.s, c.symbol_names, where);
+    IntExpr out;
+    if (e.symbols_used().empty()) {  // "2*64": a constant written as an expression
+      if (const char* why = e.eval(nullptr, &out.value))
+        bad(where, cat("expression '", v.s, "' ", why));
+    } else {
+      out.expr = int32_t(c.m.exprs.size());
+      c.m.exprs.push_back(std::move(e));
+    }
+    known = c.exprs_by_text.emplace(v.s, out).first;
   }
-  IntExpr out;
-  out.expr = int32_t(c.m.exprs.size());
-  c.m.exprs.push_back(std::move(e));
-  return out;
+  if (known->second.is_const())  // each use has its own range
+    check_range(known->second.value, cat(where, " ('", v.s, "')"), lo, hi);
+  return known->second;
 }
 
 std::string get_str(const Value& obj, const char* key, const std::string& where) {

@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "error.hpp"
@@ -26,6 +27,9 @@ constexpr int64_t kMaxU32 = 0xFFFFFFFFll;
 struct Ctx {
   Manifest& m;
   std::vector<std::string> symbol_names;
+  // Expressions already compiled, by their text: a generation manifest writes "B*S" and its
+  // like thousands of times; each is compiled (and evaluated per shape) once.
+  std::unordered_map<std::string, IntExpr> exprs_by_text;
 };
 
 [[noreturn]] void bad(const std::string& where, const std::string& msg);

@@ -140,6 +140,7 @@ StepSpec parse_step(Ctx& c, const Value& v, const std::string& where) {
   for (int k = 0; k < 3; ++k)
     st.grid[k] = as_expr(c, grid.items[k], cat(where, ".grid[", k, "]"), lo, 0x7FFFFFFF);
   const Value& args = get_array(v, "args", where);
+  st.args.reserve(args.items.size());
   for (size_t i = 0; i < args.items.size(); ++i)
     st.args.push_back(parse_slot(c, args.items[i], cat(where, ".args[", i, "]")));
   st.when = parse_when(c, v, where);

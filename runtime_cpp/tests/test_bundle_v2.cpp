@@ -100,6 +100,13 @@ TEST(v2_expression_errors_name_the_field) {
   TestBundle folded = TestBundle::dynamic();  // a constant expression is checked at once
   at(arg(folded, 0, 4), "value") = jstr("65536*65536");
   expect_check(folded, AOTPACK_CORRUPT_BUNDLE, {"steps[0].args[4].value", "outside"});
+  // an expression is compiled once per text, but every use keeps its own range: -5 is a
+  // fine i32 value and no grid size
+  TestBundle reused = TestBundle::dynamic();
+  at(arg(reused, 0, 4), "value") = jstr("0-5");
+  expect_check(reused, AOTPACK_OK, {"OK"});
+  at(step(reused, 1), "grid").items[0] = jstr("0-5");
+  expect_check(reused, AOTPACK_CORRUPT_BUNDLE, {"steps[1].grid[0] ('0-5')", "outside"});
 }
 
 TEST(v2_when_needs_min_and_max) {
