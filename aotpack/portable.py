@@ -7,7 +7,7 @@ linked in (nothing newer than GLIBC_2.28 is needed, no libstdc++ at all), for x8
 aarch64 (Grace Hopper), cross-compiled from any host. It is built once per platform and source
 version into the cache (`AOTPACK_CACHE_DIR`/runtime/), from the runtime's sources (a checkout,
 or the copy a wheel carries in aotpack/_runtime/share/aotpack/source), with the `ziglang`
-package (`pip install 'aotpack[portable]'`) and cmake. `scripts/build-portable-runtime` does the
+package and cmake (dependencies of aotpack on Linux). `scripts/build-portable-runtime` does the
 same by hand. No torch import.
 
 Which runtime an output folder gets (`choose`): `aotpack build --host-platform`, else the
@@ -45,7 +45,8 @@ SOURCE_ROOT = Path(__file__).resolve().parents[1]  # the checkout, when aotpack 
 # the files the runtime builds from, relative to a source root (install.cmake ships the same)
 _SOURCES = ("CMakeLists.txt", "runtime_cpp/src", "runtime_cpp/include", "runtime_cpp/tools",
             "runtime_cpp/cmake")
-INSTALL_HINT = "pip install 'aotpack[portable]' (the ziglang package)"
+INSTALL_HINT = ("pip install ziglang (a dependency of aotpack: missing only after an install "
+                "with --no-deps)")
 
 
 class PortableRuntimeError(RuntimeError):
@@ -90,7 +91,7 @@ def _check_sources() -> Path:
             f"the runtime's sources are neither beside this aotpack ({SOURCE_ROOT}) nor "
             f"installed with it (aotpack/_runtime/{runtime_files.SOURCES.as_posix()}; wheels "
             f"built before they carried them do not). Reinstall aotpack, or build from a "
-            f"checkout (git clone, then pip install -e '.[portable]'), or run "
+            f"checkout (git clone, then pip install -e .), or run "
             f"scripts/build-portable-runtime there and pass the prefix as AOTPACK_RUNTIME_DIR")
     return root
 
@@ -263,7 +264,7 @@ def unavailable(name: str) -> str | None:
     if not _has_zig():
         return f"zig is not installed: {INSTALL_HINT}"
     if not _has_cmake():
-        return "cmake is not on the PATH: pip install cmake"
+        return "cmake is not on the PATH: pip install cmake (a dependency of aotpack)"
     return None
 
 

@@ -32,7 +32,7 @@ def _zig_or_skip():
     try:
         import ziglang  # noqa: F401
     except ImportError:
-        pytest.skip("zig is not installed (pip install 'aotpack[portable]')")
+        pytest.skip("zig is not installed (pip install ziglang)")
 
 
 @pytest.fixture(scope="module", params=sorted(portable.PLATFORMS))

@@ -89,7 +89,7 @@ def test_default_falls_back_without_zig_and_says_what_to_install(env):
     _no_zig(env)
     choice = portable.choose("auto")
     assert (choice.root, choice.platform) == (None, None) and calls == []
-    assert "zig is not installed: pip install 'aotpack[portable]'" in choice.fallback
+    assert "zig is not installed: pip install ziglang" in choice.fallback
 
 
 def test_default_falls_back_without_sources(env):
@@ -164,10 +164,10 @@ def test_build_without_zig_ships_the_installed_runtime_with_one_note(pipeline, e
     result = build(f"{tmp_path / 'model.py'}:make", tmp_path / "out", progress=False)
     assert (result.out_dir / "aotpack-run").read_bytes() == \
         (installed / "bin" / "aotpack-run").read_bytes()
-    notes = [n for n in result.notes if "pip install 'aotpack[portable]'" in n]
+    notes = [n for n in result.notes if "pip install ziglang" in n]
     assert len(notes) == 1 and "(Ubuntu 20.04, RHEL 8) may not start them" in notes[0]
     readme = " ".join((result.out_dir / "README.md").read_text().split())
-    assert "built on the build machine" in readme and "pip install 'aotpack[portable]'" in readme
+    assert "built on the build machine" in readme and "pip install ziglang" in readme
     assert "-lstdc++" in readme
 
 

@@ -66,8 +66,8 @@ class HostPlatform(str, enum.Enum):
 
 HOST_PLATFORM_HELP = ("which runtime (aotpack-run, libaotpack) the output folder gets. auto "
                       "(the default, or AOTPACK_HOST_PLATFORM): built for this machine's "
-                      "platform against glibc 2.28 where zig is installed (pip install "
-                      "'aotpack[portable]'; once, ~90 s on 2 cores, then cached), so that "
+                      "platform against glibc 2.28 by zig (installed with aotpack; once, "
+                      "~90 s on 2 cores, then cached), so that "
                       "Ubuntu 20.04, RHEL 8 and newer run it; else native, with a note. native: "
                       "the one installed with aotpack, built for this machine's glibc and "
                       "libstdc++. linux-x86_64, linux-aarch64 (Grace Hopper): built for that "
