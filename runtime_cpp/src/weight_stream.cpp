@@ -92,7 +92,7 @@ StreamOptions StreamOptions::from_env() {
   o.threads = unsigned(env_in("AOTPACK_LOAD_THREADS", 1, 64, o.threads));
   o.chunk_bytes = env_in("AOTPACK_LOAD_CHUNK_KIB", 4, 1u << 20, o.chunk_bytes >> 10) << 10;
   if (const char* v = std::getenv("AOTPACK_LOAD_EARLY_MIB"))
-    o.early_when_cached = v && *v;  // a budget given: used whatever the page cache holds
+    o.early_when_cached = *v != '\0';  // a budget given: used whatever the cache holds
   o.early_bytes = env_in("AOTPACK_LOAD_EARLY_MIB", 0, 1u << 20, o.early_bytes >> 20) << 20;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages > 0 && page > 0) o.early_bytes = std::min(o.early_bytes, uint64_t(pages) * page / 8);
