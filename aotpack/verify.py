@@ -17,6 +17,7 @@ torch is imported inside the functions.
 """
 from __future__ import annotations
 
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -189,7 +190,19 @@ def dynamic_options(manifest: dict) -> list[str]:
                 rng = "" if dim in seen else ":{}..{}".format(*ranges[dim])
                 out.append(f"{spec['name']}.{d}={dim}{rng}")
                 seen.add(dim)
+            elif _stepped(dim, ranges):
+                (step, root), (lo, hi) = _stepped(dim, ranges), ranges[_stepped(dim, ranges)[1]]
+                rng = "" if root in seen else f":{step * lo}..{step * hi}:{step}"
+                out.append(f"{spec['name']}.{d}={root[1:]}{rng}")
+                seen.add(root)
     return out
+
+
+def _stepped(dim, ranges: dict) -> tuple[int, str] | None:
+    """(step, symbol) for a dim `--dynamic NAME.DIM=LABEL:LO..HI:STEP` declared: STEP*_LABEL
+    (frontend/dynamic.py names the symbol so)."""
+    m = re.fullmatch(r"(\d+)\*(_\w+)", str(dim))
+    return (int(m[1]), m[2]) if m and m[2] in ranges else None
 
 
 def shape_points(symbols: list[dict], seed: int = 0, random_points: int = 2) -> list[dict]:

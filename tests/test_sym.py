@@ -128,3 +128,15 @@ def test_nested_floors_reach_torchs_single_floor():
     mixed = floordiv(floordiv(H, 2) * H + floordiv(H, 2), 3)
     for h in (32, 77, 128):
         assert subs(mixed, {"H": h}) == ((h // 2) * h + h // 2) // 3
+
+
+def test_a_common_factor_of_a_floor_is_divided_out():
+    """A stride-5 conv over a dim declared 2*T (a derived Dim): aotpack writes (2*T)//10 where
+    torch writes T//5; both must be one Expr, and the reduction exact at every value."""
+    T = symbol("T", 2000, 8000)
+    assert floordiv(2 * T, 10) == floordiv(T, 5)
+    assert floordiv(4 * T + 2, 6) == floordiv(2 * T + 1, 3)
+    for a, k, b in [(2, 4, 10), (-10, 2, 10), (3, 6, 9)]:
+        e = floordiv(k * T + a, b)
+        for t in (2000, 2001, 4999, 8000):
+            assert subs(e, {"T": t}) == (k * t + a) // b

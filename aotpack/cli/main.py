@@ -115,7 +115,9 @@ DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first:
               "on tf32 tensor cores)")
 DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
                 "(input_ids.1=1..4096) or NAME.DIM=LABEL:LO..HI to name it (input_ids.0=batch:1..64)"
-                "; NAME.DIM=LABEL makes another input's dim the same one. Other inputs' dims of "
+                "; NAME.DIM=LABEL:LO..HI:STEP for the multiples of STEP only (x.2=H:64..512:32: "
+                "a conv net whose strides and ceil-mode pools need them; the dim is then _H, "
+                "sizes 32*_H); NAME.DIM=LABEL makes another input's dim the same one. Other inputs' dims of "
                 "the same example size follow automatically. For a .onnx model also "
                 "PARAM=LO..HI: the range of the ONNX named dim PARAM (batch=1..8); a named "
                 "dim with no range is refused, naming the option to give.")

@@ -13,7 +13,7 @@ import sys
 
 from dataclasses import dataclass, replace
 
-from aotpack.frontend.dynamic import apply_dynamic, parse_dynamic
+from aotpack.frontend.dynamic import apply_dynamic, parse_steps
 from aotpack.frontend.inputs import _DTYPES, _names, apply_inputs, is_script, parse_input
 from aotpack.frontend.load import LoadedModel, ModelLoadError
 
@@ -41,7 +41,7 @@ def prepare(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
         loaded = replace(loaded, model=exportable(loaded.model, loaded.inputs,
                                                   _names(loaded)[:len(loaded.inputs)]))
     overridden = {parse_input(o).name for o in inputs}
-    named = {(n, d) for n, d, *_ in parse_dynamic(list(dynamic) + ranges)}
+    named = {(n, d) for n, d, *_ in parse_steps(list(dynamic) + ranges)}
     return apply_dynamic(loaded, _own_options(own, overridden, named) + ranges + list(dynamic))
 
 

@@ -3,7 +3,6 @@ ops our kernels implement, then translate node by node with aten_table.RULES."""
 from __future__ import annotations
 
 import contextlib
-import re
 import threading
 
 from aotpack.dtypes import DType
@@ -19,10 +18,13 @@ from aotpack.frontend.aten_sort import RULES as SORT_RULES
 from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
 from aotpack.frontend.aten_writes import RULES as WRITE_RULES, TAKE_UNINITIALIZED
 from aotpack.errors import UserError
+from aotpack.frontend.dim_hints import is_dims_refusal
 from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
+from aotpack.frontend.origin import source_loc
+from aotpack.frontend.refusals import refusal, rule_type_error, uncomputed_operand
 from aotpack.frontend.symbolic import (LazyConstants, SymbolError, SymbolTable, _is_symint,
                                        table_at_maxima)
-from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, SourceLoc, Value
+from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, Value
 from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError, is_symbolic
 
@@ -70,9 +72,11 @@ def export(model, example_inputs, dynamic_shapes=None):
             with quiet_torch_logs(), _every_user_frame():
                 ep = torch.export.export(model, _unaliased(example_inputs),
                                          dynamic_shapes=dynamic_shapes, strict=False)
-        except torch._dynamo.exc.UserError as e:  # the dims do not fit the model's code
-            raise UnsupportedOpError(f"torch.export refused the dynamic dims: {e}") from None
         except (RuntimeError, AssertionError, TypeError, ValueError, IndexError) as e:
+            if is_dims_refusal(e) and dynamic_shapes is not None:  # the dims do not fit the
+                raise _refused_dims(e, model, example_inputs, dynamic_shapes) from None  # code
+            if isinstance(e, torch._dynamo.exc.UserError):
+                raise UnsupportedOpError(f"torch.export refused the dynamic dims: {e}") from None
             # the model's own code failed on these example inputs (shapes that do not fit,
             # a wrong dtype, missing arguments): the user's to fix, said as torch says it
             shapes = ", ".join(_described(t) for t in example_inputs)
@@ -87,6 +91,15 @@ def export(model, example_inputs, dynamic_shapes=None):
     for op in kept_ops():
         table.pop(op, None)
     return ep.run_decompositions(table)
+
+
+def _refused_dims(e, model, example_inputs, dynamic_shapes) -> UnsupportedOpError:
+    """torch.export's refusal of a factory's dynamic_shapes, with aotpack's hint: the dims its
+    shape arithmetic constrains and the derived Dims that work (frontend/dim_hints.py)."""
+    from aotpack.frontend.dim_hints import factory_refusal
+
+    return UnsupportedOpError(factory_refusal(e, model, _unaliased(example_inputs),
+                                              dynamic_shapes))
 
 
 def _described(x) -> str:
@@ -200,18 +213,6 @@ def dim_names(ep, dynamic_shapes) -> dict[tuple[str, int], str]:
             if label:
                 out[(name, int(d))] = label
     return out
-
-
-def source_loc(fx_node) -> SourceLoc:
-    """The innermost frame of the node's stack trace that is user code (not torch itself)."""
-    trace = fx_node.meta.get("stack_trace") or ""
-    frames = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', trace)
-    # (generated code, "<eval_with_key>.42": a transformers decorator's wrapper, is no one's)
-    user = [f for f in frames if "/torch/" not in f[0] and not f[0].startswith("<")]
-    if not user:  # torch's own frames only (a TorchScript model's conversion): no line to show
-        return SourceLoc(fx_node.name)
-    file, line, code = user[-1]
-    return SourceLoc(fx_node.name, file, int(line), code.strip())
 
 
 class _Translator:
@@ -372,6 +373,9 @@ class _Translator:
                                   f"check, a print) is not supported; the bundle cannot run "
                                   f"host code between kernels")
             raise self._error(f"operator {n.target} is not supported")
+        missing = uncomputed_operand(n, self.env)
+        if missing is not None:
+            raise self._error(*missing, own=True)
         args = self._map(n.args)
         kwargs = self._map(n.kwargs)
         if str(n.target) not in ("aten.index_put.default", *TAKE_UNINITIALIZED) and any(
@@ -383,7 +387,8 @@ class _Translator:
         except Unsupported as e:
             raise self._error(f"{n.target} with {e} is not supported") from None
         except TypeError as e:
-            raise self._error(f"{n.target} cannot be typed: {e}") from None
+            raise self._error(rule_type_error(n, e, list(args) + list(kwargs.values()))) \
+                from None
         except (SymbolError, SymbolicError) as e:
             raise self._error(f"{n.target}: {e}; narrow the dims' ranges or keep this dim "
                               f"static") from None
@@ -675,14 +680,20 @@ class _Translator:
             return {k: self._map(v) for k, v in a.items()}
         return a
 
-    def _error(self, what: str) -> UnsupportedOpError:
+    def _error(self, what: str, hint: str | None = None, own: bool = False
+               ) -> UnsupportedOpError:
+        """The refusal of the current node (frontend/refusals.py); `own`: `what` names the
+        user's op already."""
         n = self.fx_node
-        loc = source_loc(n)
-        where = (f"  source: {loc}\n  Rewrite that line with supported operators or open an "
-                 f"issue.") if loc.file else ("  (no Python source line recorded for it) Change "
-                                              "that part of the model or open an issue.")
-        return UnsupportedOpError(f"{what}.\n  node: {n.name} = {n.target}(...)\n{where}"
-                                  f"{_near(n)}")
+        return UnsupportedOpError(refusal(n, what, hint, own, self._shape_text(n), _near(n)))
+
+    def _shape_text(self, n) -> str:
+        """The node's output shape with aotpack's dim names ([2, 4, H + 2, W + 2]); '' when
+        it has none that aotpack can name."""
+        try:
+            return "[" + ", ".join(str(d) for d in self._dims(n.meta["val"].shape)) + "]"
+        except Exception:  # noqa: BLE001 — a refusal's decoration, never a second failure
+            return ""
 
     # -------------------------------------------------------------- used by the rules
     def emit(self, op, inputs, attrs, final: bool = False) -> Value:

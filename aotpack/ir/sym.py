@@ -327,6 +327,9 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     if nested is not None:  # floor((floor(n/m) + p) / b) = floor((n + p*m) / (m*b))
         n, m, p = nested
         return floordiv(n + p * m, m * b)
+    g = math.gcd(b, *(c for _, c in a.terms))
+    if g > 1:  # (2*T) // 10 is T // 5: one canonical form, whichever way a size was written
+        return floordiv(Expr._make({m: c // g for m, c in a.terms}), b // g)
     q, r = _split_by(a, b)
     if isinstance(r, int):
         return q + r // b
