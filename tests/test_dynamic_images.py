@@ -83,3 +83,69 @@ def test_bounds_see_a_shared_factor():
     H, W = symbol("H", 1, 20), symbol("W", 2, 20)
     assert bounds(W - 1 - H * W) == (-381, -1)
     assert bounds(H * W + W) == (4, 420)
+
+
+class _CeilPools(torch.nn.Module):
+    """SqueezeNet's and GoogLeNet's shape: ceil-mode pools (3x3, stride 2, padded or not)
+    between convs."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2)
+        self.pool1 = torch.nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.pool2 = torch.nn.MaxPool2d(3, 2, padding=1, ceil_mode=True)
+        self.pool3 = torch.nn.AvgPool2d(3, 2, padding=1, ceil_mode=True)
+
+    def forward(self, x):
+        return self.pool3(self.pool2(self.pool1(torch.relu(self.conv(x)))))
+
+
+def test_ceil_mode_pools_at_every_size_of_a_dynamic_side():
+    """The pools' output sides are expressions of the input's (ceil of the windows, less the
+    one that would start in the right padding: torch's rule), checked against eager at every
+    side of the range. (torch.export takes such a net's sides as multiples of 2 only.)"""
+    model = _CeilPools().eval()
+    h, w = torch.export.Dim("h", min=8, max=20), torch.export.Dim("w", min=8, max=20)
+    program = compile_graph(to_graph(model, [torch.randn(1, 3, 24, 24)],
+                                     ({2: 2 * h, 3: 2 * w},)))
+    assert {s.name for s in program.symbols} == {"h", "w"}
+    _matches(model, program, [(1, 3, 2 * s, 2 * (28 - s)) for s in range(8, 21)])
+
+
+def test_ceil_mode_pool_size_follows_torch_for_every_window():
+    """pool_out_size over a symbol, substituted, against torch's output size for every kernel,
+    stride and padding up to 5x5, stride 4: including the windows whose last one would start in
+    the right padding at some sizes only (kernel - padding < stride), which torch drops."""
+    from aotpack.ir.infer import pool_out_size
+    from aotpack.ir.sym import subs
+
+    for k in range(1, 6):
+        for s in range(1, 5):
+            for p in range(k // 2 + 1):
+                side = symbol("H", max(1, k - 2 * p), 64)
+                out = pool_out_size(side, p, k, s, ceil_mode=True)
+                for h in range(max(1, k - 2 * p), 40):
+                    want = F.max_pool2d(torch.zeros(1, 1, h, 1), (k, 1), (s, 1), (p, 0),
+                                        ceil_mode=True).shape[2]
+                    assert subs(out, {"H": h}) == want, (k, s, p, h)
+
+
+def test_ceil_mode_pool_kernels_at_dynamic_sides():
+    """The pool and conv kernels compiled for the symbolic sides, run under Triton's
+    interpreter at sides other than the example's, match their references."""
+    from test_dynamic import _run_cases, _symbolic_cases
+
+    model = _CeilPools().eval()
+    h, w = torch.export.Dim("h", min=8, max=20), torch.export.Dim("w", min=8, max=20)
+    program = compile_graph(to_graph(model, [torch.randn(1, 3, 24, 24)],
+                                     ({2: 2 * h, 3: 2 * w},)))
+    checked = 0
+    for concrete, env, want, point in _run_cases(_symbolic_cases(
+            program, [{"h": 8, "w": 13}, {"h": 17, "w": 9}])):
+        out = concrete.out
+        got = torch.as_strided(env[out.storage], out.shape, out.strides, out.offset)
+        ref = torch.as_strided(want[out.storage], out.shape, out.strides, out.offset)
+        assert not got.float().isnan().any() and rel_err(got, ref) < 1e-4, \
+            (type(concrete).__name__, point)
+        checked += type(concrete).__name__ == "PoolOp"
+    assert checked == 6  # three pools at two points

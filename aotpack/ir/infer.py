@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.ops import Op
+from aotpack.ir import sym
 from aotpack.ir.sym import decided
 from aotpack.ir.types import Shape, broadcast_shapes, numel, promote
 
@@ -264,10 +265,18 @@ def pool_out_size(size, pad: int, kernel: int, stride: int, ceil_mode: bool):
     would start inside the right padding."""
     if not ceil_mode:
         return conv_out_size(size, (pad, pad), kernel, stride)
-    if not isinstance(size, int):
-        raise TypeError("pool: ceil_mode over a dynamic spatial dim is not supported")
-    out = -(-(size + 2 * pad - kernel) // stride) + 1
-    return out - 1 if (out - 1) * stride >= size + pad else out
+    if isinstance(size, int):
+        out = -(-(size + 2 * pad - kernel) // stride) + 1
+        return out - 1 if (out - 1) * stride >= size + pad else out
+    # A dynamic size: the windows' count less the one that would start in the right padding.
+    # With c = ceil((size + 2p - k) / s), c * s = size + 2p - k + r, r = (k - 2p - size) mod s
+    # in [0, s): the last window starts there when r >= k - p, never when k - p >= s (a 3x3
+    # pool of stride 2, SqueezeNet's and GoogLeNet's, unpadded or not)
+    windows = sym.cdiv(size + 2 * pad - kernel, stride) + 1
+    if kernel - pad >= stride:
+        return windows
+    r = sym.mod(kernel - 2 * pad - size, stride)
+    return windows - sym.sym_min(1, sym.sym_max(0, r - (kernel - pad) + 1))
 
 
 def _conv(ins, a: O.ConvAttrs):
