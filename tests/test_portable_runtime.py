@@ -153,5 +153,5 @@ def test_unknown_platform_and_missing_zig(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_zig)
     monkeypatch.setattr(portable, "sources_digest", lambda root=None: "no-such-build")
-    with pytest.raises(portable.PortableRuntimeError, match=r"pip install 'aotpack\[portable\]'"):
+    with pytest.raises(portable.PortableRuntimeError, match="pip install ziglang"):
         portable.runtime_for("linux-aarch64")
