@@ -190,8 +190,8 @@ def dynamic_options(manifest: dict) -> list[str]:
                 rng = "" if dim in seen else ":{}..{}".format(*ranges[dim])
                 out.append(f"{spec['name']}.{d}={dim}{rng}")
                 seen.add(dim)
-            elif _stepped(dim, ranges):
-                (step, root), (lo, hi) = _stepped(dim, ranges), ranges[_stepped(dim, ranges)[1]]
+            elif stepped := _stepped(dim, ranges):
+                (step, root), (lo, hi) = stepped, ranges[stepped[1]]
                 rng = "" if root in seen else f":{step * lo}..{step * hi}:{step}"
                 out.append(f"{spec['name']}.{d}={root[1:]}{rng}")
                 seen.add(root)

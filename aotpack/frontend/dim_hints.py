@@ -140,22 +140,30 @@ def derived(spec, names: set[str], mult: int):
     return walk(spec)
 
 
-def factory_refusal(e, model, inputs, dynamic_shapes) -> str:
-    """The message for torch.export refusing a factory's (or a .pt2's) dynamic_shapes: torch's
-    reason, then dims_hint with the search (exports of `model` again)."""
+def exports_with(model, inputs, spec):
+    """dims_hint's `retry` for `model`: whether torch.export accepts `spec` with the Dims
+    called `named` as multiples of `mult`."""
     import torch
 
-    from aotpack.frontend.dynamic import input_names
     from aotpack.frontend.load import quiet_torch_logs
 
     def retry(mult: int, named: set) -> bool:
         try:
             with quiet_torch_logs():
                 torch.export.export(model, tuple(inputs), strict=False,
-                                    dynamic_shapes=derived(dynamic_shapes, named, mult))
+                                    dynamic_shapes=derived(spec, named, mult))
         except Exception:  # noqa: BLE001 — any refusal: not this multiple
             return False
         return True
+    return retry
+
+
+def factory_refusal(e, model, inputs, dynamic_shapes) -> str:
+    """The message for torch.export refusing a factory's (or a .pt2's) dynamic_shapes: torch's
+    reason, then dims_hint with the search (exports of `model` again)."""
+    from aotpack.frontend.dynamic import input_names
+
+    retry = exports_with(model, inputs, dynamic_shapes)
     plain = plain_dims(dynamic_shapes, input_names(model, len(inputs)))
     reason = "\n".join(ln for ln in str(e).strip().splitlines()
                        if ln.strip() and "draft_export" not in ln

@@ -17,7 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from aotpack.frontend.dim_hints import derived, dims_hint, is_dims_refusal, plain_dims
+from aotpack.frontend.dim_hints import dims_hint, exports_with, is_dims_refusal, plain_dims
 from aotpack.frontend.load import LoadedModel, ModelLoadError, quiet_torch_logs
 
 _SPEC = re.compile(r"^(?P<input>[A-Za-z_]\w*)\.(?P<dim>-?\d+)="
@@ -211,12 +211,5 @@ def _hint(error, model, inputs, dims: dict, spec, names) -> str:
                 "tie them with NAME.DIM=LABEL where the model needs them equal.")
     if not is_dims_refusal(error):
         return "Run with TORCH_LOGS=+dynamic to see why."
-    plain = plain_dims(spec, names)
-
-    def retry(mult: int, named: set) -> bool:
-        try:
-            _export(model, inputs, derived(spec, named, mult))
-        except Exception:  # noqa: BLE001 — any refusal: not this multiple
-            return False
-        return True
-    return dims_hint(message, plain, retry, cli=True)
+    return dims_hint(message, plain_dims(spec, names), exports_with(model, inputs, spec),
+                     cli=True)
