@@ -24,11 +24,15 @@ TFLOP/s over the conv + linear FLOPs (with the % of the H200's 790 TFLOP/s bf16 
 AOTInductor runs in a child process (a crash or a hang there costs its row only): it links
 its .so with -Wl,--exclude-libs,ALL and keeps weights out of the .so, the recipe that worked
 on the H200 image (benchmarks/SUITE.md). The slow parts are max-autotune's compile (~1-4
-min per model and batch) and AOTI's compile and load (~1-2 min): split long runs over calls.
+min per model and batch) and AOTI's compile and load (~1-2 min): split long runs over calls,
+or run one process per contender at once with BENCH_GPU_LOCK=FILE (their compiles overlap, and
+only one times on the GPU at a time; build_s then includes the others' CPU load).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import subprocess
@@ -286,7 +290,29 @@ def run_aoti_in_child(name, batch, tmp: Path, timeout_s: int) -> dict:
 
 
 # ----------------------------------------------------------------------------- driver
+@contextlib.contextmanager
+def gpu_turn():
+    """With $BENCH_GPU_LOCK set, the timing of a row holds an exclusive lock on that file, so
+    several bench_conv processes can compile at once (max-autotune in one, AOTInductor in
+    another) while only one times on the GPU at a time."""
+    path = os.environ.get("BENCH_GPU_LOCK")
+    if not path:
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def measure(row: dict, fn, want, batch: int) -> None:
+    with gpu_turn():
+        _measure(row, fn, want, batch)
+
+
+def _measure(row: dict, fn, want, batch: int) -> None:
     got = fn()
     row["rel_err"] = rel_err(got.float(), want)
     row["peak_mib"] = peak_mib(fn)  # torch's allocator (aotpack and AOTI: device_mib too)

@@ -62,12 +62,17 @@ def environment(op, device: str = "cuda") -> dict:
             for k, (n, dt) in extents.items()}
 
 
+EXTRA: list[dict] = []  # --extra: experimental configs over the default, timed after the candidates
+
+
 def variants(op) -> list[dict]:
-    """The tuning candidates (`aotpack tune` measures the same ones)."""
+    """The tuning candidates (`aotpack tune` measures the same ones), then --extra's."""
     from aotpack.kernels.spec import SM90
     from aotpack.kernels.triton import conv_configs
 
-    return conv_configs.candidate_configs(op, SM90)
+    out = conv_configs.candidate_configs(op, SM90)
+    base = conv_configs.default_config(op, SM90)
+    return out + [c for c in ({**base, **e} for e in EXTRA) if c not in out]
 
 
 def time_configs(op, reps: int) -> list[dict]:
@@ -137,7 +142,10 @@ def main() -> int:
     p.add_argument("--batches", default="1,32")
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--budget-s", type=float, default=400.0)
+    p.add_argument("--extra", default="[]",
+                   help='JSON list of config overrides also timed, e.g. \'[{"BP": 32, "BC": 64}]\'')
     args = p.parse_args()
+    EXTRA.extend(json.loads(args.extra))
     start = time.time()
     out_dir = Path(os.environ.get("OUT", "."))
     rows = []
