@@ -34,6 +34,18 @@ def grouped(doc: dict) -> dict[tuple[str, int], dict[str, dict]]:
     return out
 
 
+def fair(row: dict) -> bool:
+    """False for a row flagged `upper_bound` (host-bound and timed while other processes loaded
+    the CPU: its true time is at most the one measured, so a speed-up over it is an upper
+    bound); the README's summary leaves such rows out."""
+    return not row.get("upper_bound")
+
+
+def _cell(row: dict, best: float, many: bool) -> str:
+    text = f"{row['ms']:.3f}" + ("" if fair(row) else "†")
+    return f"**{text}**" if row["ms"] == best and many else text
+
+
 def table(doc: dict, link: str) -> str:
     groups = grouped(doc)
     present = [c for c in ORDER if any(c in g for g in groups.values())]
@@ -42,9 +54,8 @@ def table(doc: dict, link: str) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (model, batch), cells in groups.items():
         best = min(r["ms"] for r in cells.values())
-        times = [("—" if c not in cells else
-                  f"**{cells[c]['ms']:.3f}**" if cells[c]["ms"] == best and len(cells) > 1
-                  else f"{cells[c]['ms']:.3f}") for c in present]
+        times = ["—" if c not in cells else _cell(cells[c], best, len(cells) > 1)
+                 for c in present]
         ours = cells.get("aotpack", {})
         tflops = (f"{ours['tflops']:.1f} ({ours['pct_of_bf16_ceiling']:.1f} %)"
                   if ours.get("tflops") is not None else "—")
@@ -54,6 +65,9 @@ def table(doc: dict, link: str) -> str:
         lines.append("| " + " | ".join([model, str(batch), *times, tflops, launches]) + " |")
     lines += ["", f"{doc['gpu']}, driver {doc['driver']}, torch {doc['torch']}, {doc['date']}, "
               f"commit {doc['commit']} ([results]({link})). {doc['what']}"]
+    if any(not fair(r) for g in groups.values() for r in g.values()):
+        lines[-1] += (" †: host-bound and timed while other processes loaded the CPU: its true "
+                      "time is at most this (the summary leaves it out).")
     return "\n".join(lines)
 
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 README = ROOT / "README.md"
 PERFORMANCE = ROOT / "docs" / "performance.md"
 # README.md's short table is made from the sources of these docs/performance.md blocks
-SUMMARY_FROM = ("bench", "generate", "conv-resnet18")
+SUMMARY_FROM = ("bench", "generate", "conv-resnet18", "conv-peers-families")
 
 _BLOCK = re.compile(r"<!-- ([\w-]+):begin((?: \S+)*) -->\n(.*?)<!-- \1:end -->", re.S)
 
@@ -166,17 +166,24 @@ def _generate_rows(doc: dict, link: str) -> list[list[str]]:
 
 
 def _conv_rows(doc: dict, link: str) -> list[list[str]]:
+    """One row per model: its batches that have a fair peer row (conv_report.fair), joined."""
     import conv_report
 
-    rows = []
+    per_model: dict[str, list[tuple]] = {}
     for (model, batch), cells in conv_report.grouped(doc).items():
         ours = cells.pop("aotpack", None)
-        if not ours or not cells:
-            continue
-        peer, row = min(cells.items(), key=lambda kv: kv[1]["ms"])
-        rows.append([f"{model} (224², batch {batch})", _ms(ours["ms"]), "—",
-                     f"{_ms(row['ms'])} ({conv_report.TITLES[peer]})",
-                     f"{row['ms'] / ours['ms']:.2f}×", f"[{doc['date']}]({link})"])
+        peers = {c: r for c, r in cells.items() if conv_report.fair(r)}
+        if ours and peers:
+            peer, row = min(peers.items(), key=lambda kv: kv[1]["ms"])
+            per_model.setdefault(model, []).append((batch, ours, peer, row))
+    rows = []
+    for model, points in per_model.items():
+        rows.append([f"{model} (224², batch {' / '.join(str(p[0]) for p in points)})",
+                     " / ".join(_ms(p[1]["ms"]) for p in points), "—",
+                     " / ".join(f"{_ms(p[3]['ms'])} ({conv_report.TITLES[p[2]]})"
+                                for p in points),
+                     " / ".join(f"{p[3]['ms'] / p[1]['ms']:.2f}×" for p in points),
+                     f"[{doc['date']}]({link})"])
     return rows
 
 
@@ -213,6 +220,7 @@ def summary_table(sources, doc: Path) -> str:
 
 RENDERERS = {"bench": _bench, "generate": _table_of("generate_report"),
              "dynamic": _table_of("dynamic_report"), "conv-resnet18": _table_of("conv_report"),
+             "conv-peers-families": _table_of("conv_report"),
              "conv-families": _table_of("conv_report"), "conv-depthwise": _table_of("conv_report"),
              "conv-all": _table_of("conv_report"),
              "coverage-models": _table_of("models_report"), "summary": summary_table}

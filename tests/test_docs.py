@@ -30,7 +30,7 @@ def test_every_generated_block_is_what_its_results_files_give():
 def test_the_generated_blocks_are_where_the_docs_expect_them():
     perf = {b.name: b for b in doc_tables.blocks(PERFORMANCE.read_text())}
     assert set(perf) == {"bench", "generate", "dynamic", "conv-resnet18", "conv-families",
-                         "conv-depthwise", "conv-all", "coverage-models"}
+                         "conv-depthwise", "conv-all", "coverage-models", "conv-peers-families"}
     readme = doc_tables.blocks(README.read_text())
     assert [b.name for b in readme] == ["summary"]
     # the README's short table comes from the same results files as the performance page's
@@ -114,9 +114,22 @@ def test_summary_table_reads_every_kind_of_results_file():
     assert not any("resnet50" in r for r in rows)  # a model aotpack did not run is left out
     gen = next(r for r in rows if r.startswith("| llama32_1b decode (batch 1, prompt 128)"))
     assert "911 tok/s" in gen and "730 tok/s" in gen and "1.25×" in gen
-    conv = next(r for r in rows if r.startswith("| resnet18 (224², batch 32)"))
-    assert "0.796 ms" in conv and f"{0.8376 / 0.7965:.2f}×" in conv
+    conv = next(r for r in rows if r.startswith("| resnet18 (224², batch 1 / 32)"))
+    assert "0.335 ms / 0.796 ms" in conv and f"/ {0.8376 / 0.7965:.2f}×" in conv
     assert "gpt2 max-autotune (timeout)" in text
+
+
+def test_summary_leaves_out_peer_rows_timed_under_load():
+    """A conv peer row flagged upper_bound (host-bound, timed while other processes compiled)
+    gives no speed-up in the README: MobileNetV3 keeps batch 128 only (its batch 1 and 32 have
+    no other peer), ConvNeXt-T's batch 1 is against max-autotune, not the flagged AOTInductor."""
+    text = doc_tables.summary_table(
+        ("benchmarks/results/2026-12-04-h200-conv-peers-families.json",), README)
+    rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "---" not in ln][1:]
+    mbv3 = next(r for r in rows if r.startswith("| mobilenet_v3_large"))
+    assert mbv3.startswith("| mobilenet_v3_large (224², batch 128) | 2.05 ms |")
+    convnext = next(r for r in rows if r.startswith("| convnext_tiny (224², batch 1 / 32 / 128)"))
+    assert "0.781 ms (torch.compile max-autotune) / 2.40 ms (AOTInductor)" in convnext
 
 
 # ---------------------------------------------------------------------------------- links
