@@ -17,7 +17,6 @@ torch is imported inside the functions.
 """
 from __future__ import annotations
 
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,9 @@ from pathlib import Path
 from aotpack.bundle import read_bundle
 from aotpack.dtypes import DType
 from aotpack.errors import UserError
+from aotpack.verify_shapes import (
+    _example_options, _shapes_label, _signature_at, dynamic_options, shape_points,
+)
 
 DEFAULT_TOLERANCE = 1e-2
 HP_MARGIN = 1.5  # how much further from float32 than eager a low-precision output may be
@@ -37,7 +39,7 @@ class VerifyError(UserError):
 
 @dataclass
 class OutputCheck:
-    name: str  # "out0", or "out0 @ B=2 S=17" for a dynamic bundle
+    name: str  # "out0", or "out0 @ x=2x17,mask=2x17" for a dynamic bundle (its inputs' shapes)
     rel_error: float
     max_abs_error: float
     ok: bool
@@ -45,6 +47,9 @@ class OutputCheck:
     # 16-bit model): the output's error, and eager's own
     rel_error_f32: float | None = None
     eager_rel_error_f32: float | None = None
+    # the eager output's largest finite |value|: a relative error says how close, this says
+    # to what (a randomly initialised head can leave every logit near 1e-8)
+    ref_max_abs: float | None = None
 
 
 @dataclass
@@ -106,7 +111,7 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
         signature = _signature_at(b.manifest["inputs"], point)
         inputs = random_inputs(signature, examples, seed + k)
         outs, refs = run(inputs)
-        label = "" if point is None else " @ " + " ".join(f"{n}={v}" for n, v in point.items())
+        label = "" if point is None else " @ " + _shapes_label(b.manifest["inputs"], signature)
         checks += _checks(b.manifest["outputs"], outs, refs, model, inputs, tolerance, label)
         notes += _vacuous(b.manifest["outputs"], refs, label, notes)
     return VerifyReport(reference, seed, tolerance, checks, notes)
@@ -164,123 +169,6 @@ def _load(model_spec: str, manifest: dict):
     dynamic = dynamic_options(manifest) if manifest.get("symbols") and \
         loaded.dynamic_shapes is None else ()
     return prepare(loaded, inputs=inputs, dtype=dtype, dynamic=dynamic)
-
-
-def _example_options(manifest: dict) -> list[str]:
-    """`--input` options that give the bundle's inputs at its example shape (the dims' example
-    values), as the build was given them."""
-    example = example_point(manifest.get("symbols") or [])
-    return [f"{s['name']}={'x'.join(str(int(d)) for d in s['shape'])}:{s['dtype']}"
-            for s in _signature_at(manifest["inputs"], example or None)]
-
-
-def example_point(symbols: list[dict]) -> dict[str, int]:
-    """A v2 manifest's symbols at their example values (the shape the model was exported at)."""
-    return {s["name"]: s.get("example", s["max"]) for s in symbols}
-
-
-def dynamic_options(manifest: dict) -> list[str]:
-    """`--dynamic` options that declare a v2 manifest's dims again: each symbol on every input
-    dim that is exactly it."""
-    ranges = {s["name"]: (s["min"], s["max"]) for s in manifest.get("symbols") or []}
-    out, seen = [], set()
-    for spec in manifest["inputs"]:
-        for d, dim in enumerate(spec["shape"]):
-            if dim in ranges:
-                rng = "" if dim in seen else ":{}..{}".format(*ranges[dim])
-                out.append(f"{spec['name']}.{d}={dim}{rng}")
-                seen.add(dim)
-            elif stepped := _stepped(dim, ranges):
-                (step, root), (lo, hi) = stepped, ranges[stepped[1]]
-                rng = "" if root in seen else f":{step * lo}..{step * hi}:{step}"
-                out.append(f"{spec['name']}.{d}={root[1:]}{rng}")
-                seen.add(root)
-    return out
-
-
-def _stepped(dim, ranges: dict) -> tuple[int, str] | None:
-    """(step, symbol) for a dim `--dynamic NAME.DIM=LABEL:LO..HI:STEP` declared: STEP*_LABEL
-    (frontend/dynamic.py names the symbol so)."""
-    m = re.fullmatch(r"(\d+)\*(_\w+)", str(dim))
-    return (int(m[1]), m[2]) if m and m[2] in ranges else None
-
-
-def shape_points(symbols: list[dict], seed: int = 0, random_points: int = 2) -> list[dict]:
-    """The dims' values a dynamic bundle is checked at: the example, all at their minimum,
-    all at their maximum, each alone at its maximum, then random values in the ranges (odd
-    ones, and primes where the range has one)."""
-    import random
-
-    rng = random.Random(seed)
-    lo = {s["name"]: s["min"] for s in symbols}
-    hi = {s["name"]: s["max"] for s in symbols}
-    points = [example_point(symbols), lo, hi]
-    if len(symbols) > 1:
-        points += [{**lo, n: hi[n]} for n in hi]
-    for _ in range(random_points):
-        points.append({n: _odd_or_prime(rng, lo[n], hi[n]) for n in lo})
-    unique = []
-    for p in points:
-        if p not in unique:
-            unique.append(p)
-    return unique
-
-
-def _odd_or_prime(rng, lo: int, hi: int) -> int:
-    primes = [n for n in range(max(lo, 2), min(hi, 10_000) + 1)
-              if all(n % k for k in range(2, int(n ** 0.5) + 1))]
-    if primes and rng.random() < 0.5:
-        return rng.choice(primes)
-    odd = [n for n in (rng.randint(lo, hi) | 1, rng.randint(lo, hi)) if lo <= n <= hi]
-    return odd[0] if odd else rng.randint(lo, hi)
-
-
-def points_from_shapes(manifest: dict, shapes: list[str]) -> list[dict]:
-    """Each `NAME=AxB[,NAME2=CxD]` (input shapes, as aotpack-run --shape takes them) as the
-    dims' values it binds; inputs not named keep their example shape."""
-    from aotpack.bundle.manifest import evaluate, parse_symbols
-    from aotpack.program import ShapeError, bind_symbols
-
-    symbols = parse_symbols(manifest)
-    example = example_point(manifest["symbols"])
-    names = [s["name"] for s in manifest["inputs"]]
-    signature = [(s["name"], [_expr(d, symbols) for d in s["shape"]]) for s in manifest["inputs"]]
-    points = []
-    for text in shapes:
-        given = {}
-        for part in text.split(","):
-            name, _, dims = part.partition("=")
-            if name.strip() not in names or not dims:
-                raise VerifyError(f"--shape {text!r}: expected NAME=AxB with NAME one of "
-                                  f"{', '.join(names)}")
-            try:
-                given[name.strip()] = tuple(int(x) for x in dims.lower().split("x"))
-            except ValueError:
-                raise VerifyError(f"--shape {text!r}: {dims!r} is not like 4x128") from None
-        shapes_ = [given.get(n) or tuple(evaluate(d, symbols, example, n) for d in s["shape"])
-                   for n, s in zip(names, manifest["inputs"])]
-        try:
-            points.append(bind_symbols(signature, symbols.values(), shapes_))
-        except ShapeError as e:
-            raise VerifyError(f"--shape {text!r}: {e}") from None
-    return points
-
-
-def _expr(d, symbols):
-    from aotpack.ir.sym_parse import parse
-
-    return parse(d, symbols) if isinstance(d, str) else d
-
-
-def _signature_at(inputs: list[dict], point: dict | None) -> list[dict]:
-    if point is None:
-        return inputs
-    from aotpack.bundle.manifest import evaluate
-    from aotpack.ir.sym import Sym
-
-    symbols = {n: Sym(n, v, v) for n, v in point.items()}
-    return [dict(s, shape=[evaluate(d, symbols, point, s["name"]) for d in s["shape"]])
-            for s in inputs]
 
 
 _SEARCH_DEPTH, _SEARCH_DIRS = 3, 2000  # how far a recorded spec is looked for below here
@@ -491,8 +379,18 @@ def compare(name: str, out, ref, tolerance: float, precise=None) -> OutputCheck:
     """`out` against eager `ref`; with `precise` (the float32 upcast's output) also both
     against it: then `out` passes when no further from it than HP_MARGIN times eager is."""
     rel, max_abs = _rel(out, ref)
+    size = _magnitude(ref)
     if precise is None:
-        return OutputCheck(name, rel, max_abs, rel <= tolerance)
+        return OutputCheck(name, rel, max_abs, rel <= tolerance, ref_max_abs=size)
     ours, eager = _rel(out, precise)[0], _rel(ref, precise)[0]
     ok = rel <= tolerance or ours <= max(tolerance, HP_MARGIN * eager)
-    return OutputCheck(name, rel, max_abs, ok, ours, eager)
+    return OutputCheck(name, rel, max_abs, ok, ours, eager, size)
+
+
+def _magnitude(ref) -> float | None:
+    """max |ref| over its finite values (None for a non-float or empty output)."""
+    if not ref.is_floating_point() or ref.numel() == 0:
+        return None
+    r = ref.detach().double().cpu().abs()
+    r = r[r.isfinite()]
+    return float(r.max()) if r.numel() else None

@@ -156,3 +156,17 @@ def test_a_size_aotpack_cannot_prove_equal_is_named_as_its_own_limit(monkeypatch
         to_graph(_TwoStridedConvs().eval(), (torch.randn(2, 3, 32, 32),), _two_convs_dims())
     text = str(e.value)
     assert "cannot prove the two equal" in text and "not supported" not in text, text
+
+
+def test_build_prints_run_options_at_both_ends_of_the_dims():
+    """`aotpack build` of a bundle with dynamic dims prints how to run its smallest and largest
+    shapes with aotpack-run (derived dims evaluated, every input named)."""
+    from aotpack.verify_shapes import run_shape_options
+
+    m = {"inputs": [{"name": "x", "dtype": "bf16", "shape": ["B", 3, "2*_H", "2*_H"]},
+                    {"name": "mask", "dtype": "i64", "shape": ["B", 7]}],
+         "symbols": [{"name": "B", "min": 1, "max": 8, "example": 2},
+                     {"name": "_H", "min": 32, "max": 64, "example": 40}]}
+    assert run_shape_options(m) == ["--shape x=1x3x64x64,mask=1x7",
+                                    "--shape x=8x3x128x128,mask=8x7"]
+    assert run_shape_options({"inputs": m["inputs"][1:2], "symbols": []}) == []

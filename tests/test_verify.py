@@ -139,6 +139,7 @@ def test_cli_verify_exit_codes(setup):
     runner = CliRunner()
     ok = runner.invoke(app, ["verify", str(bundle), "--model", spec, "--reference", "cpu"])
     assert ok.exit_code == 0 and "passed" in ok.output, ok.output
+    assert "max |ref|" in ok.output
     state["corrupt"] = True
     bad = runner.invoke(app, ["verify", str(bundle), "--model", spec, "--reference", "cpu"])
     assert bad.exit_code == 1 and "FAIL" in bad.output
@@ -168,6 +169,13 @@ def test_compare():
     assert not compare("y", ref * 1.1, ref, 1e-2).ok
     assert not compare("y", torch.full((4,), float("nan")), ref, 1e-2).ok
     assert not compare("y", torch.ones(5), ref, 1e-2).ok
+
+
+def test_compare_reports_the_reference_magnitude():
+    """The verify table shows what the error is relative to: max |ref| over finite values."""
+    ref = torch.tensor([3e-8, -5e-8, float("inf"), 1e-9])
+    assert compare("y", ref, ref, 1e-2).ref_max_abs == pytest.approx(5e-8)
+    assert compare("ids", torch.arange(3), torch.arange(3), 1e-2).ref_max_abs is None
 
 
 def test_compare_against_float32_when_eager_itself_is_off():

@@ -15,7 +15,8 @@ def run_bench(bundle: Path, *, iters: int, warmup: int, weights: Path | None = N
 
     from aotpack.bundle import read_bundle
     from aotpack.dtypes import DType
-    from aotpack.verify import VerifyError, _signature_at, example_point, random_inputs
+    from aotpack.verify import VerifyError, random_inputs
+    from aotpack.verify_shapes import _signature_at, example_point
 
     if not torch.cuda.is_available():
         raise VerifyError("bench needs a CUDA GPU (torch.cuda.is_available() is False here)")

@@ -278,6 +278,12 @@ def build(
             new = min(64, generation.max_seq_len - prompt + 1)
             ids = ",".join(str(i) for i in range(1, prompt + 1))
             how = f"--generate {new} --prompt-ids {ids}  (prompt ids: your tokenizer's)"
+        else:  # a bundle with dynamic dims: its smallest and its largest shapes
+            from aotpack.bundle import read_bundle
+            from aotpack.verify_shapes import run_shape_options
+
+            manifest = read_bundle(result.bundle, require_weights=False).manifest
+            how = " ".join([how, *run_shape_options(manifest)])
         out.print(f"run it on the GPU machine: cd {escape(str(result.out_dir))} && "
                   f"./aotpack-run model.aotpack {how}")
 
@@ -470,7 +476,7 @@ def _recorded_spec(bundle: Path) -> str:
 def _points(bundle: Path, weights, shapes: list[str]) -> list[dict]:
     """The dims' values `--shape` options give for a dynamic bundle (exit 2 for a static one)."""
     from aotpack.bundle import read_bundle
-    from aotpack.verify import points_from_shapes
+    from aotpack.verify_shapes import points_from_shapes
 
     manifest = read_bundle(bundle, weights_path=weights, require_weights=False).manifest
     if not manifest.get("symbols"):

@@ -229,15 +229,16 @@ def print_verify(out: Console, rep) -> None:
         out.print(f"[yellow]warning:[/] {escape(w)}")
     table = Table(title=f"verify (reference: {rep.reference}, seed {rep.seed}, "
                         f"tolerance {rep.tolerance:g})")
-    for col in ("output", "‖out−ref‖/‖ref‖", "max |out−ref|", "vs f32 (eager vs f32)",
-                "result"):
+    for col in ("output", "max |ref|", "‖out−ref‖/‖ref‖", "max |out−ref|",
+                "vs f32 (eager vs f32)", "result"):
         table.add_column(col)
     for o in rep.outputs:
         verdict = "[green]pass[/]" if o.ok else "[bold red]FAIL[/]"
         f32 = ("—" if o.rel_error_f32 is None else
                f"{o.rel_error_f32:.3e} ({o.eager_rel_error_f32:.3e})")
-        table.add_row(escape(o.name), f"{o.rel_error:.3e}", f"{o.max_abs_error:.3e}", f32,
-                      verdict)
+        size = "—" if o.ref_max_abs is None else f"{o.ref_max_abs:.3g}"
+        table.add_row(escape(o.name), size, f"{o.rel_error:.3e}", f"{o.max_abs_error:.3e}",
+                      f32, verdict)
     out.print(table)
     if any(o.rel_error_f32 is not None for o in rep.outputs):
         from aotpack.verify import HP_MARGIN
