@@ -42,6 +42,35 @@ def test_examples_translate_and_verify(example):
     assert "linear" in text and "%x: bf16" in text
 
 
+class _Outputs(torch.nn.Module):
+    """A tuple holding a dict: keyed leaves are named by their path."""
+
+    def forward(self, x):
+        return x + 1, {"scores": x * 2, "pair": [x, x - 1], "bad key": x * 4}
+
+
+class _Named(torch.nn.Module):
+    """A dict output whose key is also the input's name: that one stays outN."""
+
+    def forward(self, x):
+        return {"logits": x * 2, "x": x + 1}
+
+
+def test_outputs_are_named_by_their_keys():
+    assert [o.name for o in to_graph(_Outputs(), [torch.ones(2)]).outputs] == \
+        ["out0", "out1.scores", "out1.pair.0", "out1.pair.1", "out4"]
+    assert [o.name for o in to_graph(_Named(), [torch.ones(2)]).outputs] == ["logits", "out1"]
+
+
+def test_transformers_outputs_keep_their_names():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=100)
+    model = transformers.BertForSequenceClassification(cfg).eval()
+    g = to_graph(model, [torch.randint(0, 100, (1, 8))])
+    assert [o.name for o in g.outputs] == ["logits"]
+
+
 def test_mlp_graph_shape():
     model, inputs = small("mlp")
     g = to_graph(model, inputs)

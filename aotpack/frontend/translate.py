@@ -325,13 +325,18 @@ class _Translator:
     def _outputs(self, n) -> list[GraphOutput]:
         from torch.export.graph_signature import OutputKind
 
+        from aotpack.frontend.output_names import user_output_names
+
         sig = self.ep.graph_signature
+        count = sum(spec.kind == OutputKind.USER_OUTPUT for spec in sig.output_specs)
+        taken = {v.name for v in self.inputs} | set(self.constants) | set(self.env)
+        names = user_output_names(self.ep, count, taken)
         outs, user = [], 0
         for spec, arg in zip(sig.output_specs, n.args[0]):
             if spec.kind == OutputKind.BUFFER_MUTATION:
                 name = f"state:{spec.target}"
             elif spec.kind == OutputKind.USER_OUTPUT:
-                name, user = f"out{user}", user + 1
+                name, user = names[user], user + 1
             else:
                 raise UnsupportedOpError(f"the model mutates its input {spec.target} in place "
                                          f"(only buffers may be written: they become session "
