@@ -113,29 +113,40 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
         outs, refs = run(inputs)
         label = "" if point is None else " @ " + _shapes_label(b.manifest["inputs"], signature)
         checks += _checks(b.manifest["outputs"], outs, refs, model, inputs, tolerance, label)
-        notes += _vacuous(b.manifest["outputs"], refs, label, notes)
+        notes += _vacuous(b.manifest["outputs"], refs, label, notes, tolerance)
     return VerifyReport(reference, seed, tolerance, checks, notes)
 
 
-def _vacuous(outputs, refs, label: str, notes: list[str]) -> list[str]:
-    """Warnings for floating outputs whose eager reference is all zeros or one constant (not
-    repeated for an output already named in `notes`): any implementation that writes that
-    constant passes, so the check says nothing (a classifier whose last ReLU clips every logit
-    of a randomly initialised model to 0)."""
+def _vacuous(outputs, refs, label: str, notes: list[str], tolerance: float) -> list[str]:
+    """Warnings for floating outputs that a bundle writing one constant would pass (not
+    repeated for an output already named in `notes`): a reference that is all zeros or one
+    value (a classifier whose last ReLU clips every logit of a randomly initialised model),
+    or that varies so little around its mean that the mean everywhere is within `tolerance`
+    (YOLOS's random-init boxes: 0.5 +- 3e-4)."""
     found = []
     for spec, ref in zip(outputs, refs):
         name = spec["name"]
         if not ref.is_floating_point() or ref.numel() < 2 \
                 or any(f"output {name} " in n for n in notes):
             continue
-        first = ref.reshape(-1)[0]
-        if not bool((ref == first).all()):
-            continue
-        what = "all zeros" if float(first) == 0 else f"constant (every element {float(first):g})"
+        r = ref.detach().double()
+        first = float(r.reshape(-1)[0])
+        if bool((r == first).all()):
+            what = "all zeros" if first == 0 else f"constant (every element {first:g})"
+            passes = "that value"
+        else:
+            mean = float(r.mean())
+            spread = float((r - mean).norm()) / max(float(r.norm()), 1e-300)
+            if not (spread <= tolerance):  # NaN too: nothing to say
+                continue
+            what = (f"nearly constant ({mean:.4g}; writing that everywhere is {spread:.1e} "
+                    f"off)")
+            passes = "its mean"
         msg = (f"output {name} of the eager reference is {what}{label}: the comparison is "
-               f"vacuous (any bundle that writes that value passes). Make the model's output "
-               f"vary: random initialisation often leaves a final ReLU or a zero-initialised "
-               f"head constant; load trained weights, or re-initialise them in the factory")
+               f"vacuous (any bundle that writes {passes} passes). Make the model's output "
+               f"vary: random initialisation often leaves a final ReLU, a sigmoid or a "
+               f"zero-initialised head near constant; load trained weights, or re-initialise "
+               f"them in the factory")
         warnings.warn(msg, stacklevel=3)
         found.append(msg)
     return found

@@ -427,3 +427,42 @@ def test_aranges_over_values_the_build_computes_fold(model):
     program = check_matches_eager(model, [torch.randn(2, 16 if isinstance(
         model, RelativePositions) else 8)], 1e-6)
     assert kinds(program) == ["PointwiseOp"]
+
+
+class EinsumAttention(nn.Module):
+    """CvT's attention: heads by view + permute, scores by einsum("bhlk,bhtk->bhlt"), which
+    materialises the keys transposed ([.., D, S]). The fused attention saw keys with a
+    non-unit inner stride and the kernel refused them at build time ("a defect of aotpack");
+    lowering now copies such an operand to rows of D first."""
+
+    def __init__(self, c=64, h=2):
+        super().__init__()
+        self.h = h
+        self.q, self.k, self.v = nn.Linear(c, c), nn.Linear(c, c), nn.Linear(c, c)
+
+    def heads(self, x):
+        b, t, c = x.shape
+        return x.view(b, t, self.h, c // self.h).permute(0, 2, 1, 3)
+
+    def forward(self, x):
+        q, k, v = self.heads(self.q(x)), self.heads(self.k(x)), self.heads(self.v(x))
+        p = torch.softmax(torch.einsum("bhlk,bhtk->bhlt", [q, k]) * 0.125, dim=-1)
+        return torch.einsum("bhlt,bhtv->bhlv", [p, v])
+
+
+def test_einsum_attention_keys_reach_the_kernel_as_rows():
+    from aotpack.frontend import to_graph
+    from aotpack.kernels.spec import AttentionOp
+    from aotpack.kernels.triton import attention
+    from aotpack.passes import compile_graph
+    from conv_checks import check_kernels_interpreted
+
+    torch.manual_seed(0)
+    model = EinsumAttention().eval().to(torch.bfloat16)
+    x = torch.randn(2, 16, 64).to(torch.bfloat16)
+    check_matches_eager(model, [x], 2e-2)
+    program = compile_graph(to_graph(model, [x]))
+    (op,) = [o for o in program.ops if isinstance(o, AttentionOp)]
+    assert all(t.strides[-1] == 1 for t in (op.q, op.k, op.v))
+    attention.compile(op)  # sm_90a: refused before
+    assert check_kernels_interpreted(program, [x], kinds=(AttentionOp,)) == 1

@@ -127,9 +127,22 @@ def test_constant_references_are_named_once():
     refs = [torch.full((2, 3), 0.5), torch.randn(2, 3), torch.zeros(4, dtype=torch.int64),
             torch.zeros(1)]  # varying, integer, or a single element: nothing to say
     with pytest.warns(UserWarning):
-        (msg,) = _vacuous(outputs, refs, " @ B=2", [])
+        (msg,) = _vacuous(outputs, refs, " @ B=2", [], 1e-2)
     assert "output a " in msg and "every element 0.5" in msg and "@ B=2" in msg
-    assert _vacuous(outputs, refs, " @ B=3", [msg]) == []  # said once per output
+    assert _vacuous(outputs, refs, " @ B=3", [msg], 1e-2) == []  # said once per output
+
+
+def test_a_nearly_constant_reference_warns():
+    """YOLOS's boxes at random init: 0.5 +- 3e-4. A bundle writing 0.5 everywhere would be
+    within the tolerance, so the comparison is vacuous; at a tighter tolerance it is not."""
+    from aotpack.verify import _vacuous
+
+    torch.manual_seed(0)
+    ref = 0.5 + 3e-4 * torch.randn(2, 100, 4)
+    with pytest.warns(UserWarning):
+        (msg,) = _vacuous([{"name": "pred_boxes"}], [ref], "", [], 1e-2)
+    assert "nearly constant (0.5" in msg and "its mean" in msg
+    assert _vacuous([{"name": "pred_boxes"}], [ref], "", [], 1e-4) == []
 
 
 def test_cli_verify_exit_codes(setup):

@@ -328,6 +328,12 @@ class _Lowering:
         self._copy(arg, dst)
         return dst
 
+    def _unit_inner(self, arg: TensorArg, hint: str) -> TensorArg:
+        """`arg`, or a contiguous copy of it where its last dim is not contiguous."""
+        if arg.shape[-1] != 1 and arg.strides[-1] != 1:
+            return self._materialize(arg, hint)
+        return arg
+
     def _as_2d(self, arg: TensorArg, hint: str, inner_unit: bool = True) -> TensorArg:
         """arg viewed as [prod(leading dims), last dim] (copied first if that is no view)."""
         flat = _flatten_2d(arg)
@@ -433,7 +439,9 @@ class _Lowering:
             start += v.shape[dim]
 
     def _lower_sdpa(self, n: Node) -> None:
-        q, k, v = (self.args[x.name] for x in n.inputs[:3])
+        # the kernels read rows of D contiguous elements: an operand seen through a transpose
+        # (einsum("bhlk,bhtk->bhlt") materialises keys as [.., D, S]) is copied so first
+        q, k, v = (self._unit_inner(self.args[x.name], x.name) for x in n.inputs[:3])
         if q.shape[1] != k.shape[1] and not n.attrs.gqa:
             self._fail(n, "query and key head counts differ without enable_gqa")
         scale = n.attrs.scale if n.attrs.scale is not None else 1.0 / math.sqrt(q.shape[-1])
