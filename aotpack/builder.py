@@ -87,7 +87,8 @@ def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: 
             canon, back = canonical(op)
             if canon not in cache:
                 start = time.perf_counter()
-                cache[canon] = _compile_one(canon, target, choose, program, gemm_backend)
+                cache[canon] = _compile_one(canon, target, choose, program, gemm_backend,
+                                            program.origins.get(op.out.storage))
                 log.debug("compiled %s: %d launches (%.2f s)", type(op).__name__,
                           len(cache[canon]), time.perf_counter() - start)
             else:
@@ -97,9 +98,11 @@ def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: 
     return result, len(cache)
 
 
-def _compile_one(op, target: Target, choose, program, gemm_backend: str):
+def _compile_one(op, target: Target, choose, program, gemm_backend: str,
+                 origin: str | None = None):
     """compile_variants(op); a kernel refusing what the passes gave it (a defect of aotpack,
-    not of the model) is one line naming the op, with the traceback at AOTPACK_LOG=debug."""
+    not of the model) is one line naming the op and `origin` (the model's source line it was
+    lowered from), with the traceback at AOTPACK_LOG=debug."""
     from aotpack.errors import UserError
     from aotpack.kernels import BackendCannotCompile, template_for
     from aotpack.kernels.variants import compile_variants
@@ -116,9 +119,10 @@ def _compile_one(op, target: Target, choose, program, gemm_backend: str):
             what = template_for(op).describe(op)
         except Exception:  # describing it failed too: its type will do
             what = type(op).__name__
-        raise BuildError(f"aotpack could not compile {what} ({type(e).__name__}: {e}). This is "
-                         f"a defect of aotpack, not of the model: please report it with the "
-                         f"model (AOTPACK_LOG=debug shows the traceback)") from None
+        where = f", from {origin}" if origin else ""
+        raise BuildError(f"aotpack could not compile {what}{where} ({type(e).__name__}: {e}). "
+                         f"This is a defect of aotpack, not of the model: please report it "
+                         f"with the model (AOTPACK_LOG=debug shows the traceback)") from None
 
 
 # ----------------------------------------------------------------------------- the folder

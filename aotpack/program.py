@@ -52,6 +52,9 @@ class Program:
     # --precision other than the model's: what was quantized and the error measured
     # (aotpack/precision.py; the bundle's provenance `precision`)
     precision: dict | None = None
+    # output storage name -> the model's source line of the node its op was lowered from (what
+    # a build error about that op names; ops made by later fusions keep their output's entry)
+    origins: dict = field(default_factory=dict)
 
     @property
     def dynamic(self) -> bool:

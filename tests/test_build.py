@@ -2,6 +2,7 @@
 Triton compile (those have their own tests), so what is checked here is build's own job: the
 identical-op compile cache, the output folder (bundle, launcher copy, README), --force, atomicity
 and provenance."""
+import dataclasses
 import sys
 import types
 from pathlib import Path
@@ -355,9 +356,14 @@ def test_a_kernel_refusing_its_op_is_one_line_naming_the_op(pipeline, tmp_path, 
         raise ValueError("attention out: inner stride must be 1")
 
     monkeypatch.setattr(variants, "compile_variants", refuse)
+    # the line of the model the first op was lowered from (lower.py records it by output)
+    line = "model.py:7: h = self.fc1(x)"
+    monkeypatch.setattr(sys.modules["aotpack.passes"], "compile_graph",
+                        lambda graph: dataclasses.replace(_program(), origins={"h": line}))
     out = tmp_path / "out"
-    with pytest.raises(BuildError, match=r"could not compile .*inner stride must be 1.*defect "
-                                         r"of aotpack.*AOTPACK_LOG=debug"):
+    with pytest.raises(BuildError, match=r"could not compile gemm.*, from model\.py:7: h = "
+                                         r"self\.fc1\(x\) .*inner stride must be 1.*defect of "
+                                         r"aotpack.*AOTPACK_LOG=debug"):
         build(f"{tmp_path / 'model.py'}:make", out, progress=False)
     assert not out.exists()
     monkeypatch.setenv("AOTPACK_LOG", "debug")

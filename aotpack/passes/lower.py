@@ -211,11 +211,15 @@ class _Lowering:
             self.args[v.name] = contiguous(v.name, v.dtype, tuple(v.shape))
         for name, c in self.g.constants.items():
             self._add_weight(name, c.tensor, c.value)
+        origins = {}
         for n in self.g.nodes:
+            first = len(self.ops)
             try:
                 self._lower_node(n)
             except SymbolicError as e:  # a size decision the dims' ranges leave open
                 self._fail(n, f"{e}: narrow the dims' ranges or keep that dim static")
+            if n.loc is not None and n.loc.file:
+                origins.update((op.out.storage, str(n.loc)) for op in self.ops[first:])
         self._write_outputs()
         # an op that writes nothing (a cat's empty part: Phi-3's rotary pass-through at a
         # rotary factor of 1) would still be a launch
@@ -227,7 +231,7 @@ class _Lowering:
                         if not lower_state.is_state_output(o.name)],
                        self.storages, self.ops, self.weights, self._summary(),
                        list(self.g.meta.get("symbols", [])), dict(self.g.meta.get("example", {})),
-                       states=states)
+                       states=states, origins=origins)
 
     def _drop_unread_weights(self) -> None:
         """Constants no kernel reads: a matmul's [K, N] weight once its transposed copy was
