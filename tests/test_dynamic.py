@@ -108,6 +108,14 @@ def test_cli_dims_are_checked():
             apply_dynamic(LoadedModel(model, inputs), [bad])
 
 
+def test_dynamic_option_names_may_hold_dots_and_colons():
+    """ONNX's default input names (input.1, x:0): the dim is the last .N before the '='."""
+    from aotpack.frontend.dynamic import parse_dynamic
+
+    assert parse_dynamic(["input.1.0=1..8", "x:0.1=S:1..64", "x.0=B:1..4"]) == [
+        ("input.1", 0, None, 1, 8), ("x:0", 1, "S", 1, 64), ("x", 0, "B", 1, 4)]
+
+
 def test_other_inputs_follow_a_named_dim():
     """An attention-mask-like second input of the same example size gets the same dim, and the
     build says so (with how to keep it static)."""

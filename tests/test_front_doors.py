@@ -73,7 +73,10 @@ def test_parse_input_forms():
     assert parse_input("x=3").dtype is None
     assert parse_input("ids=max_len:1..64,").dims == (Dim(label="max_len", lo=1, hi=64),)
     assert parse_input("x=B:4..4x8").dims == (Dim(size=4, label="B"), Dim(size=8))
-    for bad, needle in [("x", "NAME=SHAPE"), ("x=", "NAME=SHAPE"), ("1x=3", "NAME=SHAPE"),
+    # ONNX's default input names (torch.onnx.export: input.1; TF exports: x:0)
+    assert parse_input("input.1=2x3x32x32:f32").name == "input.1"
+    assert parse_input("x:0=1x3").name == "x:0" and parse_input("x:0=1x3").dtype is None
+    for bad, needle in [("x", "NAME=SHAPE"), ("x=", "NAME=SHAPE"), ("=3", "NAME=SHAPE"),
                         ("x=3:complex", "unknown dtype"), ("x=3x?", "dim '?'"),
                         ("x=5..2", "1 <= LO <= HI"), ("x=0..2", "1 <= LO <= HI")]:
         with pytest.raises(ModelLoadError, match=needle.replace("?", r"\?")):

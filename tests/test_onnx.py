@@ -460,6 +460,26 @@ def test_bundle_builds_verifies_and_inspects(tmp_path, no_runtime):
     assert d["provenance"]["model_kind"] == "onnx"
 
 
+def test_default_onnx_input_names_build_and_verify(tmp_path, no_runtime):
+    """torch.onnx.export without input_names names the input `input.1`: verify gives it back
+    to the build as --input input.1=... (refused as not a NAME before)."""
+    import aotpack
+    from aotpack.verify import verify
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+    spec = _export(model, (torch.randn(2, 3, 16, 16),), tmp_path / "cnn.onnx", None)
+    result = aotpack.build(spec, tmp_path / "out")
+    assert [i["name"] for i in verify_inputs(result.bundle)] == ["input.1"]
+    assert verify(result.bundle, spec, reference="cpu").passed
+
+
+def verify_inputs(bundle):
+    from aotpack.bundle import read_bundle
+
+    return read_bundle(bundle, require_weights=False).manifest["inputs"]
+
+
 @pytest.mark.gpu
 def test_onnx_bundle_runs_on_the_gpu(tmp_path):
     import aotpack

@@ -41,3 +41,42 @@ def test_build_from_pt2_matches_the_factory_build(tmp_path, monkeypatch):
     assert ma["steps"] == mb["steps"] and ma["arena_bytes"] == mb["arena_bytes"]
     assert {w["sha256"] for w in ma["weights"]} == {w["sha256"] for w in mb["weights"]}
     assert verify(from_pt2.bundle, str(pt2), reference="cpu").passed
+
+
+def test_pt2_of_a_transformers_model_output_loads_in_a_fresh_process(tmp_path):
+    """A .pt2 whose output is a transformers ModelOutput: torch.export.load in a process that
+    has not imported transformers fails (the type is not registered); aotpack imports the
+    module torch names and loads it again. Outputs keep their names (logits)."""
+    import subprocess
+
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=100)
+    torch.manual_seed(0)
+    model = transformers.BertForSequenceClassification(cfg).eval()
+    pt2 = tmp_path / "bert.pt2"
+    torch.export.save(torch.export.export(model, (torch.randint(0, 100, (1, 8)),)), pt2)
+    code = ("import sys, torch\nfrom aotpack.frontend import load_spec, to_graph\n"
+            "assert 'transformers' not in sys.modules\n"
+            f"loaded = load_spec({str(pt2)!r})\n"
+            "print([o.name for o in to_graph(loaded.model, list(loaded.inputs)).outputs])\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "['logits']"
+
+
+def test_pt2_with_keyword_inputs_says_how_to_export_it(tmp_path):
+    from aotpack.frontend import load_spec
+    from aotpack.frontend.load import ModelLoadError
+
+    class Two(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    pt2 = tmp_path / "kw.pt2"
+    torch.export.save(torch.export.export(Two(), (), {"x": torch.ones(2), "y": torch.ones(2)}),
+                      pt2)
+    with pytest.raises(ModelLoadError, match=r"keyword inputs \(x, y\).*torch\.export\.export"
+                                             r"\(model, \(x, y,\)\)"):
+        load_spec(str(pt2))

@@ -20,7 +20,9 @@ import re
 from aotpack.frontend.dim_hints import dims_hint, exports_with, is_dims_refusal, plain_dims
 from aotpack.frontend.load import LoadedModel, ModelLoadError, quiet_torch_logs
 
-_SPEC = re.compile(r"^(?P<input>[A-Za-z_]\w*)\.(?P<dim>-?\d+)="
+# an input's name is anything without '=' or spaces (ONNX's default names: input.1, x:0): its
+# dim is the last .N before the '='
+_SPEC = re.compile(r"^(?P<input>[^=\s]+?)\.(?P<dim>-?\d+)="
                    r"(?:(?P<label>[A-Za-z_]\w*)(?::|$))?"
                    r"(?:(?P<lo>\d+)\.\.(?P<hi>\d+)(?::(?P<step>\d+))?)?$")
 STATIC = "static"

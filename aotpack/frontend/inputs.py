@@ -57,7 +57,8 @@ def parse_input(text: str) -> InputOption:
     dtype = None
     if colon and not tail[:1].isdigit():  # a dtype, not a labelled range's `:LO..HI`
         shape, dtype = head, tail
-    if not eq or not re.fullmatch(r"[A-Za-z_]\w*", name) or not shape:
+    # a name is anything without '=' or spaces: ONNX's default names (input.1, x:0) too
+    if not eq or not re.fullmatch(r"[^=\s]+", name) or not shape:
         raise ModelLoadError(f"--input {text!r}: expected NAME=SHAPE[:DTYPE], e.g. "
                              f"x=1x3x224x224:bf16 or input_ids=1..64x128:int64")
     if dtype is not None and dtype.lower() not in _DTYPES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,20 +141,69 @@ def _check_factory_result(result, where: str) -> LoadedModel:
     return LoadedModel(model, tuple(inputs), dynamic)
 
 
+_UNREGISTERED = re.compile(r"Deserializing ([\w.]+)\.(\w+) in pytree is not registered")
+
+
+def _export_load(path: Path):
+    """torch.export.load, once more after importing the module of a container type the saved
+    program's inputs or outputs use (a transformers ModelOutput: torch only knows it once
+    transformers.modeling_outputs is imported; it logs that and raises a generic error)."""
+    import importlib
+
+    import torch
+
+    for attempt in range(2):
+        log = _Captured()
+        logger = logging.getLogger("torch.export")
+        logger.addHandler(log)
+        logger.propagate, before = False, logger.propagate
+        try:
+            return torch.export.load(str(path))
+        except Exception as e:
+            missing = _UNREGISTERED.search(log.text) or _UNREGISTERED.search(str(e))
+            if missing is None:
+                raise ModelLoadError(f"{path} is not a torch.export .pt2 file: {e}") from e
+            module, name = missing.groups()
+            try:
+                importlib.import_module(module)
+            except ImportError:
+                raise ModelLoadError(f"{path}: its inputs or outputs are a {module}.{name}, and "
+                                     f"{module} cannot be imported here: install it (the "
+                                     f"package the model came from)") from None
+            if attempt:
+                raise ModelLoadError(f"{path}: torch.export cannot read its {module}.{name} "
+                                     f"even with {module} imported ({e})") from e
+        finally:
+            logger.removeHandler(log)
+            logger.propagate = before
+
+
+class _Captured(logging.Handler):
+    """A log handler keeping what it is given (torch.export's reason for a failed load)."""
+
+    def __init__(self):
+        super().__init__()
+        self.text = ""
+
+    def emit(self, record):
+        self.text += self.format(record) + "\n"  # with the traceback torch logs
+
+
 def _load_pt2(path: Path):
     import torch
 
     if not path.is_file():
         raise ModelLoadError(f"model file {str(path)!r} does not exist")
-    try:
-        ep = torch.export.load(str(path))
-    except Exception as e:
-        raise ModelLoadError(f"{path} is not a torch.export .pt2 file: {e}") from e
+    ep = _export_load(path)
     inputs = getattr(ep, "example_inputs", None)
     if not inputs:
         raise ModelLoadError(f"{path} carries no example inputs; export it with torch.export "
                              f"(torch >= 2.6 saves them), or use a `file.py:fn` factory")
     args, kwargs = inputs
     if kwargs:
-        raise ModelLoadError(f"{path}: keyword example inputs are not supported ({list(kwargs)})")
+        names = ", ".join(kwargs)
+        raise ModelLoadError(f"{path} was exported with keyword inputs ({names}); aotpack takes "
+                             f"positional ones: export it again as torch.export.export(model, "
+                             f"({names},)) — in the order of the model's forward — or give a "
+                             f"`file.py:fn` factory returning the model and the inputs as a tuple")
     return ep, tuple(args)
