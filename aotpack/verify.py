@@ -59,6 +59,8 @@ class VerifyReport:
     tolerance: float
     outputs: list[OutputCheck]
     warnings: list[str] = field(default_factory=list)
+    against: str = "eager PyTorch"  # what computed the references (onnxruntime for ONNX)
+    float32: bool = False  # some output is float32 (the CPU reference's exact matmuls matter)
 
     @property
     def passed(self) -> bool:
@@ -114,7 +116,9 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
         label = "" if point is None else " @ " + _shapes_label(b.manifest["inputs"], signature)
         checks += _checks(b.manifest["outputs"], outs, refs, model, inputs, tolerance, label)
         notes += _vacuous(b.manifest["outputs"], refs, label, notes, tolerance)
-    return VerifyReport(reference, seed, tolerance, checks, notes)
+    against = "onnxruntime" if getattr(loaded, "kind", "") == "onnx" else "eager PyTorch"
+    float32 = any(o["dtype"] == "f32" for o in b.manifest["outputs"])
+    return VerifyReport(reference, seed, tolerance, checks, notes, against, float32)
 
 
 def _vacuous(outputs, refs, label: str, notes: list[str], tolerance: float) -> list[str]:

@@ -471,7 +471,8 @@ def test_default_onnx_input_names_build_and_verify(tmp_path, no_runtime):
     spec = _export(model, (torch.randn(2, 3, 16, 16),), tmp_path / "cnn.onnx", None)
     result = aotpack.build(spec, tmp_path / "out")
     assert [i["name"] for i in verify_inputs(result.bundle)] == ["input.1"]
-    assert verify(result.bundle, spec, reference="cpu").passed
+    report = verify(result.bundle, spec, reference="cpu")
+    assert report.passed and report.against == "onnxruntime" and report.float32
 
 
 def verify_inputs(bundle):

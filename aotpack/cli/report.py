@@ -227,8 +227,8 @@ def _kernel_tables(kernels: list[dict], width: int) -> list[Table]:
 def print_verify(out: Console, rep) -> None:
     for w in rep.warnings:
         out.print(f"[yellow]warning:[/] {escape(w)}")
-    table = Table(title=f"verify (reference: {rep.reference}, seed {rep.seed}, "
-                        f"tolerance {rep.tolerance:g} on ‖out−ref‖/‖ref‖)")
+    table = Table(title=f"verify against {rep.against} (bundle run: {rep.reference}, seed "
+                        f"{rep.seed}, tolerance {rep.tolerance:g} on ‖out−ref‖/‖ref‖)")
     # the float32 column only where a 16-bit output failed against eager (it is measured
     # then only): without it the table fits 80 columns (a log, a pipe)
     upcast = any(o.rel_error_f32 is not None for o in rep.outputs)
@@ -244,10 +244,10 @@ def print_verify(out: Console, rep) -> None:
         table.add_row(escape(o.name), size, f"{o.rel_error:.3e}", f"{o.max_abs_error:.3e}",
                       *((f32,) if upcast else ()), verdict)
     out.print(table)
-    if rep.reference == "cpu":
-        out.print("reference cpu: the plan run with each kernel's torch reference (float32 "
-                  "matmuls and convolutions exact; on the GPU they run on tf32 tensor cores, "
-                  "~1e-3)")
+    if rep.reference == "cpu" and rep.float32:
+        out.print("bundle run on the cpu: the plan with each kernel's torch reference, float32 "
+                  "matmuls and convolutions exact (the GPU runs them on tf32 tensor cores: "
+                  "~1e-3 there)")
     if upcast:
         from aotpack.verify import HP_MARGIN
 
