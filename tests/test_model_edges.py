@@ -466,3 +466,43 @@ def test_einsum_attention_keys_reach_the_kernel_as_rows():
     assert all(t.strides[-1] == 1 for t in (op.q, op.k, op.v))
     attention.compile(op)  # sm_90a: refused before
     assert check_kernels_interpreted(program, [x], kinds=(AttentionOp,)) == 1
+
+
+class TensorScale(nn.Module):
+    """An attention whose scale is a one-element tensor (as TorchScript's converter and ONNX
+    keep 1/sqrt(d)): it fuses like a Python-number scale (it was left as bmm + softmax + bmm)."""
+
+    def __init__(self, shape=(1,)):
+        super().__init__()
+        self.register_buffer("scale", torch.full(shape, 0.125))
+
+    def forward(self, q, k, v):
+        return torch.softmax((q @ k.transpose(-1, -2)) * self.scale, dim=-1) @ v
+
+
+@pytest.mark.parametrize("shape", [(), (1,)])
+def test_a_one_element_tensor_scale_joins_the_attention(shape):
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 16, 32) for _ in range(3))
+    model = TensorScale(shape).eval()
+    check_matches_eager(model, [q, k, v], 1e-5)
+    assert kinds(compile_graph(to_graph(model, [q, k, v]))) == ["AttentionOp"]
+
+
+def test_a_promoting_tensor_factor_stays_a_tensor():
+    """bf16 x times an f32 [1] tensor is f32 in torch: that product keeps its tensor form
+    (a scalar would keep bf16)."""
+    class Promote(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("c", torch.full((1,), 3.0))
+
+        def forward(self, x):
+            return x * self.c
+
+    x = torch.randn(4, 8).to(torch.bfloat16)
+    assert Promote()(x).dtype == torch.float32
+    check_matches_eager(Promote().eval(), [x], 1e-6)

@@ -19,6 +19,7 @@ def canonicalize(graph: Graph) -> Graph:
     graph = dead_code(graph)
     graph = fold_noops(graph)
     graph = fold_constants(graph)
+    graph = scalar_constants(graph)
     graph = to_strided_views(graph)
     return dead_code(graph).verify()
 
@@ -103,6 +104,40 @@ def fold_constants(graph: Graph) -> Graph:
         known[value.name] = tensor
         b.replace(n.output, value)
     return b.finish()
+
+
+def scalar_constants(graph: Graph) -> Graph:
+    """x op c with c a one-element float constant tensor → op(x, scalar c), the form the
+    fusions match (an attention's scale, a GEMM epilogue's factor): TorchScript's converter and
+    ONNX keep such factors as tensors (a traced attention's 1/sqrt(d) lost its fusion). Only
+    where the tensor form's output has x's shape and dtype: a [1]-shaped f32 constant
+    promotes a bf16 x to f32, and a scalar would not."""
+    b = GraphBuilder(graph)
+    for n in graph.nodes:
+        found = _scalar_operand(n, graph) if n.op in (Op.ADD, Op.SUB, Op.MUL, Op.DIV) else None
+        if found is None:
+            b.keep(n)
+            continue
+        x, c, first = found
+        b.nodes.append(Node(n.op, (b.get(x),), O.BinaryAttrs(scalar=c, scalar_first=first),
+                            n.outputs, n.loc))
+    return b.finish()
+
+
+def _scalar_operand(n: Node, graph: Graph):
+    """(x, c, c is the first operand) for x op c with c a one-element float constant, else
+    None."""
+    if n.attrs.scalar is not None or len(n.inputs) != 2:
+        return None
+    for i, j in ((1, 0), (0, 1)):
+        const, x = graph.constants.get(n.inputs[i].name), n.inputs[j]
+        if const is None or x.name in graph.constants or const.tensor.is_meta \
+                or const.tensor.numel() != 1 or not const.tensor.is_floating_point():
+            continue
+        if x.dtype.is_float and x.dtype == n.output.dtype and tuple(x.shape) == \
+                tuple(n.output.shape):
+            return x, float(const.tensor.reshape(())), i == 0
+    return None
 
 
 def _numel(shape) -> int:
