@@ -7,11 +7,15 @@ from __future__ import annotations
 import re
 
 
+def _shape_text(spec: dict) -> str:
+    """One input at a concrete shape as aotpack-run's --shape writes it: NAME=AxB."""
+    return f"{spec['name']}=" + "x".join(str(d) for d in spec["shape"])
+
+
 def _shapes_label(inputs: list[dict], signature: list[dict]) -> str:
     """The shapes of the inputs whose dims vary, as aotpack-run's --shape writes them (a dim
     derived from a symbol, 2*_H, is named by its size, not by _H's value)."""
-    return ",".join(f"{s['name']}=" + "x".join(str(d) for d in s["shape"])
-                    for i, s in zip(inputs, signature)
+    return ",".join(_shape_text(s) for i, s in zip(inputs, signature)
                     if any(not isinstance(d, int) for d in i["shape"]))
 
 
@@ -35,8 +39,7 @@ def run_shape_options(manifest: dict) -> list[str]:
     if not symbols:
         return []
     ends = ({s["name"]: s["min"] for s in symbols}, {s["name"]: s["max"] for s in symbols})
-    return ["--shape " + ",".join(f"{s['name']}=" + "x".join(str(d) for d in s["shape"])
-                                  for s in _signature_at(manifest["inputs"], point))
+    return ["--shape " + ",".join(map(_shape_text, _signature_at(manifest["inputs"], point)))
             for point in ends]
 
 
