@@ -502,6 +502,13 @@ def test_causal_lm_with_use_cache_builds_without_its_cache():
     assert base.config.use_cache is False
     assert [tuple(o.value.shape) for o in to_graph(loaded.model, loaded.inputs).outputs] == \
         [(2, 8, 32)]
+    from transformers import BertConfig, BertModel  # an encoder: no cache, so no note
+
+    bert = BertModel(BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=64)).eval()
+    assert bert.config.use_cache
+    loaded = prepare(LoadedModel(bert, (torch.randint(0, 64, (2, 8)),)))
+    assert not any("KV cache" in n for n in loaded.notes)
 
 
 def test_a_refusal_without_a_user_frame_names_no_torch_line():

@@ -57,10 +57,26 @@ def drop_cache_output(loaded: LoadedModel) -> LoadedModel:
     if not getattr(config, "use_cache", False):
         return loaded
     config.use_cache = False
+    if not _returns_cache(loaded.model, transformers):
+        return loaded  # an encoder (BERT's config says use_cache too): nothing was left out
     note = ("the model's KV cache output is left out (config.use_cache = False): this bundle "
             "computes the logits of whole sequences; --task text-generation builds prefill and "
             "decode steps over a cache kept in the session")
     return replace(loaded, notes=[*loaded.notes, note])
+
+
+def _returns_cache(model, transformers) -> bool:
+    """Whether `model` with use_cache on returns a KV cache: a generating head, a decoder
+    (BERT as one), an encoder-decoder's decoder, or the headless body of a decoder-only
+    family (LlamaModel; a family with a masked-LM head, BERT's, is an encoder)."""
+    config = model.config
+    if isinstance(model, transformers.GenerationMixin) or getattr(config, "is_decoder", False) \
+            or getattr(config, "is_encoder_decoder", False):
+        return True
+    from transformers.models.auto import modeling_auto as auto
+    kind = getattr(config, "model_type", None)
+    return kind in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES \
+        and kind not in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 def apply_dtype(loaded: LoadedModel, dtype: str | None) -> LoadedModel:
