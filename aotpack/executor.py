@@ -49,9 +49,9 @@ def run_reference(program: Program, inputs: list, *, poison: bool = True,
         if tuple(t.shape) != st.shape or t.dtype != st.dtype.to_torch():
             raise ValueError(f"input {name}: expected {st.dtype.value}{list(st.shape)}, "
                              f"got {t.dtype}{list(t.shape)}")
-        env[name] = t.detach().to("cpu").contiguous().reshape(-1)
+        env[name] = _flat(t.detach().to("cpu"))
     for name, w in program.weights.items():
-        env[name] = w.detach().contiguous().reshape(-1)
+        env[name] = _flat(w.detach())
     env.update(new_state(program) if state is None else state)
     for st in program.storages.values():
         if st.name not in env:
@@ -59,3 +59,11 @@ def run_reference(program: Program, inputs: list, *, poison: bool = True,
     for op in program.ops:
         reference_op(op, env)
     return [env[n].reshape(program.storages[n].shape) for n in program.outputs]
+
+
+def _flat(t):
+    """`t` as a 1-D tensor at the start of its own storage: the kernels' references view
+    storages with torch.as_strided, whose offset counts from the storage's start (a table
+    sliced from a buffer, pos[:, 1:], starts 16 elements in)."""
+    flat = t.contiguous().reshape(-1)
+    return flat.clone() if flat.storage_offset() else flat

@@ -392,6 +392,51 @@ def test_traced_integer_input_keeps_its_dtype(tmp_path):
     assert loaded.inputs[0].dtype == torch.int64
 
 
+class _SizesAsTensors(torch.nn.Module):
+    """What BERT's embeddings do with the sequence length: a trace keeps `n` as a 0-d tensor
+    (prim::NumToTensor), so the slices' ends are .item()s of size arithmetic once exported."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 16)
+        self.register_buffer("pos", torch.randn(1, 64, 16))
+        self.past = 1
+
+    def forward(self, x):
+        n = x.shape[1]
+        first = self.pos[:, self.past:n + self.past]
+        return self.fc(x) + first + self.pos[:, :n // 2].mean(1, keepdim=True)
+
+
+def test_traced_sizes_held_in_tensors_stay_dynamic(tmp_path, no_runtime):
+    """A traced model's size arithmetic comes back as .item() of 0-d tensors: each is read
+    as the size it holds (S + 1, S // 2), the slices made from them keep the symbolic
+    length, and the bundle verifies at odd and even S."""
+    torch.manual_seed(0)
+    path = tmp_path / "sizes.pt"
+    torch.jit.trace(_SizesAsTensors().eval(), (torch.randn(2, 8, 16),)).save(str(path))
+    result, report = _build_and_verify(str(path), tmp_path / "out",
+                                       inputs=["x=2xS:2..63x16"])
+    from aotpack.bundle import read_bundle
+
+    m = read_bundle(result.bundle).manifest
+    assert m["inputs"][0]["shape"] == [2, "S", 16]
+    shapes = {c.name.partition(" @ ")[2] for c in report.outputs}
+    assert {"x=2x2x16", "x=2x63x16"} <= shapes and len(shapes) >= 3
+
+
+def test_a_direct_aten_call_is_not_named_by_its_overload():
+    """torch.export's record of an aten op called directly (a TorchScript conversion's
+    .item()) is "OpOverload.<op>.<overload>": the refusal names the op, never "default"."""
+    from types import SimpleNamespace
+
+    from aotpack.frontend.origin import torch_call
+
+    node = SimpleNamespace(meta={"torch_fn": ("_local_scalar_dense.default_1",
+                                              "OpOverload._local_scalar_dense.default")})
+    assert torch_call(node) is None
+
+
 def test_user_trial_messages(tmp_path):
     """Mistakes a new user made, each a one-line error saying what to do: a static .pt2 given
     another shape, a shape the model cannot take, an f32 trace cast to bf16."""

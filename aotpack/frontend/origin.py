@@ -59,7 +59,7 @@ def torch_call(fx_node) -> str | None:
     if not record or len(record) < 2:
         return None
     kind, _, name = str(record[1]).rpartition(".")
-    if not name or kind == "OpOverload":  # an aten op called directly: the node says it
+    if not name or kind.split(".")[0] == "OpOverload":  # an aten op called directly: its node
         return None
     import torch
     import torch.nn.functional as F

@@ -56,6 +56,9 @@ class SymbolTable:
         # torch's unbacked symbols (an .item(), the size of an arange of them) whose value the
         # build knows: read from a constant tensor (translate._bind_known)
         self.known: dict = {}  # sympy symbol -> value
+        # unbacked symbols that stand for a size of the inputs (the .item() of a size held in
+        # a tensor, size_held_by): sympy symbol -> aotpack Dim
+        self.bound: dict = {}
         self._build(ep, dict(dim_names or {}), example_inputs)
 
     def _build(self, ep, dim_names, example_inputs) -> None:
@@ -155,6 +158,8 @@ class SymbolTable:
             if value.is_integer or (value.is_number and float(value) == int(value)):
                 return int(value)
         if isinstance(e, sympy.Symbol):
+            if e in self.bound:
+                return self.bound[e]
             s = self.by_torch.get(str(e))
             if s is None and str(e) in self.derived:
                 raise SymbolError(f"{self.derived[str(e)]}: a dim given only through another "
@@ -195,11 +200,34 @@ class SymbolTable:
     def probe_points(self) -> list[dict[str, int]]:
         return probe_points(self.symbols)
 
+    def knows(self, torch_shape) -> bool:
+        """Whether every size in `torch_shape` is an int or an expression of known symbols."""
+        try:
+            for d in torch_shape:
+                self.dim(d)
+        except SymbolError:
+            return False
+        return True
+
+    def unify(self, torch_shape, dims) -> None:
+        """torch's unbacked symbols in `torch_shape` (a slice up to an .item(), whose length
+        torch cannot tell) bound to the sizes aotpack computed for the same dims."""
+        import sympy
+
+        if len(torch_shape) != len(dims):
+            return
+        for d, ours in zip(torch_shape, dims):
+            e = getattr(getattr(d, "node", None), "expr", None)
+            if isinstance(e, sympy.Symbol) and re.fullmatch(r"u\d+", str(e)) \
+                    and e not in self.bound and e not in self.known:
+                self.bound[e] = ours
+
     def torch_env(self, point: Mapping[str, int]) -> dict:
         """sympy substitutions {torch symbol: value} for an aotpack point (and the unbacked
         symbols the build knows)."""
         env = {self._sympy[t]: point[s.name] for t, s in self.by_torch.items()}
-        return {**self.known, **env}
+        bound = {u: int(sym.subs(d, point)) for u, d in self.bound.items()}
+        return {**self.known, **bound, **env}
 
 
 def _affine(expr):
@@ -345,3 +373,54 @@ class LazyConstants:
         if isinstance(d, int):
             return d
         return int(d.node.expr.xreplace(self.table.torch_env(point)))
+
+
+# A TorchScript trace keeps the sizes it computes with as 0-d tensors (prim::NumToTensor, then
+# aten::Int to use one): converted to torch.export, `seq_length + past` becomes
+# scalar_tensor(S) + 0 read back with .item(), an unbacked symbol torch knows nothing about.
+_INT_ARITHMETIC = {"aten.add.Tensor": "+", "aten.add.Scalar": "+", "aten.sub.Tensor": "-",
+                   "aten.sub.Scalar": "-", "aten.mul.Tensor": "*", "aten.mul.Scalar": "*",
+                   "aten.floor_divide.default": "//", "aten.floor_divide.Scalar": "//",
+                   "aten.div.Tensor_mode": "//", "aten.div.Scalar_mode": "//"}
+_SAME_VALUE = {"aten._to_copy.default", "aten.clone.default", "aten.alias.default",
+               "aten.lift_fresh_copy.default", "aten.detach.default"}
+
+
+def size_held_by(node, table: SymbolTable, constant, depth: int = 0):
+    """The size a one-element integer tensor holds when it is computed from the inputs' dims
+    by scalar_tensor and integer arithmetic: an aotpack Dim, else None (it depends on data,
+    or on an op this does not follow). `constant(node)`: the tensor a node computes from
+    constants only, else None."""
+    import torch
+
+    if isinstance(node, int) or _is_symint(node):
+        return table.dim(node) if not isinstance(node, bool) else None
+    if depth > 32 or not hasattr(node, "meta"):
+        return None
+    val = node.meta.get("val")
+    if _is_symint(val) or isinstance(val, int):
+        return table.dim(val) if isinstance(val, (int, torch.SymInt)) else None
+    if not isinstance(val, torch.Tensor) or val.numel() != 1 or val.dtype.is_floating_point \
+            or val.dtype.is_complex or val.dtype == torch.bool:
+        return None
+    t = constant(node)
+    if t is not None:
+        return int(t.reshape(-1)[0])
+    target, args = str(node.target), node.args
+    if target == "aten.scalar_tensor.default" or target in _SAME_VALUE:
+        return size_held_by(args[0], table, constant, depth + 1)
+    op = _INT_ARITHMETIC.get(target)
+    if op is None or len(args) < 2:
+        return None
+    a, b = (size_held_by(x, table, constant, depth + 1) for x in args[:2])
+    if a is None or b is None:
+        return None
+    if target.startswith("aten.div.") and node.kwargs.get("rounding_mode") != "floor":
+        return None  # true division is a float; "trunc" differs from floor below zero
+    alpha = node.kwargs.get("alpha", 1)
+    if op in "+-" and alpha != 1:
+        if not isinstance(alpha, int):
+            return None
+        b = b * alpha
+    return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" \
+        else sym.floordiv(a, b)

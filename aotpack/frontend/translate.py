@@ -23,7 +23,7 @@ from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
 from aotpack.frontend.origin import source_loc
 from aotpack.frontend.refusals import refusal, rule_type_error, uncomputed_operand
 from aotpack.frontend.symbolic import (LazyConstants, SymbolError, SymbolTable, _is_symint,
-                                       table_at_maxima)
+                                       size_held_by, table_at_maxima)
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, Value
 from aotpack.ir.infer import infer
 from aotpack.ir.sym import SymbolicError, is_symbolic
@@ -448,11 +448,26 @@ class _Translator:
             return False  # a dim of the inputs: the usual size arithmetic
         t = self._value_of(self.env.get(n.args[0].name))
         if t is None:
-            return False
+            return self._bind_size(n, val)
         value = t.shape[n.args[1]] if target == "aten.sym_size.int" else t.reshape(-1)[0].item()
         if len(free) == 1 and val.node.expr in free:
             self.table.known[val.node.expr] = value
         self.env[n.name] = value
+        return True
+
+    def _bind_size(self, n, val) -> bool:
+        """`.item()` of a tensor that holds a size of the inputs (a TorchScript trace's
+        NumToTensor(S) + 1): torch's unbacked symbol for it is that size, so the shapes made
+        from it are the inputs' dims again."""
+        free = val.node.expr.free_symbols
+        if str(n.target) == "aten.sym_size.int" or val.node.expr not in free or len(free) != 1:
+            return False
+        size = size_held_by(n.args[0], self.table,
+                            lambda d: self._value_of(self.env.get(d.name)))
+        if size is None:
+            return False
+        self.table.bound[val.node.expr] = size
+        self.env[n.name] = size
         return True
 
     def _value_of(self, v, depth: int = 0):
@@ -468,8 +483,8 @@ class _Translator:
             return None if self.table.symbols else \
                 self.lazy_eval.value(self.lazy[v.name], {})
         node = self.producer(v)
-        if node is None:
-            return None
+        if node is None or not all(isinstance(d, int) for d in v.shape):
+            return None  # (a size that varies: no one value)
         args = [self._value_of(i, depth + 1) for i in node.inputs]
         if any(a is None for a in args):
             return None
@@ -539,6 +554,8 @@ class _Translator:
                       if isinstance(self.env.get(d.name), Value))
         symbolic_args = any(not isinstance(self.env.get(d.name), Value) for d in deps)
         if lazy_in or symbolic_args or not all(isinstance(d, int) for d in out.shape):
+            if computed_only and not self.table.knows(out.shape):
+                return False  # a size torch could not tell (u3): its rule computes it
             value = self._new_value(n.name, out)
             self.lazy[value.name] = n
             self.env[n.name] = value
@@ -709,6 +726,7 @@ class _Translator:
         name = self._fresh(self.fx_node.name if final else f"{self.fx_node.name}_{op.value}")
         value = Value(name, t.dtype, tuple(t.shape))
         if final:
+            self.table.unify(getattr(self.fx_node.meta["val"], "shape", ()), value.shape)
             want = self._new_value(name, self.fx_node.meta["val"], check_only=True)
             if want.type != value.type:
                 _check_sizes_only(value, want)
