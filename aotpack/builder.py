@@ -88,7 +88,7 @@ def _compile_all(program, target: Target, choose, progress: bool, gemm_backend: 
             if canon not in cache:
                 start = time.perf_counter()
                 cache[canon] = _compile_one(canon, target, choose, program, gemm_backend,
-                                            program.origins.get(op.out.storage))
+                                            program.origin(op))
                 log.debug("compiled %s: %d launches (%.2f s)", type(op).__name__,
                           len(cache[canon]), time.perf_counter() - start)
             else:

@@ -56,6 +56,14 @@ class Program:
     # a build error about that op names; ops made by later fusions keep their output's entry)
     origins: dict = field(default_factory=dict)
 
+    def origin(self, op) -> str | None:
+        """The model's source line `op` was lowered from, found by a storage it writes (its
+        output; a cache write that rotates nothing has none, so its caches), else None."""
+        for arg in (getattr(op, "out", None), getattr(op, "k_cache", None)):
+            if arg is not None and arg.storage in self.origins:
+                return self.origins[arg.storage]
+        return None
+
     @property
     def dynamic(self) -> bool:
         return bool(self.symbols)

@@ -547,3 +547,28 @@ def test_python_api_builds_a_generation_bundle(tmp_path):
         Generator(out).close()
     except Exception as e:  # noqa: BLE001 — no GPU here: the driver, not the folder
         assert "not a regular file" not in str(e), e
+
+
+GPT2_SRC = """import torch, transformers as T
+def make():
+    torch.manual_seed(0)
+    return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=96, n_embd=64, n_layer=2, n_head=4,
+                                          n_positions=64)).eval()
+"""
+
+
+def test_a_family_without_rotary_builds_and_verifies(tmp_path):
+    """Learned positions (GPT-2; BioGPT, Cohere2's and SmolLM3's NoPE layers alike): each
+    layer's cache write stores keys it does not rotate, an op with no output of its own. The
+    whole build (cross-compiled kernels) and verify go through."""
+    import aotpack
+    from aotpack.bundle import read_bundle
+    from aotpack.verify import verify
+
+    (tmp_path / "lm.py").write_text(GPT2_SRC)
+    spec, out = f"{tmp_path / 'lm.py'}:make", tmp_path / "out"
+    aotpack.build(spec, out, task="text-generation", max_seq_len=32, max_batch=2, dtype="bf16")
+    kernels = [k["name"] for k in read_bundle(out / "model.aotpack").manifest["kernels"]]
+    assert any("kv_write" in k for k in kernels), kernels
+    report = verify(out / "model.aotpack", spec, reference="cpu")
+    assert report.passed, [(c.name, c.rel_error) for c in report.outputs]
