@@ -406,6 +406,16 @@ def test_stacked_gate_up_projection_fuses_to_swiglu(up_first, shape):
     assert sorted(program.weights) == ["down.weight", "gate_up_swiglu.weight"]
 
 
+def test_an_f32_stacked_gate_up_projection_is_not_fused():
+    """An f32 model (Phi-3, GLM-4 as saved): its GEMMs run as 1x1 convolutions on tf32 tensor
+    cores, which take no SwiGLU epilogue, so the halves stay a pointwise kernel and nothing
+    reaches the bf16/f16 GEMM template (which refused the build)."""
+    program = check_matches_eager(GateUpChunk(), (torch.randn(2, 8, 64),), 1e-5)
+    assert "GemmOp" not in kinds(program) and kinds(program).count("ConvOp") == 2
+    assert not any(type(e).__name__ == "EpSwiGLU" for op in program.ops
+                   for e in getattr(op, "epilogue", ()))
+
+
 class UpcastNorm(torch.nn.Module):
     """Norms computed on an f32 copy with f32 weights, cast back (Gemma's RMSNorm, and the
     same for LayerNorm)."""

@@ -150,8 +150,9 @@ def _halves(graph: Graph, gate: Node, up: Node, mul: Node, producers, users):
         return None
     else:
         h, w = lin.inputs
-        if w.name not in graph.constants or w.dtype != h.dtype or len(w.shape) != 2:
-            return None
+        if w.name not in graph.constants or w.dtype != h.dtype or len(w.shape) != 2 \
+                or h.dtype not in (DType.BF16, DType.F16):  # f32 GEMMs run as 1x1 convs
+            return None  # (passes/lower_conv.f32_gemm_as_conv), which take no SwiGLU
     n2, shape = w.shape[-2], tuple(lin.output.shape)
     n = n2 // 2
     half = shape[:-1] + (n,)
