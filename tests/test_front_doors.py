@@ -305,6 +305,71 @@ def test_factory_given_inputs_builds_and_verifies(tmp_path, no_runtime, inputs):
     assert any("mask.0" in n and "follows" in n for n in result.notes), result.notes
 
 
+KEYWORD_SRC = """import torch
+class Masked(torch.nn.Module):  # the mask is forward's third parameter, as in GPTBigCode
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.fc = torch.nn.Linear(16, 16)
+    def forward(self, input_ids, past=None, attention_mask=None):
+        if past is not None:
+            past.get_seq_length()  # what a cache is asked first
+        h = self.fc(self.emb(input_ids))
+        return {"scores": h * attention_mask[..., None].to(h.dtype)}
+def _inputs():
+    torch.manual_seed(0)
+    ids = torch.randint(0, 50, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0
+    return ids, mask
+def by_name():
+    ids, mask = _inputs()
+    return Masked().eval(), {"attention_mask": mask, "input_ids": ids}
+def by_position():
+    ids, mask = _inputs()
+    return Masked().eval(), (ids, mask)
+"""
+
+
+def test_keyword_example_inputs_build_by_name(tmp_path, no_runtime):
+    """A factory's inputs as a dict (a tokenizer's output): each goes to the parameter of its
+    name, in the dict's order, whatever forward's order; --dynamic names them; verify passes."""
+    import aotpack
+    from aotpack.bundle import read_bundle
+
+    (tmp_path / "kw.py").write_text(KEYWORD_SRC)
+    spec = f"{tmp_path / 'kw.py'}:by_name"
+    result = aotpack.build(spec, tmp_path / "out", dynamic=["input_ids.1=S:1..32"])
+    m = read_bundle(result.bundle).manifest
+    assert [(i["name"], i["shape"]) for i in m["inputs"]] == [
+        ("attention_mask", [2, "S"]), ("input_ids", [2, "S"])]
+    assert [o["name"] for o in m["outputs"]] == ["scores"]
+    report = verify(result.bundle, spec, reference="cpu")
+    assert report.passed and len(report.outputs) >= 3, report.outputs
+    from aotpack.frontend.keyword_inputs import wrap_keyword_inputs
+
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ModelLoadError, match="forward takes no parameter 'x'"):
+        wrap_keyword_inputs(model, {"x": torch.ones(4)}, "f.py:make")
+    with pytest.raises(ModelLoadError, match="cannot be forward's parameter names"):
+        wrap_keyword_inputs(model, {"input ids": torch.ones(4)}, "f.py:make")
+
+
+def test_an_input_on_the_wrong_parameter_is_named(tmp_path):
+    """Positional inputs whose second lands on forward's `past`: the model's own code fails
+    (AttributeError), and the message shows each input with its parameter, plus the remedy,
+    static or dynamic alike; never a traceback."""
+    (tmp_path / "kw.py").write_text(KEYWORD_SRC)
+    spec = f"{tmp_path / 'kw.py'}:by_position"
+    for dynamic in ([], ["input_ids.1=S:1..32"]):
+        with pytest.raises(ModelLoadError) as e:
+            load_program(spec, dynamic=dynamic)
+        text = str(e.value)
+        assert "forward(input_ids=(2, 8) int64, past=(2, 8) int64)" in text, text
+        assert "AttributeError" in text and "passed to forward by position" in text
+        assert "--dynamic dims" not in text
+
+
 class _Two(torch.nn.Module):
     def __init__(self):
         super().__init__()

@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -135,9 +136,15 @@ def _check_factory_result(result, where: str) -> LoadedModel:
                              f"torch.nn.Module or an ExportedProgram")
     if isinstance(inputs, torch.Tensor):
         inputs = (inputs,)
+    if isinstance(inputs, Mapping) and isinstance(model, torch.nn.Module):  # keyword inputs
+        from aotpack.frontend.keyword_inputs import wrap_keyword_inputs
+
+        model, inputs = wrap_keyword_inputs(model, dict(inputs), where)  # (a dynamic_shapes
+        # dict by input name fits the wrapper: its parameters are those names)
     if not isinstance(inputs, (tuple, list)) or not all(
             isinstance(t, torch.Tensor) for t in inputs):
-        raise ModelLoadError(f"{where}(): example_inputs must be a tuple of tensors")
+        raise ModelLoadError(f"{where}(): example_inputs must be a tuple of tensors in "
+                             f"forward's order, or a dict of them by parameter name")
     return LoadedModel(model, tuple(inputs), dynamic)
 
 

@@ -51,17 +51,18 @@ def drop_cache_output(loaded: LoadedModel) -> LoadedModel:
     so the cache object (which torch.export cannot even return) would be dead output. Said in
     a note; `--task text-generation` is the build that keeps a cache."""
     transformers = sys.modules.get("transformers")  # loaded by the factory if it made one
-    if transformers is None or not isinstance(loaded.model, transformers.PreTrainedModel):
+    model = getattr(loaded.model, "wrapped_model", loaded.model)  # (keyword_inputs.py)
+    if transformers is None or not isinstance(model, transformers.PreTrainedModel):
         return loaded
-    config = loaded.model.config
+    config = model.config
     if not getattr(config, "use_cache", False):
         return loaded
     config.use_cache = False
-    if not _returns_cache(loaded.model, transformers):
+    if not _returns_cache(model, transformers):
         return loaded  # an encoder (BERT's config says use_cache too): nothing was left out
-    note = ("the model's KV cache output is left out (config.use_cache = False): this bundle "
-            "computes the logits of whole sequences; --task text-generation builds prefill and "
-            "decode steps over a cache kept in the session")
+    note = ("the model's KV cache output is left out (aotpack set config.use_cache = False): "
+            "this bundle computes the logits of whole sequences; --task text-generation "
+            "builds prefill and decode steps over a cache kept in the session")
     return replace(loaded, notes=[*loaded.notes, note])
 
 

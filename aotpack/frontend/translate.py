@@ -19,6 +19,7 @@ from aotpack.frontend.aten_table import RULES as TABLE_RULES, Unsupported
 from aotpack.frontend.aten_writes import RULES as WRITE_RULES, TAKE_UNINITIALIZED
 from aotpack.errors import UserError
 from aotpack.frontend.dim_hints import is_dims_refusal
+from aotpack.frontend.export_errors import model_failed
 from aotpack.frontend.load import ModelLoadError, quiet_torch_logs
 from aotpack.frontend.origin import source_loc
 from aotpack.frontend.refusals import refusal, rule_type_error, uncomputed_operand
@@ -72,21 +73,13 @@ def export(model, example_inputs, dynamic_shapes=None):
             with quiet_torch_logs(), _every_user_frame():
                 ep = torch.export.export(model, _unaliased(example_inputs),
                                          dynamic_shapes=dynamic_shapes, strict=False)
-        except (RuntimeError, AssertionError, TypeError, ValueError, IndexError) as e:
+        except (RuntimeError, AssertionError, TypeError, ValueError, IndexError,
+                AttributeError, KeyError) as e:
             if is_dims_refusal(e) and dynamic_shapes is not None:  # the dims do not fit the
                 raise _refused_dims(e, model, example_inputs, dynamic_shapes) from None  # code
             if isinstance(e, torch._dynamo.exc.UserError):
                 raise UnsupportedOpError(f"torch.export refused the dynamic dims: {e}") from None
-            # the model's own code failed on these example inputs (shapes that do not fit,
-            # a wrong dtype, missing arguments): the user's to fix, said as torch says it
-            shapes = ", ".join(_described(t) for t in example_inputs)
-            hint = ("; sizes that depend on the data (a loop over the experts that were hit) "
-                    "cannot be exported: for transformers' mixture-of-experts blocks built on "
-                    "their own, pass experts_implementation='grouped_mm' in the config"
-                    if "DataDependent" in type(e).__name__ + str(e) else "")
-            raise ModelLoadError(f"torch.export could not run the model on its example "
-                                 f"inputs ({shapes}): {type(e).__name__}: "
-                                 f"{_first_sentences(str(e))}{hint}") from e
+            raise model_failed(e, model, example_inputs) from e  # shapes, dtypes, arguments
     table = torch.export.default_decompositions()
     for op in kept_ops():
         table.pop(op, None)
@@ -100,15 +93,6 @@ def _refused_dims(e, model, example_inputs, dynamic_shapes) -> UnsupportedOpErro
 
     return UnsupportedOpError(factory_refusal(e, model, _unaliased(example_inputs),
                                               dynamic_shapes))
-
-
-def _described(x) -> str:
-    """An example input as the refusal names it: shape and dtype (nested: each element)."""
-    if isinstance(x, (tuple, list)):
-        return "(" + ", ".join(_described(t) for t in x) + ")"
-    if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return f"{tuple(x.shape)} {str(x.dtype).replace('torch.', '')}"
-    return type(x).__name__
 
 
 def to_graph(model_or_ep, example_inputs, dynamic_shapes=None) -> Graph:
@@ -184,14 +168,6 @@ def _unaliased(example_inputs) -> tuple:
             seen.add(key)
         out.append(t)
     return tuple(out)
-
-
-def _first_sentences(text: str, limit: int = 600) -> str:
-    """torch's message up to its first blank line (its explanation, not the stack or the
-    suggested-fix listing), on one line, at most `limit` characters."""
-    head = text.strip().split("\n\n")[0]
-    one = " ".join(line.strip() for line in head.splitlines() if line.strip())
-    return one if len(one) <= limit else one[:limit - 3] + "..."
 
 
 def dim_names(ep, dynamic_shapes) -> dict[tuple[str, int], str]:

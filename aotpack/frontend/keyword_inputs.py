@@ -1,0 +1,53 @@
+"""Example inputs given as a dict of keyword arguments ({"input_ids": ..., "attention_mask":
+...}, what a tokenizer returns): the model wrapped in a module whose forward takes exactly
+those keywords, in the dict's order, as positional parameters of the same names. torch.export
+and every --input / --dynamic option then see the names the user wrote, and nothing lands on
+a parameter it was not meant for (GPTBigCode takes past_key_values second)."""
+from __future__ import annotations
+
+import inspect
+import keyword
+
+from aotpack.frontend.load import ModelLoadError
+
+
+def wrap_keyword_inputs(model, inputs: dict, where: str):
+    """(wrapper module, inputs as a tuple in the dict's order)."""
+    import torch
+
+    names = list(inputs)
+    bad = [n for n in names if not isinstance(n, str) or not n.isidentifier()
+           or keyword.iskeyword(n) or n in ("self", "model")]
+    if bad:
+        raise ModelLoadError(f"{where}(): example input names {bad} cannot be forward's "
+                             f"parameter names; use a tuple in forward's order")
+    if not all(isinstance(t, torch.Tensor) for t in inputs.values()):
+        kinds = {n: type(t).__name__ for n, t in inputs.items()
+                 if not isinstance(t, torch.Tensor)}
+        raise ModelLoadError(f"{where}(): example inputs must be tensors, got {kinds}")
+    _check_accepted(model, names, where)
+    params = ", ".join(names)
+    call = ", ".join(f"{n}={n}" for n in names)
+    scope: dict = {}
+    exec(f"def forward(self, {params}):\n    return self.model({call})\n", scope)  # noqa: S102
+    cls = type("KeywordInputs", (torch.nn.Module,), {"forward": scope["forward"],
+                                                      "__doc__": __doc__})
+    wrapper = cls()
+    wrapper.model = model
+    object.__setattr__(wrapper, "wrapped_model", model)  # (not a second submodule)
+    wrapper.train(model.training)
+    return wrapper, tuple(inputs.values())
+
+
+def _check_accepted(model, names: list[str], where: str) -> None:
+    """Each keyword is a parameter of forward (or forward takes **kwargs)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = [n for n in names if n not in params]
+    if unknown:
+        raise ModelLoadError(f"{where}(): forward takes no parameter {unknown[0]!r} (it takes "
+                             f"{', '.join(params)})")
