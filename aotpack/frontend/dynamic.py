@@ -18,7 +18,7 @@ import inspect
 import re
 
 from aotpack.frontend.dim_hints import dims_hint, exports_with, is_dims_refusal, plain_dims
-from aotpack.frontend.export_errors import BINDING_SUSPECTS, model_failed
+from aotpack.frontend.export_errors import model_failed
 from aotpack.frontend.load import LoadedModel, ModelLoadError, quiet_torch_logs
 
 # an input's name is anything without '=' or spaces (ONNX's default names: input.1, x:0): its
@@ -112,8 +112,9 @@ def apply_dynamic(loaded: LoadedModel, specs: list[str]) -> LoadedModel:
     # asked for: its reason names the range the model's code allows; the retry with those
     # dims static mostly fails on the static dim's size, which helps no one
     error = errors[0]
-    if not is_dims_refusal(error) and isinstance(error, BINDING_SUSPECTS):
-        raise model_failed(error, model, loaded.inputs) from error  # not the dims' doing
+    if not is_dims_refusal(error) and isinstance(error, (AttributeError, KeyError)):
+        # not the dims' doing (a TypeError may be: an int() of a symbolic size)
+        raise model_failed(error, model, loaded.inputs) from error
     tied = [f"{names[i]}.{d}" for (i, d) in sorted(linked) if (i, d) not in dims]
     retry = ("" if len(errors) == 1 else f"\n(with {', '.join(tied)} static instead: "
              f"{_first_line(str(errors[1]))})")
