@@ -194,7 +194,7 @@ def find_recorded_spec(prov: dict, root: Path = Path(".")) -> tuple[str | None, 
     not). The provenance keeps the file's name only (bundles built in two places stay
     byte-identical), so the file is looked for in `root` and its subfolders (3 levels), and
     only a file with the recorded sha256 counts: a same-named other model is never used."""
-    from aotpack.shared_steps import file_sha256
+    from aotpack.shared_steps import file_sha256, source_file
 
     spec = prov.get("spec")
     if not spec:
@@ -203,7 +203,7 @@ def find_recorded_spec(prov: dict, root: Path = Path(".")) -> tuple[str | None, 
     digest = prov.get("source_sha256")
     others = []
     for path in _files_named(root, name):
-        if digest is None or file_sha256(path) == digest:
+        if digest is None or file_sha256(source_file(str(path))) == digest:
             return f"{path}{sep}{factory}", ""
         others.append(str(path))
     where = f"no {name} under {root.resolve()} (3 levels)" if not others else \
@@ -213,13 +213,14 @@ def find_recorded_spec(prov: dict, root: Path = Path(".")) -> tuple[str | None, 
 
 
 def _files_named(root: Path, name: str):
-    """Files called `name` in `root`, then breadth-first in its subfolders (not hidden ones),
-    bounded in depth and in folders visited."""
+    """Files called `name` in `root` (or checkpoint folders: a config.json inside), then
+    breadth-first in its subfolders (not hidden ones), bounded in depth and in folders
+    visited."""
     level, seen = [root], 0
     for _ in range(_SEARCH_DEPTH + 1):
         following = []
         for folder in level:
-            if (folder / name).is_file():
+            if (folder / name).is_file() or (folder / name / "config.json").is_file():
                 yield folder / name if folder != root else Path(name)
             seen += 1
             if seen > _SEARCH_DIRS:

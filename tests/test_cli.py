@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -264,3 +265,23 @@ def test_a_factory_that_raises_is_one_line(tmp_path):
     result = _run("build", f"{model}:make", "-o", tmp_path / "out")
     _assert_friendly(result, "raised RuntimeError: no weights here", f"{model}:2")
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_finds_a_checkpoint_folder_its_build_recorded(tmp_path):
+    """A build from a transformers checkpoint folder records the folder's name and its
+    config.json's sha256: verify without --model finds the folder below here (a file of
+    that name is not it), and a folder whose config differs is named, not used."""
+    import hashlib
+
+    from aotpack.verify import find_recorded_spec
+
+    folder = tmp_path / "ckpt" / "llm"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    digest = hashlib.sha256((folder / "config.json").read_bytes()).hexdigest()
+    prov = {"spec": "llm", "source_sha256": digest}
+    found, why = find_recorded_spec(prov, tmp_path)
+    assert found is not None and Path(found) == tmp_path / "ckpt" / "llm", why
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    found, why = find_recorded_spec(prov, tmp_path)
+    assert found is None and "is not the file it was built from" in why, why
