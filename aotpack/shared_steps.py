@@ -206,6 +206,15 @@ def _load_generation(spec: str, dynamic, inputs, dtype, generation):
                                                        loaded.dynamic_shapes)))
     program.generation = generation_info(loaded.model, generation)
     program.notes = list(loaded.notes)
+    dropped = getattr(loaded.model, "dropped_eos_ids", [])
+    if dropped:
+        kept = program.generation["eos_ids"]
+        program.notes.append(
+            f"the config's end-of-sequence id {', '.join(map(str, dropped))} is outside the "
+            f"vocabulary ({program.generation['vocab_size']} ids): the bundle "
+            + (f"stops at {', '.join(map(str, kept))} only" if kept else
+               "has no stop id, so a sequence runs to its --generate count")
+            + "; give yours with aotpack-run --stop-id (the C API's stop_ids)")
     check_supported(program)
     return program, loaded
 

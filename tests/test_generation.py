@@ -572,3 +572,17 @@ def test_a_family_without_rotary_builds_and_verifies(tmp_path):
     assert any("kv_write" in k for k in kernels), kernels
     report = verify(out / "model.aotpack", spec, reference="cpu")
     assert report.passed, [(c.name, c.rel_error) for c in report.outputs]
+
+
+def test_an_eos_id_outside_the_vocabulary_is_said(tmp_path):
+    """A config whose eos_token_id lies past the vocabulary (Starcoder2's, OLMo's defaults on a
+    shrunk vocab) can never stop a sequence: the build says so and how to give a stop id."""
+    from aotpack.generation.task import GenerationOptions
+    from aotpack.shared_steps import load_program
+
+    (tmp_path / "lm.py").write_text(GPT2_SRC.replace("n_positions=64)", "n_positions=64, "
+                                                     "eos_token_id=5000, bos_token_id=5000)"))
+    program = load_program(f"{tmp_path / 'lm.py'}:make", generation=GenerationOptions(16, 1))
+    assert program.generation["eos_ids"] == []
+    assert any("end-of-sequence id 5000 is outside the vocabulary (96 ids)" in n
+               and "--stop-id" in n for n in program.notes), program.notes
