@@ -116,7 +116,7 @@ def test_f32_model_builds_on_tf32_convs(tmp_path, no_runtime):
 
 def test_model_pt_needs_its_inputs(tmp_path):
     spec = _script(tmp_path, "script")
-    for inputs, needle in [((), r"no example inputs: give each with --input .*ids, x"),
+    for inputs, needle in [((), r"no example inputs: give each it needs with --input .*forward takes ids, x"),
                            (["ids=2x8"], "add --input for x"),
                            (["x=2x8x16"], "add --input for ids"),
                            (["ids=2x8", "x=2x8x16", "y=3"], "has no input 'y'"),
@@ -518,7 +518,8 @@ def test_user_trial_messages(tmp_path):
         load_program(shared, dtype="bf16", inputs=["x=B:1..128x16"])
     spec = _factory(tmp_path)
     with pytest.raises(ModelLoadError, match=r"could not run the model on its example inputs "
-                                             r"\(\(2, 9\) int64, \(2, 8\) bfloat16\)"):
+                                             r"\(forward\(ids=\(2, 9\) int64, "
+                                             r"mask=\(2, 8\) bfloat16\)\)"):
         load_program(spec, inputs=["ids=2x9", "mask=2x8"])
     lstm = tmp_path / "lstm.pt"
     torch.jit.trace(torch.nn.LSTM(8, 8, batch_first=True), (torch.randn(2, 5, 8),),
@@ -575,3 +576,21 @@ def test_a_tuple_of_example_inputs_nested_once_too_often_is_named_not_a_crash():
     with pytest.raises(ModelLoadError, match=r"example inputs \(\(\(2, 4\) float32\)\): "
                                              r"TypeError"):
         to_graph(torch.nn.Linear(4, 4), [(torch.randn(2, 4),)])
+
+
+def test_a_language_model_without_inputs_is_pointed_at_the_task(tmp_path):
+    """A factory returning a transformers LM alone, built with no --input: the message names
+    forward's first parameters (not all eleven) and the task that makes its own inputs."""
+    (tmp_path / "lm.py").write_text(
+        "import torch, transformers as T\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=96, n_embd=32, n_layer=1,\n"
+        "                                          n_head=2, n_positions=32)).eval()\n")
+    with pytest.raises(ModelLoadError) as e:
+        load_program(f"{tmp_path / 'lm.py'}:make")
+    text = str(e.value)
+    assert "the model carries no example inputs" in text, text
+    assert "forward takes input_ids, past_key_values, attention_mask, token_type_ids, ..." \
+        in text and "logits_to_keep" not in text
+    assert "--task text-generation" in text

@@ -16,6 +16,8 @@ size as a dim an option changed: those follow it (an attention mask beside its t
 """
 from __future__ import annotations
 
+import sys
+
 import re
 from dataclasses import dataclass, replace
 
@@ -183,14 +185,27 @@ def _check_names(parsed, names, loaded) -> dict[str, InputOption]:
                                  f"input has {old.dim()}")
         given[opt.name] = opt
     if loaded.inputs is None and not given:
-        raise ModelLoadError(f"{_what(loaded)} carries no example inputs: give each with "
-                             f"--input NAME=SHAPE[:DTYPE] (inputs: {', '.join(names)}), "
-                             f"e.g. --input {names[0] if names else 'x'}=1x128")
+        raise ModelLoadError(_no_inputs(loaded, names))
     return given
 
 
+def _no_inputs(loaded: LoadedModel, names: list[str]) -> str:
+    """A model with no example inputs and no --input: how to give them (forward's first
+    parameters: the ones after them are mostly optional), and for a transformers language
+    model, the task that needs none."""
+    shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+    text = (f"{_what(loaded)} carries no example inputs: give each it needs with --input "
+            f"NAME=SHAPE[:DTYPE] (forward takes {shown or 'no named inputs'}), e.g. --input "
+            f"{names[0] if names else 'x'}=1x128")
+    transformers = sys.modules.get("transformers")
+    if transformers is not None and isinstance(loaded.model, transformers.GenerationMixin):
+        text += ("; or, for text generation (prefill and decode over a KV cache), build with "
+                 "--task text-generation, which makes its own inputs")
+    return text
+
+
 def _what(loaded: LoadedModel) -> str:
-    return "the model" if loaded.inputs is not None else "the saved model"
+    return "the TorchScript model" if loaded.kind == "torchscript" else "the model"
 
 
 def _old(loaded: LoadedModel, i: int):
