@@ -586,3 +586,20 @@ def test_an_eos_id_outside_the_vocabulary_is_said(tmp_path):
     assert program.generation["eos_ids"] == []
     assert any("end-of-sequence id 5000 is outside the vocabulary (96 ids)" in n
                and "--stop-id" in n for n in program.notes), program.notes
+
+
+def test_verify_reaches_past_a_sliding_window():
+    """verify's prompts (13 tokens, 6 steps) never cross a window of 24: a model with one gets
+    a prompt past the window's edge, then decode steps beyond it; without one, no extra run."""
+    from aotpack.generation.verify import _sliding_window, cases
+
+    plain = cases(2, 64, 0)
+    windowed = cases(2, 64, 0, window=24)
+    assert windowed[:2] == plain and [len(p) for p in windowed[2][0]] == [25]
+    assert windowed[2][1] == 3 and cases(2, 64, 0, window=8) == plain  # crossed already
+    assert cases(2, 26, 0, window=24) == cases(2, 26, 0)  # the cache holds no more than it
+    mistral = T.MistralForCausalLM(T.MistralConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, sliding_window=24))
+    assert _sliding_window(mistral) == 24
+    assert _sliding_window(_model("llama")) is None

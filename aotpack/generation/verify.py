@@ -13,15 +13,31 @@ from pathlib import Path
 import torch
 
 
-def cases(max_batch: int, max_seq_len: int, seed: int) -> list[tuple[list[list[int]], int]]:
+def cases(max_batch: int, max_seq_len: int, seed: int, window: int | None = None
+          ) -> list[tuple[list[list[int]], int]]:
     """(prompts, new tokens): one prompt alone, then a batch of different lengths (a 1-token
-    prompt among them), within the bundle's limits."""
+    prompt among them), within the bundle's limits; with a sliding `window` shorter than the
+    cache, one more prompt whose decode steps attend across the window's edge."""
     g = torch.Generator().manual_seed(seed)
     longest = max(1, min(13, max_seq_len // 2))
     new = max(1, min(6, max_seq_len - longest))
-    lengths = [[min(5, longest)], [longest, 1, max(1, longest // 2)][:max_batch]]
-    return [([torch.randint(1, 1 << 30, (n,), generator=g).tolist() for n in ls], new)
-            for ls in lengths]
+    runs = [([min(5, longest)], new), ([longest, 1, max(1, longest // 2)][:max_batch], new)]
+    if window is not None and longest + new <= window and window + 3 <= max_seq_len:
+        reach = min(window + 4, max_seq_len) - 3  # prefill up to the edge, decode past it
+        runs.append(([reach], 3))
+    return [([torch.randint(1, 1 << 30, (n,), generator=g).tolist() for n in ls], k)
+            for ls, k in runs]
+
+
+def _sliding_window(step) -> int | None:
+    """The window of a model with sliding-window attention layers, else None."""
+    from aotpack.generation.step import _config
+
+    config = _config(getattr(step, "model", step))
+    window = getattr(config, "sliding_window", None)
+    slides = getattr(config, "use_sliding_window", True) is not False and \
+        "sliding_attention" in (getattr(config, "layer_types", None) or ["sliding_attention"])
+    return window if isinstance(window, int) and window > 0 and slides else None
 
 
 def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, seed: int,
@@ -47,7 +63,8 @@ def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, s
     vocab = gen["vocab_size"]
     checks = []
     with torch.no_grad():
-        for prompts, new in cases(gen["max_batch"], gen["max_seq_len"], seed):
+        for prompts, new in cases(gen["max_batch"], gen["max_seq_len"], seed,
+                                  _sliding_window(step)):
             prompts = [[t % vocab for t in p] for p in prompts]
             logits = []
             tokens = generate(lambda *a: step(*(t.to(device) for t in a)), prompts, new,
@@ -58,7 +75,8 @@ def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, s
                 precise = None
                 if precise_step is not None:
                     precise = precise_step(*(t.to(device) for t in inputs))[1].float().cpu()
-                label = f"logits @ batch={len(prompts)} step={k}"
+                label = (f"logits @ batch={len(prompts)} prompt={max(map(len, prompts))} "
+                         f"step={k}")
                 checks.append(compare(label, got.float().cpu(), logits[k], tolerance, precise))
                 if k + 1 == new or any(len(t) <= k for t in tokens):
                     break
