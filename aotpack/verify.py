@@ -265,8 +265,28 @@ def random_inputs(signature: list[dict], examples, seed: int) -> list:
         else:
             ex = examples[i] if i < len(examples) else None
             lo, hi = (int(ex.min()), int(ex.max())) if ex is not None and ex.numel() else (0, 1)
+            if _padding_mask(spec, lo, hi):
+                out.append(_padded_rows(shape, g, td))
+                continue
             out.append(torch.randint(lo, hi + 1, shape, generator=g, dtype=td))
     return out
+
+
+def _padding_mask(spec: dict, lo: int, hi: int) -> bool:
+    """An integer [B, S] input named like a mask whose example holds 0s and 1s only (often
+    all 1s: a tokenizer's mask for unpadded text)."""
+    return "mask" in spec["name"].lower() and 0 <= lo <= hi <= 1 and len(spec["shape"]) == 2
+
+
+def _padded_rows(shape, g, dtype):
+    """A right-padded batch's mask: row b is 1 for its first L_b positions, L_b random in
+    [1, S] with the first row whole, so a mask the example left all 1s is exercised."""
+    import torch
+
+    rows, seq = shape
+    lengths = torch.randint(1, seq + 1, (rows,), generator=g)
+    lengths[0] = seq
+    return (torch.arange(seq)[None, :] < lengths[:, None]).to(dtype)
 
 
 def _exported(model) -> bool:

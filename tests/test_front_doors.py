@@ -573,8 +573,8 @@ def test_a_tuple_of_example_inputs_nested_once_too_often_is_named_not_a_crash():
     tuple.shape while it formats the message."""
     from aotpack.frontend import to_graph
 
-    with pytest.raises(ModelLoadError, match=r"example inputs \(\(\(2, 4\) float32\)\): "
-                                             r"TypeError"):
+    with pytest.raises(ModelLoadError, match=r"example inputs \(forward\(input=\(\(2, 4\) "
+                                             r"float32\)\)\): TypeError"):
         to_graph(torch.nn.Linear(4, 4), [(torch.randn(2, 4),)])
 
 

@@ -176,6 +176,19 @@ def test_random_inputs_follow_the_signature():
     assert all(torch.equal(x, y) for x, y in zip(a, random_inputs(sig, examples, seed=1)))
 
 
+def test_an_all_ones_mask_is_verified_padded():
+    """A tokenizer's mask for unpadded text is all 1s: verify's inputs pad the rows (1s then
+    0s, at random lengths, the first row whole) so the masking is checked; ids stay ids."""
+    sig = [{"name": "input_ids", "dtype": "i64", "shape": [8, 16]},
+           {"name": "attention_mask", "dtype": "i64", "shape": [8, 16]}]
+    examples = (torch.randint(0, 50, (8, 16)), torch.ones(8, 16, dtype=torch.long))
+    ids, mask = random_inputs(sig, examples, seed=3)
+    assert int(ids.max()) > 1 and mask.dtype == torch.int64
+    lengths = mask.sum(1)
+    assert int(lengths[0]) == 16 and int(lengths.min()) < 16 and int(lengths.min()) >= 1
+    assert torch.equal(mask, (torch.arange(16)[None] < lengths[:, None]).long())  # 1s, then 0s
+
+
 def test_compare():
     ref = torch.ones(4)
     assert compare("y", ref * 1.001, ref, 1e-2).ok
