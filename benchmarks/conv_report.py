@@ -46,11 +46,25 @@ def _cell(row: dict, best: float, many: bool) -> str:
     return f"**{text}**" if row["ms"] == best and many else text
 
 
+def _fastest_peer(cells: dict) -> dict:
+    """The fastest torch.compile / AOTInductor row of a model x batch ({} when none)."""
+    peers = [cells[c] for c in ("compile", "aoti") if c in cells]
+    return min(peers, key=lambda r: r["ms"]) if peers else {}
+
+
+def _pair(ours: dict, peer: dict, key: str, fmt: str) -> str:
+    """"aotpack's / the peer's" value of `key` (peak memory, build time), "—" where missing."""
+    def one(row):
+        return fmt.format(row[key]) if row.get(key) is not None else "—"
+    return "—" if not ours.get(key) and not peer.get(key) else f"{one(ours)} / {one(peer)}"
+
+
 def table(doc: dict, link: str) -> str:
     groups = grouped(doc)
     present = [c for c in ORDER if any(c in g for g in groups.values())]
-    head = ["model", "batch", *(f"{TITLES[c]} ms" for c in present),
-            "aotpack TFLOP/s (% of bf16 ceiling)", "launches (eager → aotpack)"]
+    head = ["model", "batch", *(f"{TITLES[c]} ms" for c in present), "aotpack images/s",
+            "aotpack TFLOP/s (% of bf16 ceiling)", "launches (eager → aotpack)",
+            "peak MiB (aotpack / fastest peer)", "build s (aotpack / fastest peer)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (model, batch), cells in groups.items():
         best = min(r["ms"] for r in cells.values())
@@ -62,7 +76,11 @@ def table(doc: dict, link: str) -> str:
         eager_launches = cells.get("eager", {}).get("launches")
         launches = (f"{eager_launches} → {ours['launches']}" if eager_launches and
                     ours.get("launches") else str(ours.get("launches", "—")))
-        lines.append("| " + " | ".join([model, str(batch), *times, tflops, launches]) + " |")
+        images = f"{ours['images_per_s']:,.0f}" if ours.get("images_per_s") else "—"
+        peer = _fastest_peer(cells)
+        lines.append("| " + " | ".join([model, str(batch), *times, images, tflops, launches,
+                                        _pair(ours, peer, "peak_mib", "{:.0f}"),
+                                        _pair(ours, peer, "build_s", "{:.0f}")]) + " |")
     lines += ["", f"{doc['gpu']}, driver {doc['driver']}, torch {doc['torch']}, {doc['date']}, "
               f"commit {doc['commit']} ([results]({link})). {doc['what']}"]
     if any(not fair(r) for g in groups.values() for r in g.values()):
