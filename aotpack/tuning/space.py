@@ -8,8 +8,9 @@ makes it the natural reference for correctness and the baseline of the speed-up.
 Each op's kernel template (aotpack/kernels/templates.py) gives its candidates and compiles
 them; this module adds the tuning level (how many per backend `fast` measures) and the
 family key (which template and sources a record belongs to). Tunable today: GEMMs (Triton tile
-and split-K configs, CuTeDSL tiles/clusters), attention (tile/stage configs), RMSNorm and RoPE
-(rows or positions per program, warps) and LayerNorm / softmax / last-dim reductions (warps).
+and split-K configs, CuTeDSL tiles/clusters), convolutions (implicit-GEMM tiles, depthwise
+blocks), attention (tile/stage configs), RMSNorm and RoPE (rows or positions per program,
+warps) and LayerNorm / softmax / last-dim reductions (warps).
 Generated pointwise kernels and embeddings have one config.
 """
 from __future__ import annotations
