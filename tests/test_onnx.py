@@ -186,6 +186,20 @@ def test_unsupported_op_is_named(tmp_path):
     assert "Supported ONNX operators" in msg
 
 
+def test_a_recurrent_op_is_refused_with_the_pytorch_route(tmp_path):
+    """ONNX's GRU/LSTM/RNN are not read: the refusal says where the same model does build."""
+    w = helper.make_tensor("W", onnx.TensorProto.FLOAT, [1, 12, 4], [0.1] * 48)
+    r = helper.make_tensor("R", onnx.TensorProto.FLOAT, [1, 12, 4], [0.1] * 48)
+    nodes = [helper.make_node("GRU", ["x", "W", "R"], ["y"], hidden_size=4, name="gru_0")]
+    graph = helper.make_graph(nodes, "g", [_v("x", [5, 2, 4])], [_v("y", [5, 1, 2, 4])],
+                              initializer=[w, r])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    with pytest.raises(UnsupportedOpError, match=r"GRU is not supported \(recurrent layers.*"
+                                                 r"torch.export .pt2 or a module saved"):
+        _compile(m, tmp_path)
+
+
 def test_contrib_op_is_refused_with_a_hint(tmp_path):
     nodes = [helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft", name="fg")]
     graph = helper.make_graph(nodes, "g", [_v("x", [2, 4])], [_v("y", [2, 4])])

@@ -329,6 +329,10 @@ class OnnxTranslator:
         if n.domain == "com.microsoft":
             hint = (" (an onnxruntime contrib op, written by onnxruntime's graph optimizer: "
                     "give aotpack the model as exported, before ORT optimization)")
+        elif n.op_type in ("GRU", "LSTM", "RNN"):
+            hint = (" (recurrent layers are not read from ONNX: build the PyTorch model "
+                    "instead, as a torch.export .pt2 or a module saved with torch.save, "
+                    "docs/onnx.md)")
         return f"ONNX operator {n.op_type} is not supported{hint}"
 
     def _opset(self, domain: str) -> int:
