@@ -265,17 +265,25 @@ def random_inputs(signature: list[dict], examples, seed: int) -> list:
         else:
             ex = examples[i] if i < len(examples) else None
             lo, hi = (int(ex.min()), int(ex.max())) if ex is not None and ex.numel() else (0, 1)
-            if _padding_mask(spec, lo, hi):
+            if _padding_mask(spec, ex):
                 out.append(_padded_rows(shape, g, td))
                 continue
             out.append(torch.randint(lo, hi + 1, shape, generator=g, dtype=td))
     return out
 
 
-def _padding_mask(spec: dict, lo: int, hi: int) -> bool:
-    """An integer [B, S] input named like a mask whose example holds 0s and 1s only (often
-    all 1s: a tokenizer's mask for unpadded text)."""
-    return "mask" in spec["name"].lower() and 0 <= lo <= hi <= 1 and len(spec["shape"]) == 2
+def _padding_mask(spec: dict, ex) -> bool:
+    """An integer [B, S] input named like a mask whose example rows are each 1s then 0s,
+    starting with a 1 (a tokenizer's mask: all 1s for unpadded text); a mask whose 1s mark
+    the padding is not one."""
+    import torch
+
+    if "mask" not in spec["name"].lower() or len(spec["shape"]) != 2 or ex is None \
+            or ex.dim() != 2 or not ex.numel():
+        return False
+    lengths = ex.sum(1, keepdim=True)
+    expected = (torch.arange(ex.shape[1])[None, :] < lengths).to(ex.dtype)
+    return bool((ex[:, 0] == 1).all()) and torch.equal(ex, expected)
 
 
 def _padded_rows(shape, g, dtype):

@@ -305,71 +305,6 @@ def test_factory_given_inputs_builds_and_verifies(tmp_path, no_runtime, inputs):
     assert any("mask.0" in n and "follows" in n for n in result.notes), result.notes
 
 
-KEYWORD_SRC = """import torch
-class Masked(torch.nn.Module):  # the mask is forward's third parameter, as in GPTBigCode
-    def __init__(self):
-        super().__init__()
-        self.emb = torch.nn.Embedding(50, 16)
-        self.fc = torch.nn.Linear(16, 16)
-    def forward(self, input_ids, past=None, attention_mask=None):
-        if past is not None:
-            past.get_seq_length()  # what a cache is asked first
-        h = self.fc(self.emb(input_ids))
-        return {"scores": h * attention_mask[..., None].to(h.dtype)}
-def _inputs():
-    torch.manual_seed(0)
-    ids = torch.randint(0, 50, (2, 8))
-    mask = torch.ones(2, 8, dtype=torch.long)
-    mask[1, 5:] = 0
-    return ids, mask
-def by_name():
-    ids, mask = _inputs()
-    return Masked().eval(), {"attention_mask": mask, "input_ids": ids}
-def by_position():
-    ids, mask = _inputs()
-    return Masked().eval(), (ids, mask)
-"""
-
-
-def test_keyword_example_inputs_build_by_name(tmp_path, no_runtime):
-    """A factory's inputs as a dict (a tokenizer's output): each goes to the parameter of its
-    name, in the dict's order, whatever forward's order; --dynamic names them; verify passes."""
-    import aotpack
-    from aotpack.bundle import read_bundle
-
-    (tmp_path / "kw.py").write_text(KEYWORD_SRC)
-    spec = f"{tmp_path / 'kw.py'}:by_name"
-    result = aotpack.build(spec, tmp_path / "out", dynamic=["input_ids.1=S:1..32"])
-    m = read_bundle(result.bundle).manifest
-    assert [(i["name"], i["shape"]) for i in m["inputs"]] == [
-        ("attention_mask", [2, "S"]), ("input_ids", [2, "S"])]
-    assert [o["name"] for o in m["outputs"]] == ["scores"]
-    report = verify(result.bundle, spec, reference="cpu")
-    assert report.passed and len(report.outputs) >= 3, report.outputs
-    from aotpack.frontend.keyword_inputs import wrap_keyword_inputs
-
-    model = torch.nn.Linear(4, 4)
-    with pytest.raises(ModelLoadError, match="forward takes no parameter 'x'"):
-        wrap_keyword_inputs(model, {"x": torch.ones(4)}, "f.py:make")
-    with pytest.raises(ModelLoadError, match="cannot be forward's parameter names"):
-        wrap_keyword_inputs(model, {"input ids": torch.ones(4)}, "f.py:make")
-
-
-def test_an_input_on_the_wrong_parameter_is_named(tmp_path):
-    """Positional inputs whose second lands on forward's `past`: the model's own code fails
-    (AttributeError), and the message shows each input with its parameter, plus the remedy,
-    static or dynamic alike; never a traceback."""
-    (tmp_path / "kw.py").write_text(KEYWORD_SRC)
-    spec = f"{tmp_path / 'kw.py'}:by_position"
-    for dynamic in ([], ["input_ids.1=S:1..32"]):
-        with pytest.raises(ModelLoadError) as e:
-            load_program(spec, dynamic=dynamic)
-        text = str(e.value)
-        assert "forward(input_ids=(2, 8) int64, past=(2, 8) int64)" in text, text
-        assert "AttributeError" in text and "passed to forward by position" in text
-        assert "--dynamic dims" not in text
-
-
 class _Two(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -457,51 +392,6 @@ def test_traced_integer_input_keeps_its_dtype(tmp_path):
     assert loaded.inputs[0].dtype == torch.int64
 
 
-class _SizesAsTensors(torch.nn.Module):
-    """What BERT's embeddings do with the sequence length: a trace keeps `n` as a 0-d tensor
-    (prim::NumToTensor), so the slices' ends are .item()s of size arithmetic once exported."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(16, 16)
-        self.register_buffer("pos", torch.randn(1, 64, 16))
-        self.past = 1
-
-    def forward(self, x):
-        n = x.shape[1]
-        first = self.pos[:, self.past:n + self.past]
-        return self.fc(x) + first + self.pos[:, :n // 2].mean(1, keepdim=True)
-
-
-def test_traced_sizes_held_in_tensors_stay_dynamic(tmp_path, no_runtime):
-    """A traced model's size arithmetic comes back as .item() of 0-d tensors: each is read
-    as the size it holds (S + 1, S // 2), the slices made from them keep the symbolic
-    length, and the bundle verifies at odd and even S."""
-    torch.manual_seed(0)
-    path = tmp_path / "sizes.pt"
-    torch.jit.trace(_SizesAsTensors().eval(), (torch.randn(2, 8, 16),)).save(str(path))
-    result, report = _build_and_verify(str(path), tmp_path / "out",
-                                       inputs=["x=2xS:2..63x16"])
-    from aotpack.bundle import read_bundle
-
-    m = read_bundle(result.bundle).manifest
-    assert m["inputs"][0]["shape"] == [2, "S", 16]
-    shapes = {c.name.partition(" @ ")[2] for c in report.outputs}
-    assert {"x=2x2x16", "x=2x63x16"} <= shapes and len(shapes) >= 3
-
-
-def test_a_direct_aten_call_is_not_named_by_its_overload():
-    """torch.export's record of an aten op called directly (a TorchScript conversion's
-    .item()) is "OpOverload.<op>.<overload>": the refusal names the op, never "default"."""
-    from types import SimpleNamespace
-
-    from aotpack.frontend.origin import torch_call
-
-    node = SimpleNamespace(meta={"torch_fn": ("_local_scalar_dense.default_1",
-                                              "OpOverload._local_scalar_dense.default")})
-    assert torch_call(node) is None
-
-
 def test_user_trial_messages(tmp_path):
     """Mistakes a new user made, each a one-line error saying what to do: a static .pt2 given
     another shape, a shape the model cannot take, an f32 trace cast to bf16."""
@@ -576,21 +466,3 @@ def test_a_tuple_of_example_inputs_nested_once_too_often_is_named_not_a_crash():
     with pytest.raises(ModelLoadError, match=r"example inputs \(forward\(input=\(\(2, 4\) "
                                              r"float32\)\)\): TypeError"):
         to_graph(torch.nn.Linear(4, 4), [(torch.randn(2, 4),)])
-
-
-def test_a_language_model_without_inputs_is_pointed_at_the_task(tmp_path):
-    """A factory returning a transformers LM alone, built with no --input: the message names
-    forward's first parameters (not all eleven) and the task that makes its own inputs."""
-    (tmp_path / "lm.py").write_text(
-        "import torch, transformers as T\n"
-        "def make():\n"
-        "    torch.manual_seed(0)\n"
-        "    return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=96, n_embd=32, n_layer=1,\n"
-        "                                          n_head=2, n_positions=32)).eval()\n")
-    with pytest.raises(ModelLoadError) as e:
-        load_program(f"{tmp_path / 'lm.py'}:make")
-    text = str(e.value)
-    assert "the model carries no example inputs" in text, text
-    assert "forward takes input_ids, past_key_values, attention_mask, token_type_ids, ..." \
-        in text and "logits_to_keep" not in text
-    assert "--task text-generation" in text

@@ -187,6 +187,10 @@ def test_an_all_ones_mask_is_verified_padded():
     lengths = mask.sum(1)
     assert int(lengths[0]) == 16 and int(lengths.min()) < 16 and int(lengths.min()) >= 1
     assert torch.equal(mask, (torch.arange(16)[None] < lengths[:, None]).long())  # 1s, then 0s
+    padding_marks = torch.zeros(8, 16, dtype=torch.long)  # 1 marks a pad: not a tokenizer's
+    padding_marks[1, 12:] = 1
+    _, drawn = random_inputs(sig, (examples[0], padding_marks), seed=3)
+    assert set(drawn.unique().tolist()) == {0, 1} and not torch.equal(drawn[0], mask[0])
 
 
 def test_compare():

@@ -53,10 +53,13 @@ def model_failed(e: BaseException, model, inputs) -> ModelLoadError:
         hint = ("; sizes that depend on the data (a loop over the experts that were hit) "
                 "cannot be exported: for transformers' mixture-of-experts blocks built on "
                 "their own, pass experts_implementation='grouped_mm' in the config")
+    elif isinstance(e, BINDING_SUSPECTS) and hasattr(model, "_aotpack_wrapped"):
+        hint = ("; the example inputs were passed by name (the factory's dict): check the "
+                "names against forward's parameters")
     elif isinstance(e, BINDING_SUSPECTS):
         hint = ("; example inputs are passed to forward by position: if one landed on a "
-                "parameter it was not meant for, return them in forward's order, or wrap "
-                "the model in a module whose forward takes exactly these inputs")
+                "parameter it was not meant for, return them in forward's order (or as a "
+                "dict by name), or wrap the model in a module that takes exactly these")
     return ModelLoadError(f"torch.export could not run the model on its example inputs "
                           f"({described_call(model, inputs)}): {type(e).__name__}: "
                           f"{first_sentences(str(e))}{hint}")

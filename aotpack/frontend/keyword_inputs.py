@@ -15,9 +15,12 @@ def wrap_keyword_inputs(model, inputs: dict, where: str):
     """(wrapper module, inputs as a tuple in the dict's order)."""
     import torch
 
+    if isinstance(model, torch.jit.ScriptModule):
+        raise ModelLoadError(f"{where}(): a TorchScript module's example inputs must be a "
+                             f"tuple in forward's order (its converter takes no names)")
     names = list(inputs)
     bad = [n for n in names if not isinstance(n, str) or not n.isidentifier()
-           or keyword.iskeyword(n) or n in ("self", "model")]
+           or not n.isascii() or keyword.iskeyword(n) or n == "self"]
     if bad:
         raise ModelLoadError(f"{where}(): example input names {bad} cannot be forward's "
                              f"parameter names; use a tuple in forward's order")
@@ -34,7 +37,7 @@ def wrap_keyword_inputs(model, inputs: dict, where: str):
                                                       "__doc__": __doc__})
     wrapper = cls()
     wrapper.model = model
-    object.__setattr__(wrapper, "wrapped_model", model)  # (not a second submodule)
+    object.__setattr__(wrapper, "_aotpack_wrapped", model)  # (not a second submodule)
     wrapper.train(model.training)
     return wrapper, tuple(inputs.values())
 

@@ -143,8 +143,9 @@ def _check_factory_result(result, where: str) -> LoadedModel:
         # dict by input name fits the wrapper: its parameters are those names)
     if not isinstance(inputs, (tuple, list)) or not all(
             isinstance(t, torch.Tensor) for t in inputs):
+        by_name = ", or a dict of them by name" if isinstance(model, torch.nn.Module) else ""
         raise ModelLoadError(f"{where}(): example_inputs must be a tuple of tensors in "
-                             f"forward's order, or a dict of them by parameter name")
+                             f"forward's order{by_name}")
     return LoadedModel(model, tuple(inputs), dynamic)
 
 

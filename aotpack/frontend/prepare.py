@@ -51,7 +51,7 @@ def drop_cache_output(loaded: LoadedModel) -> LoadedModel:
     so the cache object (which torch.export cannot even return) would be dead output. Said in
     a note; `--task text-generation` is the build that keeps a cache."""
     transformers = sys.modules.get("transformers")  # loaded by the factory if it made one
-    model = getattr(loaded.model, "wrapped_model", loaded.model)  # (keyword_inputs.py)
+    model = getattr(loaded.model, "_aotpack_wrapped", loaded.model)  # (keyword_inputs.py)
     if transformers is None or not isinstance(model, transformers.PreTrainedModel):
         return loaded
     config = model.config

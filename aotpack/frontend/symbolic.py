@@ -382,27 +382,31 @@ _INT_ARITHMETIC = {"aten.add.Tensor": "+", "aten.add.Scalar": "+", "aten.sub.Ten
                    "aten.sub.Scalar": "-", "aten.mul.Tensor": "*", "aten.mul.Scalar": "*",
                    "aten.floor_divide.default": "//", "aten.floor_divide.Scalar": "//",
                    "aten.div.Tensor_mode": "//", "aten.div.Scalar_mode": "//"}
+_APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+          "//": sym.floordiv}
 _SAME_VALUE = {"aten._to_copy.default", "aten.clone.default", "aten.alias.default",
                "aten.lift_fresh_copy.default", "aten.detach.default"}
 
 
 def size_held_by(node, table: SymbolTable, constant, depth: int = 0):
-    """The size a one-element integer tensor holds when it is computed from the inputs' dims
-    by scalar_tensor and integer arithmetic: an aotpack Dim, else None (it depends on data,
-    or on an op this does not follow). `constant(node)`: the tensor a node computes from
-    constants only, else None."""
+    """The size a one-element int32/int64 tensor holds when it is computed from the inputs'
+    dims by scalar_tensor and integer arithmetic: an aotpack Dim, else None (it depends on
+    data, on an op this does not follow, or could wrap around in its dtype). `constant(node)`:
+    the tensor a node computes from constants only, else None."""
     import torch
 
+    if isinstance(node, bool):
+        return None
     if isinstance(node, int) or _is_symint(node):
-        return table.dim(node) if not isinstance(node, bool) else None
+        return table.dim(node)
     if depth > 32 or not hasattr(node, "meta"):
         return None
     val = node.meta.get("val")
-    if _is_symint(val) or isinstance(val, int):
-        return table.dim(val) if isinstance(val, (int, torch.SymInt)) else None
-    if not isinstance(val, torch.Tensor) or val.numel() != 1 or val.dtype.is_floating_point \
-            or val.dtype.is_complex or val.dtype == torch.bool:
-        return None
+    if isinstance(val, (int, torch.SymInt)) and not isinstance(val, bool):
+        return table.dim(val)
+    if not isinstance(val, torch.Tensor) or val.dim() != 0 \
+            or val.dtype not in (torch.int32, torch.int64):
+        return None  # (a narrower integer would wrap a size around: uint8(40 * S))
     t = constant(node)
     if t is not None:
         return int(t.reshape(-1)[0])
@@ -410,17 +414,16 @@ def size_held_by(node, table: SymbolTable, constant, depth: int = 0):
     if target == "aten.scalar_tensor.default" or target in _SAME_VALUE:
         return size_held_by(args[0], table, constant, depth + 1)
     op = _INT_ARITHMETIC.get(target)
-    if op is None or len(args) < 2:
+    if op is None or len(args) < 2 or (target.startswith("aten.div.") and node.kwargs.get(
+            "rounding_mode") != "floor"):  # true division is a float; trunc is not floor
         return None
     a, b = (size_held_by(x, table, constant, depth + 1) for x in args[:2])
-    if a is None or b is None:
-        return None
-    if target.startswith("aten.div.") and node.kwargs.get("rounding_mode") != "floor":
-        return None  # true division is a float; "trunc" differs from floor below zero
     alpha = node.kwargs.get("alpha", 1)
-    if op in "+-" and alpha != 1:
-        if not isinstance(alpha, int):
-            return None
-        b = b * alpha
-    return a + b if op == "+" else a - b if op == "-" else a * b if op == "*" \
-        else sym.floordiv(a, b)
+    if a is None or b is None or not isinstance(alpha, int) or isinstance(alpha, bool):
+        return None
+    if op == "//" and sym.lower_bound(b) < 1:
+        return None  # a divisor that may be 0 or negative: not a size's arithmetic
+    value = _APPLY[op](a, b * alpha if op in ("+", "-") else b)
+    lo, hi = sym.bounds(value)
+    limit = torch.iinfo(val.dtype)
+    return value if limit.min <= lo and hi <= limit.max else None

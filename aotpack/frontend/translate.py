@@ -27,7 +27,7 @@ from aotpack.frontend.symbolic import (LazyConstants, SymbolError, SymbolTable, 
                                        size_held_by, table_at_maxima)
 from aotpack.ir.graph import Constant, Graph, GraphOutput, Node, Value
 from aotpack.ir.infer import infer
-from aotpack.ir.sym import SymbolicError, is_symbolic
+from aotpack.ir.sym import SymbolicError, is_symbolic, lower_bound
 
 RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULES,
          **SORT_RULES, **WRITE_RULES, **NORM_RULES,
@@ -438,10 +438,17 @@ class _Translator:
         free = val.node.expr.free_symbols
         if str(n.target) == "aten.sym_size.int" or val.node.expr not in free or len(free) != 1:
             return False
-        size = size_held_by(n.args[0], self.table,
-                            lambda d: self._value_of(self.env.get(d.name)))
+        try:
+            size = size_held_by(n.args[0], self.table,
+                                lambda d: self._value_of(self.env.get(d.name)))
+        except (SymbolError, SymbolicError) as e:
+            raise self._error(str(e)) from None
         if size is None:
             return False
+        low = lower_bound(size)
+        if low < 0:  # as an index it would count from the end: not what the shapes say
+            raise self._error(f".item() reads the size {size}, which is {low} at the smallest "
+                              f"dims; narrow the dims' ranges so it stays at least 0")
         self.table.bound[val.node.expr] = size
         self.env[n.name] = size
         return True

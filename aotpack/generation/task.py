@@ -94,7 +94,10 @@ def prepare_generation(loaded: LoadedModel, options: GenerationOptions,
     from aotpack.frontend.prepare import apply_dtype
     from aotpack.generation.step import GenerationStep, example_inputs
 
-    model = loaded.model
+    # a factory's dict of inputs wrapped the model (frontend/keyword_inputs.py): the task
+    # makes its own inputs, so the model itself is the one to step
+    model = getattr(loaded.model, "_aotpack_wrapped", loaded.model)
+    loaded = replace(loaded, model=model)
     if isinstance(model, torch.export.ExportedProgram):
         raise GenerationTaskError("--task text-generation takes the model's module (a factory, "
                                   "a torch.save'd model or a checkpoint folder), not a .pt2: "
