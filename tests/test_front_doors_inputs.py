@@ -115,6 +115,8 @@ def test_keyword_example_inputs_build_by_name(tmp_path, no_runtime):
         wrap_keyword_inputs(model, {"x": torch.ones(4)}, "f.py:make")
     with pytest.raises(ModelLoadError, match="cannot be forward's parameter names"):
         wrap_keyword_inputs(model, {"input ids": torch.ones(4)}, "f.py:make")
+    with pytest.raises(ModelLoadError, match="an empty dict"):
+        wrap_keyword_inputs(model, {}, "f.py:make")
 
 
 def test_an_input_on_the_wrong_parameter_is_named(tmp_path):

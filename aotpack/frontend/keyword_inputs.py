@@ -19,6 +19,8 @@ def wrap_keyword_inputs(model, inputs: dict, where: str):
         raise ModelLoadError(f"{where}(): a TorchScript module's example inputs must be a "
                              f"tuple in forward's order (its converter takes no names)")
     names = list(inputs)
+    if not names:
+        raise ModelLoadError(f"{where}(): the example inputs are an empty dict")
     bad = [n for n in names if not isinstance(n, str) or not n.isidentifier()
            or not n.isascii() or keyword.iskeyword(n) or n == "self"]
     if bad:
@@ -31,7 +33,8 @@ def wrap_keyword_inputs(model, inputs: dict, where: str):
     _check_accepted(model, names, where)
     params = ", ".join(names)
     call = ", ".join(f"{n}={n}" for n in names)
-    scope: dict = {}
+    scope: dict = {}  # a forward with these very parameters: torch.export names the graph's
+    # inputs after them, and --input / --dynamic / verify read them from its signature
     exec(f"def forward(self, {params}):\n    return self.model({call})\n", scope)  # noqa: S102
     cls = type("KeywordInputs", (torch.nn.Module,), {"forward": scope["forward"],
                                                       "__doc__": __doc__})
@@ -50,7 +53,7 @@ def _check_accepted(model, names: list[str], where: str) -> None:
         return
     if any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return
-    unknown = [n for n in names if n not in params]
+    unknown = [n for n in names if n not in params or params[n].kind is params[n].POSITIONAL_ONLY]
     if unknown:
-        raise ModelLoadError(f"{where}(): forward takes no parameter {unknown[0]!r} (it takes "
-                             f"{', '.join(params)})")
+        raise ModelLoadError(f"{where}(): forward takes no parameter {unknown[0]!r} by name "
+                             f"(it takes {', '.join(params)}): pass a tuple in its order")
