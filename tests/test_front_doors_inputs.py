@@ -195,3 +195,13 @@ def test_a_torchscript_module_takes_no_dict_of_inputs(tmp_path):
     with pytest.raises(ModelLoadError, match="TorchScript module's example inputs must be a "
                                              "tuple"):
         wrap_keyword_inputs(scripted, {"input": torch.ones(2, 4)}, "f.py:make")
+
+
+def test_a_size_that_reaches_zero_names_its_line(tmp_path):
+    """pos[:, :S - 2] with S from 2: a size of 0 at the range's bottom, which the IR's type
+    rule cannot decide: the refusal names the op, the model's line and the remedy."""
+    from aotpack.ir.sym import SymbolicError
+
+    (tmp_path / "m.py").write_text(SIZE_SRC.replace("{expr}", "(t - 2)"))
+    with pytest.raises(SymbolicError, match=r"from .*m.py:9: .*narrow the dims' ranges"):
+        load_program(f"{tmp_path / 'm.py'}:make", inputs=["x=2xS:2..63x16"])

@@ -11,6 +11,7 @@ from typing import Any, Iterable
 from aotpack.dtypes import DType
 from aotpack.ir.infer import TensorType, infer
 from aotpack.ir.ops import Op, attrs_type
+from aotpack.ir.sym import SymbolicError
 from aotpack.ir.types import Shape, format_shape
 
 
@@ -170,6 +171,10 @@ class Graph:
             want = infer(n.op, [v.type for v in n.inputs], n.attrs)
         except (TypeError, ValueError) as e:
             raise VerifyError(f"{n}: {e}") from None
+        except SymbolicError as e:  # a size that may be 0 or less somewhere in the dims'
+            where = f", from {n.loc}" if n.loc is not None and n.loc.file else ""  # ranges
+            raise SymbolicError(f"{e}: the {n.op.value} of %{n.output.name}{where}; narrow the "
+                                f"dims' ranges to where its sizes stay positive") from None
         got = n.output.type
         if want != got:
             raise VerifyError(f"{n}: type rule gives {want.dtype.value}"
