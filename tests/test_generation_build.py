@@ -74,3 +74,16 @@ def test_a_dict_of_inputs_still_builds_the_generation_task(tmp_path):
         "{'input_ids': torch.zeros(1, 4, dtype=torch.long)}"))
     program = load_program(f"{tmp_path / 'lm.py'}:make", generation=GenerationOptions(16, 1))
     assert program.generation["vocab_size"] == 96
+
+
+def test_verify_checks_next_ids_against_the_step_logits():
+    """next_ids must be the argmax of the same step's logits, on rows whose top two differ; a
+    tie may go either way, a wrong id on a decided row fails."""
+    import torch
+
+    from aotpack.generation.verify import ids_check
+
+    logits = torch.tensor([[0.1, 0.9, 0.3], [0.5, 0.5, 0.1]])
+    assert ids_check("ids", [(torch.tensor([1, 1]), logits)]).ok  # row 1 is a tie
+    bad = ids_check("ids", [(torch.tensor([1, 0]), logits), (torch.tensor([2, 0]), logits)])
+    assert not bad.ok and bad.max_abs_error == 1 and bad.rel_error == 0.5

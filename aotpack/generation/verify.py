@@ -69,21 +69,41 @@ def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, s
             logits = []
             tokens = generate(lambda *a: step(*(t.to(device) for t in a)), prompts, new,
                               on_step=lambda k, lg: logits.append(lg.float().cpu()))
-            inputs = prefill_inputs(prompts)
+            inputs, chosen = prefill_inputs(prompts), []
             for k in range(new):
-                _, got = bundle_step(*inputs)
+                ids, got = bundle_step(*inputs)
                 precise = None
                 if precise_step is not None:
                     precise = precise_step(*(t.to(device) for t in inputs))[1].float().cpu()
                 label = (f"logits @ batch={len(prompts)} prompt={max(map(len, prompts))} "
                          f"step={k}")
                 checks.append(compare(label, got.float().cpu(), logits[k], tolerance, precise))
+                chosen.append((ids, got))
                 if k + 1 == new or any(len(t) <= k for t in tokens):
                     break
                 inputs = (torch.tensor([[t[k]] for t in tokens]),
                           torch.tensor([[len(p) + k] for p in prompts]),
                           torch.arange(len(prompts)))
+            checks.append(ids_check(f"next_ids @ batch={len(prompts)} prompt="
+                                    f"{max(map(len, prompts))} steps={len(chosen)}", chosen))
     return VerifyReport(reference, seed, tolerance, checks, list(notes))
+
+
+def ids_check(label: str, steps) -> "OutputCheck":
+    """The steps' next_ids against the argmax of their own logits, on the rows whose top two
+    logits differ (a tie may go either way): the device's argmax and the row it reads.
+    rel_error: the share of decided rows whose id differs; max_abs_error: how many."""
+    from aotpack.verify import OutputCheck
+
+    wrong = decided = 0
+    for ids, logits in steps:
+        logits = logits.float().cpu()
+        top2 = logits.topk(2, -1).values
+        rows = top2[:, 0] > top2[:, 1]
+        decided += int(rows.sum())
+        wrong += int((rows & (ids.reshape(-1).cpu() != logits.argmax(-1))).sum())
+    return OutputCheck(label, rel_error=wrong / max(1, decided), max_abs_error=float(wrong),
+                       ok=wrong == 0)
 
 
 def _float32_copy(step):
