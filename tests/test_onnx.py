@@ -472,6 +472,15 @@ def test_bundle_builds_verifies_and_inspects(tmp_path, no_runtime):
     assert report.passed and len(report.outputs) >= 3, report.outputs
     d = inspect_document(read_bundle(result.bundle))
     assert d["provenance"]["model_kind"] == "onnx"
+    from io import StringIO
+
+    from rich.console import Console
+
+    from aotpack.cli.report import print_inspect
+
+    text = StringIO()
+    print_inspect(Console(file=text, width=200), d)
+    assert " ONNX nodes → " in text.getvalue() and "aten calls" not in text.getvalue()
 
 
 def test_default_onnx_input_names_build_and_verify(tmp_path, no_runtime):

@@ -104,7 +104,10 @@ def print_inspect(out: Console, d: dict) -> None:
     g = d["graph"]
     summary = g["summary"] if isinstance(g["summary"], dict) else {}
     aten = summary.get("aten_ops")
-    aten_part = f"{sum(aten.values())} aten calls → " if isinstance(aten, dict) else ""
+    aten_part = ""
+    if isinstance(aten, dict):  # (an ONNX model's are its nodes, counted as "onnx.<op>")
+        onnx = bool(aten) and all(str(k).startswith("onnx.") for k in aten)
+        aten_part = f"{sum(aten.values())} {'ONNX nodes' if onnx else 'aten calls'} → "
     kinds = summary.get("kernel_ops")
     kinds_part = f" ({_counts(kinds)})" if isinstance(kinds, dict) else ""
     out.print(f"graph: {aten_part}{summary.get('nodes', '?')} nodes "
