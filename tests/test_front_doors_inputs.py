@@ -106,6 +106,7 @@ def test_keyword_example_inputs_build_by_name(tmp_path, no_runtime):
     assert [(i["name"], i["shape"]) for i in m["inputs"]] == [
         ("attention_mask", [2, "S"]), ("input_ids", [2, "S"])]
     assert [o["name"] for o in m["outputs"]] == ["scores"]
+    assert sorted(w["name"] for w in m["weights"]) == ["emb.weight", "fc.bias", "fc.weight"]
     report = verify(result.bundle, spec, reference="cpu")
     assert report.passed and len(report.outputs) >= 3, report.outputs
     from aotpack.frontend.keyword_inputs import wrap_keyword_inputs

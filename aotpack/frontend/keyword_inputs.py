@@ -1,6 +1,7 @@
 """Example inputs given as a dict of keyword arguments ({"input_ids": ..., "attention_mask":
-...}, what a tokenizer returns): the model wrapped in a module whose forward takes exactly
-those keywords, in the dict's order, as positional parameters of the same names. torch.export
+...}, what a tokenizer returns): the model seen through a module whose forward takes exactly
+those keywords, in the dict's order, as positional parameters of the same names (a subclass
+over the model's own attributes, so its weights keep their names). torch.export
 and every --input / --dynamic option then see the names the user wrote, and nothing lands on
 a parameter it was not meant for (GPTBigCode takes past_key_values second)."""
 from __future__ import annotations
@@ -33,15 +34,18 @@ def wrap_keyword_inputs(model, inputs: dict, where: str):
     _check_accepted(model, names, where)
     params = ", ".join(names)
     call = ", ".join(f"{n}={n}" for n in names)
-    scope: dict = {}  # a forward with these very parameters: torch.export names the graph's
-    # inputs after them, and --input / --dynamic / verify read them from its signature
-    exec(f"def forward(self, {params}):\n    return self.model({call})\n", scope)  # noqa: S102
-    cls = type("KeywordInputs", (torch.nn.Module,), {"forward": scope["forward"],
-                                                      "__doc__": __doc__})
-    wrapper = cls()
-    wrapper.model = model
-    object.__setattr__(wrapper, "_aotpack_wrapped", model)  # (not a second submodule)
-    wrapper.train(model.training)
+    # a subclass of the model's own class whose forward takes these very parameters (so
+    # torch.export names the graph's inputs after them, and --input / --dynamic / verify read
+    # them from its signature), over the model's own attributes: its weights keep their names
+    scope: dict = {"_forward": model.forward}  # (bound: an instance's own forward too)
+    source = f"def forward(self, {params}):\n    return _forward({call})\n"
+    exec(source, scope)  # noqa: S102 — names checked above: identifiers, ASCII, no keywords
+    cls = type(type(model).__name__, (type(model),), {"forward": scope["forward"],
+                                                      "__module__": type(model).__module__})
+    wrapper = object.__new__(cls)
+    wrapper.__dict__.update(model.__dict__)  # (the same submodules and weights, not copies)
+    wrapper.__dict__.pop("forward", None)
+    object.__setattr__(wrapper, "_aotpack_wrapped", model)
     return wrapper, tuple(inputs.values())
 
 
