@@ -281,9 +281,8 @@ def _padding_mask(spec: dict, ex) -> bool:
     if "mask" not in spec["name"].lower() or len(spec["shape"]) != 2 or ex is None \
             or ex.dim() != 2 or not ex.numel():
         return False
-    lengths = ex.sum(1, keepdim=True)
-    expected = (torch.arange(ex.shape[1])[None, :] < lengths).to(ex.dtype)
-    return bool((ex[:, 0] == 1).all()) and torch.equal(ex, expected)
+    return bool((ex[:, 0] == 1).all()) and torch.equal(
+        ex, _prefix_ones(ex.sum(1), ex.shape[1], ex.dtype))
 
 
 def _padded_rows(shape, g, dtype):
@@ -294,6 +293,13 @@ def _padded_rows(shape, g, dtype):
     rows, seq = shape
     lengths = torch.randint(1, seq + 1, (rows,), generator=g)
     lengths[0] = seq
+    return _prefix_ones(lengths, seq, dtype)
+
+
+def _prefix_ones(lengths, seq: int, dtype):
+    """[len(lengths), seq]: row b is 1 for its first lengths[b] positions, then 0."""
+    import torch
+
     return (torch.arange(seq)[None, :] < lengths[:, None]).to(dtype)
 
 

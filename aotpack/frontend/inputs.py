@@ -16,9 +16,8 @@ size as a dim an option changed: those follow it (an attention mask beside its t
 """
 from __future__ import annotations
 
-import sys
-
 import re
+import sys
 from dataclasses import dataclass, replace
 
 from aotpack.frontend.dynamic import input_names

@@ -49,6 +49,11 @@ def wrap_keyword_inputs(model, inputs: dict, where: str):
     return wrapper, tuple(inputs.values())
 
 
+def unwrapped(model):
+    """The user's model behind a keyword view (the model itself otherwise)."""
+    return getattr(model, "_aotpack_wrapped", model)
+
+
 def _check_accepted(model, names: list[str], where: str) -> None:
     """Each keyword is a parameter of forward (or forward takes **kwargs)."""
     try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from aotpack.frontend.dynamic import apply_dynamic, parse_steps
 from aotpack.frontend.inputs import _DTYPES, _names, apply_inputs, is_script, parse_input
+from aotpack.frontend.keyword_inputs import unwrapped
 from aotpack.frontend.load import LoadedModel, ModelLoadError
 
 
@@ -51,7 +52,7 @@ def drop_cache_output(loaded: LoadedModel) -> LoadedModel:
     so the cache object (which torch.export cannot even return) would be dead output. Said in
     a note; `--task text-generation` is the build that keeps a cache."""
     transformers = sys.modules.get("transformers")  # loaded by the factory if it made one
-    model = getattr(loaded.model, "_aotpack_wrapped", loaded.model)  # (keyword_inputs.py)
+    model = unwrapped(loaded.model)
     if transformers is None or not isinstance(model, transformers.PreTrainedModel):
         return loaded
     config = model.config

@@ -14,6 +14,7 @@ checking at smaller points that a smaller table is a prefix of the largest one.
 """
 from __future__ import annotations
 
+import operator
 import re
 from typing import Mapping
 
@@ -382,8 +383,7 @@ _INT_ARITHMETIC = {"aten.add.Tensor": "+", "aten.add.Scalar": "+", "aten.sub.Ten
                    "aten.sub.Scalar": "-", "aten.mul.Tensor": "*", "aten.mul.Scalar": "*",
                    "aten.floor_divide.default": "//", "aten.floor_divide.Scalar": "//",
                    "aten.div.Tensor_mode": "//", "aten.div.Scalar_mode": "//"}
-_APPLY = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-          "//": sym.floordiv}
+_APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "//": sym.floordiv}
 _SAME_VALUE = {"aten._to_copy.default", "aten.clone.default", "aten.alias.default",
                "aten.lift_fresh_copy.default", "aten.detach.default"}
 

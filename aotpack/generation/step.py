@@ -53,8 +53,9 @@ class GenerationStep(nn.Module):
         self.vocab_size = _vocab_size(model)
         # an end-of-sequence id outside the vocabulary can never be generated: not a stop id
         # (a config whose vocabulary was shrunk keeps the original eos_token_id)
-        self.eos_ids = [e for e in _eos_ids(model) if 0 <= e < self.vocab_size]
-        self.dropped_eos_ids = [e for e in _eos_ids(model) if e not in self.eos_ids]
+        eos = _eos_ids(model)
+        self.eos_ids = [e for e in eos if 0 <= e < self.vocab_size]
+        self.dropped_eos_ids = [e for e in eos if e not in self.eos_ids]
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor,
                 last_index: torch.Tensor):

@@ -96,7 +96,9 @@ def prepare_generation(loaded: LoadedModel, options: GenerationOptions,
 
     # a factory's dict of inputs wrapped the model (frontend/keyword_inputs.py): the task
     # makes its own inputs, so the model itself is the one to step
-    model = getattr(loaded.model, "_aotpack_wrapped", loaded.model)
+    from aotpack.frontend.keyword_inputs import unwrapped
+
+    model = unwrapped(loaded.model)
     loaded = replace(loaded, model=model)
     if isinstance(model, torch.export.ExportedProgram):
         raise GenerationTaskError("--task text-generation takes the model's module (a factory, "

@@ -70,22 +70,21 @@ def verify_generation(bundle, manifest: dict, model_spec: str, reference: str, s
             tokens = generate(lambda *a: step(*(t.to(device) for t in a)), prompts, new,
                               on_step=lambda k, lg: logits.append(lg.float().cpu()))
             inputs, chosen = prefill_inputs(prompts), []
+            run = f"batch={len(prompts)} prompt={max(map(len, prompts))}"
             for k in range(new):
                 ids, got = bundle_step(*inputs)
                 precise = None
                 if precise_step is not None:
                     precise = precise_step(*(t.to(device) for t in inputs))[1].float().cpu()
-                label = (f"logits @ batch={len(prompts)} prompt={max(map(len, prompts))} "
-                         f"step={k}")
-                checks.append(compare(label, got.float().cpu(), logits[k], tolerance, precise))
+                checks.append(compare(f"logits @ {run} step={k}", got.float().cpu(), logits[k],
+                                      tolerance, precise))
                 chosen.append((ids, got))
                 if k + 1 == new or any(len(t) <= k for t in tokens):
                     break
                 inputs = (torch.tensor([[t[k]] for t in tokens]),
                           torch.tensor([[len(p) + k] for p in prompts]),
                           torch.arange(len(prompts)))
-            checks.append(ids_check(f"next_ids @ batch={len(prompts)} prompt="
-                                    f"{max(map(len, prompts))} steps={len(chosen)}", chosen))
+            checks.append(ids_check(f"next_ids @ {run} steps={len(chosen)}", chosen))
     return VerifyReport(reference, seed, tolerance, checks, list(notes))
 
 

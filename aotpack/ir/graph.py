@@ -171,8 +171,8 @@ class Graph:
             want = infer(n.op, [v.type for v in n.inputs], n.attrs)
         except (TypeError, ValueError) as e:
             raise VerifyError(f"{n}: {e}") from None
-        except SymbolicError as e:  # a size that may be 0 or less somewhere in the dims'
-            where = f", from {n.loc}" if n.loc is not None and n.loc.file else ""  # ranges
+        except SymbolicError as e:  # a size that may be 0 or less within the dims' ranges
+            where = f", from {n.loc}" if n.loc is not None and n.loc.file else ""
             raise SymbolicError(f"{e}: the {n.op.value} of %{n.output.name}{where}; narrow the "
                                 f"dims' ranges to where its sizes stay positive") from None
         got = n.output.type
