@@ -5,11 +5,16 @@
     TRITON_INTERPRET=1 python benchmarks/bench_decode.py --smoke   # CPU check of this script
     python benchmarks/bench_decode.py --fp8 [--w8a8] [--llama1b] [--graph]  # FP8, graphs
     python benchmarks/bench_decode.py --graph --shapes 1,1000,512/32,1000,512  # these shapes
+    python benchmarks/bench_decode.py --rotate --llama8b [--m 8]  # as a model streams weights
 
 --fp8: every problem twice, the bf16 weight and its FP8 copy (a scale per row), so the two
 kernels are side by side (--w8a8: a third time, the activations in e4m3 too); GB/s counts the bytes each reads. --llama1b: Llama-3.2-1B's decode
-GEMMs (M = 1) instead of the default shapes. --graph: CUDA-graph replays are timed (what a
-bundle does; at a few microseconds a GEMM is otherwise mostly Triton's Python launcher).
+GEMMs (M = 1) instead of the default shapes, --llama8b Llama-3-8B's (M = --m, default 1).
+--graph: CUDA-graph replays are timed (what a bundle does; at a few microseconds a GEMM is
+otherwise mostly Triton's Python launcher). --rotate (implies --graph): one graph runs the GEMM
+over R copies of its weight (R x its bytes >= 256 MiB), so no run finds its weight in L2, as in
+a model's step, and each problem also gets the rate of a kernel that only reads its weight's
+bytes, timed the same way (gemm_rotate.read_tbs: the floor any kernel of that size can reach).
 
 A decode GEMM reads its weight once: the floor is N_acc * K * 2 bytes over the copy ceiling
 (4.26 TB/s measured on this H200), so the table reports GB/s of weight bytes and their share of
@@ -54,10 +59,16 @@ FP8 = "--fp8" in sys.argv
 W8A8 = "--w8a8" in sys.argv  # also FP8 activations (--precision fp8)
 # --graph: time CUDA-graph replays (small GEMMs take a few microseconds: Triton's Python
 # launcher alone would otherwise be most of what is measured)
-GRAPH = "--graph" in sys.argv
+ROTATE = "--rotate" in sys.argv
+GRAPH = "--graph" in sys.argv or ROTATE
+ROTATE_BYTES = 256 << 20
 if "--llama1b" in sys.argv:  # qkv, o, down, the LM head; gate+up with its SwiGLU
     SHAPES = [(1, 3072, 2048), (1, 2048, 2048), (1, 2048, 8192), (1, 128256, 2048)]
     SWIGLU_SHAPES = [(1, 16384, 2048)]
+if "--llama8b" in sys.argv:  # the same five at Llama-3-8B's dims
+    _M = int(sys.argv[sys.argv.index("--m") + 1]) if "--m" in sys.argv else 1
+    SHAPES = [(_M, 6144, 4096), (_M, 4096, 4096), (_M, 4096, 14336), (_M, 128256, 4096)]
+    SWIGLU_SHAPES = [(_M, 28672, 4096)]
 if "--shapes" in sys.argv:  # --shapes M,N,K/M,N,K...: these problems instead (no SwiGLU)
     SHAPES = [tuple(int(v) for v in s.split(",")) for s in
               sys.argv[sys.argv.index("--shapes") + 1].split("/")]
@@ -102,8 +113,21 @@ class Problem:
             w = (q.float() * scale[:, None]).to(torch.bfloat16)
         self.w8a8 = w8a8
         self.torch_fn = (lambda: _torch_swiglu(a, w)) if swiglu else (lambda: torch.matmul(a, w.T))
+        if ROTATE:  # cuBLAS over as many bf16 copies as the kernels get (each L2-cold too)
+            count = max(4, -(-ROTATE_BYTES // (N_acc * K * 2)))
+            ws = [w] + [w.clone() for _ in range(count - 1)]
+            one = (lambda x: _torch_swiglu(a, x)) if swiglu else (lambda x: torch.matmul(a, x.T))
+            self.torch_fn = lambda: [one(x) for x in ws]
+            self.torch_runs = count
         acc = a.float() @ w.float().T
         self.expected = _swiglu_f32(acc) if swiglu else acc
+
+    def weight_copies(self) -> list:
+        """Copies of the weight (made once) so that all of them hold >= ROTATE_BYTES."""
+        if not hasattr(self, "_copies"):
+            count = max(4, -(-ROTATE_BYTES // self.weight_bytes()))
+            self._copies = [self.env["b"].clone() for _ in range(count - 1)]
+        return self._copies
 
     def weight_bytes(self) -> int:
         M, N_acc, K = self.shape
@@ -142,7 +166,7 @@ def bench_us(fn) -> float:
 
 def run_config(p: Problem, cfg, sm_count: int, chosen: bool, cublas_us: float) -> dict:
     row = {"shape": list(p.shape), "swiglu": p.swiglu, "fp8": p.fp8, "w8a8": p.w8a8,
-           "config": cfg.as_dict(),
+           "config": cfg.as_dict(), "read_only_tbs": getattr(p, "read_tbs", None),
            "label": label(cfg), "chosen": chosen, "cublas_us": cublas_us}
     try:
         t0 = time.time()
@@ -156,7 +180,12 @@ def run_config(p: Problem, cfg, sm_count: int, chosen: bool, cublas_us: float) -
         # e4m3 activations round by ~2.6 %: checked against the unquantized product loosely
         limit = 6e-2 if p.w8a8 else MAX_REL_ERR
         row["ok"] = row["rel_err"] <= limit and row["unwritten"] == 0
-        us = bench_us(runner)
+        if ROTATE:  # the same launches over other copies of the weight: L2 cold for each run
+            runners = [runner] + [gemm.jit_runner(p.op, dict(p.env, b=w), cfg, sm_count)
+                                  for w in p.weight_copies()]
+            us = bench_us(lambda: [run() for run in runners]) / len(runners)
+        else:
+            us = bench_us(runner)
         row.update(us=us, gbps=p.weight_bytes() / us / 1e3,
                    pct_ceiling=100 * p.weight_bytes() / (us * 1e-6) / COPY_CEILING,
                    speedup_vs_cublas=cublas_us / us)
@@ -212,7 +241,15 @@ def main() -> None:
     kinds = [(False, False)] + [(True, False)] * FP8 + [(True, True)] * W8A8
     problems = [Problem(*s, swiglu=False, fp8=f, w8a8=q) for s in SHAPES for f, q in kinds] + \
         [Problem(*s, swiglu=True, fp8=f, w8a8=q) for s in SWIGLU_SHAPES for f, q in kinds]
-    plans = [(p, configs_for(p), bench_us(p.torch_fn)) for p in problems]
+    plans = [(p, configs_for(p), bench_us(p.torch_fn) / getattr(p, "torch_runs", 1))
+             for p in problems]
+    if ROTATE:  # what a kernel that only reads each weight's bytes reaches, timed the same way
+        from gemm_rotate import read_tbs
+
+        for p in problems:
+            p.read_tbs = read_tbs(torch, p.weight_bytes())
+            print(f"read-only rate at {p.weight_bytes() / 2**20:.0f} MiB: "
+                  f"{p.read_tbs:.2f} TB/s")
     rows = []
     print(HEADER)
     for p, configs, cublas in plans:  # first pass: every chosen config

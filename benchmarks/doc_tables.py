@@ -108,10 +108,11 @@ def _bench(sources, doc: Path) -> str:
 
 
 def _table_of(module: str):
-    """The renderer `module`.table(results, link) of a block's one results file."""
+    """The renderer `module`.table(results, link) of a block's results files, one after the
+    other."""
     def render(sources, doc: Path) -> str:
-        (src,) = sources
-        return importlib.import_module(module).table(_load(src), _rel(src, doc))
+        table = importlib.import_module(module).table
+        return "\n\n".join(table(_load(src), _rel(src, doc)) for src in sources)
     return render
 
 
@@ -147,22 +148,23 @@ def _suite_rows(doc: dict, link: str) -> tuple[list[list[str]], list[str]]:
 
 
 def _generate_rows(doc: dict, link: str) -> list[list[str]]:
+    """One row per model and prompt length: its batches with a peer, joined."""
     titles = {"gptfast": f"gpt-fast: torch.compile {doc['args']['compile_mode']}",
               "eager": "eager"}
-    rows = []
+    points: dict[tuple, list] = {}
     for model, m in doc["models"].items():
         for cell, c in m["cells"].items():
             b, p = (int(x[1:]) for x in cell.split("_"))
             ours = (c.get("aotpack") or {}).get("decode_tok_s")
             peers = [(c[k]["decode_tok_s"], t) for k, t in titles.items()
                      if (c.get(k) or {}).get("decode_tok_s")]
-            if not ours or not peers:
-                continue
-            tok_s, title = max(peers)
-            rows.append([f"{model} decode (batch {b}, prompt {p})", f"{ours:.0f} tok/s", "—",
-                         f"{tok_s:.0f} tok/s ({title})", f"{ours / tok_s:.2f}×",
-                         f"[{doc['date'][:10]}]({link})"])
-    return rows
+            if ours and peers:
+                points.setdefault((model, p), []).append((b, ours, *max(peers)))
+    return [[f"{model} decode (prompt {p}, batch {' / '.join(str(x[0]) for x in pts)})",
+             " / ".join(f"{x[1]:.0f} tok/s" for x in pts), "—",
+             " / ".join(f"{x[2]:.0f} tok/s ({x[3]})" for x in pts),
+             " / ".join(f"{x[1] / x[2]:.2f}×" for x in pts), f"[{doc['date'][:10]}]({link})"]
+            for (model, p), pts in points.items()]
 
 
 def _conv_rows(doc: dict, link: str) -> list[list[str]]:

@@ -112,8 +112,8 @@ def test_summary_table_reads_every_kind_of_results_file():
     assert [r.split(" | ")[0] for r in rows][:2] == ["| mlp-prefill (8x512 tokens, d=4096, "
                                                      "f=16384)", "| mlp-decode (16x1 tokens)"]
     assert not any("resnet50" in r for r in rows)  # a model aotpack did not run is left out
-    gen = next(r for r in rows if r.startswith("| llama32_1b decode (batch 1, prompt 128)"))
-    assert "911 tok/s" in gen and "730 tok/s" in gen and "1.25×" in gen
+    gen = next(r for r in rows if r.startswith("| llama32_1b decode (prompt 128, batch 1 / 8)"))
+    assert "911 tok/s / 6855 tok/s" in gen and "730 tok/s" in gen and "1.25× / 2.68×" in gen
     conv = next(r for r in rows if r.startswith("| resnet18 (224², batch 1 / 32)"))
     assert "0.335 ms / 0.796 ms" in conv and f"/ {0.8376 / 0.7965:.2f}×" in conv
     assert "gpt2 max-autotune (timeout)" in text
