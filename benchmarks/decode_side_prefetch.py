@@ -13,19 +13,23 @@ gate/up 16384x2048 with SwiGLU, down 2048x8192 + reduce), each layer with its ow
 first CAP MiB of GEMM j's weight (cp.async.bulk.prefetch.L2, 4 KiB per thread) on a side
 stream once GEMM j-LEAD has ended: into the idle gaps the DRAM otherwise has.
 """
+from __future__ import annotations
+
 import json
 import os
 import sys
+from pathlib import Path
 
-sys.path.insert(0, os.getcwd())
-import torch
-import triton
-import triton.language as tl
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aotpack.dtypes import DType
-from aotpack.kernels.spec import EpSwiGLU, GemmOp, contiguous
-from aotpack.kernels.triton import gemm
-from aotpack.passes.fuse_swiglu import GROUP
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from aotpack.dtypes import DType  # noqa: E402
+from aotpack.kernels.spec import EpSwiGLU, GemmOp, contiguous  # noqa: E402
+from aotpack.kernels.triton import gemm  # noqa: E402
+from aotpack.passes.fuse_swiglu import GROUP  # noqa: E402
 
 
 @triton.jit
@@ -36,6 +40,8 @@ def now_ns():
 
 @triton.jit
 def spin_kernel(x_ptr, NS: tl.constexpr):
+    """Busy for NS nanoseconds without touching DRAM: the gap a cache write and an attention
+    leave between two GEMMs."""
     t0 = now_ns()
     t = t0
     while t - t0 < NS:
@@ -46,11 +52,15 @@ def spin_kernel(x_ptr, NS: tl.constexpr):
 
 @triton.jit
 def prefetch_kernel(base, nbytes, CHUNK: tl.constexpr, PER_PROG: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * (PER_PROG * CHUNK) + tl.arange(0, PER_PROG).to(tl.int64) * CHUNK
+    """Bytes [0, nbytes) of `base` asked into L2, CHUNK bytes per thread (one bulk prefetch
+    each; threads past the end ask for nothing)."""
+    lane = tl.arange(0, PER_PROG).to(tl.int64)
+    offs = tl.program_id(0).to(tl.int64) * (PER_PROG * CHUNK) + lane * CHUNK
     size = tl.minimum(nbytes - offs, CHUNK).to(tl.int32)
     ptrs = base + tl.minimum(offs, nbytes - 16)
     tl.inline_asm_elementwise(
-        "{ .reg .pred p; setp.gt.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+        "{ .reg .pred p; setp.gt.s32 p, $2, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
         "=r,l,r", [ptrs, size], dtype=tl.int32, is_pure=False, pack=1)
 
 
@@ -73,14 +83,14 @@ def main():
     g = torch.Generator(device="cuda").manual_seed(0)
     shapes = [("qkv", 3072, 2048, False), ("o", 2048, 2048, False),
               ("gate_up", 16384, 2048, True), ("down", 2048, 8192, False)]
-    chain = []  # (name, runner, weight, gap_after)
+    chain = []  # (name, runner, weight, gap after it in ns, config)
     for _ in range(layers):
         for name, n, k, sw in shapes:
             run, w, cfg = gemm_runner(M, n, k, sw, g)
             chain.append((name, run, w, gap_ns if name == "qkv" else 0, cfg))
     sink = torch.zeros(1, device="cuda")
     total_bytes = sum(w.numel() * 2 for _, _, w, _, _ in chain)
-    for run, *_ in [(c[1],) for c in chain]:
+    for _, run, *_ in chain:  # compile every specialisation before capture
         run()
     torch.cuda.synchronize()
     side = torch.cuda.Stream()
