@@ -55,6 +55,9 @@ class Program:
     # output storage name -> the model's source line of the node its op was lowered from (what
     # a build error about that op names; ops made by later fusions keep their output's entry)
     origins: dict = field(default_factory=dict)
+    # weight -> (e4m3 tensor, f32 scale per row): a weight the model computes from FP8 ones
+    # (passes/fp8_sources.py), which passes/quantize.keep_checkpoint_fp8 puts back
+    fp8_sources: dict = field(default_factory=dict)
 
     def origin(self, op) -> str | None:
         """The model's source line `op` was lowered from, found by a storage it writes (its
@@ -81,7 +84,8 @@ class Program:
         return Program(list(self.inputs), list(self.outputs),
                        {k: subs_tree(s, env) for k, s in self.storages.items()},
                        [subs_tree(op, env) for op in self.ops], self.weights, self.summary,
-                       states=list(self.states), generation=self.generation)
+                       states=list(self.states), generation=self.generation,
+                       fp8_sources=self.fp8_sources)
 
     def storage(self, name: str) -> Storage:
         return self.storages[name]

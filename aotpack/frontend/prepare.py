@@ -83,7 +83,8 @@ def _returns_cache(model, transformers) -> bool:
 
 def apply_dtype(loaded: LoadedModel, dtype: str | None) -> LoadedModel:
     """`loaded` with its floating weights and example inputs cast to `dtype` (`--dtype`:
-    bf16 or f16, for a model saved in f32); None: unchanged."""
+    bf16 or f16, for a model saved in f32); None: unchanged. FP8 weights stay FP8 (the model
+    dequantizes them itself; passes/fp8_sources.py keeps them so in the bundle)."""
     if dtype is None:
         return loaded
     import torch
@@ -93,7 +94,10 @@ def apply_dtype(loaded: LoadedModel, dtype: str | None) -> LoadedModel:
         raise ModelLoadError(f"--dtype {dtype!r}: use bf16 or f16")
     inputs = None if loaded.inputs is None else tuple(
         t.to(td) if t.is_floating_point() else t for t in loaded.inputs)
-    return replace(loaded, model=loaded.model.to(td), inputs=inputs)
+    fp8 = {torch.float8_e4m3fn, torch.float8_e5m2}
+    model = loaded.model._apply(  # Module.to(dtype) would widen float8 tensors too
+        lambda t: t.to(td) if t.is_floating_point() and t.dtype not in fp8 else t)
+    return replace(loaded, model=model, inputs=inputs)
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,9 @@ class Constant:
     # the value before it was rounded to `value`'s dtype (a batch norm's scale and shift, in
     # f64): a pass that computes with it (folding into a conv's weights) rounds once, at its end
     exact: Any = None
+    # (e4m3 tensor, f32 scale per row) when the model computes this [.., N, K] weight from an
+    # FP8 one (passes/fp8_sources.py): the bundle keeps those instead (passes/quantize.py)
+    fp8: Any = None
 
 
 @dataclass(frozen=True)
@@ -244,9 +247,9 @@ class GraphBuilder:
         t = infer(op, [v.type for v in inputs], attrs)
         return self.emit(op, inputs, attrs, t.dtype, tuple(t.shape), name, loc)
 
-    def add_constant(self, name: str, tensor, dtype: DType, exact=None) -> Value:
+    def add_constant(self, name: str, tensor, dtype: DType, exact=None, fp8=None) -> Value:
         value = Value(self.fresh(name), dtype, tuple(tensor.shape))
-        self.constants[value.name] = Constant(value, tensor, exact)
+        self.constants[value.name] = Constant(value, tensor, exact, fp8)
         return value
 
     def finish(self) -> Graph:

@@ -78,9 +78,11 @@ def fold_constants(graph: Graph) -> Graph:
     constants, e.g. a cast of a weight or a rotary table computed from a buffer. Layout ops on
     constants stay views (free); meta (shape-only) tensors are never evaluated."""
     from aotpack.ir.interpret import eval_node
+    from aotpack.passes.fp8_sources import parts_of_fold
 
     b = GraphBuilder(graph)
     known = {name: c.tensor for name, c in graph.constants.items() if not c.tensor.is_meta}
+    fp8 = {name: c.fp8 for name, c in graph.constants.items() if c.fp8 is not None}
     for n in graph.nodes:
         ins = [b.get(v) for v in n.inputs]
         if not ins or not all(v.name in known for v in ins) or not is_static(n.output.shape):
@@ -100,8 +102,11 @@ def fold_constants(graph: Graph) -> Graph:
             b.keep(n)
             known[n.output.name] = tensor
             continue
-        value = b.add_constant(n.output.name, tensor.contiguous(), n.output.dtype)
+        parts = parts_of_fold(n, ins, fp8, known)  # a weight the model dequantizes from FP8
+        value = b.add_constant(n.output.name, tensor.contiguous(), n.output.dtype, fp8=parts)
         known[value.name] = tensor
+        if parts is not None:
+            fp8[value.name] = parts
         b.replace(n.output, value)
     return b.finish()
 

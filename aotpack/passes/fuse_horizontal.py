@@ -9,6 +9,7 @@ from __future__ import annotations
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node
 from aotpack.ir.ops import Op
+from aotpack.passes import fp8_sources
 
 
 def fuse_horizontal(graph: Graph) -> Graph:
@@ -64,7 +65,8 @@ def _emit_fused(b: GraphBuilder, group: list[Node]) -> None:
         consts = [b.constants[n.inputs[i].name] for n in group]
         tensor = torch.cat([c.tensor for c in consts], dim=0).contiguous()
         operands.append(b.add_constant(fused_name([c.value.name for c in consts]), tensor,
-                                       consts[0].value.dtype))
+                                       consts[0].value.dtype,
+                                       fp8=fp8_sources.stacked([c.fp8 for c in consts])))
     n_total = operands[0].shape[0]
     shape = tuple(x.shape[:-1]) + (n_total,)
     fused = b.emit(Op.LINEAR, [x] + operands, O.NoAttrs(), x.dtype, shape,

@@ -28,6 +28,7 @@ from aotpack.dtypes import DType
 from aotpack.ir import ops as O
 from aotpack.ir.graph import Graph, GraphBuilder, Node, Value
 from aotpack.ir.ops import Op
+from aotpack.passes import fp8_sources
 from aotpack.passes.canonicalize import dead_code
 from aotpack.passes.fuse_horizontal import fused_name
 
@@ -51,8 +52,8 @@ def fuse_swiglu(graph: Graph) -> Graph:
         if isinstance(m[0], Node):  # (grouped_mm node, its weight's view, wg, wu, name)
             _emit_grouped(b, n, *m)
             continue
-        h, wg, wu, name = m
-        w = b.add_constant(name, _interleave(wg, wu), h.dtype)
+        h, wg, wu, name, fp8 = m
+        w = b.add_constant(name, _interleave(wg, wu), h.dtype, fp8=fp8)
         shape = tuple(h.shape[:-1]) + (w.shape[0],)
         acc = b.emit(Op.LINEAR, [h, w], O.NoAttrs(), h.dtype, shape,
                      w.name.rsplit(".", 1)[0], n.loc)
@@ -82,8 +83,9 @@ def _interleave(wg, wu):
 
 
 def _matches(graph: Graph) -> dict[str, tuple]:
-    """mul output name -> (h, gate weight, up weight, fused weight's name) for every fusible
-    SwiGLU (the weights as tensors)."""
+    """mul output name -> (h, gate weight, up weight, fused weight's name, the fused weight's
+    FP8 parts or None) for every fusible SwiGLU (the weights as tensors); for a grouped GEMM
+    (grouped_mm node, its weight's view, gate, up, name)."""
     producers, users = graph.producers(), graph.users()
     outputs = graph.output_names()
 
@@ -109,8 +111,8 @@ def _matches(graph: Graph) -> dict[str, tuple]:
 
 
 def _pair(graph: Graph, gate: Node, up: Node, mul: Node):
-    """(h, wg, wu) if gate and up are bias-free linears of one h with constant [N, K] weights
-    that fuse (see the module doc), else None."""
+    """(h, wg, wu, name, FP8 parts) if gate and up are bias-free linears of one h with constant
+    [N, K] weights that fuse (see the module doc), else None."""
     if gate.op != Op.LINEAR or up.op != Op.LINEAR or len(gate.inputs) != 2 \
             or len(up.inputs) != 2:
         return None
@@ -124,14 +126,15 @@ def _pair(graph: Graph, gate: Node, up: Node, mul: Node):
     types_kept = gate.output.type == up.output.type == mul.output.type  # no promotion
     if not same or not types_kept or not isinstance(n, int) or n % GROUP:
         return None
-    return (h, graph.constants[wg.name].tensor, graph.constants[wu.name].tensor,
-            fused_name([wg.name, wu.name]))
+    cg, cu = graph.constants[wg.name], graph.constants[wu.name]
+    return (h, cg.tensor, cu.tensor, fused_name([wg.name, wu.name]),
+            fp8_sources.interleaved(cg.fp8, cu.fp8, _interleave))
 
 
 def _halves(graph: Graph, gate: Node, up: Node, mul: Node, producers, users):
-    """(h, wg, wu, name) if gate and up are the first and second half (either way round) of
-    the last dim of one bias-free linear's contiguous output, its weight a constant [2N, K],
-    and the halves are its only users; else None."""
+    """(h, wg, wu, name, FP8 parts) if gate and up are the first and second half (either way
+    round) of the last dim of one bias-free linear's contiguous output, its weight a constant
+    [2N, K], and the halves are its only users; else None."""
     from aotpack.ir.types import contiguous_strides
 
     if gate.op != Op.AS_STRIDED or up.op != Op.AS_STRIDED or gate.inputs != up.inputs:
@@ -165,12 +168,17 @@ def _halves(graph: Graph, gate: Node, up: Node, mul: Node, producers, users):
     if gate.attrs.offset == up.attrs.offset or n2 % 2 or n % GROUP \
             or lin.output.dtype != mul.output.dtype:
         return None
-    t = graph.constants[w.name].tensor
-    first, second = t[..., :n, :], t[..., n:, :]
+    c = graph.constants[w.name]
+    first, second = c.tensor[..., :n, :], c.tensor[..., n:, :]
     wg, wu = (first, second) if gate.attrs.offset == 0 else (second, first)
     base, _, leaf = w.name.rpartition(".")
     name = f"{base}_swiglu.{leaf}" if base else f"{w.name}_swiglu"
-    return (lin, view, wg, wu, name) if lin.op == Op.GROUPED_MM else (h, wg, wu, name)
+    if lin.op == Op.GROUPED_MM:
+        return lin, view, wg, wu, name
+    pg, pu = fp8_sources.rows_of(c.fp8, slice(0, n)), fp8_sources.rows_of(c.fp8, slice(n, None))
+    if gate.attrs.offset != 0:
+        pg, pu = pu, pg
+    return h, wg, wu, name, fp8_sources.interleaved(pg, pu, _interleave)
 
 
 def _expert_weights(graph: Graph, gmm: Node, producers):

@@ -79,6 +79,7 @@ class _Lowering:
         self.args: dict[str, TensorArg] = {}
         self.ops: list = []
         self.weights: dict = {}
+        self.fp8_sources: dict = {}  # weight -> (e4m3, f32 row scales): Program.fp8_sources
         self.preset: dict[str, TensorArg] = {}  # value -> where its producer must write it
         self.value_names = graph.names()
         self.in_place: set[str] = set()  # cat inputs written by their producer into the cat
@@ -211,6 +212,8 @@ class _Lowering:
             self.args[v.name] = contiguous(v.name, v.dtype, tuple(v.shape))
         for name, c in self.g.constants.items():
             self._add_weight(name, c.tensor, c.value)
+            if c.fp8 is not None:
+                self.fp8_sources[name] = c.fp8
         origins = {}
         for n in self.g.nodes:
             first = len(self.ops)
@@ -231,7 +234,9 @@ class _Lowering:
                         if not lower_state.is_state_output(o.name)],
                        self.storages, self.ops, self.weights, self._summary(),
                        list(self.g.meta.get("symbols", [])), dict(self.g.meta.get("example", {})),
-                       states=states, origins=origins)
+                       states=states, origins=origins,
+                       fp8_sources={k: v for k, v in self.fp8_sources.items()
+                                    if k in self.weights})
 
     def _drop_unread_weights(self) -> None:
         """Constants no kernel reads: a matmul's [K, N] weight once its transposed copy was

@@ -42,6 +42,13 @@ class QuantizeReport:
         self.skipped[why] = self.skipped.get(why, 0) + 1
 
     def notes(self) -> list[str]:
+        if self.mode == "model":  # keep_checkpoint_fp8
+            out = [f"{self.quantized} GEMM weights stay FP8 e4m3 as the model holds them (its "
+                   f"scales per row applied to the accumulator); weights "
+                   f"{self.weight_bytes_before / 2**20:.1f} MiB -> "
+                   f"{self.weight_bytes_after / 2**20:.1f} MiB"] if self.quantized else []
+            return out + [f"{n} FP8 weight(s) of the model dequantized at build: {why}"
+                          for why, n in sorted(self.skipped.items())]
         acts = " (activations in e4m3 too, a scale per row)" if self.mode == "fp8" else ""
         out = [f"{self.mode}: {self.quantized} GEMM weights in FP8 e4m3 with a scale per row"
                f"{acts}; "
@@ -81,6 +88,35 @@ def quantize_weights(program, activations: bool = False) -> QuantizeReport:
     return report
 
 
+def keep_checkpoint_fp8(program) -> QuantizeReport | None:
+    """Give each GEMM whose weight the model computes from an FP8 one (Program.fp8_sources,
+    passes/fp8_sources.py) that e4m3 tensor and its scales instead (in place; the
+    --precision fp8-weights kernels); None when the model has no such weight."""
+    if not program.fp8_sources:
+        return None
+    report = QuantizeReport(weight_bytes_before=_weight_bytes(program), mode="model")
+    copies: dict[str, tuple[str, str]] = {}
+    for i, op in enumerate(program.ops):
+        if not isinstance(op, GemmOp) or op.b.storage not in program.fp8_sources:
+            continue
+        why = _why_not(program, op, False)
+        if why is None:
+            names = copies.get(op.b.storage) or _add_copy(program, op.b.storage)
+            copies[op.b.storage] = names
+            program.ops[i] = _quantized_op(program, op, *names)
+            report.quantized += 1
+        else:
+            report.skip(why)
+    others = {t.storage for op in program.ops if not isinstance(op, GemmOp)
+              for t in op_inputs(op)} & set(program.fp8_sources)
+    for _ in others:  # an f32 model's GEMMs (tf32 1x1 convolutions), a lookup table
+        report.skip("read by a kernel that takes no FP8 weight (an f32 model: build with "
+                    "--dtype bf16 to keep them FP8)")
+    _drop_unread(program, copies)
+    report.weight_bytes_after = _weight_bytes(program)
+    return report
+
+
 def _why_not(program, op: GemmOp, activations: bool) -> str | None:
     """None if `op`'s weight can be quantized, else why not (a short reason)."""
     b = op.b
@@ -113,9 +149,13 @@ def _add_copy(program, name: str) -> tuple[str, str]:
     w = program.weights[name]
     storage = program.storages[name]
     rows = w.reshape(-1, w.shape[-1]).float()
-    amax = rows.abs().amax(dim=1)
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    q = (rows / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    if name in program.fp8_sources:  # the checkpoint's own e4m3 values and scales
+        q, scale = program.fp8_sources[name]
+        q, scale = q.reshape(rows.shape), scale.reshape(-1).float()
+    else:
+        amax = rows.abs().amax(dim=1)
+        scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+        q = (rows / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     fp8, scales = name + FP8_SUFFIX, name + SCALE_SUFFIX
     program.storages[fp8] = Storage(fp8, "weight", DType.F8E4M3, storage.shape)
     program.storages[scales] = Storage(scales, "weight", DType.F32, (rows.shape[0],))
