@@ -108,7 +108,7 @@ def keep_checkpoint_fp8(program) -> QuantizeReport | None:
         else:
             report.skip(why)
     others = {t.storage for op in program.ops if not isinstance(op, GemmOp)
-              for t in op_inputs(op)} & set(program.fp8_sources)
+              for t in op_inputs(op)} & set(program.fp8_sources) - set(copies)
     for _ in others:  # an f32 model's GEMMs (tf32 1x1 convolutions), a lookup table
         report.skip("read by a kernel that takes no FP8 weight (an f32 model: build with "
                     "--dtype bf16 to keep them FP8)")
