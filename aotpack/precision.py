@@ -69,13 +69,13 @@ def apply(program, precision: str | None):
 
 
 def _quantize(program, precision: str | None):
-    from aotpack.passes.quantize import PRECISIONS, keep_checkpoint_fp8, quantize_weights
+    if precision in (None, "model"):
+        if getattr(program, "fp8_sources", None):  # FP8 weights the model holds stay FP8
+            from aotpack.passes.quantize import keep_checkpoint_fp8
 
-    if precision in (None, "model"):  # FP8 weights the model holds stay FP8
-        kept = keep_checkpoint_fp8(program)
-        if kept is not None:
-            program.notes += kept.notes()
+            program.notes += keep_checkpoint_fp8(program).notes()
         return None
+    from aotpack.passes.quantize import PRECISIONS, quantize_weights
 
     if precision not in PRECISIONS:
         raise PrecisionError(f"--precision {precision!r}: choose one of {', '.join(PRECISIONS)}")
