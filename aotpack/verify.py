@@ -347,11 +347,12 @@ def _check_weights(manifest: dict, program) -> None:
     """The CPU reference runs the model spec's own weights, so they must be the bundle's
     (sha256 each): another model, or a factory that draws its weights unseeded, would
     otherwise pass against itself."""
-    from aotpack.bundle.writer import _weights
+    from aotpack.bundle.writer import _weights, match_weights
 
-    mine = {r.name: r.sha256 for r in _weights(program)[0]}
+    records = _weights(program)[0]
     theirs = {w["name"]: w["sha256"] for w in manifest["weights"]}
-    if mine != theirs:
+    if match_weights(theirs, records) is None:
+        mine = {r.name: r.sha256 for r in records}
         diff = sorted(n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n))
         raise VerifyError(f"the model spec's weights are not the bundle's ({len(diff)} differ, "
                           f"e.g. {diff[0]!r}): is this the model the bundle was built from, "

@@ -32,8 +32,8 @@ def write_weights(folder: Path) -> float:
     """The folder's external weights from its factory (the dims its manifest declares
     applied); seconds taken. Fails loudly when a weight's sha256 differs from the bundle's."""
     from aotpack.bundle import MANIFEST_KEY
-    from aotpack.bundle.stfile import Entry, atomic_output, read_header, write_safetensors
-    from aotpack.bundle.writer import _weights
+    from aotpack.bundle.stfile import BundleError, atomic_output, read_header, write_safetensors
+    from aotpack.bundle.writer import external_entries
     from aotpack.frontend import to_graph
     from aotpack.passes import compile_graph
     from aotpack.verify import _load
@@ -42,11 +42,10 @@ def write_weights(folder: Path) -> float:
     manifest = json.loads(read_header(folder / "model.aotpack")[1][MANIFEST_KEY])
     loaded = _load((folder / "spec.txt").read_text().strip(), manifest)
     program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
-    records, data = _weights(program)
-    want = {w["name"]: w["sha256"] for w in manifest["weights"]}
-    if want != {r.name: r.sha256 for r in records}:
-        raise SystemExit(f"{folder}: weights differ from the bundle's")
-    entries = [Entry(r.name, r.dtype.safetensors, r.shape, d) for r, d in zip(records, data)]
+    try:
+        entries = external_entries(manifest, program)
+    except BundleError as e:
+        raise SystemExit(f"{folder}: {e}") from None
     with atomic_output(folder / manifest["external_weights"]["file"]) as out:
         write_safetensors(out, entries, {"aotpack.weights_of": "model.aotpack"})
     return time.time() - t0

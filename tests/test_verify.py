@@ -1,6 +1,7 @@
 """aotpack.verify with reference="cpu": a stand-in frontend/fusion pass hands over a Program for a
 small torch model; the real executor runs it with the real kernel references and the result is
 compared with eager PyTorch. A wrong program must fail; a changed model file must warn."""
+import os
 import sys
 import types
 
@@ -237,3 +238,77 @@ def test_upcast_reference_runs_in_float32():
     exact = model.double()(x.double())
     assert ref32.dtype == torch.float32
     assert ((ref32.double() - exact).norm() / exact.norm()).item() < 1e-5
+
+
+def test_weights_match_by_content_when_names_swap():
+    """A re-run of the frontend may name two folded tables the other way round (a model that
+    iterates a Python set: string hashes are salted per process); equal contents still match,
+    each manifest name to the record holding its bytes."""
+    from types import SimpleNamespace as R
+
+    from aotpack.bundle.writer import match_weights
+
+    want = {"w": "s0", "cos_1": "s1", "cos_2": "s2", "twin_a": "s3", "twin_b": "s3"}
+    same = [R(name=n, sha256=s) for n, s in want.items()]
+    assert {n: r.name for n, r in match_weights(want, same).items()} == {n: n for n in want}
+    swapped = [R(name="w", sha256="s0"), R(name="cos_1", sha256="s2"),
+               R(name="cos_2", sha256="s1"), R(name="twin_a", sha256="s3"),
+               R(name="twin_b", sha256="s3")]
+    got = match_weights(want, swapped)
+    assert {n: r.sha256 for n, r in got.items()} == want
+    assert got["cos_1"].name == "cos_2" and got["twin_a"].name == "twin_a"
+    assert match_weights(want, swapped[:-1]) is None
+    assert match_weights(want, swapped[:-1] + [R(name="twin_b", sha256="s9")]) is None
+
+
+_SET_ORDER_MODEL = '''import torch
+
+class M(torch.nn.Module):
+    """Computes a table per kind while iterating a set of strings, as transformers' models
+    with several layer types do (`for t in set(config.layer_types)`): the tables fold into
+    constants named in the order they were traced."""
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+        self.freq = {"local": 1.0, "global": 0.25, "chunked": 0.5}
+
+    def forward(self, x):
+        pos = torch.arange(x.shape[-1], dtype=torch.float32)
+        tables = {k: torch.cos(pos * self.freq[k]) for k in set(self.freq)}
+        return self.lin(x) * tables["local"] + tables["global"] - tables["chunked"]
+
+def make():
+    torch.manual_seed(0)
+    return M().eval(), (torch.randn(4, 6),)
+'''
+
+
+def _set_orders(seeds):
+    import subprocess
+    import sys
+
+    code = "print(list({'local', 'global', 'chunked'}))"
+    return {s: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(s)}).stdout
+            for s in seeds}
+
+
+def test_a_model_iterating_a_set_verifies_in_another_process(tmp_path):
+    """Built in a process whose string hashes order the set one way, verified in one that
+    orders it another: the folded tables carry other names there, the weights still match."""
+    import subprocess
+    import sys
+
+    orders = _set_orders(range(1, 9))
+    a = 1
+    b = next(s for s, o in orders.items() if o != orders[a])
+    (tmp_path / "m.py").write_text(_SET_ORDER_MODEL)
+    env = {**os.environ, "AOTPACK_NO_PROGRESS": "1"}
+    build = subprocess.run([sys.executable, "-m", "aotpack", "build", "m.py:make", "-o", "out",
+                            "--force"], cwd=tmp_path, capture_output=True, text=True,
+                           env={**env, "PYTHONHASHSEED": str(a)})
+    assert build.returncode == 0, build.stderr[-2000:]
+    check = subprocess.run([sys.executable, "-m", "aotpack", "verify", "out"], cwd=tmp_path,
+                           capture_output=True, text=True, env={**env, "PYTHONHASHSEED": str(b)})
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+    assert "passed" in check.stdout

@@ -105,6 +105,44 @@ def _weights(program) -> tuple[list[mf.WeightRecord], list[memoryview]]:
     return records, data
 
 
+def match_weights(want: dict, records) -> dict | None:
+    """{name in `want`: its record} when `records` (a re-run of the frontend and passes) hold
+    exactly the bundle's weights (`want`: name -> sha256 from its manifest), matched by name,
+    or else by content: a model whose code iterates a Python set (transformers' per-layer-type
+    rotary tables: `for t in set(config.layer_types)`) is traced in another order in another
+    process (string hashes are salted per process), so folded tables may swap names. None when
+    the contents differ."""
+    by_name = {r.name: r for r in records}
+    if {n: r.sha256 for n, r in by_name.items()} == want:
+        return {n: by_name[n] for n in want}
+    if sorted(want.values()) != sorted(r.sha256 for r in records):
+        return None
+    by_sha: dict[str, list] = {}
+    for r in records:
+        by_sha.setdefault(r.sha256, []).append(r)
+    out = {}
+    for name, sha in want.items():  # equal contents: same dtype and shape follow
+        same = by_sha[sha]
+        out[name] = next((r for r in same if r.name == name), same[0])
+        same.remove(out[name])
+    return out
+
+
+def external_entries(manifest: dict, program) -> list:
+    """The safetensors entries of a bundle's external weights file, named as its manifest
+    names them, from `program` (the frontend and passes run again, e.g. on the GPU machine:
+    scripts/make-weights); BundleError naming a few weights when they are not the bundle's."""
+    records, data = _weights(program)
+    want = {w["name"]: w["sha256"] for w in manifest["weights"]}
+    matched = match_weights(want, records)
+    if matched is None:
+        got = {r.name: r.sha256 for r in records}
+        diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+        raise BundleError(f"weights differ from the bundle's: {diff[:5]}")
+    raw = {id(r): d for r, d in zip(records, data)}
+    return [Entry(name, r.dtype.safetensors, r.shape, raw[id(r)]) for name, r in matched.items()]
+
+
 def raw_bytes(value) -> memoryview:
     """The raw bytes of a weight: a torch tensor (any dtype, incl. bf16), a numpy array, or
     bytes. No copy for contiguous CPU tensors/arrays."""
