@@ -480,3 +480,63 @@ def test_reduction_with_an_output_cast_is_not_planned_into_a_strided_view():
     b = torch.randn(2, 5, 8, dtype=torch.bfloat16)
     p = check_matches_eager(_CatOfCastSoftmax(), (a, b), 1e-2)
     assert "SoftmaxOp" in kinds(p)
+
+
+# ----------------------------------------------------------------------------- integer rows
+INT_CASES = [  # (kind, x dtype, out dtype, rows, cols): a mask's length, counts, id maxima
+    ("sum", DType.I64, DType.I64, 3, 7), ("sum", DType.BOOL, DType.I64, 5, 1500),
+    ("sum", DType.I32, DType.I64, 40, 77), ("amax", DType.I64, DType.I64, 4, 1030),
+    ("amin", DType.I32, DType.I32, 6, 9), ("amax", DType.BOOL, DType.BOOL, 3, 20),
+]
+
+
+def _int_env(op, seed):
+    gen = torch.Generator().manual_seed(seed)
+    n = _storages(op)["x"][0]
+    if op.x.dtype == DType.BOOL:
+        x = torch.rand(n, generator=gen) > 0.5
+    else:  # values past 2**24, where an f32 accumulation would round
+        x = torch.randint(-(2 ** 30), 2 ** 30, (n,), generator=gen).to(op.x.dtype.to_torch())
+    out = torch.full((_storages(op)["y"][0],), -7, dtype=torch.int64).to(op.out.dtype.to_torch())
+    return {"x": x, "y": out}
+
+
+def test_integer_and_bool_rows_reduce_exactly_in_int64():
+    """sum / amax / amin of integer or bool rows (ESM's `attention_mask.sum(-1)`): int64
+    accumulation, exact where f32 would round (values past 2**24), interpreted like the GPU,
+    against torch; and each compiles for sm_90a."""
+    from aotpack.kernels import compile as compile_op
+
+    jobs, refs = [], []
+    for i, (kind, xd, od, rows, cols) in enumerate(INT_CASES):
+        op = ReduceOp(kind, rows_view("x", xd, rows, cols, cols + 3, offset=2),
+                      TensorArg("y", od, (rows,), (2,), 1))
+        env = _int_env(op, 3000 + i)
+        x = view(env, op.x).long()
+        refs.append({"sum": x.sum(-1), "amax": x.amax(-1), "amin": x.amin(-1)}[kind])
+        jobs.append((op, env, None))
+        (launch,) = compile_op(op)
+        assert launch.kernel.entry.startswith("reduce_int_kernel") and launch.kernel.cubin
+    run_interpreted_batch(jobs)
+    for (op, env, _), ref in zip(jobs, refs):
+        got = view(env, op.out).long()
+        assert torch.equal(got, ref.to(op.out.dtype.to_torch()).long()), op
+
+
+def test_a_mask_length_lowers_to_an_int64_reduction():
+    import torch.nn as nn
+
+    class Lengths(nn.Module):
+        def forward(self, h, mask):
+            return h.sum(1) / mask.sum(-1, keepdim=True), mask.sum(-1), (mask > 0).sum(-1)
+
+    from aotpack.executor import run_reference as run_program
+
+    h, mask = torch.randn(3, 5, 8), torch.tensor([[1] * 5, [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
+    program = compile_graph(to_graph(Lengths(), (h, mask)))
+    ints = [op for op in program.ops if isinstance(op, ReduceOp) and not op.x.dtype.is_float]
+    assert ints and all(op.kind == "sum" for op in ints)
+    got, want = run_program(program, [h, mask]), Lengths()(h, mask)
+    torch.testing.assert_close(got[0], want[0])
+    for g, w in zip(got[1:], want[1:]):
+        assert g.dtype == w.dtype == torch.int64 and torch.equal(g, w)

@@ -254,8 +254,9 @@ REDUCE_KINDS = ("sum", "mean", "amax", "amin", "argmax")  # argmax: int64, first
 
 @dataclass(frozen=True)
 class ReduceOp:
-    """out[R] = kind(x[R, C], -1) for kind in REDUCE_KINDS, accumulated in f32, cast to
-    out.dtype. x is a 2-D view, out a 1-D view (keepdim is only the IR value's shape)."""
+    """out[R] = kind(x[R, C], -1) for kind in REDUCE_KINDS, accumulated in f32 (integer and
+    bool x: sum, amax, amin in int64), cast to out.dtype. x is a 2-D view, out a 1-D view
+    (keepdim is only the IR value's shape)."""
 
     kind: str
     x: TensorArg

@@ -238,8 +238,10 @@ def lower_softmax(lw, n: Node) -> None:
 
 
 def lower_reduce(lw, n: Node) -> None:
-    if n.op != Op.ARGMAX:  # argmax of ids or of 0/1 flags (CLIP's end token): f32 is exact
-        _require_float(lw, n)  # below 2**24
+    # argmax of ids or of 0/1 flags (CLIP's end token): f32 is exact below 2**24; sum, amax
+    # and amin of integers or bools (a mask's length: ESM) accumulate in int64
+    if n.op not in (Op.ARGMAX, Op.SUM, Op.AMAX, Op.AMIN):
+        _require_float(lw, n)
     shape = list(n.inputs[0].shape)
     rank = len(shape)
     dims = tuple(sorted(d % rank for d in n.attrs.dims)) if rank else ()

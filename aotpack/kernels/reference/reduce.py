@@ -1,4 +1,5 @@
-"""Torch reference of ReduceOp (f32 accumulation over the last dim of a 2-D view)."""
+"""Torch reference of ReduceOp (f32 accumulation over the last dim of a 2-D view; integer and
+bool rows in int64)."""
 from __future__ import annotations
 
 from aotpack.kernels.reference import view, write
@@ -6,7 +7,8 @@ from aotpack.kernels.spec import ReduceOp
 
 
 def reference(op: ReduceOp, env) -> None:
-    x = view(env, op.x).float()
+    x = view(env, op.x)
+    x = x.float() if x.is_floating_point() or op.kind in ("mean", "argmax") else x.long()
     if op.kind == "sum":
         y = x.sum(-1)
     elif op.kind == "mean":

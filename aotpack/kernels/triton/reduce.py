@@ -1,4 +1,5 @@
-"""sum / mean / amax / amin over the last dim of a 2-D view [R, C] -> out[R], f32 accumulation.
+"""sum / mean / amax / amin over the last dim of a 2-D view [R, C] -> out[R], f32 accumulation
+(integer and bool rows: sum / amax / amin in int64, reduce_int_kernel).
 
 Whole rows in registers (C <= 16384, several short rows per program) or, for longer rows, a
 loop over 4096-column chunks into per-lane f32 accumulators combined once at the end (argmax:
@@ -97,6 +98,55 @@ def reduce_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_
 
 
 @triton.jit
+def reduce_int_kernel(x_ptr, out_ptr, x_stride_r, x_stride_c, out_stride, n_rows, n_cols,
+                      BLOCK_C: tl.constexpr, ROWS: tl.constexpr, KIND: tl.constexpr):
+    """sum / amax / amin of integer or bool rows in int64 (a mask's count of ones, a length):
+    exact at any size, unlike the f32 path."""
+    rows, row_mask = row_block(n_rows, ROWS)
+    cols = tl.arange(0, BLOCK_C)
+    x_row = x_ptr + rows[:, None] * x_stride_r
+    if KIND == 2:
+        fill = -9223372036854775807 - 1
+    elif KIND == 3:
+        fill = 9223372036854775807
+    else:
+        fill = 0
+    acc = tl.full([ROWS, BLOCK_C], fill, dtype=tl.int64)
+    for start in range(0, n_cols, BLOCK_C):
+        c = start + cols
+        mask = row_mask[:, None] & (c[None, :] < n_cols)
+        x = tl.load(x_row + c[None, :] * x_stride_c, mask=mask, other=0).to(tl.int64)
+        acc = _combine(acc, tl.where(mask, x, fill), KIND)
+    if KIND == 2:
+        r = tl.max(acc, 1)
+    elif KIND == 3:
+        r = tl.min(acc, 1)
+    else:
+        r = tl.sum(acc, 1)
+    tl.store(out_ptr + rows * out_stride, r.to(out_ptr.dtype.element_ty), mask=row_mask)
+
+
+_INT_KINDS = ("sum", "amax", "amin")  # of integer / bool rows (reduce_int_kernel)
+
+
+def _int_plan(op: ReduceOp, rows, cols) -> KernelPlan:
+    if op.kind not in _INT_KINDS:
+        raise ValueError(f"reduce: {op.kind} of {op.x.dtype.value} rows (integers take "
+                         f"{', '.join(_INT_KINDS)})")
+    block_c = min(1024, rw.next_pow2(max(1, upper_bound(cols))))
+    rows_per = max(1, min(16, 1024 // block_c))
+    args = {
+        "x_ptr": Ptr(op.x), "out_ptr": Ptr(op.out), **rw.view_args("x", op.x),
+        "out_stride": int_arg(op.out.strides[0]), "n_rows": int_arg(rows),
+        "n_cols": int_arg(cols), "BLOCK_C": Const(block_c), "ROWS": Const(rows_per),
+        "KIND": Const(_KIND_CODE[op.kind]),
+    }
+    return KernelPlan(reduce_int_kernel, args, (cdiv(rows, rows_per), 1, 1), 4, 1,
+                      (op.kind, "int64"), {"kind": op.kind, "BLOCK_C": block_c,
+                                           "ROWS": rows_per, "int64": True})
+
+
+@triton.jit
 def argmax_parts_kernel(x_ptr, out_ptr, val_ptr, idx_ptr, cnt_ptr, x_stride_r, x_stride_c,
                         out_stride, n_cols, BLOCK_C: tl.constexpr, PARTS: tl.constexpr,
                         PART: tl.constexpr):
@@ -152,6 +202,8 @@ def plan(op: ReduceOp, config: dict | None = None) -> KernelPlan:
     rows, cols = rw.check_2d("reduce x", op.x)
     if op.out.shape != (rows,):
         raise ValueError(f"reduce: out must be a [{rows}] vector, got {op.out.shape}")
+    if not op.x.dtype.is_float and op.kind != "argmax":  # argmax of ids: f32 is exact < 2**24
+        return _int_plan(op, rows, cols)
     if op.kind == "argmax" and upper_bound(cols) > rw.MAX_COLS and \
             (config or {}).get("PARTS", 0) != 1:
         return _argmax_parts_plan(op, rows, cols, config)
