@@ -111,9 +111,17 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
     checks = []
     for k, point in enumerate(points or [None]):
         signature = _signature_at(b.manifest["inputs"], point)
-        inputs = random_inputs(signature, examples, seed + k)
-        outs, refs = run(inputs)
         label = "" if point is None else " @ " + _shapes_label(b.manifest["inputs"], signature)
+        inputs = random_inputs(signature, examples, seed + k)
+        try:
+            outs, refs = run(inputs)
+        except Exception as e:  # the model's own code refusing values drawn at random
+            inputs = _examples_at(signature, examples)
+            if inputs is None:
+                raise VerifyError(_refused(e, label) + "; its example inputs have other "
+                                  "shapes: verify at their shapes (--shape)") from e
+            outs, refs = run(inputs)  # a failure here is not about the values: raised
+            notes.append(_refused(e, label) + "; compared on the example inputs instead")
         checks += _checks(b.manifest["outputs"], outs, refs, model, inputs, tolerance, label)
         notes += _vacuous(b.manifest["outputs"], refs, label, notes, tolerance)
     against = "onnxruntime" if getattr(loaded, "kind", "") == "onnx" else "eager PyTorch"
@@ -270,6 +278,22 @@ def random_inputs(signature: list[dict], examples, seed: int) -> list:
                 continue
             out.append(torch.randint(lo, hi + 1, shape, generator=g, dtype=td))
     return out
+
+
+def _examples_at(signature: list[dict], examples):
+    """The example inputs, when they fit `signature` (shapes and dtypes), else None."""
+    if examples is None or len(examples) != len(signature):
+        return None
+    fits = all(tuple(t.shape) == tuple(s["shape"]) and DType.from_torch(t.dtype).value ==
+               s["dtype"] for t, s in zip(examples, signature))
+    return list(examples) if fits else None
+
+
+def _refused(e: Exception, label: str) -> str:
+    text = " ".join(str(e).split())[:300]
+    return (f"the model failed on the random inputs verify draws{label} (integers uniform in "
+            f"each example input's range; the model may need related values, e.g. boxes with "
+            f"x1 >= x0): {type(e).__name__}: {text}")
 
 
 def _padding_mask(spec: dict, ex) -> bool:

@@ -312,3 +312,36 @@ def test_a_model_iterating_a_set_verifies_in_another_process(tmp_path):
                            capture_output=True, text=True, env={**env, "PYTHONHASHSEED": str(b)})
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
     assert "passed" in check.stdout
+
+
+_RELATED_INTS_MODEL = '''import torch
+
+class Boxes(torch.nn.Module):
+    """Embeds each box's height (y1 - y0, as LayoutLM does): an index only for y1 >= y0."""
+    def __init__(self):
+        super().__init__()
+        self.height = torch.nn.Embedding(16, 8)
+
+    def forward(self, boxes):
+        return self.height(boxes[..., 1] - boxes[..., 0])
+
+def make():
+    torch.manual_seed(0)
+    y0 = torch.randint(0, 8, (2, 5))
+    return Boxes().eval(), (torch.stack([y0, y0 + torch.randint(0, 8, (2, 5))], -1),)
+'''
+
+
+def test_a_model_refusing_random_inputs_is_compared_on_its_examples(tmp_path):
+    """Integers drawn uniformly in the example's range break relations the model relies on
+    (a box's y1 >= y0): the model raises; verify says so and compares on the example
+    inputs instead of ending in the model's traceback."""
+    import aotpack
+
+    (tmp_path / "m.py").write_text(_RELATED_INTS_MODEL)
+    aotpack.build(f"{tmp_path / 'm.py'}:make", tmp_path / "out", force=True, progress=False)
+    report = verify(tmp_path / "out" / "model.aotpack", f"{tmp_path / 'm.py'}:make",
+                    reference="cpu")
+    assert report.passed
+    assert any("failed on the random inputs" in n and "IndexError" in n and
+               "example inputs instead" in n for n in report.warnings)
