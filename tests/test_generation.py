@@ -191,6 +191,16 @@ def test_a_module_without_the_convention_is_refused():
         _program(torch.nn.Linear(4, 4))
 
 
+def test_a_state_space_model_is_refused_with_the_forward_as_remedy():
+    """Mamba's config has layers but no attention heads: one message, not an AttributeError
+    from deep inside (found by a new-user trial)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MambaConfig(vocab_size=64, hidden_size=32, state_size=4,
+                                   num_hidden_layers=1, expand=2, conv_kernel=4)
+    with pytest.raises(GenerationModelError, match="no num_attention_heads.*without --task"):
+        _program(transformers.MambaForCausalLM(cfg).eval())
+
+
 def test_task_options():
     assert parse_task(None, None, None) is None
     assert parse_task("text-generation", 4096, 8) == GenerationOptions(4096, 8)

@@ -215,7 +215,14 @@ def _config(model):
 def _cache_shape(model) -> CacheShape:
     config = _config(model)
     if config is not None and hasattr(config, "num_hidden_layers"):
-        heads = config.num_attention_heads
+        heads = getattr(config, "num_attention_heads", None)
+        if not isinstance(heads, int) or heads < 1:  # Mamba, RWKV: a recurrent state
+            raise GenerationModelError(
+                f"{type(model).__name__}: --task text-generation builds a KV cache for "
+                f"attention layers, and this model has none (its config has no "
+                f"num_attention_heads: state-space or recurrent layers keep another state, "
+                f"which the generation task does not build yet). Build its forward without "
+                f"--task: the bundle computes the logits of whole sequences")
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
         kv = getattr(config, "num_key_value_heads", None) or heads
         return CacheShape(config.num_hidden_layers, kv, head_dim)
