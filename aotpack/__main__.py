@@ -1,5 +1,5 @@
 """`python -m aotpack ...`: the `aotpack` command without its console script (on a machine
 where the package is on PYTHONPATH but not installed, like the GPU machine)."""
-from aotpack.cli.main import app
+from aotpack.cli.entry import main
 
-app(prog_name="aotpack")
+main()

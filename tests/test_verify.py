@@ -345,3 +345,23 @@ def test_a_model_refusing_random_inputs_is_compared_on_its_examples(tmp_path):
     assert report.passed
     assert any("failed on the random inputs" in n and "IndexError" in n and
                "example inputs instead" in n for n in report.warnings)
+
+
+def test_builds_of_a_model_iterating_a_set_are_byte_identical(tmp_path):
+    """`aotpack build` fixes PYTHONHASHSEED (cli/entry.py) unless the caller set it, so two
+    builds of a model whose trace order depends on string hashes give the same bytes."""
+    import hashlib
+    import subprocess
+    import sys
+
+    (tmp_path / "m.py").write_text(_SET_ORDER_MODEL)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    digests = []
+    for _ in range(2):
+        run = subprocess.run([sys.executable, "-m", "aotpack", "build", "m.py:make", "-o",
+                              "out", "--force", "--no-progress"], cwd=tmp_path,
+                             capture_output=True, text=True, env=env)
+        assert run.returncode == 0, run.stderr[-2000:]
+        digests.append(hashlib.sha256((tmp_path / "out" / "model.aotpack").read_bytes())
+                       .hexdigest())
+    assert digests[0] == digests[1]

@@ -1,1 +1,2 @@
-"""The `aotpack` command line; the app is `aotpack.cli.main:app`."""
+"""The `aotpack` command line; the app is `aotpack.cli.main:app`, entered through
+`aotpack.cli.entry:main`."""
