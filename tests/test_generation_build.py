@@ -87,3 +87,49 @@ def test_verify_checks_next_ids_against_the_step_logits():
     assert ids_check("ids", [(torch.tensor([1, 1]), logits)]).ok  # row 1 is a tie
     bad = ids_check("ids", [(torch.tensor([1, 0]), logits), (torch.tensor([2, 0]), logits)])
     assert not bad.ok and bad.max_abs_error == 1 and bad.rel_error == 0.5
+
+
+def _generation_program(model):
+    from aotpack.generation.task import GenerationOptions
+    from aotpack.shared_steps import _load_generation
+    from aotpack.frontend.load import LoadedModel
+    import aotpack.generation.task as task
+
+    loaded = LoadedModel(model, None)
+    orig = task.load_for_generation
+    task.load_for_generation = lambda spec: loaded
+    try:
+        return _load_generation("unused", (), (), None, GenerationOptions(32, 2))
+    finally:
+        task.load_for_generation = orig
+
+
+def test_a_hybrid_recurrent_model_is_refused_with_the_reason():
+    """LFM2's short-convolution layers (Jamba, Falcon-H1, Qwen3-Next alike) keep a recurrent
+    state the generation task does not build: said so, with the forward as remedy."""
+    import pytest
+
+    from aotpack.generation.task import GenerationTaskError
+
+    cfg = T.Lfm2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                       layer_types=["conv", "full_attention"])
+    with pytest.raises(GenerationTaskError, match="recurrent state.*without --task"):
+        _generation_program(T.Lfm2ForCausalLM(cfg).eval())
+
+
+def test_llama4s_decoder_is_found_and_its_complex_rotary_named():
+    """transformers 5.x's Llama4ForCausalLM.get_decoder() is the causal LM itself: the step
+    takes its .model; the build then stops at the complex-number rotary (torch.polar) with
+    the real-valued form as the remedy, not at 'no attribute last_hidden_state'."""
+    import pytest
+
+    from aotpack.errors import UserError
+
+    cfg = T.Llama4TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                             intermediate_size_mlp=64, num_hidden_layers=1,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                             num_local_experts=2, num_experts_per_tok=1,
+                             max_position_embeddings=64)
+    with pytest.raises(UserError, match="(?s)complex numbers.*real cos/sin"):
+        _generation_program(T.Llama4ForCausalLM(cfg).eval())

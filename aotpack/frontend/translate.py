@@ -353,6 +353,11 @@ class _Translator:
                 raise self._error(f"operator {n.args[1]} (an op with a side effect: an error "
                                   f"check, a print) is not supported; the bundle cannot run "
                                   f"host code between kernels")
+            if str(n.target).split(".")[1:2] in (["polar"], ["view_as_complex"], ["complex"]):
+                raise self._error(f"operator {n.target} is not supported: complex numbers are "
+                                  f"not (a rotary embedding written as a complex product, "
+                                  f"freqs_cis)", "Write the rotation with real cos/sin tables "
+                                  "(rotate-half or interleaved pairs, as Llama and GPT-J do)")
             raise self._error(f"operator {n.target} is not supported")
         missing = uncomputed_operand(n, self.env)
         if missing is not None:

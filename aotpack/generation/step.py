@@ -98,6 +98,8 @@ class GenerationStep(nn.Module):
     def _hf_hidden(self, input_ids, positions, view):
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else \
             self.model.model
+        if decoder is self.model and hasattr(self.model, "model"):  # Llama-4 in transformers
+            decoder = self.model.model  # 5.x: get_decoder() is the causal LM itself
         mask = self._hf_mask(view)
         with _alibi_of_cache_slots(decoder, mask):
             out = decoder(input_ids=input_ids, position_ids=positions, attention_mask=mask,

@@ -147,6 +147,13 @@ def check_step(step, inputs) -> None:
         try:
             _, logits = step(*inputs)
         except Exception as e:  # the family's code does not take what the step passes
+            if _recurrent_state(e, step.model):
+                raise GenerationTaskError(
+                    f"{type(step.model).__name__}: some of its layers keep a recurrent state "
+                    f"(state-space, short-convolution or linear-attention layers: "
+                    f"{type(e).__name__}: {str(e).strip()[:120]}), and the generation task "
+                    f"builds KV caches for attention layers only; build the forward without "
+                    f"--task (the logits of whole sequences)") from e
             raise GenerationTaskError(
                 f"{type(step.model).__name__}: the model's forward failed inside the "
                 f"generation step ({type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
@@ -168,6 +175,19 @@ def check_step(step, inputs) -> None:
                     f"reproduce yet (docs/generation.md); please report it")
         for buf in step.cache.buffers():
             buf.zero_()
+
+
+_RECURRENT_CACHE = ("has_previous_state", "conv_states", "ssm_states", "recurrent_states",
+                    "conv_cache", "mamba")  # what hybrid models ask their cache for
+
+
+def _recurrent_state(e: Exception, model) -> bool:
+    """Whether the model's forward failed asking the cache for a recurrent state (Jamba,
+    LFM2, Falcon-H1, Qwen3-Next), or its config names such layers."""
+    kinds = getattr(getattr(model, "config", None), "layer_types", None) or ()
+    asked = isinstance(e, AttributeError) and any(k in str(e) for k in _RECURRENT_CACHE)
+    named = any(k in str(kind).lower() for kind in kinds for k in ("mamba", "conv", "linear"))
+    return asked or named
 
 
 def _use_sdpa(model) -> None:
