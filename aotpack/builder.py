@@ -249,7 +249,7 @@ def build(spec: str, out, *, arch: str = "sm90", external_weights: bool = False,
     """`tuning_db`: compile measured winners from this database (docs/tuning.md).
     `dynamic`: `--dynamic NAME.DIM=[LABEL:]LO..HI` options (dims that vary at run time).
     `inputs`: `--input NAME=SHAPE[:DTYPE]` options (example inputs; a model.pt needs them).
-    `dtype`: cast the model's floating weights and inputs first (bf16 or f16; recorded in the
+    `dtype`: cast the model's floating weights and inputs first (bf16, f16 or f32; recorded in the
     bundle's provenance, so that verify casts the model the same way).
     `tune` (fast|full): first tune on this machine's GPU and add the results to `tuning_db`
     (or to `<out>.tuning.json` beside the output folder when none is given).

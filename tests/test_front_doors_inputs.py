@@ -206,3 +206,19 @@ def test_a_size_that_reaches_zero_names_its_line(tmp_path):
     (tmp_path / "m.py").write_text(SIZE_SRC.replace("{expr}", "(t - 2)"))
     with pytest.raises(SymbolicError, match=r"from .*m.py:9: .*narrow the dims' ranges"):
         load_program(f"{tmp_path / 'm.py'}:make", inputs=["x=2xS:2..63x16"])
+
+
+def test_dtype_f32_builds_a_half_precision_model_in_float32():
+    """`--dtype f32` (a new-user trial asked for it): a bf16 model's weights and inputs in
+    float32; other dtypes are refused with the three choices."""
+    import torch
+
+    from aotpack.frontend.load import LoadedModel, ModelLoadError
+    from aotpack.frontend.prepare import apply_dtype
+
+    model = torch.nn.Linear(4, 3).to(torch.bfloat16)
+    loaded = apply_dtype(LoadedModel(model, (torch.randn(2, 4).to(torch.bfloat16),)), "f32")
+    assert loaded.model.weight.dtype == torch.float32
+    assert loaded.inputs[0].dtype == torch.float32
+    with pytest.raises(ModelLoadError, match="bf16, f16 or f32"):
+        apply_dtype(LoadedModel(model, None), "f64")

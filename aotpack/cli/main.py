@@ -55,6 +55,7 @@ class TuneLevel(str, enum.Enum):
 class CastDType(str, enum.Enum):
     bf16 = "bf16"
     f16 = "f16"
+    f32 = "f32"  # a model saved in bf16/f16, built in float32 (tf32 tensor cores)
 
 
 class HostPlatform(str, enum.Enum):
@@ -110,9 +111,9 @@ INPUT_HELP = ("an example input, repeatable: NAME=SHAPE[:DTYPE], dims joined by 
               "(attention_mask=batch,seq). Needed for a model.pt; for other models it replaces "
               "that input's example.")
 BUNDLE_HELP = "a model.aotpack file, or the folder `aotpack build` wrote"
-DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first: the fast "
-              "path (without it an f32 model builds as it is, its linears and convolutions "
-              "on tf32 tensor cores)")
+DTYPE_HELP = ("cast the model's floating weights and inputs to this dtype first: bf16/f16 "
+              "is the fast path (without it an f32 model builds as it is, its linears and "
+              "convolutions on tf32 tensor cores); f32 builds a bf16/f16 model in float32")
 DYNAMIC_HELP = ("a dim that varies at run time, repeatable: NAME.DIM=LO..HI "
                 "(input_ids.1=1..4096) or NAME.DIM=LABEL:LO..HI to name it (input_ids.0=batch:1..64)"
                 "; NAME.DIM=LABEL:LO..HI:STEP for the multiples of STEP only (x.2=H:64..512:32: "

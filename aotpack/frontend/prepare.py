@@ -83,15 +83,16 @@ def _returns_cache(model, transformers) -> bool:
 
 def apply_dtype(loaded: LoadedModel, dtype: str | None) -> LoadedModel:
     """`loaded` with its floating weights and example inputs cast to `dtype` (`--dtype`:
-    bf16 or f16, for a model saved in f32); None: unchanged. FP8 weights stay FP8 (the model
-    dequantizes them itself; passes/fp8_sources.py keeps them so in the bundle)."""
+    bf16 or f16 for a model saved in f32, f32 for one saved in bf16/f16); None: unchanged.
+    FP8 weights stay FP8 (the model dequantizes them itself; passes/fp8_sources.py keeps them
+    so in the bundle)."""
     if dtype is None:
         return loaded
     import torch
 
     td = getattr(torch, _DTYPES.get(dtype.lower(), "none"), None)
-    if td is None or not td.is_floating_point:
-        raise ModelLoadError(f"--dtype {dtype!r}: use bf16 or f16")
+    if td not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ModelLoadError(f"--dtype {dtype!r}: use bf16, f16 or f32")
     inputs = None if loaded.inputs is None else tuple(
         t.to(td) if t.is_floating_point() else t for t in loaded.inputs)
     fp8 = {torch.float8_e4m3fn, torch.float8_e5m2}

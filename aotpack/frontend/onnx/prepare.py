@@ -24,8 +24,8 @@ def prepare_onnx(loaded: LoadedModel, *, inputs=(), dtype: str | None = None,
         import torch
 
         td = getattr(torch, _DTYPES.get(dtype.lower(), "none"), None)
-        if td is None or not td.is_floating_point:
-            raise ModelLoadError(f"--dtype {dtype!r}: use bf16 or f16")
+        if td not in (torch.bfloat16, torch.float16, torch.float32):
+            raise ModelLoadError(f"--dtype {dtype!r}: use bf16, f16 or f32")
         model = model.to(td)
     shapes = resolve(model, inputs, dynamic)
     dtypes = {o.name: o.dtype for o in (parse_input(t) for t in inputs) if o.dtype}
