@@ -115,12 +115,16 @@ def verify(bundle, model_spec: str, *, reference: str | None = None, seed: int =
         inputs = random_inputs(signature, examples, seed + k)
         try:
             outs, refs = run(inputs)
-        except Exception as e:  # the model's own code refusing values drawn at random
+        except _ModelRefused as refusal:  # the model's own code refusing values drawn at random
+            e = refusal.__cause__
             inputs = _examples_at(signature, examples)
             if inputs is None:
                 raise VerifyError(_refused(e, label) + "; its example inputs have other "
                                   "shapes: verify at their shapes (--shape)") from e
-            outs, refs = run(inputs)  # a failure here is not about the values: raised
+            try:
+                outs, refs = run(inputs)
+            except _ModelRefused as again:  # not about the values: the model fails anyway
+                raise again.__cause__ from None
             notes.append(_refused(e, label) + "; compared on the example inputs instead")
         checks += _checks(b.manifest["outputs"], outs, refs, model, inputs, tolerance, label)
         notes += _vacuous(b.manifest["outputs"], refs, label, notes, tolerance)
@@ -280,6 +284,18 @@ def random_inputs(signature: list[dict], examples, seed: int) -> list:
     return out
 
 
+class _ModelRefused(Exception):
+    """The eager model raised on these inputs (its cause): the reference, not the bundle."""
+
+
+def _eager_or_refused(model, inputs: list) -> list:
+    """_eager, its failure marked as the model's (the bundle's own failures stay errors)."""
+    try:
+        return _eager(model, inputs)
+    except Exception as e:
+        raise _ModelRefused() from e
+
+
 def _examples_at(signature: list[dict], examples):
     """The example inputs, when they fit `signature` (shapes and dtypes), else None."""
     if examples is None or len(examples) != len(signature):
@@ -363,11 +379,34 @@ def _cpu_runner(manifest: dict, loaded):
     program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
     precision.apply(program, precision.mode(manifest))  # the plan the bundle was built from
     _check_signature(manifest, program)
-    _check_weights(manifest, program)
-    return lambda inputs: (run_reference(program, inputs), _eager(loaded.model, inputs))
+    _check_weights(manifest, program, loaded.model)
+
+    def run(inputs):
+        refs = _eager_or_refused(loaded.model, inputs)  # first: a refusal is the model's
+        return run_reference(program, inputs), refs
+
+    return run
 
 
-def _check_weights(manifest: dict, program) -> None:
+def _own_weight_names(model) -> set:
+    """The names of the model's own parameters and buffers (a torch module, an exported
+    program, or an ONNX model's initializers): renamed by content never."""
+    names = set()
+    for attr in ("named_parameters", "named_buffers"):
+        try:
+            names |= {n for n, _ in getattr(model, attr)()}
+        except Exception:  # noqa: BLE001 - not a module (an exported program, ONNX)
+            pass
+    for attr in ("state_dict", "initializers"):
+        table = getattr(model, attr, None)
+        try:
+            names |= set((table() if callable(table) else table or {}).keys())
+        except Exception:  # noqa: BLE001 - no such table here
+            pass
+    return names
+
+
+def _check_weights(manifest: dict, program, model=None) -> None:
     """The CPU reference runs the model spec's own weights, so they must be the bundle's
     (sha256 each): another model, or a factory that draws its weights unseeded, would
     otherwise pass against itself."""
@@ -375,7 +414,7 @@ def _check_weights(manifest: dict, program) -> None:
 
     records = _weights(program)[0]
     theirs = {w["name"]: w["sha256"] for w in manifest["weights"]}
-    if match_weights(theirs, records) is None:
+    if match_weights(manifest["weights"], records, _own_weight_names(model)) is None:
         mine = {r.name: r.sha256 for r in records}
         diff = sorted(n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n))
         raise VerifyError(f"the model spec's weights are not the bundle's ({len(diff)} differ, "
@@ -429,8 +468,8 @@ def _gpu_runner(bundle: Path, weights_path, model):
 
     def run(inputs):
         cuda_inputs = [t.cuda() for t in inputs]
+        refs = _eager_or_refused(module, cuda_inputs)  # first: a refusal is the model's
         outs = session.run(cuda_inputs)
-        refs = _eager(module, cuda_inputs)
         torch.cuda.synchronize()
         return outs, refs
 

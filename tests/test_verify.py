@@ -242,23 +242,54 @@ def test_upcast_reference_runs_in_float32():
 
 def test_weights_match_by_content_when_names_swap():
     """A re-run of the frontend may name two folded tables the other way round (a model that
-    iterates a Python set: string hashes are salted per process); equal contents still match,
-    each manifest name to the record holding its bytes."""
+    iterates a Python set: string hashes are salted per process); equal contents (sha256,
+    dtype, shape) still match, each manifest name to the record holding its bytes. The
+    model's own parameters match by name only: swapped between layers, another model."""
     from types import SimpleNamespace as R
 
     from aotpack.bundle.writer import match_weights
 
-    want = {"w": "s0", "cos_1": "s1", "cos_2": "s2", "twin_a": "s3", "twin_b": "s3"}
-    same = [R(name=n, sha256=s) for n, s in want.items()]
-    assert {n: r.name for n, r in match_weights(want, same).items()} == {n: n for n in want}
-    swapped = [R(name="w", sha256="s0"), R(name="cos_1", sha256="s2"),
-               R(name="cos_2", sha256="s1"), R(name="twin_a", sha256="s3"),
-               R(name="twin_b", sha256="s3")]
-    got = match_weights(want, swapped)
-    assert {n: r.sha256 for n, r in got.items()} == want
-    assert got["cos_1"].name == "cos_2" and got["twin_a"].name == "twin_a"
-    assert match_weights(want, swapped[:-1]) is None
-    assert match_weights(want, swapped[:-1] + [R(name="twin_b", sha256="s9")]) is None
+    def w(name, sha, shape=(4,)):
+        return {"name": name, "sha256": sha, "dtype": "bf16", "shape": list(shape)}
+
+    def r(name, sha, shape=(4,)):
+        return R(name=name, sha256=sha, dtype=DType.BF16, shape=shape)
+
+    manifest = [w("lin.weight", "s0"), w("cos_1", "s1"), w("cos_2", "s2"), w("twin_a", "s3"),
+                w("twin_b", "s3")]
+    same = [r(x["name"], x["sha256"]) for x in manifest]
+    assert {n: m.name for n, m in match_weights(manifest, same).items()} == \
+        {x["name"]: x["name"] for x in manifest}
+    swapped = [r("lin.weight", "s0"), r("cos_1", "s2"), r("cos_2", "s1"), r("twin_a", "s3"),
+               r("twin_b", "s3")]
+    got = match_weights(manifest, swapped, fixed={"lin.weight"})
+    assert {n: m.sha256 for n, m in got.items()} == {x["name"]: x["sha256"] for x in manifest}
+    assert got["cos_1"].name == "cos_2"
+    assert match_weights(manifest, swapped[:-1]) is None
+    assert match_weights(manifest, swapped[:-1] + [r("twin_b", "s9")]) is None
+    assert match_weights(manifest, swapped[:-1] + [r("twin_b", "s3", (2, 2))]) is None  # shape
+    params = [w("a.weight", "p0"), w("b.weight", "p1")]
+    exchanged = [r("a.weight", "p1"), r("b.weight", "p0")]
+    assert match_weights(params, exchanged, fixed={"a.weight", "b.weight"}) is None
+
+
+def test_a_failure_of_the_plan_is_not_taken_for_the_models(setup, monkeypatch):
+    """Only the eager model's own failure on random inputs sends verify to the example
+    inputs; the compiled plan failing is an error (a review found it hidden as a pass)."""
+    import aotpack.executor as executor
+
+    bundle, spec, _ = setup
+    real, calls = executor.run_reference, []
+
+    def fails_once(*a, **k):  # on the random inputs only: the example inputs would pass
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the plan failed")
+        return real(*a, **k)
+
+    monkeypatch.setattr(executor, "run_reference", fails_once)
+    with pytest.raises(RuntimeError, match="the plan failed"):
+        verify(bundle, spec, reference="cpu")
 
 
 _SET_ORDER_MODEL = '''import torch

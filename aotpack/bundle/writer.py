@@ -105,26 +105,41 @@ def _weights(program) -> tuple[list[mf.WeightRecord], list[memoryview]]:
     return records, data
 
 
-def match_weights(want: dict, records) -> dict | None:
-    """{name in `want`: its record} when `records` (a re-run of the frontend and passes) hold
-    exactly the bundle's weights (`want`: name -> sha256 from its manifest), matched by name,
-    or else by content: a model whose code iterates a Python set (transformers' per-layer-type
-    rotary tables: `for t in set(config.layer_types)`) is traced in another order in another
-    process (string hashes are salted per process), so folded tables may swap names. None when
-    the contents differ."""
-    by_name = {r.name: r for r in records}
-    if {n: r.sha256 for n, r in by_name.items()} == want:
-        return {n: by_name[n] for n in want}
-    if sorted(want.values()) != sorted(r.sha256 for r in records):
+def match_weights(manifest_weights: list, records, fixed=frozenset()) -> dict | None:
+    """{name: its record} for each of a bundle's weights (its manifest's `weights` entries)
+    when `records` (a re-run of the frontend and passes) hold exactly them, matched by name,
+    or else by content (sha256, dtype and shape): a model whose code iterates a Python set
+    (transformers' per-layer-type rotary tables: `for t in set(config.layer_types)`) is traced
+    in another order in another process (string hashes are salted per process), so folded
+    tables may swap names. Names in `fixed` (the model's own parameters and buffers) match by
+    name only: weights swapped between two layers are another model. None otherwise."""
+    def key(sha, dtype, shape):
+        return sha, str(getattr(dtype, "value", dtype)), tuple(shape)
+
+    want = {w["name"]: key(w["sha256"], w["dtype"], w["shape"]) for w in manifest_weights}
+    mine = {r.name: r for r in records}
+    if len(mine) != len(want):
         return None
-    by_sha: dict[str, list] = {}
-    for r in records:
-        by_sha.setdefault(r.sha256, []).append(r)
-    out = {}
-    for name, sha in want.items():  # equal contents: same dtype and shape follow
-        same = by_sha[sha]
-        out[name] = next((r for r in same if r.name == name), same[0])
-        same.remove(out[name])
+    out, loose = {}, []
+    for name, k in want.items():
+        r = mine.get(name)
+        if r is not None and key(r.sha256, r.dtype, r.shape) == k:
+            out[name] = r
+        elif name in fixed:
+            return None
+        else:
+            loose.append(name)
+    left: dict[tuple, list] = {}
+    for name, r in mine.items():
+        if name not in out:
+            if name in fixed:
+                return None
+            left.setdefault(key(r.sha256, r.dtype, r.shape), []).append(r)
+    for name in loose:
+        same = left.get(want[name])
+        if not same:
+            return None
+        out[name] = same.pop()
     return out
 
 
@@ -133,9 +148,9 @@ def external_entries(manifest: dict, program) -> list:
     names them, from `program` (the frontend and passes run again, e.g. on the GPU machine:
     scripts/make-weights); BundleError naming a few weights when they are not the bundle's."""
     records, data = _weights(program)
-    want = {w["name"]: w["sha256"] for w in manifest["weights"]}
-    matched = match_weights(want, records)
+    matched = match_weights(manifest["weights"], records)
     if matched is None:
+        want = {w["name"]: w["sha256"] for w in manifest["weights"]}
         got = {r.name: r.sha256 for r in records}
         diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         raise BundleError(f"weights differ from the bundle's: {diff[:5]}")

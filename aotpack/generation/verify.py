@@ -127,7 +127,7 @@ def _cpu_step(manifest: dict, loaded):
                                                        loaded.dynamic_shapes)))
     precision.apply(program, precision.mode(manifest))  # the plan the bundle was built from
     _check_signature(manifest, program)
-    _check_weights(manifest, program)
+    _check_weights(manifest, program, loaded.model)
     state = new_state(program)
     return lambda *inputs: run_reference(program, list(inputs), state=state)
 
