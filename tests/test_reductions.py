@@ -540,3 +540,29 @@ def test_a_mask_length_lowers_to_an_int64_reduction():
     torch.testing.assert_close(got[0], want[0])
     for g, w in zip(got[1:], want[1:]):
         assert g.dtype == w.dtype == torch.int64 and torch.equal(g, w)
+
+
+def test_sums_of_narrow_integers_and_bools_are_int64_like_torch():
+    """torch sums int32, uint8 and bool to int64 (values here past 2**24: exact), keeps the
+    dtype of amax, and casts the input first for sum(dtype=...) (a review found the first
+    typed i32 and the last refused)."""
+    import torch.nn as nn
+
+    from aotpack.executor import run_reference as run_program
+
+    class Sums(nn.Module):
+        def forward(self, a32, u8, b, f):
+            return (a32.sum(-1), u8.sum(0), b.sum(-1), (a32 > 0).sum(),
+                    f.sum(-1, dtype=torch.float32), a32.amax(-1), b.amax(-1))
+
+    g = torch.Generator().manual_seed(0)
+    ins = (torch.randint(-2 ** 30, 2 ** 30, (3, 7), generator=g, dtype=torch.int32),
+           torch.randint(0, 255, (3, 7), generator=g, dtype=torch.uint8),
+           torch.rand(3, 7, generator=g) > 0.5, torch.randn(3, 7, generator=g).to(torch.bfloat16))
+    program = compile_graph(to_graph(Sums(), ins))
+    for got, want in zip(run_program(program, list(ins)), Sums()(*ins)):
+        assert got.dtype == want.dtype
+        if want.is_floating_point():
+            torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+        else:
+            assert torch.equal(got, want)

@@ -126,13 +126,12 @@ def _reduce_dims(dims, rank: int) -> tuple[int, ...]:
 
 def _reduce(op: Op):
     def rule(cx, x, dims=None, keepdim=False, dtype=None):
-        if dtype is not None:
-            x = _to_copy(cx, x, dtype) if dtype != x.dtype.to_torch() else x
+        if dtype is not None and dtype != x.dtype.to_torch():  # (a cast of the input, not
+            x = cx.emit(Op.CAST, [x], O.CastAttrs(DType.from_torch(dtype)))  # the result)
         dims = _reduce_dims(dims, len(x.shape))
-        if op == Op.SUM and x.dtype == DType.BOOL:  # a count: exact in f32 up to 2**24
-            wide = cx.emit(Op.CAST, [x], O.CastAttrs(DType.F32))
-            total = cx.emit(op, [wide], O.ReduceAttrs(dims, bool(keepdim)))
-            return cx.emit(Op.CAST, [total], O.CastAttrs(DType.I64), final=True)
+        if op == Op.SUM and not x.dtype.is_float and x.dtype != DType.I64:
+            # torch sums bools and narrower integers to int64 (reduce_int_kernel: exact)
+            x = cx.emit(Op.CAST, [x], O.CastAttrs(DType.I64))
         if op == Op.SUM and _few_inner(x, dims):
             return _sum_of_slices(cx, x, dims[0], keepdim)
         return cx.emit(op, [x], O.ReduceAttrs(dims, bool(keepdim)), final=True)
