@@ -190,3 +190,27 @@ def test_transformers_models_with_fp8_linears(family, tmp_path):
         ref = _eager_keeping_fp8(model, torch.bfloat16)(ids).logits
     err = ((logits.float() - ref.float()).norm() / ref.float().norm()).item()
     assert err < 2e-2, err
+
+
+def test_a_weight_past_the_fold_limit_stays_fp8():
+    """Folding keeps computations that would make a constant over 64 MiB as nodes (the bundle
+    would grow); a dequantized FP8 weight is stored as its e4m3 bytes, so it folds anyway
+    (Llama-3-8B's MLP weights and LM head are past the limit; a review found them left as a
+    dequantizing kernel before every GEMM)."""
+    from aotpack import precision
+    from aotpack.frontend import to_graph
+    from aotpack.passes import compile_graph
+
+    class Big(torch.nn.Module):
+        def __init__(self, n=8200, k=4096):  # 64.06 MiB in bf16
+            super().__init__()
+            self.register_buffer("w8", torch.randn(n, k).to(torch.float8_e4m3fn))
+            self.register_buffer("s", torch.full((n, 1), 0.01, dtype=torch.bfloat16))
+
+        def forward(self, x):
+            return F.linear(x, self.w8.to(x.dtype) * self.s)
+
+    program = compile_graph(to_graph(Big(), (torch.randn(1, 4096, dtype=torch.bfloat16),)))
+    precision.apply(program, "model")
+    assert [type(op).__name__ for op in program.ops] == ["GemmOp"]
+    assert len(_fp8_gemms(program)) == 1

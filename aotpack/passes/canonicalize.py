@@ -98,11 +98,12 @@ def fold_constants(graph: Graph) -> Graph:
                     "table?" if isinstance(e, IndexError) else "")
             raise FoldError(f"{n.op.value} node %{n.output.name} ({n.loc or 'no source'}) on "
                             f"constants cannot be computed: {e}{hint}") from None
-        if n.op in O.LAYOUT or tensor.numel() * tensor.element_size() > _FOLD_LIMIT:
+        parts = parts_of_fold(n, ins, fp8, known)  # a weight the model dequantizes from FP8
+        big = tensor.numel() * tensor.element_size() > _FOLD_LIMIT  # (an FP8 one is stored
+        if n.op in O.LAYOUT or big and parts is None:  # as its e4m3 bytes: folded anyway)
             b.keep(n)
             known[n.output.name] = tensor
             continue
-        parts = parts_of_fold(n, ins, fp8, known)  # a weight the model dequantizes from FP8
         value = b.add_constant(n.output.name, tensor.contiguous(), n.output.dtype, fp8=parts)
         known[value.name] = tensor
         if parts is not None:

@@ -110,8 +110,8 @@ def keep_checkpoint_fp8(program) -> QuantizeReport | None:
     others = {t.storage for op in program.ops if not isinstance(op, GemmOp)
               for t in op_inputs(op)} & set(program.fp8_sources) - set(copies)
     for _ in others:  # an f32 model's GEMMs (tf32 1x1 convolutions), a lookup table
-        report.skip("read by a kernel that takes no FP8 weight (an f32 model: build with "
-                    "--dtype bf16 to keep them FP8)")
+        report.skip("read by a kernel that takes no FP8 weight (a lookup table; or an f32 "
+                    "model's GEMMs, tf32 convolutions: --dtype bf16 keeps those FP8)")
     _drop_unread(program, copies)
     report.weight_bytes_after = _weight_bytes(program)
     return report
