@@ -27,6 +27,11 @@ def _fixed_hash_seed() -> None:
     if "PYTHONHASHSEED" in os.environ or not sys.executable:
         return
     os.environ["PYTHONHASHSEED"] = "0"
+    # the child imports this very aotpack, wherever it runs (`-m` puts the working folder
+    # first on sys.path: another checkout there would otherwise shadow it)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     try:
         os.execv(sys.executable, [sys.executable, "-m", "aotpack", *sys.argv[1:]])
     except OSError:  # the build is right either way; only its bytes may vary for such models
