@@ -207,19 +207,18 @@ def test_doctor_reports_the_machine(monkeypatch):
 
 
 def test_op_no_kernel_implements_is_one_line(tmp_path):
-    """A graph the frontend translates but the lowering cannot (a sum of integers: the
-    reduction kernels compute in f32) is an error message naming the node and what to do, no
-    traceback, and no output folder."""
+    """A graph the frontend translates but the lowering cannot (a softmax of a 0-d tensor) is
+    an error message naming the node and what to do, no traceback, and no output folder."""
     model = tmp_path / "m.py"
     model.write_text(
         "import torch\n"
         "class M(torch.nn.Module):\n"
         "    def forward(self, a):\n"
-        "        return a.sum(-1)\n"
+        "        return torch.softmax(a.sum(), 0)\n"
         "def make():\n"
-        "    return M(), (torch.randint(0, 4, (4, 8)),)\n")
+        "    return M(), (torch.randn(4, 8),)\n")
     result = _run("build", f"{model}:make", "-o", tmp_path / "out")
-    _assert_friendly(result, "LoweringError: cannot lower sum", "cast to float first")
+    _assert_friendly(result, "LoweringError: cannot lower softmax", "give it at least one dim")
     assert not (tmp_path / "out").exists()
 
 

@@ -237,7 +237,7 @@ def test_build_refuses_a_missing_model_pt(tmp_path):
 
 def test_cli_builds_a_model_pt(tmp_path, no_runtime):
     """`aotpack build model.pt --input ... --dtype bf16` as a user types it; --help says that
-    a torch.save file runs code, and a bad --dtype is a usage error."""
+    a torch.save file runs code, and a --dtype outside bf16/f16/f32 is a usage error."""
     from typer.testing import CliRunner
 
     from aotpack.cli.main import app
@@ -247,7 +247,7 @@ def test_cli_builds_a_model_pt(tmp_path, no_runtime):
     r = runner.invoke(app, ["build", spec, "-o", str(tmp_path / "out"), "--no-progress",
                             "--input", "ids=B:1..8x8", "--input", "x=Bx8x16", "--dtype", "bf16"])
     assert r.exit_code == 0 and "built" in r.output, r.output
-    r = runner.invoke(app, ["build", spec, "-o", str(tmp_path / "o2"), "--dtype", "f32"])
+    r = runner.invoke(app, ["build", spec, "-o", str(tmp_path / "o2"), "--dtype", "f64"])
     assert r.exit_code == 2, r.output
     r = runner.invoke(app, ["build", spec, "-o", str(tmp_path / "o3"), "--no-progress"])
     assert r.exit_code == 1 and "no example inputs" in r.output and "Traceback" not in r.output

@@ -249,12 +249,12 @@ def test_cat_inputs_are_written_in_place():
 
 
 def test_unsupported_kernel_is_a_clear_error():
-    class IntSum(torch.nn.Module):  # the reduction kernels compute in f32
+    class ScalarSoftmax(torch.nn.Module):  # torch takes a 0-d softmax; no kernel does
         def forward(self, x):
-            return x.sum(-1)
+            return torch.softmax(x.sum(), 0)
 
-    with pytest.raises(LoweringError, match="cannot lower sum.*cast to float first"):
-        compile_graph(to_graph(IntSum(), (torch.randint(0, 4, (4, 8)),)))
+    with pytest.raises(LoweringError, match="cannot lower softmax.*at least one dim"):
+        compile_graph(to_graph(ScalarSoftmax(), (torch.randn(4, 8),)))
 
 
 # ----------------------------------------------------------------------------- canonicalize
