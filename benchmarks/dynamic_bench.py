@@ -33,6 +33,7 @@ def write_weights(folder: Path) -> float:
     applied); seconds taken. Fails loudly when a weight's sha256 differs from the bundle's."""
     from aotpack.bundle import MANIFEST_KEY
     from aotpack.bundle.stfile import BundleError, atomic_output, read_header, write_safetensors
+    from aotpack import precision
     from aotpack.bundle.writer import external_entries
     from aotpack.frontend import to_graph
     from aotpack.passes import compile_graph
@@ -42,6 +43,7 @@ def write_weights(folder: Path) -> float:
     manifest = json.loads(read_header(folder / "model.aotpack")[1][MANIFEST_KEY])
     loaded = _load((folder / "spec.txt").read_text().strip(), manifest)
     program = compile_graph(to_graph(loaded.model, loaded.inputs, loaded.dynamic_shapes))
+    precision.apply(program, precision.mode(manifest))  # the plan the bundle was built from
     try:
         entries = external_entries(manifest, program)
     except BundleError as e:
