@@ -222,3 +222,31 @@ def test_dtype_f32_builds_a_half_precision_model_in_float32():
     assert loaded.inputs[0].dtype == torch.float32
     with pytest.raises(ModelLoadError, match="bf16, f16 or f32"):
         apply_dtype(LoadedModel(model, None), "f64")
+
+
+@pytest.mark.parametrize("form", ["buffer", "computed"])
+def test_a_complex_rotary_is_refused_with_the_real_form_as_remedy(form):
+    """freqs_cis as a complex buffer, or torch.polar over real constants (Llama-4's style):
+    complex numbers have no aotpack dtype; the refusal says how to write the rotation."""
+    import torch
+
+    from aotpack.frontend import to_graph
+    from aotpack.frontend.translate import UnsupportedOpError
+
+    class Rotary(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            angles = torch.outer(torch.arange(16).float(), 1e-2 * torch.arange(4).float())
+            if form == "buffer":
+                self.register_buffer("freqs_cis", torch.polar(torch.ones(16, 4), angles))
+            else:
+                self.register_buffer("angles", angles)
+
+        def forward(self, x):
+            fc = self.freqs_cis if form == "buffer" else \
+                torch.polar(torch.ones_like(self.angles), self.angles)
+            xc = torch.view_as_complex(x.float().reshape(*x.shape[:-1], -1, 2))
+            return torch.view_as_real(xc * fc).flatten(-2)
+
+    with pytest.raises(UnsupportedOpError, match="(?s)complex64.*real cos/sin tables"):
+        to_graph(Rotary(), (torch.randn(16, 8),))

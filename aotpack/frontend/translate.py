@@ -33,6 +33,9 @@ RULES = {**TABLE_RULES, **CONV_RULES, **LOGIC_RULES, **MOE_RULES, **SCATTER_RULE
          **SORT_RULES, **WRITE_RULES, **NORM_RULES,
          **RESIZE_RULES, **MATH_RULES, **CONV3D_RULES}
 
+_COMPLEX_HINT = ("Write the rotation with real cos/sin tables (rotate-half or interleaved "
+                 "pairs, as Llama and GPT-J do)")
+
 # tensor factories: constants folded at translation when their arguments are known
 _FACTORIES = {"arange", "full", "zeros", "ones", "linspace", "logspace", "scalar_tensor"}
 _FOLD_LIMIT = 1 << 26  # bytes: larger computed constants would bloat the bundle
@@ -356,8 +359,7 @@ class _Translator:
             if str(n.target).split(".")[1:2] in (["polar"], ["view_as_complex"], ["complex"]):
                 raise self._error(f"operator {n.target} is not supported: complex numbers are "
                                   f"not (a rotary embedding written as a complex product, "
-                                  f"freqs_cis)", "Write the rotation with real cos/sin tables "
-                                  "(rotate-half or interleaved pairs, as Llama and GPT-J do)")
+                                  f"freqs_cis)", _COMPLEX_HINT)
             raise self._error(f"operator {n.target} is not supported")
         missing = uncomputed_operand(n, self.env)
         if missing is not None:
@@ -757,10 +759,12 @@ class _Translator:
             dtype = DType.from_torch(tensor.dtype)
         except ValueError:  # complex (torch.polar in a rotary table), quantized, ...
             what = f"{tensor.dtype} values (no aotpack dtype: real floats, ints and bools)"
+            hint = _COMPLEX_HINT if tensor.dtype.is_complex else None
             if self.fx_node is None or self.fx_node.op == "placeholder":
-                raise UnsupportedOpError(f"input or weight {name} holds {what}") from None
+                raise UnsupportedOpError(f"input or weight {name} holds {what}"
+                                         + (f". {hint}" if hint else "")) from None
             raise self._error(f"operator {self.fx_node.target} producing {what} is not "
-                              f"supported") from None
+                              f"supported", hint) from None
         if not check_only:
             name = self._fresh(name)
         return Value(name, dtype, self._dims(tensor.shape))
