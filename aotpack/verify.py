@@ -389,34 +389,23 @@ def _cpu_runner(manifest: dict, loaded):
 
 
 def _own_weight_names(model) -> set:
-    """The names of the model's own parameters and buffers (a torch module, an exported
-    program, or an ONNX model's initializers): renamed by content never."""
-    names = set()
-    for attr in ("named_parameters", "named_buffers"):
-        try:
-            names |= {n for n, _ in getattr(model, attr)()}
-        except Exception:  # noqa: BLE001 - not a module (an exported program, ONNX)
-            pass
-    for attr in ("state_dict", "initializers"):
-        table = getattr(model, attr, None)
-        try:
-            names |= set((table() if callable(table) else table or {}).keys())
-        except Exception:  # noqa: BLE001 - no such table here
-            pass
-    return names
+    """The names of the model's own parameters and buffers (a torch module or exported
+    program; an ONNX model's initializers): renamed by content never."""
+    if hasattr(model, "named_buffers"):
+        return {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+    proto = getattr(model, "proto", None)  # frontend/onnx/model.py's OnnxModel
+    return {t.name for t in proto.graph.initializer} if proto is not None else set()
 
 
 def _check_weights(manifest: dict, program, model=None) -> None:
     """The CPU reference runs the model spec's own weights, so they must be the bundle's
     (sha256 each): another model, or a factory that draws its weights unseeded, would
     otherwise pass against itself."""
-    from aotpack.bundle.writer import _weights, match_weights
+    from aotpack.bundle.writer import _weights, differing_weights, match_weights
 
     records = _weights(program)[0]
-    theirs = {w["name"]: w["sha256"] for w in manifest["weights"]}
     if match_weights(manifest["weights"], records, _own_weight_names(model)) is None:
-        mine = {r.name: r.sha256 for r in records}
-        diff = sorted(n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n))
+        diff = differing_weights(manifest["weights"], records)
         raise VerifyError(f"the model spec's weights are not the bundle's ({len(diff)} differ, "
                           f"e.g. {diff[0]!r}): is this the model the bundle was built from, "
                           f"and does its factory seed its weights (torch.manual_seed)?")

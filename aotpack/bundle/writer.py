@@ -143,6 +143,14 @@ def match_weights(manifest_weights: list, records, fixed=frozenset()) -> dict | 
     return out
 
 
+def differing_weights(manifest_weights: list, records) -> list[str]:
+    """The names whose sha256 differs between a bundle's weights and `records` (or that only
+    one side has), sorted: what a refusal names."""
+    want = {w["name"]: w["sha256"] for w in manifest_weights}
+    got = {r.name: r.sha256 for r in records}
+    return sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+
+
 def external_entries(manifest: dict, program) -> list:
     """The safetensors entries of a bundle's external weights file, named as its manifest
     names them, from `program` (the frontend and passes run again, e.g. on the GPU machine:
@@ -150,10 +158,8 @@ def external_entries(manifest: dict, program) -> list:
     records, data = _weights(program)
     matched = match_weights(manifest["weights"], records)
     if matched is None:
-        want = {w["name"]: w["sha256"] for w in manifest["weights"]}
-        got = {r.name: r.sha256 for r in records}
-        diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
-        raise BundleError(f"weights differ from the bundle's: {diff[:5]}")
+        raise BundleError(f"weights differ from the bundle's: "
+                          f"{differing_weights(manifest['weights'], records)[:5]}")
     raw = {id(r): d for r, d in zip(records, data)}
     return [Entry(name, r.dtype.safetensors, r.shape, raw[id(r)]) for name, r in matched.items()]
 

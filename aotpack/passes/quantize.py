@@ -68,20 +68,7 @@ def quantize_weights(program, activations: bool = False) -> QuantizeReport:
     doc."""
     report = QuantizeReport(weight_bytes_before=_weight_bytes(program),
                             mode="fp8" if activations else "fp8-weights")
-    copies: dict[str, tuple[str, str]] = {}  # weight storage -> (fp8 name, scale name)
-    new_ops = []
-    for op in program.ops:
-        why = _why_not(program, op, activations) if isinstance(op, GemmOp) else ""
-        if why is None:
-            names = copies.get(op.b.storage) or _add_copy(program, op.b.storage)
-            copies[op.b.storage] = names
-            op = replace(_quantized_op(program, op, *names), quantize_a=activations)
-            report.quantized += 1
-        elif why:
-            report.skip(why)
-        new_ops.append(op)
-    program.ops = new_ops
-    _drop_unread(program, copies)
+    _drop_unread(program, _fp8_gemms(program, report, lambda op: True, activations))
     if activations:
         report.norms_fused = _norms_write_fp8(program)
     report.weight_bytes_after = _weight_bytes(program)
@@ -95,18 +82,7 @@ def keep_checkpoint_fp8(program) -> QuantizeReport | None:
     if not program.fp8_sources:
         return None
     report = QuantizeReport(weight_bytes_before=_weight_bytes(program), mode="model")
-    copies: dict[str, tuple[str, str]] = {}
-    for i, op in enumerate(program.ops):
-        if not isinstance(op, GemmOp) or op.b.storage not in program.fp8_sources:
-            continue
-        why = _why_not(program, op, False)
-        if why is None:
-            names = copies.get(op.b.storage) or _add_copy(program, op.b.storage)
-            copies[op.b.storage] = names
-            program.ops[i] = _quantized_op(program, op, *names)
-            report.quantized += 1
-        else:
-            report.skip(why)
+    copies = _fp8_gemms(program, report, lambda op: op.b.storage in program.fp8_sources)
     others = {t.storage for op in program.ops if not isinstance(op, GemmOp)
               for t in op_inputs(op)} & set(program.fp8_sources) - set(copies)
     for _ in others:  # an f32 model's GEMMs (tf32 1x1 convolutions), a lookup table
@@ -115,6 +91,24 @@ def keep_checkpoint_fp8(program) -> QuantizeReport | None:
     _drop_unread(program, copies)
     report.weight_bytes_after = _weight_bytes(program)
     return report
+
+
+def _fp8_gemms(program, report: QuantizeReport, chosen, activations: bool = False) -> dict:
+    """Each GEMM `chosen(op)` picks reads its weight's FP8 copy (made once per weight) where
+    _why_not allows, counted in `report`; the copies made: weight -> (fp8 name, scale name)."""
+    copies: dict[str, tuple[str, str]] = {}
+    for i, op in enumerate(program.ops):
+        if not isinstance(op, GemmOp) or not chosen(op):
+            continue
+        why = _why_not(program, op, activations)
+        if why is None:
+            names = copies.get(op.b.storage) or _add_copy(program, op.b.storage)
+            copies[op.b.storage] = names
+            program.ops[i] = replace(_quantized_op(program, op, *names), quantize_a=activations)
+            report.quantized += 1
+        else:
+            report.skip(why)
+    return copies
 
 
 def _why_not(program, op: GemmOp, activations: bool) -> str | None:
